@@ -1,0 +1,38 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# Both create the virtualenv and install the project into it on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Runs the worked examples on the embedded SQLite default (./durable_adk.db).
+demo: $(STAMP)
+	$(BIN)/durable-adk demo
+
+# The whole suite, both backends. PostgreSQL is started by the test setup;
+# with DURABLE_ADK_REQUIRE_POSTGRES=1 (as .ci/run sets) a missing server fails
+# instead of skipping. pytest exits 5 when it collected no test: that fails too.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/mypy --strict src/durable_adk
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

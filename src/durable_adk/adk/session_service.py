@@ -1,0 +1,545 @@
+"""DurableSessionService: ADK sessions as fenced, append-only event logs.
+
+What it guarantees:
+
+* Every stored event has a per-session sequence number (1, 2, 3...) and comes
+  back in append order, whatever its timestamp.
+* An append is one unit of work (one statement on PostgreSQL, one transaction
+  in one hop on SQLite) and is fenced: the session object names the last
+  sequence number it saw, and if anyone appended since, the append raises
+  :class:`google.adk.errors.StaleSessionError` and writes nothing.
+* Re-appending an event id the session already holds is a no-op; partial
+  (streaming) events are never stored; ``temp:`` keys stay in memory.
+* Session state is the fold of the log (:mod:`durable_adk.fold`), cached as a
+  snapshot every ``snapshot_every`` events; ``app:`` and ``user:`` state is
+  shared by sessions as in ADK's own services.
+* A per-process cache keeps recently read sessions; a read fetches only the
+  events appended after the cached sequence number, in the same round trip
+  that checks the session row, so it never serves stale data.
+* ``GetSessionConfig`` is honoured, except that the events of the newest
+  invocation, while it may still be running, always come back whole (ADK's
+  resume logic reads them), and ``num_recent_events=0`` returns no events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic_core
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.errors import StaleSessionError
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+from typing_extensions import override
+
+from durable_adk import errors
+from durable_adk.adk.events import open_invocation_id
+from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
+from durable_adk.store.base import Row, Store
+
+_Key = tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class _Cached:
+    """A session's full log as of ``seq``, and its folded session-scoped state."""
+
+    pk: int
+    seq: int
+    events: list[Event]
+    state: dict[str, Any]
+
+
+def _dumps(value: Any) -> str:
+    # pydantic's encoder, so a delta is written exactly as inside the event JSON.
+    return pydantic_core.to_json(value).decode()
+
+
+def _loads_state(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def _marker(pk: int, seq: int) -> str:
+    return f"{pk}:{seq}"
+
+
+def _parse_marker(marker: str | None) -> tuple[int, int] | None:
+    if not marker or ":" not in marker:
+        return None
+    pk, seq = marker.split(":", 1)
+    return int(pk), int(seq)
+
+
+def _check_id(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
+        raise errors.InvalidArgument(
+            f"{name} must be a non-empty string of at most 512 characters without NUL, "
+            f"got {value!r:.80}"
+        )
+    return value
+
+
+class DurableSessionService(BaseSessionService):
+    """An ADK session service over a durable-adk :class:`~durable_adk.store.Store`.
+
+    Example::
+
+        async with open_store("sqlite:///durable_adk.db") as store:
+            sessions = DurableSessionService(store)
+            runner = Runner(app=app, session_service=sessions)
+    """
+
+    def __init__(
+        self, store: Store, *, snapshot_every: int = 100, cache_sessions: int = 256
+    ) -> None:
+        """Creates the service.
+
+        Args:
+            store: An open store; the caller owns it and closes it.
+            snapshot_every: Cache the state fold every this many events (0: never).
+            cache_sessions: How many sessions the per-process cache keeps
+                (least recently used are dropped; 0 disables the cache).
+        """
+        if snapshot_every < 0:
+            raise errors.InvalidArgument("snapshot_every must be >= 0")
+        if cache_sessions < 0:
+            raise errors.InvalidArgument("cache_sessions must be >= 0")
+        self.store = store
+        self.snapshot_every = snapshot_every
+        self._cache_size = cache_sessions
+        self._cache: OrderedDict[_Key, _Cached] = OrderedDict()
+
+    # ------------------------------------------------------------------ cache
+
+    def _remember(self, key: _Key, entry: _Cached) -> None:
+        if self._cache_size == 0:
+            return
+        self._cache[key] = entry
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def _forget(self, key: _Key) -> None:
+        self._cache.pop(key, None)
+
+    # ------------------------------------------------------------- sessions
+
+    @override
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        _check_id("app_name", app_name)
+        _check_id("user_id", user_id)
+        if session_id is None or (isinstance(session_id, str) and not session_id.strip()):
+            session_id = uuid.uuid4().hex
+        _check_id("session_id", session_id)
+        if state is not None and not isinstance(state, Mapping):
+            raise errors.InvalidArgument(f"state must be a dict, got {type(state).__name__}")
+        session_part, app_part, user_part = split_delta(state)
+        initial = _loads_state(_dumps(session_part))
+        now = time.time()
+        row = await self.store.fetchrow(
+            "create_session",
+            {
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "initial_state": _dumps(initial),
+                "now": now,
+                "app_delta": _dumps(app_part) if app_part else None,
+                "user_delta": _dumps(user_part) if user_part else None,
+            },
+        )
+        if row is None or row["status"] != "ok":
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+        pk = int(row["pk"])
+        key = (app_name, user_id, session_id)
+        self._remember(key, _Cached(pk=pk, seq=0, events=[], state=initial))
+        return self._build(
+            key,
+            pk=pk,
+            seq=0,
+            events=[],
+            state=initial,
+            app_state=_loads_state(row["app_state"]),
+            user_state=_loads_state(row["user_state"]),
+            update_time=now,
+        )
+
+    def _build(
+        self,
+        key: _Key,
+        *,
+        pk: int,
+        seq: int,
+        events: list[Event],
+        state: Mapping[str, Any],
+        app_state: Mapping[str, Any],
+        user_state: Mapping[str, Any],
+        update_time: float,
+    ) -> Session:
+        session = Session(
+            app_name=key[0],
+            user_id=key[1],
+            id=key[2],
+            state=merged_view(state, app_state, user_state),
+            last_update_time=update_time,
+        )
+        # Assigned after construction: pydantic would otherwise re-validate
+        # every (already valid) event.
+        session.events = events
+        session._storage_update_marker = _marker(pk, seq)
+        return session
+
+    @override
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        key = (app_name, user_id, session_id)
+        cached = self._cache.get(key)
+        partial = config is not None and (
+            config.num_recent_events is not None or bool(config.after_timestamp)
+        )
+        if partial and cached is None:
+            assert config is not None
+            return await self._get_partial(key, config)
+        rows = await self.store.fetch(
+            "load_session_tail",
+            {
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "since_seq": cached.seq if cached else 0,
+            },
+        )
+        if not rows:
+            self._forget(key)
+            return None
+        head = rows[0]
+        pk, last_seq = int(head["pk"]), int(head["last_seq"])
+        if cached is not None and (cached.pk != pk or last_seq < cached.seq):
+            # The session was deleted and created again since we cached it.
+            self._forget(key)
+            return await self.get_session(
+                app_name=app_name, user_id=user_id, session_id=session_id, config=config
+            )
+        entry = cached or _Cached(pk=pk, seq=0, events=[], state=_loads_state(head["initial_state"]))
+        tail = [Event.model_validate_json(r["data"]) for r in rows if r["seq"] is not None]
+        if tail:
+            entry = _Cached(
+                pk=pk,
+                seq=int(rows[-1]["seq"]),
+                events=entry.events + tail,
+                state=fold(entry.state, (split_delta(e.actions.state_delta)[0] for e in tail)),
+            )
+        if entry.seq != last_seq:
+            raise errors.StoreError(
+                f"session {session_id!r} log has a gap: read up to {entry.seq}, row says {last_seq}"
+            )
+        self._remember(key, entry)
+        events = _select(entry.events, config) if config is not None else list(entry.events)
+        return self._build(
+            key,
+            pk=pk,
+            seq=last_seq,
+            events=events,
+            state=entry.state,
+            app_state=_loads_state(head["app_state"]),
+            user_state=_loads_state(head["user_state"]),
+            update_time=float(head["update_time"]),
+        )
+
+    async def _get_partial(self, key: _Key, config: GetSessionConfig) -> Session | None:
+        """A cold read of part of the log: the newest snapshot, the tail after it, the window."""
+        app_name, user_id, session_id = key
+        head = await self.store.fetchrow(
+            "load_session_head",
+            {"app_name": app_name, "user_id": user_id, "session_id": session_id},
+        )
+        if head is None:
+            return None
+        pk, last_seq = int(head["pk"]), int(head["last_seq"])
+        snap_seq = int(head["snap_seq"]) if head["snap_seq"] is not None else 0
+        window_start = last_seq
+        if config.num_recent_events is not None:
+            window_start = max(0, last_seq - config.num_recent_events)
+        rows = await self.store.fetch(
+            "load_events_partial",
+            {
+                "session_pk": pk,
+                "from_seq": min(snap_seq, window_start),
+                "after_ts": config.after_timestamp or None,
+            },
+        )
+        fetched = [(int(r["seq"]), Event.model_validate_json(r["data"])) for r in rows]
+        base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
+        state = fold(base, (split_delta(e.actions.state_delta)[0] for s, e in fetched if s > snap_seq))
+        return self._build(
+            key,
+            pk=pk,
+            seq=last_seq,
+            events=_select([e for _, e in fetched], config),
+            state=state,
+            app_state=_loads_state(head["app_state"]),
+            user_state=_loads_state(head["user_state"]),
+            update_time=float(head["update_time"]),
+        )
+
+    @override
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        rows = await self.store.fetch("list_sessions", {"app_name": app_name, "user_id": user_id})
+        app_state = _loads_state(await self.store.fetchval("get_app_state", {"app_name": app_name}))
+        user_states = {
+            r["user_id"]: _loads_state(r["state"])
+            for r in await self.store.fetch(
+                "list_user_states", {"app_name": app_name, "user_id": user_id}
+            )
+        }
+        grouped: OrderedDict[tuple[str, str], list[Row]] = OrderedDict()
+        for row in rows:
+            grouped.setdefault((row["user_id"], row["session_id"]), []).append(row)
+        sessions = []
+        for (uid, sid), group in grouped.items():
+            first = group[0]
+            base = (
+                _loads_state(first["snap_state"])
+                if first["snap_seq"] is not None
+                else _loads_state(first["initial_state"])
+            )
+            state = fold(base, (json.loads(r["delta"]) for r in group if r["seq"] is not None))
+            sessions.append(
+                Session(
+                    app_name=app_name,
+                    user_id=uid,
+                    id=sid,
+                    state=merged_view(state, app_state, user_states.get(uid, {})),
+                    last_update_time=float(first["update_time"]),
+                )
+            )
+        return ListSessionsResponse(sessions=sessions)
+
+    @override
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        await self.store.execute(
+            "delete_session", {"app_name": app_name, "user_id": user_id, "session_id": session_id}
+        )
+        self._forget((app_name, user_id, session_id))
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return _loads_state(
+            await self.store.fetchval("get_user_state", {"app_name": app_name, "user_id": user_id})
+        )
+
+    # ---------------------------------------------------------------- append
+
+    @override
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        key = (session.app_name, session.user_id, session.id)
+        pk, expected = await self._fence_of(session)
+        data = event.model_dump_json(exclude_none=True)
+        stored = Event.model_validate_json(data)
+        session_delta, app_delta, user_delta = split_delta(stored.actions.state_delta)
+        new_seq = expected + 1
+        snapshot = None
+        if is_snapshot_seq(new_seq, self.snapshot_every):
+            before = await self._state_at(key, pk, expected)
+            snapshot = _dumps(fold(before, [session_delta]))
+        row = await self.store.fetchrow(
+            "append_event",
+            {
+                "session_pk": pk,
+                "expected_seq": expected,
+                "event_id": event.id,
+                "invocation_id": event.invocation_id,
+                "author": event.author,
+                "timestamp": event.timestamp,
+                "delta": _dumps(session_delta) if session_delta else None,
+                "data": data,
+                "app_name": session.app_name,
+                "user_id": session.user_id,
+                "app_delta": _dumps(app_delta) if app_delta else None,
+                "user_delta": _dumps(user_delta) if user_delta else None,
+                "snapshot": snapshot,
+            },
+        )
+        status = row["status"] if row else "missing"
+        if status == "duplicate":
+            return event
+        if status == "missing":
+            self._forget(key)
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        if status == "stale":
+            raise StaleSessionError(
+                f"session {session.id!r} was appended to since this object was loaded "
+                f"(it saw event #{expected}, the log is at #{row['last_seq'] if row else '?'}); "
+                "reload it with get_session"
+            )
+        session._storage_update_marker = _marker(pk, new_seq)
+        session.last_update_time = event.timestamp
+        cached = self._cache.get(key)
+        if cached is not None and cached.pk == pk and cached.seq == expected:
+            cached.events.append(stored)
+            if session_delta:
+                cached.state.update(session_delta)
+            cached.seq = new_seq
+            self._cache.move_to_end(key)
+        elif cached is not None:
+            self._forget(key)
+        return self._commit_event_to_session(session, event)
+
+    async def _fence_of(self, session: Session) -> tuple[int, int]:
+        """The (session pk, last sequence number) this session object was loaded at."""
+        parsed = _parse_marker(session._storage_update_marker)
+        if parsed is not None:
+            return parsed
+        # A Session built elsewhere: its newest event tells where it stands.
+        last_id = session.events[-1].id if session.events else ""
+        row = await self.store.fetchrow(
+            "find_event_seq",
+            {
+                "app_name": session.app_name,
+                "user_id": session.user_id,
+                "session_id": session.id,
+                "event_id": last_id,
+            },
+        )
+        if row is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        if session.events and row["seq"] is None:
+            raise StaleSessionError(
+                f"session {session.id!r}: this object's newest event is not in the store"
+            )
+        return int(row["pk"]), int(row["seq"] or 0)
+
+    async def _state_at(self, key: _Key, pk: int, seq: int) -> dict[str, Any]:
+        """The session-scoped fold at ``seq``, from the cache or the newest snapshot."""
+        cached = self._cache.get(key)
+        if cached is not None and cached.pk == pk and cached.seq == seq:
+            return cached.state
+        head = await self.store.fetchrow(
+            "load_session_head", {"app_name": key[0], "user_id": key[1], "session_id": key[2]}
+        )
+        if head is None:
+            return {}
+        snap_seq = int(head["snap_seq"]) if head["snap_seq"] is not None else 0
+        base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
+        rows = await self.store.fetch(
+            "load_deltas_after", {"session_pk": pk, "after_seq": snap_seq, "upto_seq": seq}
+        )
+        return fold(base, (json.loads(r["delta"]) for r in rows))
+
+    # --------------------------------------------------------------- rebuild
+
+    async def rebuild_state(
+        self, *, app_name: str, user_id: str, session_id: str, rewrite: bool = False
+    ) -> RebuildReport:
+        """Recomputes a session's state and snapshots from its event log alone.
+
+        Args:
+            app_name: The session's app.
+            user_id: The session's user.
+            session_id: The session.
+            rewrite: Replace the stored snapshots with the recomputed ones.
+
+        Returns:
+            The folded state and whether every stored snapshot agreed with the log.
+
+        Raises:
+            SessionNotFoundError: No such session.
+        """
+        key = (app_name, user_id, session_id)
+        head = await self.store.fetchrow(
+            "load_session_head", {"app_name": app_name, "user_id": user_id, "session_id": session_id}
+        )
+        if head is None:
+            raise SessionNotFoundError(f"Session {session_id} not found.")
+        pk, last_seq = int(head["pk"]), int(head["last_seq"])
+        rows = await self.store.fetch(
+            "load_deltas_after", {"session_pk": pk, "after_seq": 0, "upto_seq": last_seq}
+        )
+        deltas = {int(r["seq"]): json.loads(r["delta"]) for r in rows}
+        initial = _loads_state(head["initial_state"])
+        expected = snapshots_of(
+            initial, ((s, deltas.get(s)) for s in range(1, last_seq + 1)), self.snapshot_every
+        )
+        stored = [
+            (int(r["seq"]), _loads_state(r["state"]))
+            for r in await self.store.fetch("load_snapshots", {"session_pk": pk})
+        ]
+        by_seq = dict(expected)
+        consistent = all(s in by_seq and by_seq[s] == st for s, st in stored)
+        if rewrite:
+            await self.store.execute(
+                "replace_snapshots",
+                {"session_pk": pk, "snapshots": _dumps([[s, _dumps(st)] for s, st in expected])},
+            )
+            self._forget(key)
+        state = fold(initial, (deltas[s] for s in sorted(deltas)))
+        return RebuildReport(
+            seq=last_seq, state=state, snapshots_consistent=consistent, snapshots=len(expected)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    """What :meth:`DurableSessionService.rebuild_state` found.
+
+    Attributes:
+        seq: The last sequence number of the log.
+        state: The session-scoped state folded from the whole log.
+        snapshots_consistent: Every stored snapshot equals the fold at its sequence number.
+        snapshots: How many snapshots the log should have.
+    """
+
+    seq: int
+    state: dict[str, Any]
+    snapshots_consistent: bool
+    snapshots: int
+
+
+def _select(events: Sequence[Event], config: GetSessionConfig) -> list[Event]:
+    """Applies a GetSessionConfig, keeping the newest invocation whole while open."""
+    if config.num_recent_events == 0:
+        return []
+    chosen = list(events)
+    if config.after_timestamp:
+        chosen = [e for e in chosen if e.timestamp >= config.after_timestamp]
+    if config.num_recent_events is not None:
+        chosen = chosen[-config.num_recent_events :]
+    open_id = open_invocation_id(events)
+    if open_id is None:
+        return chosen
+    keep = {id(e) for e in chosen}
+    return [e for e in events if id(e) in keep or e.invocation_id == open_id]

@@ -1,0 +1,61 @@
+"""The library's own errors.
+
+Every error raised on purpose by durable-adk is a :class:`DurableError`. Each
+class's docstring is its default message, so ``raise SchemaBehind()`` already
+says something useful. Driver errors are translated into these classes by the
+store, by error code (SQLSTATE on PostgreSQL, the extended result code on
+SQLite), never by matching message text.
+"""
+
+from __future__ import annotations
+
+
+class DurableError(Exception):
+    """A durable-adk operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidArgument(DurableError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class StoreError(DurableError):
+    """The database failed an operation."""
+
+
+class SchemaError(StoreError):
+    """The database schema is not what this version of durable-adk expects."""
+
+
+class SchemaBehind(SchemaError):
+    """The database schema is older than this version of durable-adk: run `durable-adk db upgrade`."""
+
+
+class SchemaAhead(SchemaError):
+    """The database schema is newer than this version of durable-adk: upgrade the package."""
+
+
+class UniqueViolation(StoreError):
+    """A row with the same key already exists."""
+
+
+class ForeignKeyViolation(StoreError):
+    """A row refers to a row that does not exist."""
+
+
+class DatabaseBusy(StoreError):
+    """The database is busy (locked, serialization failure or deadlock); the operation may be retried."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached."""
+
+
+class UnsupportedUrl(InvalidArgument):
+    """The store URL is not supported: use sqlite:///path or postgresql://..."""
+
+
+class Fenced(DurableError):
+    """The write was refused: this worker no longer owns the run (its fencing epoch is old)."""

@@ -1,0 +1,63 @@
+-- Sessions as append-only event logs. State is a fold over the log; snapshots
+-- cache that fold every N events. App and user state are shared by sessions and
+-- kept materialized, updated in the same statement as the event that changes them.
+-- Times are seconds since the Unix epoch (double precision).
+
+CREATE TABLE schema_version (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  double precision NOT NULL
+);
+
+CREATE TABLE sessions (
+    pk             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- never reused
+    app_name       text NOT NULL,
+    user_id        text NOT NULL,
+    session_id     text NOT NULL,
+    initial_state  text NOT NULL,                    -- session-scoped state given at creation (JSON)
+    last_seq       bigint NOT NULL DEFAULT 0,        -- the fence: an append must name it
+    create_time    double precision NOT NULL,
+    update_time    double precision NOT NULL,
+    UNIQUE (app_name, user_id, session_id)
+);
+
+CREATE INDEX sessions_by_update ON sessions (app_name, update_time);
+
+CREATE TABLE events (
+    session_pk     bigint NOT NULL REFERENCES sessions (pk) ON DELETE CASCADE,
+    seq            bigint NOT NULL,                  -- 1, 2, 3... per session: append order
+    event_id       text NOT NULL,
+    invocation_id  text NOT NULL,
+    author         text NOT NULL,
+    timestamp      double precision NOT NULL,
+    delta          text,                             -- session-scoped state delta (JSON) or NULL
+    data           text NOT NULL,                    -- the whole event (JSON text: cheaper than jsonb, never queried inside)
+    PRIMARY KEY (session_pk, seq),
+    UNIQUE (session_pk, event_id)
+);
+
+CREATE INDEX events_by_invocation ON events (session_pk, invocation_id);
+
+CREATE TABLE state_snapshots (
+    session_pk  bigint NOT NULL REFERENCES sessions (pk) ON DELETE CASCADE,
+    seq         bigint NOT NULL,                     -- the fold of events 1..seq
+    state       text NOT NULL,
+    PRIMARY KEY (session_pk, seq)
+);
+
+CREATE TABLE app_state (
+    app_name     text PRIMARY KEY,
+    state        jsonb NOT NULL,                     -- jsonb: '||' merges a delta in place, as dict.update does
+    update_time  double precision NOT NULL
+);
+
+CREATE TABLE user_state (
+    app_name     text NOT NULL,
+    user_id      text NOT NULL,
+    state        jsonb NOT NULL,
+    update_time  double precision NOT NULL,
+    PRIMARY KEY (app_name, user_id)
+);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (1, 'sessions', extract(epoch FROM clock_timestamp()));

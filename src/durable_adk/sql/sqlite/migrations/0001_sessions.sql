@@ -1,0 +1,63 @@
+-- Sessions as append-only event logs. State is a fold over the log; snapshots
+-- cache that fold every N events. App and user state are shared by sessions and
+-- kept materialized, updated in the same transaction as the event that changes them.
+-- Times are seconds since the Unix epoch (REAL).
+
+CREATE TABLE schema_version (
+    version     INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL,
+    applied_at  REAL NOT NULL
+);
+
+CREATE TABLE sessions (
+    pk             INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a cache keyed by pk cannot confuse a recreated session
+    app_name       TEXT NOT NULL,
+    user_id        TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    initial_state  TEXT NOT NULL,                      -- session-scoped state given at creation (JSON)
+    last_seq       INTEGER NOT NULL DEFAULT 0,         -- the fence: an append must name it
+    create_time    REAL NOT NULL,
+    update_time    REAL NOT NULL,
+    UNIQUE (app_name, user_id, session_id)
+);
+
+CREATE INDEX sessions_by_update ON sessions (app_name, update_time);
+
+CREATE TABLE events (
+    session_pk     INTEGER NOT NULL REFERENCES sessions (pk) ON DELETE CASCADE,
+    seq            INTEGER NOT NULL,                   -- 1, 2, 3... per session: append order
+    event_id       TEXT NOT NULL,
+    invocation_id  TEXT NOT NULL,
+    author         TEXT NOT NULL,
+    timestamp      REAL NOT NULL,
+    delta          TEXT,                               -- session-scoped state delta (JSON) or NULL
+    data           TEXT NOT NULL,                      -- the whole event (JSON)
+    PRIMARY KEY (session_pk, seq),
+    UNIQUE (session_pk, event_id)
+) WITHOUT ROWID;
+
+CREATE INDEX events_by_invocation ON events (session_pk, invocation_id);
+
+CREATE TABLE state_snapshots (
+    session_pk  INTEGER NOT NULL REFERENCES sessions (pk) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,                      -- the fold of events 1..seq
+    state       TEXT NOT NULL,
+    PRIMARY KEY (session_pk, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE app_state (
+    app_name     TEXT PRIMARY KEY,
+    state        TEXT NOT NULL,
+    update_time  REAL NOT NULL
+);
+
+CREATE TABLE user_state (
+    app_name     TEXT NOT NULL,
+    user_id      TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    update_time  REAL NOT NULL,
+    PRIMARY KEY (app_name, user_id)
+);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (1, 'sessions', (julianday('now') - 2440587.5) * 86400.0);

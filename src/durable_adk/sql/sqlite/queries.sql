@@ -1,0 +1,143 @@
+-- Named queries for SQLite. The same names exist in ../postgresql/queries.sql.
+-- Parameters are :name. A 'guarded' unit's first statement decides (status = 'ok')
+-- whether the rest run; see durable_adk/store/queries.py.
+
+-- name: db_now
+SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
+
+-- ---------------------------------------------------------------- sessions
+
+-- name: create_session guarded
+SELECT CASE WHEN EXISTS (
+           SELECT 1 FROM sessions
+            WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id)
+       THEN 'exists' ELSE 'ok' END AS status;
+INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
+VALUES (:app_name, :user_id, :session_id, :initial_state, :now, :now);
+INSERT INTO app_state (app_name, state, update_time)
+SELECT :app_name, :app_delta, :now WHERE :app_delta IS NOT NULL
+ON CONFLICT (app_name) DO UPDATE
+   SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO user_state (app_name, user_id, state, update_time)
+SELECT :app_name, :user_id, :user_delta, :now WHERE :user_delta IS NOT NULL
+ON CONFLICT (app_name, user_id) DO UPDATE
+   SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+SELECT 'ok' AS status, s.pk, s.create_time,
+       (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
+       (SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id) AS user_state
+  FROM sessions s
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+
+-- name: load_session_tail
+-- The session row, shared state, and every event after :since_seq, in one read.
+SELECT s.pk, s.last_seq, s.initial_state, s.update_time,
+       (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
+       (SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id) AS user_state,
+       e.seq, e.data
+  FROM sessions s
+  LEFT JOIN events e ON e.session_pk = s.pk AND e.seq > :since_seq
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id
+ ORDER BY e.seq;
+
+-- name: load_session_head
+-- The session row, shared state and its newest snapshot (for partial reads).
+SELECT s.pk, s.last_seq, s.initial_state, s.update_time,
+       (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
+       (SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id) AS user_state,
+       snap.seq AS snap_seq, snap.state AS snap_state
+  FROM sessions s
+  LEFT JOIN state_snapshots snap
+    ON snap.session_pk = s.pk
+   AND snap.seq = (SELECT MAX(seq) FROM state_snapshots WHERE session_pk = s.pk)
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+
+-- name: load_events_partial
+-- Events after :from_seq, plus the whole newest invocation, plus events at or
+-- after :after_ts (when given).
+SELECT seq, data
+  FROM events
+ WHERE session_pk = :session_pk
+   AND (seq > :from_seq
+        OR invocation_id = (SELECT invocation_id FROM events
+                             WHERE session_pk = :session_pk ORDER BY seq DESC LIMIT 1)
+        OR (:after_ts IS NOT NULL AND timestamp >= :after_ts))
+ ORDER BY seq;
+
+-- name: load_deltas_after
+SELECT seq, delta FROM events
+ WHERE session_pk = :session_pk AND seq > :after_seq AND seq <= :upto_seq AND delta IS NOT NULL
+ ORDER BY seq;
+
+-- name: load_snapshots
+SELECT seq, state FROM state_snapshots WHERE session_pk = :session_pk ORDER BY seq;
+
+-- name: find_event_seq
+SELECT s.pk, s.last_seq, e.seq
+  FROM sessions s
+  LEFT JOIN events e ON e.session_pk = s.pk AND e.event_id = :event_id
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+
+-- name: append_event guarded
+-- The fence: the caller names the last sequence number it saw. Anything else
+-- (a newer append by someone, a deleted session, a replayed event id) writes nothing.
+SELECT CASE
+         WHEN s.pk IS NULL THEN 'missing'
+         WHEN d.seq IS NOT NULL THEN 'duplicate'
+         WHEN s.last_seq <> :expected_seq THEN 'stale'
+         ELSE 'ok'
+       END AS status,
+       d.seq AS dup_seq, s.last_seq AS last_seq
+  FROM (SELECT 1) AS one
+  LEFT JOIN sessions s ON s.pk = :session_pk
+  LEFT JOIN events d ON d.session_pk = :session_pk AND d.event_id = :event_id;
+INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
+VALUES (:session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data);
+UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk;
+INSERT INTO app_state (app_name, state, update_time)
+SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
+ON CONFLICT (app_name) DO UPDATE
+   SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO user_state (app_name, user_id, state, update_time)
+SELECT :app_name, :user_id, :user_delta, :timestamp WHERE :user_delta IS NOT NULL
+ON CONFLICT (app_name, user_id) DO UPDATE
+   SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO state_snapshots (session_pk, seq, state)
+SELECT :session_pk, :expected_seq + 1, :snapshot WHERE :snapshot IS NOT NULL;
+SELECT 'ok' AS status, NULL AS dup_seq, :expected_seq + 1 AS last_seq;
+
+-- name: list_sessions
+-- Each session with its newest snapshot and the state deltas after it, so the
+-- caller folds a short tail per session.
+SELECT s.session_id, s.user_id, s.update_time, s.initial_state,
+       snap.seq AS snap_seq, snap.state AS snap_state, e.seq, e.delta
+  FROM sessions s
+  LEFT JOIN state_snapshots snap
+    ON snap.session_pk = s.pk
+   AND snap.seq = (SELECT MAX(seq) FROM state_snapshots WHERE session_pk = s.pk)
+  LEFT JOIN events e
+    ON e.session_pk = s.pk AND e.seq > COALESCE(snap.seq, 0) AND e.delta IS NOT NULL
+ WHERE s.app_name = :app_name AND (:user_id IS NULL OR s.user_id = :user_id)
+ ORDER BY s.update_time, s.user_id, s.session_id, e.seq;
+
+-- name: list_user_states
+SELECT user_id, state FROM user_state
+ WHERE app_name = :app_name AND (:user_id IS NULL OR user_id = :user_id);
+
+-- name: get_app_state
+SELECT state FROM app_state WHERE app_name = :app_name;
+
+-- name: get_user_state
+SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id;
+
+-- name: delete_session
+DELETE FROM sessions WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id;
+
+-- name: replace_snapshots guarded
+-- Rebuild: drop a session's snapshots and write the ones given (a JSON array
+-- of [seq, state] pairs), in one transaction.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM sessions WHERE pk = :session_pk) THEN 'ok' ELSE 'missing' END AS status;
+DELETE FROM state_snapshots WHERE session_pk = :session_pk;
+INSERT INTO state_snapshots (session_pk, seq, state)
+SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
+  FROM json_each(:snapshots) WHERE true;
+SELECT 'ok' AS status;

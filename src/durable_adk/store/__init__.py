@@ -1,0 +1,76 @@
+"""One durable database for every layer: SQLite by default, PostgreSQL for fleets.
+
+``open_store(url)`` opens it, verifies the schema (creating it in an empty
+database) and closes it on exit::
+
+    async with open_store("sqlite:///durable_adk.db") as store:
+        now = await store.now()
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from durable_adk import errors
+from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.migrate import check_schema, latest_version, upgrade
+from durable_adk.store.postgres import PostgresStore
+from durable_adk.store.sqlite import SqliteStore
+
+DEFAULT_URL = "sqlite:///durable_adk.db"
+
+__all__ = [
+    "DEFAULT_URL",
+    "Params",
+    "PostgresStore",
+    "Row",
+    "SqliteStore",
+    "Store",
+    "check_schema",
+    "connect",
+    "latest_version",
+    "open_store",
+    "upgrade",
+]
+
+
+async def connect(url: str = DEFAULT_URL, **options: int) -> Store:
+    """Opens a store without checking its schema (for ``db upgrade`` and tools).
+
+    Args:
+        url: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
+            ``sqlite:///:memory:`` or ``postgresql://user@host:port/db``.
+        **options: Backend options (``busy_timeout_ms`` for SQLite;
+            ``min_size``/``max_size`` for the PostgreSQL pool).
+
+    Raises:
+        UnsupportedUrl: The URL names another kind of database.
+        StoreUnavailable: The database cannot be reached.
+    """
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if not path:
+            raise errors.UnsupportedUrl(f"{url!r} names no file: use sqlite:///path.db")
+        return await SqliteStore(path, **options).open()
+    if url.startswith(("postgresql://", "postgres://")):
+        return await PostgresStore(url, **options).open()
+    raise errors.UnsupportedUrl(f"unsupported store URL {url!r}: use sqlite:///path or postgresql://...")
+
+
+@asynccontextmanager
+async def open_store(
+    url: str = DEFAULT_URL, *, create_if_empty: bool = True, **options: int
+) -> AsyncIterator[Store]:
+    """Opens a store, verifies its schema and closes it on exit.
+
+    An empty database gets the current schema. A database whose schema is behind
+    raises :class:`~durable_adk.errors.SchemaBehind` naming
+    ``durable-adk db upgrade``.
+    """
+    store = await connect(url, **options)
+    try:
+        await check_schema(store, create_if_empty=create_if_empty)
+        yield store
+    finally:
+        await store.close()

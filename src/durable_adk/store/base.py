@@ -1,0 +1,67 @@
+"""The store contract every backend honours.
+
+A store runs named queries (see :mod:`durable_adk.store.queries`) against one
+durable database and returns plain rows. Every unit of work is atomic: a
+multi-statement query runs in one transaction, on SQLite in a single hop to the
+database thread and on PostgreSQL as a single statement. The database's clock,
+not the caller's, is exposed as :meth:`Store.now` for every decision about
+ownership (leases, deadlines, back-off).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Row = Mapping[str, Any]
+Params = Mapping[str, Any]
+
+
+class Store(abc.ABC):
+    """One open durable database."""
+
+    dialect: str
+    url: str
+
+    @abc.abstractmethod
+    async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
+        """Runs a named query and returns all its rows.
+
+        Args:
+            query: The query's name in ``queries.sql``.
+            params: Values for its ``:name`` parameters.
+
+        Raises:
+            durable_adk.errors.StoreError: Translated from the driver's error.
+        """
+
+    async def fetchrow(self, query: str, params: Params | None = None) -> Row | None:
+        """Runs a named query and returns its first row, or None."""
+        rows = await self.fetch(query, params)
+        return rows[0] if rows else None
+
+    async def fetchval(self, query: str, params: Params | None = None) -> Any:
+        """Runs a named query and returns the first column of its first row, or None."""
+        row = await self.fetchrow(query, params)
+        return None if row is None else next(iter(row.values()))
+
+    async def execute(self, query: str, params: Params | None = None) -> None:
+        """Runs a named query for its effect."""
+        await self.fetch(query, params)
+
+    @abc.abstractmethod
+    async def now(self) -> float:
+        """Returns the database clock as seconds since the Unix epoch."""
+
+    @abc.abstractmethod
+    async def schema_version(self) -> int:
+        """Returns the applied schema version (0 for an empty database)."""
+
+    @abc.abstractmethod
+    async def run_script(self, sql: str) -> None:
+        """Runs trusted, packaged DDL (a schema or migration file) in one transaction."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Closes every connection; the store is unusable afterwards."""

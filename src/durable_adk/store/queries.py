@@ -1,0 +1,172 @@
+"""Named SQL queries, loaded from ``sql/<dialect>/queries.sql``.
+
+Each query sits in the file under a ``-- name: <name>`` line; the same names
+exist in every dialect, so code asks for a query by name and never builds SQL
+text. Parameters are written ``:name`` in both dialects. For PostgreSQL they are
+rewritten once, at load time, into ``$1, $2, ...`` with a fixed order, so a call
+passes a dict and gets the positional tuple it needs.
+
+A query may hold several statements (SQLite cannot modify two tables in one
+statement). ``-- name: x guarded`` marks a unit whose first statement is a check
+returning a ``status`` column: the remaining statements run, in the same
+transaction, only when that status is ``'ok'``. The result is the check's row
+when it refused, else the rows of the last statement that returns rows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[a-z_][a-z0-9_]*)(?P<flags>(\s+[a-z]+)*)\s*$")
+# A parameter is ':name' not preceded by another ':' (so PostgreSQL casts such
+# as '::jsonb' stay as they are).
+_PARAM = re.compile(r"(?<![:\w]):(?P<name>[a-z_][a-z0-9_]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One named unit of SQL.
+
+    Attributes:
+        name: The name the code asks for.
+        statements: The SQL statements, in order (usually one).
+        params: Parameter names in positional order (PostgreSQL) or as written.
+        guarded: Whether the first statement is a check that gates the rest.
+        writes: Whether the unit modifies the database.
+    """
+
+    name: str
+    statements: tuple[str, ...]
+    params: tuple[str, ...]
+    guarded: bool
+    writes: bool
+
+
+def _split_statements(body: str) -> list[str]:
+    # Statements end with ';' at the end of a line; our SQL has no ';' inside
+    # string literals, which keeps this split exact.
+    parts = re.split(r";\s*$", body, flags=re.MULTILINE)
+    return [p.strip() for p in parts if p.strip() and not _only_comments(p)]
+
+
+def split_script(sql: str) -> list[str]:
+    """Splits a trusted, packaged SQL file (schema or migration) into statements."""
+    return _split_statements(sql)
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in text.splitlines())
+
+
+def _writes(statements: list[str]) -> bool:
+    for statement in statements:
+        code = "\n".join(
+            line for line in statement.splitlines() if not line.strip().startswith("--")
+        ).upper()
+        if re.search(r"\b(INSERT|UPDATE|DELETE|CREATE|DROP|ALTER)\b", code):
+            return True
+    return False
+
+
+def _to_positional(statement: str, order: list[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in order:
+            order.append(name)
+        return f"${order.index(name) + 1}"
+
+    return _PARAM.sub(replace, statement)
+
+
+def parse_queries(text: str, dialect: str) -> dict[str, Query]:
+    """Parses a queries file into named queries.
+
+    Args:
+        text: The file's content.
+        dialect: ``"sqlite"`` or ``"postgresql"``; PostgreSQL gets ``$n``
+            placeholders.
+
+    Returns:
+        The queries by name.
+
+    Raises:
+        ValueError: A name is defined twice, or a query is empty.
+    """
+    queries: dict[str, Query] = {}
+    current: str | None = None
+    flags: set[str] = set()
+    lines: list[str] = []
+
+    def flush() -> None:
+        if current is None:
+            return
+        statements = _split_statements("\n".join(lines))
+        if not statements:
+            raise ValueError(f"query {current!r} is empty")
+        if current in queries:
+            raise ValueError(f"query {current!r} is defined twice")
+        order: list[str] = []
+        if dialect == "postgresql":
+            statements = [_to_positional(s, order) for s in statements]
+        else:
+            for s in statements:
+                for m in _PARAM.finditer(s):
+                    if m.group("name") not in order:
+                        order.append(m.group("name"))
+        queries[current] = Query(
+            name=current,
+            statements=tuple(statements),
+            params=tuple(order),
+            guarded="guarded" in flags,
+            writes=_writes(statements),
+        )
+
+    for line in text.splitlines():
+        match = _NAME_LINE.match(line.strip())
+        if match:
+            flush()
+            current = match.group("name")
+            flags = set(match.group("flags").split())
+            lines = []
+        elif current is not None:
+            lines.append(line)
+    flush()
+    return queries
+
+
+def _sql_root(dialect: str) -> Traversable:
+    if dialect not in ("sqlite", "postgresql"):
+        raise ValueError(f"unknown SQL dialect {dialect!r}")
+    return resources.files("durable_adk").joinpath("sql").joinpath(dialect)
+
+
+def load_queries(dialect: str) -> dict[str, Query]:
+    """Loads the packaged queries of a dialect."""
+    text = _sql_root(dialect).joinpath("queries.sql").read_text()
+    return parse_queries(text, dialect)
+
+
+def load_sql_file(dialect: str, *parts: str) -> str:
+    """Reads a packaged SQL file such as ``schema.sql``."""
+    node = _sql_root(dialect)
+    for part in parts:
+        node = node.joinpath(part)
+    return node.read_text()
+
+
+def list_migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """Lists the packaged migrations of a dialect as (version, name, sql), in order."""
+    folder = _sql_root(dialect).joinpath("migrations")
+    found: list[tuple[int, str, str]] = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text()))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"migrations of {dialect} are not numbered 1..n: {versions}")
+    return found

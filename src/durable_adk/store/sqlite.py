@@ -1,0 +1,211 @@
+"""SQLite backend: one connection on one thread, one hop per unit of work.
+
+All statements of a unit (a named query, possibly several statements) run in a
+single call on the database thread, inside one transaction, so an append costs
+one thread hop and one fsync. Writes take the lock up front (``BEGIN
+IMMEDIATE``) so two processes never deadlock upgrading a read lock.
+
+Pragmas, each for a reason:
+
+* ``journal_mode=WAL``: readers do not block the writer and the writer does not
+  block readers, so a sweeper can read while a run appends; and a commit is one
+  append to the log instead of rewriting pages.
+* ``synchronous=FULL``: every commit is fsynced to the WAL before it returns.
+  ``NORMAL`` in WAL mode may lose the last commits on power loss, and a lost
+  commit is a lost event; durability is the point of this library.
+* ``busy_timeout``: another process holding the write lock makes us wait (up to
+  the timeout) instead of failing at once with SQLITE_BUSY.
+* ``foreign_keys=ON``: deleting a session removes its events and snapshots, and
+  an event can never point at a missing session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from durable_adk import errors
+from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.queries import Query, load_queries, split_script
+
+T = TypeVar("T")
+
+# Extended result codes (https://www.sqlite.org/rescode.html).
+_UNIQUE_CODES = {1555, 2067}  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
+_FOREIGN_KEY_CODE = 787  # SQLITE_CONSTRAINT_FOREIGNKEY
+_BUSY_CODES = {5, 6, 261, 517}  # SQLITE_BUSY, _LOCKED, _BUSY_RECOVERY, _BUSY_SNAPSHOT
+_CANTOPEN_CODE = 14
+
+
+def merge_json(state: str | None, delta: str | None) -> str | None:
+    """Shallow-merges a JSON object into another, as ``dict.update`` does.
+
+    Registered as the SQL function ``dadk_merge``. SQLite's ``json_patch``
+    would drop keys set to null and merge nested objects, which is not what an
+    ADK state delta means.
+    """
+    if delta is None:
+        return state
+    merged = json.loads(state) if state else {}
+    merged.update(json.loads(delta))
+    return json.dumps(merged, separators=(",", ":"))
+
+
+def translate(exc: sqlite3.Error) -> errors.StoreError:
+    """Maps a sqlite3 error to ours by its extended result code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    message = f"{exc} (sqlite code {code})"
+    if code in _UNIQUE_CODES:
+        return errors.UniqueViolation(message)
+    if code == _FOREIGN_KEY_CODE:
+        return errors.ForeignKeyViolation(message)
+    if code is not None and (code in _BUSY_CODES or code & 0xFF in {5, 6}):
+        return errors.DatabaseBusy(message)
+    if code is not None and code & 0xFF == _CANTOPEN_CODE:
+        return errors.StoreUnavailable(message)
+    return errors.StoreError(message)
+
+
+def _dict_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> dict[str, Any]:
+    return {d[0]: v for d, v in zip(cursor.description, values, strict=True)}
+
+
+class SqliteStore(Store):
+    """A store on one SQLite file."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000) -> None:
+        """Opens (creating if needed) the database file.
+
+        Args:
+            path: The database file, or ``:memory:`` for a private in-memory one.
+            busy_timeout_ms: How long to wait for another process's write lock.
+        """
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self._queries = load_queries("sqlite")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="durable-adk-sqlite")
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._thread_id: int | None = None
+
+    async def open(self) -> SqliteStore:
+        """Connects and applies the pragmas; returns self."""
+        await self._call(self._connect)
+        return self
+
+    def _connect(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.create_function("dadk_merge", 2, merge_json, deterministic=True)
+        self._conn = conn
+        self._thread_id = threading.get_ident()
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise errors.StoreUnavailable("the store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn)
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def _query(self, name: str) -> Query:
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise errors.InvalidArgument(f"no query named {name!r}") from None
+
+    def _run(self, query: Query, params: Params) -> list[dict[str, Any]]:
+        conn = self._conn
+        assert conn is not None, "store not opened"
+        args = {name: params.get(name) for name in query.params}
+        missing = [n for n in query.params if n not in params]
+        if missing:
+            raise errors.InvalidArgument(f"query {query.name!r} needs {missing}")
+        single_read = len(query.statements) == 1 and not query.writes
+        if single_read:
+            cursor = conn.execute(query.statements[0], args)
+            return [_dict_row(cursor, r) for r in cursor.fetchall()]
+        conn.execute("BEGIN IMMEDIATE" if query.writes else "BEGIN")
+        try:
+            result: list[dict[str, Any]] = []
+            for index, statement in enumerate(query.statements):
+                cursor = conn.execute(statement, args)
+                rows = [_dict_row(cursor, r) for r in cursor.fetchall()] if cursor.description else []
+                if index == 0 and query.guarded and (not rows or rows[0].get("status") != "ok"):
+                    result = rows
+                    break
+                if cursor.description:
+                    result = rows
+            conn.execute("COMMIT")
+            return result
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
+        q = self._query(query)
+        return await self._call(lambda: self._run(q, params or {}))
+
+    async def now(self) -> float:
+        value = await self.fetchval("db_now")
+        return float(value)
+
+    async def schema_version(self) -> int:
+        def read() -> int:
+            conn = self._conn
+            assert conn is not None
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+            ).fetchone()
+            if not exists:
+                return 0
+            row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+            return int(row[0])
+
+        return await self._call(read)
+
+    async def run_script(self, sql: str) -> None:
+        statements = split_script(sql)
+
+        def run() -> None:
+            conn = self._conn
+            assert conn is not None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._call(run)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        self._closed = True
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,275 @@
+"""A scripted, offline `BaseLlm` that replays canned model turns.
+
+`ScriptedModel` lets ADK agents run without a network and deterministically,
+including across processes, which is what crash-recovery tests need.
+
+Script:
+    A script is a list of steps; each step is one model turn:
+
+    * `Say("text")` - a text reply.
+    * `Call(name, args, id=None)` - a function call. Several parts in one turn
+      are written as a tuple, e.g. ``(Call("a"), Call("b"))`` or
+      ``(Say("checking"), Call("a"))``.
+    * `Fail(error)` - `generate_content_async` raises ``error``.
+    * a callable ``(LlmRequest) -> step`` - computes the step from the request.
+
+    A script is either one list (every agent using the model replays it) or a
+    dict mapping agent name to list. The calling agent is read from the
+    ``adk_agent_name`` label ADK puts on every request (``call_llm_async`` in
+    google/adk/flows/llm_flows/core/_model_call.py), falling back to the
+    ``Your internal name is "..."`` system instruction. One instance can serve
+    all agents of an app.
+
+Replay rule (the guarantee):
+    The step replayed is ``script[agent][n]`` where ``n`` is the number of
+    ``role="model"`` contents in the request. ADK builds request contents from
+    the session events; it keeps only the calling agent's own turns as
+    ``model`` and rewrites other agents' turns as ``user`` ("For context: ...").
+    So ``n`` is the number of turns this agent has already taken in the stored
+    history, and the answer is a pure function of (script, session events). A
+    fresh process re-driving an invocation at the same point gets the same
+    step; no in-process counter is involved. Consequences:
+
+    * A script spans the whole session: turn-2 steps follow turn-1 steps.
+    * `Fail` adds no event, so ``n`` does not move: a `Fail` step fails on
+      every attempt. To model a transient error, use a callable step or give
+      the next process a different script.
+    * ``include_contents="none"`` or event compaction hide earlier turns and
+      therefore restart or shift ``n``; do not combine them with a script.
+
+    When ``n`` is past the end of the script (or the agent has no script),
+    `ScriptExhausted` is raised instead of inventing output.
+
+Function-call ids:
+    A `Call` without ``id`` is emitted without one; ADK then assigns
+    ``"adk-" + uuid4`` (``populate_client_function_call_id`` in
+    google/adk/flows/llm_flows/tools/_functions.py, called from
+    core/_finalizer.py). Such ids differ on every model call and ADK strips
+    ``adk-`` ids from the contents it sends to non-id-pairing models like this
+    one. Give ``id=`` explicitly when a test needs a stable id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from google.adk.models import BaseLlm, LlmCapabilities
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+
+__all__ = [
+    "Call",
+    "Fail",
+    "Say",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "Step",
+    "Turn",
+    "agent_name_of",
+    "turn_index_of",
+]
+
+_AGENT_LABEL = "adk_agent_name"
+_IDENTITY_RE = re.compile(r'Your internal name is "([^"]+)"')
+
+
+@dataclass(frozen=True)
+class Say:
+    """A model turn (or part of one) that replies with text.
+
+    Attributes:
+        text: The text the model says.
+    """
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """A model turn (or part of one) that calls a function.
+
+    Attributes:
+        name: The function (tool) name.
+        args: The call arguments.
+        id: The function-call id; ``None`` lets ADK assign a random one.
+    """
+
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    """A model turn that raises instead of answering.
+
+    Attributes:
+        error: The exception (instance or class) to raise.
+    """
+
+    error: BaseException | type[BaseException]
+
+
+Part: TypeAlias = Say | Call
+Turn: TypeAlias = Say | Call | Fail | tuple[Part, ...]
+Step: TypeAlias = Turn | Callable[[LlmRequest], "Step"]
+Script: TypeAlias = Sequence[Step] | Mapping[str, Sequence[Step]]
+
+
+class ScriptExhausted(RuntimeError):
+    """Raised when the model is asked for a turn its script does not have."""
+
+    def __init__(self, agent: str | None, position: int, length: int) -> None:
+        """Builds the error.
+
+        Args:
+            agent: The calling agent, if known.
+            position: The requested step index.
+            length: The number of steps scripted for the agent.
+        """
+        super().__init__(
+            f"ScriptedModel: no step {position} for agent {agent!r} (script has {length} step(s))"
+        )
+        self.agent = agent
+        self.position = position
+        self.length = length
+
+
+def agent_name_of(llm_request: LlmRequest) -> str | None:
+    """Returns the name of the agent that built ``llm_request``, if known.
+
+    Args:
+        llm_request: The request passed to the model.
+
+    Returns:
+        The agent name from the ``adk_agent_name`` label, else from the
+        identity system instruction, else ``None``.
+    """
+    labels = llm_request.config.labels or {}
+    if name := labels.get(_AGENT_LABEL):
+        return name
+    match = _IDENTITY_RE.search(str(llm_request.config.system_instruction or ""))
+    return match.group(1) if match else None
+
+
+def turn_index_of(llm_request: LlmRequest) -> int:
+    """Returns how many turns the calling agent has already taken.
+
+    Args:
+        llm_request: The request passed to the model.
+
+    Returns:
+        The number of ``role="model"`` contents in the request.
+    """
+    return sum(1 for content in llm_request.contents if content.role == "model")
+
+
+def _to_part(part: Part) -> types.Part:
+    if isinstance(part, Say):
+        return types.Part(text=part.text)
+    call = types.FunctionCall(name=part.name, args=dict(part.args), id=part.id)
+    return types.Part(function_call=call)
+
+
+class ScriptedModel(BaseLlm):
+    """A `BaseLlm` that replays a script; see the module docstring for rules.
+
+    Example:
+        model = ScriptedModel({"greeter": [Call("lookup", {"q": "x"}), Say("hi")]})
+        agent = LlmAgent(name="greeter", model=model, tools=[lookup])
+    """
+
+    model: str = "scripted"
+
+    def __init__(self, script: Script, *, model: str = "scripted") -> None:
+        """Creates the model.
+
+        Args:
+            script: One list of steps for every agent, or a mapping from agent
+                name to its list of steps.
+            model: The model name reported to ADK.
+        """
+        super().__init__(model=model)
+        self._script = script
+        self._calls: list[tuple[str | None, int]] = []
+
+    @property
+    def capabilities(self) -> LlmCapabilities:
+        """Declares capabilities explicitly (no name-based fallback)."""
+        return LlmCapabilities()
+
+    @property
+    def calls(self) -> list[tuple[str | None, int]]:
+        """The (agent, step index) pairs served by this instance, in order.
+
+        Observational and process-local only; replay never reads it.
+        """
+        return list(self._calls)
+
+    def steps_for(self, agent: str | None) -> Sequence[Step]:
+        """Returns the script for ``agent`` (empty if none).
+
+        Args:
+            agent: The agent name, or ``None`` if unknown.
+
+        Returns:
+            The steps scripted for the agent.
+        """
+        if isinstance(self._script, Mapping):
+            return self._script.get(agent, ()) if agent is not None else ()
+        return self._script
+
+    def step_for(self, llm_request: LlmRequest) -> Turn:
+        """Returns the step to replay for ``llm_request`` (callables resolved).
+
+        Args:
+            llm_request: The request passed to the model.
+
+        Returns:
+            A `Say`, `Call`, `Fail` or tuple of parts.
+
+        Raises:
+            ScriptExhausted: The agent has no step at this position.
+        """
+        agent = agent_name_of(llm_request)
+        position = turn_index_of(llm_request)
+        steps = self.steps_for(agent)
+        if position >= len(steps):
+            raise ScriptExhausted(agent, position, len(steps))
+        self._calls.append((agent, position))
+        step = steps[position]
+        while not isinstance(step, (Say, Call, Fail, tuple)):
+            step = step(llm_request)
+        return step
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        """Yields the scripted turn as one complete (non-partial) response.
+
+        Args:
+            llm_request: The request built by the ADK flow.
+            stream: Ignored; one final response is yielded either way.
+
+        Yields:
+            One `LlmResponse` with a ``model`` content.
+
+        Raises:
+            ScriptExhausted: The script has no step for this point.
+            BaseException: The error of a `Fail` step.
+        """
+        del stream
+        step = self.step_for(llm_request)
+        if isinstance(step, Fail):
+            raise step.error
+        parts = step if isinstance(step, tuple) else (step,)
+        if not parts or not all(isinstance(p, (Say, Call)) for p in parts):
+            raise TypeError(f"ScriptedModel: invalid step {step!r}")
+        yield LlmResponse(
+            content=types.Content(role="model", parts=[_to_part(p) for p in parts]),
+            finish_reason=types.FinishReason.STOP,
+        )
