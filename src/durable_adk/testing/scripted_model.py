@@ -13,40 +13,44 @@ Script:
     * `Fail(error)` - `generate_content_async` raises ``error``.
     * a callable ``(LlmRequest) -> step`` - computes the step from the request.
 
-    A script is either one list (every agent using the model replays it) or a
-    dict mapping agent name to list. The calling agent is read from the
-    ``adk_agent_name`` label ADK puts on every request (``call_llm_async`` in
-    google/adk/flows/llm_flows/core/_model_call.py), falling back to the
-    ``Your internal name is "..."`` system instruction. One instance can serve
-    all agents of an app.
+    A script is either one list (every agent using the model replays it from
+    its own position) or a dict mapping agent name to list. The calling agent
+    is read from the ``adk_agent_name`` label that ADK puts on every request
+    (``call_llm_async``, google/adk/flows/llm_flows/core/_model_call.py:224),
+    falling back to the ``Your internal name is "..."`` system instruction
+    (flows/llm_flows/prompt/_identity.py). So one instance can serve every
+    agent of an app, including single-turn agents inside a ``Workflow``.
 
 Replay rule (the guarantee):
     The step replayed is ``script[agent][n]`` where ``n`` is the number of
-    ``role="model"`` contents in the request. ADK builds request contents from
-    the session events; it keeps only the calling agent's own turns as
-    ``model`` and rewrites other agents' turns as ``user`` ("For context: ...").
-    So ``n`` is the number of turns this agent has already taken in the stored
-    history, and the answer is a pure function of (script, session events). A
+    ``role="model"`` contents in the request. ADK builds the request contents
+    from the stored session events, keeps only the calling agent's own turns as
+    ``model`` and rewrites other agents' turns as ``user`` context
+    (``_present_other_agent_message``, flows/llm_flows/context/_fencing.py).
+    Hence ``n`` is the number of turns this agent already has in the stored
+    history, and the answer is a pure function of (script, session events): a
     fresh process re-driving an invocation at the same point gets the same
-    step; no in-process counter is involved. Consequences:
+    step. No in-process counter is consulted. Consequences:
 
     * A script spans the whole session: turn-2 steps follow turn-1 steps.
-    * `Fail` adds no event, so ``n`` does not move: a `Fail` step fails on
-      every attempt. To model a transient error, use a callable step or give
-      the next process a different script.
-    * ``include_contents="none"`` or event compaction hide earlier turns and
-      therefore restart or shift ``n``; do not combine them with a script.
+    * A function call left unanswered by a crash is dropped from the request
+      by ADK, so ``n`` does not count it and the same `Call` is replayed.
+    * `Fail` stores no model turn, so ``n`` does not move and a `Fail` step
+      fails on every attempt. For a transient error use a callable step, or
+      give the next process a different script.
+    * ``include_contents="none"``, event compaction and rewinds hide earlier
+      turns and so shift ``n``; do not combine them with a script.
 
-    When ``n`` is past the end of the script (or the agent has no script),
-    `ScriptExhausted` is raised instead of inventing output.
+    When ``n`` is past the end of the agent's script, or the agent has no
+    script, `ScriptExhausted` is raised instead of inventing output.
 
 Function-call ids:
-    A `Call` without ``id`` is emitted without one; ADK then assigns
-    ``"adk-" + uuid4`` (``populate_client_function_call_id`` in
-    google/adk/flows/llm_flows/tools/_functions.py, called from
-    core/_finalizer.py). Such ids differ on every model call and ADK strips
-    ``adk-`` ids from the contents it sends to non-id-pairing models like this
-    one. Give ``id=`` explicitly when a test needs a stable id.
+    A `Call` without ``id`` is emitted without one and ADK assigns
+    ``"adk-" + uuid4()`` (``populate_client_function_call_id``,
+    flows/llm_flows/tools/_functions.py:68, called from core/_finalizer.py:95).
+    Such ids are random, so a re-asked call gets a new id; ADK also strips
+    ``adk-`` ids from the contents it sends to models like this one. Pass
+    ``id=`` when a test needs a stable id.
 """
 
 from __future__ import annotations
@@ -60,11 +64,13 @@ from google.adk.models import BaseLlm, LlmCapabilities
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
+from pydantic import PrivateAttr
 
 __all__ = [
     "Call",
     "Fail",
     "Say",
+    "Script",
     "ScriptExhausted",
     "ScriptedModel",
     "Step",
@@ -79,7 +85,7 @@ _IDENTITY_RE = re.compile(r'Your internal name is "([^"]+)"')
 
 @dataclass(frozen=True)
 class Say:
-    """A model turn (or part of one) that replies with text.
+    """A text reply (a whole turn, or one part of a tuple turn).
 
     Attributes:
         text: The text the model says.
@@ -90,7 +96,7 @@ class Say:
 
 @dataclass(frozen=True)
 class Call:
-    """A model turn (or part of one) that calls a function.
+    """A function call (a whole turn, or one part of a tuple turn).
 
     Attributes:
         name: The function (tool) name.
@@ -105,7 +111,7 @@ class Call:
 
 @dataclass(frozen=True)
 class Fail:
-    """A model turn that raises instead of answering.
+    """A turn that raises instead of answering.
 
     Attributes:
         error: The exception (instance or class) to raise.
@@ -121,16 +127,16 @@ Script: TypeAlias = Sequence[Step] | Mapping[str, Sequence[Step]]
 
 
 class ScriptExhausted(RuntimeError):
-    """Raised when the model is asked for a turn its script does not have."""
+    """The model was asked for a turn its script does not have.
+
+    Attributes:
+        agent: The calling agent, if known.
+        position: The requested step index.
+        length: The number of steps scripted for the agent.
+    """
 
     def __init__(self, agent: str | None, position: int, length: int) -> None:
-        """Builds the error.
-
-        Args:
-            agent: The calling agent, if known.
-            position: The requested step index.
-            length: The number of steps scripted for the agent.
-        """
+        """Builds the error from the agent, requested index and script length."""
         super().__init__(
             f"ScriptedModel: no step {position} for agent {agent!r} (script has {length} step(s))"
         )
@@ -146,8 +152,8 @@ def agent_name_of(llm_request: LlmRequest) -> str | None:
         llm_request: The request passed to the model.
 
     Returns:
-        The agent name from the ``adk_agent_name`` label, else from the
-        identity system instruction, else ``None``.
+        The ``adk_agent_name`` label, else the name in the identity system
+        instruction, else ``None``.
     """
     labels = llm_request.config.labels or {}
     if name := labels.get(_AGENT_LABEL):
@@ -157,13 +163,13 @@ def agent_name_of(llm_request: LlmRequest) -> str | None:
 
 
 def turn_index_of(llm_request: LlmRequest) -> int:
-    """Returns how many turns the calling agent has already taken.
+    """Returns how many turns the calling agent already has in the request.
 
     Args:
         llm_request: The request passed to the model.
 
     Returns:
-        The number of ``role="model"`` contents in the request.
+        The number of ``role="model"`` contents.
     """
     return sum(1 for content in llm_request.contents if content.role == "model")
 
@@ -176,7 +182,7 @@ def _to_part(part: Part) -> types.Part:
 
 
 class ScriptedModel(BaseLlm):
-    """A `BaseLlm` that replays a script; see the module docstring for rules.
+    """A `BaseLlm` that replays a script; the module docstring has the rules.
 
     Example:
         model = ScriptedModel({"greeter": [Call("lookup", {"q": "x"}), Say("hi")]})
@@ -184,6 +190,8 @@ class ScriptedModel(BaseLlm):
     """
 
     model: str = "scripted"
+    _script: Script = PrivateAttr()
+    _calls: list[tuple[str | None, int]] = PrivateAttr(default_factory=list)
 
     def __init__(self, script: Script, *, model: str = "scripted") -> None:
         """Creates the model.
@@ -195,7 +203,6 @@ class ScriptedModel(BaseLlm):
         """
         super().__init__(model=model)
         self._script = script
-        self._calls: list[tuple[str | None, int]] = []
 
     @property
     def capabilities(self) -> LlmCapabilities:
@@ -206,31 +213,24 @@ class ScriptedModel(BaseLlm):
     def calls(self) -> list[tuple[str | None, int]]:
         """The (agent, step index) pairs served by this instance, in order.
 
-        Observational and process-local only; replay never reads it.
+        Observational and process-local; replay never reads it.
         """
         return list(self._calls)
 
     def steps_for(self, agent: str | None) -> Sequence[Step]:
-        """Returns the script for ``agent`` (empty if none).
-
-        Args:
-            agent: The agent name, or ``None`` if unknown.
-
-        Returns:
-            The steps scripted for the agent.
-        """
+        """Returns the steps scripted for ``agent`` (empty if none)."""
         if isinstance(self._script, Mapping):
             return self._script.get(agent, ()) if agent is not None else ()
         return self._script
 
     def step_for(self, llm_request: LlmRequest) -> Turn:
-        """Returns the step to replay for ``llm_request`` (callables resolved).
+        """Returns the turn to replay for ``llm_request``, callables resolved.
 
         Args:
             llm_request: The request passed to the model.
 
         Returns:
-            A `Say`, `Call`, `Fail` or tuple of parts.
+            A `Say`, `Call`, `Fail` or tuple of `Say`/`Call` parts.
 
         Raises:
             ScriptExhausted: The agent has no step at this position.
@@ -253,7 +253,7 @@ class ScriptedModel(BaseLlm):
 
         Args:
             llm_request: The request built by the ADK flow.
-            stream: Ignored; one final response is yielded either way.
+            stream: Ignored; a single final response is yielded either way.
 
         Yields:
             One `LlmResponse` with a ``model`` content.

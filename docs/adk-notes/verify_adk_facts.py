@@ -1,0 +1,271 @@
+"""Re-checks the facts in docs/adk-notes.md against the installed ADK.
+
+Run from the repository root (offline; uses ScriptedModel, no LLM):
+
+    PYTHONPATH=src .venv/bin/python docs/adk-notes/verify_adk_facts.py
+
+Every check is an assert; the script prints one line per verified fact and
+exits non-zero on the first fact that no longer holds (e.g. after an upgrade).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import warnings
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from google.adk.agents import BaseAgent, LlmAgent, SequentialAgent
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.agents.run_config import RunConfig
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.events import Event
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService, Session
+from google.adk.tools import LongRunningFunctionTool
+from google.genai import types
+
+from durable_adk.testing.scripted_model import Call, Say, ScriptedModel
+
+warnings.filterwarnings("ignore")
+logging.getLogger("google_adk").setLevel(logging.CRITICAL)
+
+
+class Crash(BaseException):
+    """Simulated process death (BaseException: ADK writes no error event)."""
+
+
+CRASH = {"on": False}
+TOOL_CALL_IDS: list[str] = []
+
+
+def charge(amount: int, tool_context: Any) -> dict[str, bool]:
+    """Charges money."""
+    TOOL_CALL_IDS.append(tool_context.function_call_id)
+    if CRASH["on"]:
+        raise Crash
+    return {"ok": True}
+
+
+def approve(amount: int) -> dict[str, str]:
+    """Asks a human (long-running)."""
+    return {"status": "pending"}
+
+
+class Echo(BaseAgent):
+    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        yield Event(
+            invocation_id=ctx.invocation_id,
+            author=self.name,
+            content=types.Content(role="model", parts=[types.Part(text="echo")]),
+        )
+
+
+def app(root: Any, resumable: bool) -> App:
+    cfg = ResumabilityConfig(is_resumable=resumable)
+    return App(name="app", root_agent=root, resumability_config=cfg)
+
+
+def llm_root(resumable: bool) -> App:
+    model = ScriptedModel([Call("charge", {"amount": 5}), Say("charged")] * 3)
+    return app(LlmAgent(name="payer", model=model, tools=[charge]), resumable)
+
+
+def seq_root(resumable: bool) -> App:
+    m = ScriptedModel({"a": [Say("A")] * 3, "b": [Say("B")] * 3})
+    return app(
+        SequentialAgent(name="pipe", sub_agents=[LlmAgent(name="a", model=m), LlmAgent(name="b", model=m)]),
+        resumable,
+    )
+
+
+def msg(text: str) -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+async def fresh() -> InMemorySessionService:
+    ss = InMemorySessionService()
+    await ss.create_session(app_name="app", user_id="u", session_id="s")
+    return ss
+
+
+async def drive(a: App, ss: InMemorySessionService, runner_cls: type[Runner] = Runner, **kw: Any) -> None:
+    async for _ in runner_cls(app=a, session_service=ss).run_async(user_id="u", session_id="s", **kw):
+        pass
+
+
+async def events(ss: InMemorySessionService) -> list[Event]:
+    s = await ss.get_session(app_name="app", user_id="u", session_id="s")
+    assert s is not None
+    return s.events
+
+
+def ok(fact: str) -> None:
+    print(f"OK  {fact}")
+
+
+async def q1() -> None:
+    for res in (False, True):
+        ss = await fresh()
+        await drive(llm_root(res), ss, invocation_id="inv-1", new_message=msg("pay"))
+        evs = await events(ss)
+        assert {e.invocation_id for e in evs} == {"inv-1"}
+        n = len(evs)
+        await drive(llm_root(res), ss, invocation_id="inv-1", new_message=msg("pay"))
+        evs = await events(ss)
+        assert sum(e.author == "user" for e in evs) == 1 and len(evs) > n
+    ok("Q1 LlmAgent root: caller id used for a new invocation; re-driving a finished id adds no user event but runs the agent again (resumable on and off)")
+
+    ss = await fresh()
+    try:
+        await drive(seq_root(True), ss, invocation_id="inv-1", new_message=msg("go"))
+        raise AssertionError("expected ValueError")
+    except ValueError as e:
+        assert "no events to resume" in str(e)
+    await drive(seq_root(True), ss, new_message=msg("warm-up"))
+    await drive(seq_root(True), ss, invocation_id="inv-1", new_message=msg("go"))
+    n = len(await events(ss))
+    await drive(seq_root(True), ss, invocation_id="inv-1", new_message=msg("go"))
+    await drive(seq_root(True), ss, invocation_id="inv-1")
+    assert len(await events(ss)) == n
+    ok("Q1 non-LlmAgent root, resumable: new caller id fails on an empty session, works otherwise; finished id is a no-op")
+
+    ss = await fresh()
+    await drive(seq_root(False), ss, invocation_id="inv-1", new_message=msg("go"))
+    n = len(await events(ss))
+    await drive(seq_root(False), ss, invocation_id="inv-1", new_message=msg("go"))
+    evs = await events(ss)
+    assert len(evs) == n + 2 and sum(e.author == "user" for e in evs) == 1
+    try:
+        await drive(seq_root(False), ss, invocation_id="inv-1")
+        raise AssertionError("expected ValueError")
+    except ValueError as e:
+        assert "resumable app" in str(e)
+    ok("Q1 non-LlmAgent root, not resumable: same id re-runs every sub-agent (no duplicate user event); no message -> ValueError")
+
+    ss = await fresh()
+    await drive(app(Echo(name="echo"), True), ss, new_message=msg("x"))
+    inv = (await events(ss))[0].invocation_id
+    await drive(app(Echo(name="echo"), True), ss, invocation_id=inv)
+    assert [e.author for e in await events(ss)] == ["user", "echo", "echo"]
+    ok("Q1 custom BaseAgent root writes no end_of_agent, so a resumable re-drive runs it again")
+
+    next_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("next_id", default=None)
+
+    class IdRunner(Runner):
+        def _new_invocation_context(self, session: Session, **kw: Any) -> InvocationContext:
+            kw["invocation_id"] = kw.get("invocation_id") or next_id.get()
+            return super()._new_invocation_context(session, **kw)
+
+    for make in (seq_root, llm_root):
+        ss = await fresh()
+        next_id.set("chosen-1")
+        await drive(make(True), ss, IdRunner, new_message=msg("go"))
+        assert {e.invocation_id for e in await events(ss)} == {"chosen-1"}
+    ok("Q1 overriding Runner._new_invocation_context sets the id of new invocations on both paths")
+
+
+async def q2_q3_q4_q5() -> None:
+    ss = await fresh()
+    await drive(llm_root(False), ss, new_message=msg("pay"))
+    evs = await events(ss)
+    assert not any(e.actions.end_of_agent or e.actions.agent_state for e in evs)
+    fc, fr = evs[1], evs[2]
+    assert fc.author == fr.author == "payer" and fc.content and fr.content
+    assert (fc.content.role, fr.content.role) == ("model", "user")
+    assert fc.get_function_calls()[0].id == fr.get_function_responses()[0].id
+    ok("Q3 tool call: FC event (author=agent, role=model) then FR event (author=agent, role=user), same id")
+    ok("Q2 not resumable: no end_of_agent/agent_state events at all")
+
+    ss = await fresh()
+    await drive(llm_root(True), ss, new_message=msg("pay"))
+    last = (await events(ss))[-1]
+    assert last.actions.end_of_agent and last.author == "payer" and last.content is None
+    ss = await fresh()
+    await drive(seq_root(True), ss, new_message=msg("go"))
+    marks = [(e.author, e.actions.end_of_agent, e.actions.agent_state) for e in await events(ss) if e.content is None]
+    assert marks == [
+        ("pipe", None, {"current_sub_agent": "a"}),
+        ("a", True, None),
+        ("pipe", None, {"current_sub_agent": "b"}),
+        ("b", True, None),
+        ("pipe", True, None),
+    ]
+    ok("Q2 resumable: LlmAgent root ends with a content-less end_of_agent by the root; sequential writes agent_state checkpoints and end_of_agent per agent, root last")
+
+    m = ScriptedModel([Call("approve", {"amount": 1}, id="lro-1"), Say("waiting"), Say("done")])
+    a = app(LlmAgent(name="payer", model=m, tools=[LongRunningFunctionTool(approve)]), True)
+    ss = await fresh()
+    await drive(a, ss, new_message=msg("pay"), run_config=RunConfig(custom_metadata={"run": "R1"}))
+    evs = await events(ss)
+    assert evs[1].long_running_tool_ids == {"lro-1"}
+    assert not any(e.actions.end_of_agent for e in evs)
+    assert all(e.custom_metadata == {"run": "R1"} for e in evs)
+    ok("Q3 long-running call: FC event carries long_running_tool_ids; paused invocation has no end_of_agent")
+    ok("Q4 RunConfig.custom_metadata is stamped on every stored event, the user event included")
+
+    answer = types.FunctionResponse(id="lro-1", name="approve", response={"status": "approved"})
+    await drive(a, ss, invocation_id="bogus", new_message=types.Content(role="user", parts=[types.Part(function_response=answer)]))
+    evs = await events(ss)
+    assert {e.invocation_id for e in evs} == {evs[0].invocation_id}
+    assert evs[-1].actions.end_of_agent
+    ok("Q7 FunctionResponse(id, name) resumes the invocation that owns the call; a different invocation_id is ignored")
+
+    log: list[str] = []
+
+    class LoggingSessions(InMemorySessionService):
+        async def get_session(self, **kw: Any) -> Session | None:
+            log.append("get_session")
+            return await super().get_session(**kw)
+
+        async def append_event(self, session: Session, event: Event) -> Event:
+            log.append(f"append:{id(session)}")
+            return await super().append_event(session, event)
+
+    for make in (llm_root, seq_root):
+        ls = LoggingSessions()
+        await ls.create_session(app_name="app", user_id="u", session_id="s")
+        log.clear()
+        await drive(make(True), ls, new_message=msg("go"))  # type: ignore[arg-type]
+        assert log[0] == "get_session" and log.count("get_session") == 1
+        assert len(set(log[1:])) == 1 and len(log) - 1 == len(await events(ls))  # type: ignore[arg-type]
+    ok("Q5 one get_session per run_async, then one append_event per stored event on the same Session object")
+
+
+async def q6() -> None:
+    for make, res in ((llm_root, True), (seq_root_with_tool, True), (llm_root, False)):
+        ss = await fresh()
+        CRASH["on"], TOOL_CALL_IDS[:] = True, []
+        try:
+            await drive(make(res), ss, new_message=msg("pay"))
+        except Crash:
+            pass
+        inv = (await events(ss))[0].invocation_id
+        CRASH["on"] = False
+        again = {} if res else {"new_message": msg("pay")}  # no-message re-drive needs resumability
+        await drive(make(res), ss, invocation_id=inv, **again)
+        calls = [c.id for e in await events(ss) for c in e.get_function_calls()]
+        if res:
+            assert len(calls) == 1 and TOOL_CALL_IDS == [calls[0], calls[0]]
+        else:
+            assert len(calls) == 2 and TOOL_CALL_IDS == calls
+    ok("Q6 resumable: crash between FC and FR -> re-drive re-executes the tool with the same call id, no new model turn")
+    ok("Q6 not resumable: the model is asked again and a new call id is used; the old FC stays orphaned")
+
+
+def seq_root_with_tool(resumable: bool) -> App:
+    m = ScriptedModel({"payer": [Call("charge", {"amount": 5}), Say("charged")], "after": [Say("after")]})
+    payer = LlmAgent(name="payer", model=m, tools=[charge])
+    return app(SequentialAgent(name="pipe", sub_agents=[payer, LlmAgent(name="after", model=m)]), resumable)
+
+
+async def main() -> None:
+    await q1()
+    await q2_q3_q4_q5()
+    await q6()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
