@@ -11,6 +11,7 @@ exits non-zero on the first fact that no longer holds (e.g. after an upgrade).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import warnings
@@ -24,7 +25,7 @@ from google.adk.apps import App, ResumabilityConfig
 from google.adk.events import Event
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService, Session
-from google.adk.tools import LongRunningFunctionTool
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel
@@ -76,7 +77,9 @@ def llm_root(resumable: bool) -> App:
 def seq_root(resumable: bool) -> App:
     m = ScriptedModel({"a": [Say("A")] * 3, "b": [Say("B")] * 3})
     return app(
-        SequentialAgent(name="pipe", sub_agents=[LlmAgent(name="a", model=m), LlmAgent(name="b", model=m)]),
+        SequentialAgent(
+            name="pipe", sub_agents=[LlmAgent(name="a", model=m), LlmAgent(name="b", model=m)]
+        ),
         resumable,
     )
 
@@ -91,8 +94,12 @@ async def fresh() -> InMemorySessionService:
     return ss
 
 
-async def drive(a: App, ss: InMemorySessionService, runner_cls: type[Runner] = Runner, **kw: Any) -> None:
-    async for _ in runner_cls(app=a, session_service=ss).run_async(user_id="u", session_id="s", **kw):
+async def drive(
+    a: App, ss: InMemorySessionService, runner_cls: type[Runner] = Runner, **kw: Any
+) -> None:
+    async for _ in runner_cls(app=a, session_service=ss).run_async(
+        user_id="u", session_id="s", **kw
+    ):
         pass
 
 
@@ -116,7 +123,10 @@ async def q1() -> None:
         await drive(llm_root(res), ss, invocation_id="inv-1", new_message=msg("pay"))
         evs = await events(ss)
         assert sum(e.author == "user" for e in evs) == 1 and len(evs) > n
-    ok("Q1 LlmAgent root: caller id used for a new invocation; re-driving a finished id adds no user event but runs the agent again (resumable on and off)")
+    ok(
+        "Q1 LlmAgent root: caller id used for a new invocation; re-driving a finished "
+        "id adds no user event but runs the agent again (resumable on and off)"
+    )
 
     ss = await fresh()
     try:
@@ -130,7 +140,10 @@ async def q1() -> None:
     await drive(seq_root(True), ss, invocation_id="inv-1", new_message=msg("go"))
     await drive(seq_root(True), ss, invocation_id="inv-1")
     assert len(await events(ss)) == n
-    ok("Q1 non-LlmAgent root, resumable: new caller id fails on an empty session, works otherwise; finished id is a no-op")
+    ok(
+        "Q1 non-LlmAgent root, resumable: new caller id fails on an empty session, "
+        "works otherwise; finished id is a no-op"
+    )
 
     ss = await fresh()
     await drive(seq_root(False), ss, invocation_id="inv-1", new_message=msg("go"))
@@ -143,7 +156,10 @@ async def q1() -> None:
         raise AssertionError("expected ValueError")
     except ValueError as e:
         assert "resumable app" in str(e)
-    ok("Q1 non-LlmAgent root, not resumable: same id re-runs every sub-agent (no duplicate user event); no message -> ValueError")
+    ok(
+        "Q1 non-LlmAgent root, not resumable: same id re-runs every sub-agent (no "
+        "duplicate user event); no message -> ValueError"
+    )
 
     ss = await fresh()
     await drive(app(Echo(name="echo"), True), ss, new_message=msg("x"))
@@ -176,7 +192,10 @@ async def q2_q3_q4_q5() -> None:
     assert fc.author == fr.author == "payer" and fc.content and fr.content
     assert (fc.content.role, fr.content.role) == ("model", "user")
     assert fc.get_function_calls()[0].id == fr.get_function_responses()[0].id
-    ok("Q3 tool call: FC event (author=agent, role=model) then FR event (author=agent, role=user), same id")
+    ok(
+        "Q3 tool call: FC event (author=agent, role=model) then FR event (author=agent, "
+        "role=user), same id"
+    )
     ok("Q2 not resumable: no end_of_agent/agent_state events at all")
 
     ss = await fresh()
@@ -185,7 +204,11 @@ async def q2_q3_q4_q5() -> None:
     assert last.actions.end_of_agent and last.author == "payer" and last.content is None
     ss = await fresh()
     await drive(seq_root(True), ss, new_message=msg("go"))
-    marks = [(e.author, e.actions.end_of_agent, e.actions.agent_state) for e in await events(ss) if e.content is None]
+    marks = [
+        (e.author, e.actions.end_of_agent, e.actions.agent_state)
+        for e in await events(ss)
+        if e.content is None
+    ]
     assert marks == [
         ("pipe", None, {"current_sub_agent": "a"}),
         ("a", True, None),
@@ -193,7 +216,11 @@ async def q2_q3_q4_q5() -> None:
         ("b", True, None),
         ("pipe", True, None),
     ]
-    ok("Q2 resumable: LlmAgent root ends with a content-less end_of_agent by the root; sequential writes agent_state checkpoints and end_of_agent per agent, root last")
+    ok(
+        "Q2 resumable: LlmAgent root ends with a content-less end_of_agent by the root; "
+        "sequential writes agent_state checkpoints and end_of_agent per agent, root "
+        "last"
+    )
 
     m = ScriptedModel([Call("approve", {"amount": 1}, id="lro-1"), Say("waiting"), Say("done")])
     a = app(LlmAgent(name="payer", model=m, tools=[LongRunningFunctionTool(approve)]), True)
@@ -203,15 +230,26 @@ async def q2_q3_q4_q5() -> None:
     assert evs[1].long_running_tool_ids == {"lro-1"}
     assert not any(e.actions.end_of_agent for e in evs)
     assert all(e.custom_metadata == {"run": "R1"} for e in evs)
-    ok("Q3 long-running call: FC event carries long_running_tool_ids; paused invocation has no end_of_agent")
+    ok(
+        "Q3 long-running call: FC event carries long_running_tool_ids; paused "
+        "invocation has no end_of_agent"
+    )
     ok("Q4 RunConfig.custom_metadata is stamped on every stored event, the user event included")
 
     answer = types.FunctionResponse(id="lro-1", name="approve", response={"status": "approved"})
-    await drive(a, ss, invocation_id="bogus", new_message=types.Content(role="user", parts=[types.Part(function_response=answer)]))
+    await drive(
+        a,
+        ss,
+        invocation_id="bogus",
+        new_message=types.Content(role="user", parts=[types.Part(function_response=answer)]),
+    )
     evs = await events(ss)
     assert {e.invocation_id for e in evs} == {evs[0].invocation_id}
     assert evs[-1].actions.end_of_agent
-    ok("Q7 FunctionResponse(id, name) resumes the invocation that owns the call; a different invocation_id is ignored")
+    ok(
+        "Q7 FunctionResponse(id, name) resumes the invocation that owns the call; a "
+        "different invocation_id is ignored"
+    )
 
     log: list[str] = []
 
@@ -228,37 +266,48 @@ async def q2_q3_q4_q5() -> None:
         ls = LoggingSessions()
         await ls.create_session(app_name="app", user_id="u", session_id="s")
         log.clear()
-        await drive(make(True), ls, new_message=msg("go"))  # type: ignore[arg-type]
+        await drive(make(True), ls, new_message=msg("go"))
         assert log[0] == "get_session" and log.count("get_session") == 1
-        assert len(set(log[1:])) == 1 and len(log) - 1 == len(await events(ls))  # type: ignore[arg-type]
-    ok("Q5 one get_session per run_async, then one append_event per stored event on the same Session object")
+        assert len(set(log[1:])) == 1 and len(log) - 1 == len(await events(ls))
+    ok(
+        "Q5 one get_session per run_async, then one append_event per stored event on "
+        "the same Session object"
+    )
+
+
+def seq_root_with_tool(resumable: bool) -> App:
+    m = ScriptedModel(
+        {"payer": [Call("charge", {"amount": 5}), Say("charged")], "after": [Say("after")]}
+    )
+    payer = LlmAgent(name="payer", model=m, tools=[charge])
+    return app(
+        SequentialAgent(name="pipe", sub_agents=[payer, LlmAgent(name="after", model=m)]), resumable
+    )
 
 
 async def q6() -> None:
     for make, res in ((llm_root, True), (seq_root_with_tool, True), (llm_root, False)):
         ss = await fresh()
         CRASH["on"], TOOL_CALL_IDS[:] = True, []
-        try:
+        with contextlib.suppress(Crash):
             await drive(make(res), ss, new_message=msg("pay"))
-        except Crash:
-            pass
         inv = (await events(ss))[0].invocation_id
         CRASH["on"] = False
-        again = {} if res else {"new_message": msg("pay")}  # no-message re-drive needs resumability
-        await drive(make(res), ss, invocation_id=inv, **again)
+        again = None if res else msg("pay")  # a no-message re-drive needs resumability
+        await drive(make(res), ss, invocation_id=inv, new_message=again)
         calls = [c.id for e in await events(ss) for c in e.get_function_calls()]
         if res:
-            assert len(calls) == 1 and TOOL_CALL_IDS == [calls[0], calls[0]]
+            assert len(calls) == 1 and [calls[0], calls[0]] == TOOL_CALL_IDS
         else:
-            assert len(calls) == 2 and TOOL_CALL_IDS == calls
-    ok("Q6 resumable: crash between FC and FR -> re-drive re-executes the tool with the same call id, no new model turn")
-    ok("Q6 not resumable: the model is asked again and a new call id is used; the old FC stays orphaned")
-
-
-def seq_root_with_tool(resumable: bool) -> App:
-    m = ScriptedModel({"payer": [Call("charge", {"amount": 5}), Say("charged")], "after": [Say("after")]})
-    payer = LlmAgent(name="payer", model=m, tools=[charge])
-    return app(SequentialAgent(name="pipe", sub_agents=[payer, LlmAgent(name="after", model=m)]), resumable)
+            assert len(calls) == 2 and calls == TOOL_CALL_IDS
+    ok(
+        "Q6 resumable: crash between FC and FR -> re-drive re-executes the tool with "
+        "the same call id, no new model turn"
+    )
+    ok(
+        "Q6 not resumable: the model is asked again and a new call id is used; the old "
+        "FC stays orphaned"
+    )
 
 
 async def main() -> None:

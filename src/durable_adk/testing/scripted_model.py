@@ -81,6 +81,9 @@ __all__ = [
 
 _AGENT_LABEL = "adk_agent_name"
 _IDENTITY_RE = re.compile(r'Your internal name is "([^"]+)"')
+_NO_USAGE = types.GenerateContentResponseUsageMetadata(
+    prompt_token_count=0, candidates_token_count=0, total_token_count=0
+)
 
 
 @dataclass(frozen=True)
@@ -272,4 +275,5 @@ class ScriptedModel(BaseLlm):
         yield LlmResponse(
             content=types.Content(role="model", parts=[_to_part(p) for p in parts]),
             finish_reason=types.FinishReason.STOP,
+            usage_metadata=_NO_USAGE,  # ADK telemetry warns when usage is missing.
         )
