@@ -33,8 +33,10 @@ Replay rule (the guarantee):
     step. No in-process counter is consulted. Consequences:
 
     * A script spans the whole session: turn-2 steps follow turn-1 steps.
-    * A function call left unanswered by a crash is dropped from the request
-      by ADK, so ``n`` does not count it and the same `Call` is replayed.
+    * A calls-only turn left unanswered by a crash is dropped from the request
+      (``drop_orphaned_function_calls``, flows/llm_flows/tools/_rearranger.py),
+      so ``n`` does not count it and the same `Call` is replayed. (With
+      resumability on, ADK re-runs the stored call and does not ask at all.)
     * `Fail` stores no model turn, so ``n`` does not move and a `Fail` step
       fails on every attempt. For a transient error use a callable step, or
       give the next process a different script.
@@ -81,9 +83,6 @@ __all__ = [
 
 _AGENT_LABEL = "adk_agent_name"
 _IDENTITY_RE = re.compile(r'Your internal name is "([^"]+)"')
-_NO_USAGE = types.GenerateContentResponseUsageMetadata(
-    prompt_token_count=0, candidates_token_count=0, total_token_count=0
-)
 
 
 @dataclass(frozen=True)
@@ -275,5 +274,8 @@ class ScriptedModel(BaseLlm):
         yield LlmResponse(
             content=types.Content(role="model", parts=[_to_part(p) for p in parts]),
             finish_reason=types.FinishReason.STOP,
-            usage_metadata=_NO_USAGE,  # ADK telemetry warns when usage is missing.
+            # Zero usage: ADK telemetry logs a warning when usage is missing.
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=0, candidates_token_count=0, total_token_count=0
+            ),
         )

@@ -1,0 +1,132 @@
+"""The ``durable-adk`` command: demo, database upgrades.
+
+Every command is a thin wrapper: it parses arguments, calls the public async
+API under ``asyncio.run`` and prints with Rich. Bad arguments exit with code 2
+and a one-line reason; nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from durable_adk import errors
+from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
+from durable_adk.store.migrate import redact
+from durable_adk.testing.crash import EXIT_CODE, arm
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Crash-proof runs for Google ADK agents.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema commands.")
+app.add_typer(db_app, name="db")
+console = Console()
+
+DbOption = Annotated[
+    str, typer.Option("--db", envvar="DURABLE_ADK_DB", help="sqlite:///path or postgresql://...")
+]
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = DEFAULT_URL) -> None:
+    """Applies the migrations the database lacks."""
+
+    async def go() -> tuple[list[int], int]:
+        store = await connect(db)
+        try:
+            return await upgrade(store), await store.schema_version()
+        finally:
+            await store.close()
+
+    try:
+        applied, version = asyncio.run(go())
+    except errors.DurableError as exc:
+        _fail(str(exc))
+        return
+    where = redact(db)
+    if applied:
+        console.print(f"{where}: applied migrations {applied}; schema version {version}")
+    else:
+        console.print(f"{where}: already at schema version {version}")
+
+
+@db_app.command("version")
+def db_version(db: DbOption = DEFAULT_URL) -> None:
+    """Prints the database's schema version and the one this package needs."""
+
+    async def go() -> tuple[int, int]:
+        store = await connect(db)
+        try:
+            return await store.schema_version(), latest_version(store.dialect)
+        finally:
+            await store.close()
+
+    try:
+        have, need = asyncio.run(go())
+    except errors.DurableError as exc:
+        _fail(str(exc))
+        return
+    state = "current" if have == need else ("behind: run `durable-adk db upgrade`" if have < need else "ahead")
+    console.print(f"{redact(db)}: schema version {have}, package needs {need} ({state})")
+
+
+def _child(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], env=env, capture_output=True, text=True, check=False
+    )
+
+
+@app.command()
+def demo(db: DbOption = DEFAULT_URL) -> None:
+    """Runs the worked examples: an agent killed mid-run, its history read back by a fresh process."""
+    session_id = f"demo-{uuid.uuid4().hex[:8]}"
+    console.rule("[bold]durable-adk demo: a run killed mid-tool")
+    console.print(f"store: {redact(db)}   session: {session_id}")
+    module = "durable_adk.demo.quickstart"
+    crashed = _child(
+        [module, "run", "--db", db, "--session", session_id],
+        arm(dict(os.environ), "demo.in_book_delivery"),
+    )
+    if crashed.returncode != EXIT_CODE:
+        _fail(f"the child should have died with {EXIT_CODE}, got {crashed.returncode}:\n{crashed.stderr}")
+    console.print(
+        f"child process running the agent died with exit code {crashed.returncode} "
+        "(os._exit at crash point demo.in_book_delivery)"
+    )
+    shown = _child([module, "show", "--db", db, "--session", session_id], dict(os.environ))
+    if shown.returncode != 0:
+        _fail(f"the fresh process could not read the session:\n{shown.stderr}")
+    report = json.loads(shown.stdout)
+    table = Table(title="history that survived, read by a fresh process")
+    table.add_column("#", justify="right")
+    table.add_column("author")
+    table.add_column("event")
+    for event in report["events"]:
+        table.add_row(str(event["seq"]), event["author"], event["what"])
+    console.print(table)
+    console.print(f"state folded from the log: {json.dumps(report['state'])}")
+    console.print(
+        "The call to book_delivery has no response: the process died inside the tool. "
+        "Finishing such runs is the recovery sweeper's job (DurableRunner)."
+    )
+
+
+def main() -> None:
+    """Entry point of the ``durable-adk`` script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The worked examples behind ``durable-adk demo`` (scripted models, no network)."""
