@@ -12,6 +12,7 @@ from google.adk.events import Event
 from google.adk.models.llm_request import LlmRequest
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.workflow import Workflow
 from google.genai import types
 
@@ -204,6 +205,58 @@ async def test_redrive_in_fresh_process_replays_same_point() -> None:
     assert [r.id for e in events for r in e.get_function_responses()] == ["fc-1"]
     assert texts(events) == ["charged"]
     assert second.calls == [("payer", 1)]  # step derived from stored history
+
+
+@pytest.mark.asyncio
+async def test_long_running_call_answered_by_a_later_message() -> None:
+    def approve(amount: int) -> None:
+        """Asks a human; the answer arrives later."""
+
+    model = ScriptedModel([Call("approve", {"amount": 5}, id="lro-1"), Say("approved")])
+    agent = LlmAgent(name="a", model=model, tools=[LongRunningFunctionTool(approve)])
+    service = await new_session()
+
+    first = await run(agent, service, "pay", resumable=True)
+    assert first[-1].long_running_tool_ids == {"lro-1"}
+
+    answer = types.FunctionResponse(id="lro-1", name="approve", response={"ok": True})
+    app = App(name=APP, root_agent=agent)
+    events = [
+        e
+        async for e in Runner(app=app, session_service=service).run_async(
+            user_id=USER,
+            session_id=SESSION,
+            new_message=types.Content(role="user", parts=[types.Part(function_response=answer)]),
+        )
+    ]
+    assert texts(events) == ["approved"]
+    assert {e.invocation_id for e in events} == {first[0].invocation_id}
+
+
+@pytest.mark.asyncio
+async def test_long_running_interim_result_reasks_the_same_step() -> None:
+    def approve(amount: int) -> dict[str, str]:
+        """Asks a human; returns an interim status."""
+        return {"status": "pending"}
+
+    def after_call(request: LlmRequest) -> Say:
+        response = (request.contents[-1].parts or [types.Part()])[-1].function_response
+        pending = response is not None and (response.response or {}).get("status") == "pending"
+        return Say("waiting" if pending else "approved")
+
+    model = ScriptedModel([Call("approve", {"amount": 5}, id="lro-1"), after_call])
+    agent = LlmAgent(name="a", model=model, tools=[LongRunningFunctionTool(approve)])
+    service = await new_session()
+
+    assert texts(await run(agent, service, "pay")) == ["waiting"]
+    answer = types.FunctionResponse(id="lro-1", name="approve", response={"status": "ok"})
+    runner = Runner(app=App(name=APP, root_agent=agent), session_service=service)
+    message = types.Content(role="user", parts=[types.Part(function_response=answer)])
+    events = [
+        e async for e in runner.run_async(user_id=USER, session_id=SESSION, new_message=message)
+    ]
+    assert texts(events) == ["approved"]
+    assert model.calls == [("a", 0), ("a", 1), ("a", 1)]
 
 
 def test_step_selection_is_a_function_of_the_request() -> None:

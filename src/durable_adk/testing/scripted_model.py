@@ -42,6 +42,12 @@ Replay rule (the guarantee):
       give the next process a different script.
     * ``include_contents="none"``, event compaction and rewinds hide earlier
       turns and so shift ``n``; do not combine them with a script.
+    * Long-running tools: if the tool returns ``None``, the answer simply gets
+      the next step. If it returns an interim result, the model is asked at
+      step ``k`` right away, and again at ``k`` when the final answer arrives
+      (ADK hides the turns between a call and its late answer:
+      ``rearrange_events_for_latest_function_response``); the turn after that
+      is ``k + 2``. Use a callable at ``k`` that looks at the last response.
 
     When ``n`` is past the end of the agent's script, or the agent has no
     script, `ScriptExhausted` is raised instead of inventing output.
