@@ -27,8 +27,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench $(wildcard examples)
+	$(BIN)/ruff format --check src tests bench $(wildcard examples)
 	$(BIN)/mypy --strict src/durable_adk
 
 bench: $(STAMP)

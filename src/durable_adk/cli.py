@@ -24,7 +24,9 @@ from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
 from durable_adk.testing.crash import EXIT_CODE, arm
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Crash-proof runs for Google ADK agents.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Crash-proof runs for Google ADK agents."
+)
 db_app = typer.Typer(no_args_is_help=True, help="Database schema commands.")
 app.add_typer(db_app, name="db")
 console = Console()
@@ -78,7 +80,11 @@ def db_version(db: DbOption = DEFAULT_URL) -> None:
     except errors.DurableError as exc:
         _fail(str(exc))
         return
-    state = "current" if have == need else ("behind: run `durable-adk db upgrade`" if have < need else "ahead")
+    state = (
+        "current"
+        if have == need
+        else ("behind: run `durable-adk db upgrade`" if have < need else "ahead")
+    )
     console.print(f"{redact(db)}: schema version {have}, package needs {need} ({state})")
 
 
@@ -90,7 +96,7 @@ def _child(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
 
 @app.command()
 def demo(db: DbOption = DEFAULT_URL) -> None:
-    """Runs the worked examples: an agent killed mid-run, its history read back by a fresh process."""
+    """Runs the worked examples: an agent killed mid-run, read back by a fresh process."""
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     console.rule("[bold]durable-adk demo: a run killed mid-tool")
     console.print(f"store: {redact(db)}   session: {session_id}")
@@ -100,7 +106,10 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
         arm(dict(os.environ), "demo.in_book_delivery"),
     )
     if crashed.returncode != EXIT_CODE:
-        _fail(f"the child should have died with {EXIT_CODE}, got {crashed.returncode}:\n{crashed.stderr}")
+        _fail(
+            f"the child should have died with {EXIT_CODE}, "
+            f"got {crashed.returncode}:\n{crashed.stderr}"
+        )
     console.print(
         f"child process running the agent died with exit code {crashed.returncode} "
         "(os._exit at crash point demo.in_book_delivery)"

@@ -30,7 +30,7 @@ class SchemaError(StoreError):
 
 
 class SchemaBehind(SchemaError):
-    """The database schema is older than this version of durable-adk: run `durable-adk db upgrade`."""
+    """The database schema is older than this package: run `durable-adk db upgrade`."""
 
 
 class SchemaAhead(SchemaError):
@@ -46,7 +46,7 @@ class ForeignKeyViolation(StoreError):
 
 
 class DatabaseBusy(StoreError):
-    """The database is busy (locked, serialization failure or deadlock); the operation may be retried."""
+    """The database is busy (lock, serialization failure, deadlock); retry the operation."""
 
 
 class StoreUnavailable(StoreError):

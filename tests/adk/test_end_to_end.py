@@ -24,7 +24,16 @@ from durable_adk.testing import arm
 
 def fresh_process_view(url: str, session_id: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-m", "durable_adk.demo.quickstart", "show", "--db", url, "--session", session_id],
+        [
+            sys.executable,
+            "-m",
+            "durable_adk.demo.quickstart",
+            "show",
+            "--db",
+            url,
+            "--session",
+            session_id,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -37,7 +46,9 @@ async def test_agent_run_and_reload_in_fresh_process(store_url: str) -> None:
     async with open_store(store_url) as store:
         sessions = DurableSessionService(store)
         runner = Runner(app=quickstart.build_app(), session_service=sessions)
-        await sessions.create_session(app_name=quickstart.APP_NAME, user_id=quickstart.USER_ID, session_id="e2e")
+        await sessions.create_session(
+            app_name=quickstart.APP_NAME, user_id=quickstart.USER_ID, session_id="e2e"
+        )
         message = types.Content(role="user", parts=[types.Part(text="Where is order A-42?")])
         seen = [
             e
@@ -66,7 +77,16 @@ async def test_killed_mid_tool_leaves_every_committed_event(store_url: str) -> N
     async with open_store(store_url):
         pass  # create the schema before the child races to do it
     child = subprocess.run(
-        [sys.executable, "-m", "durable_adk.demo.quickstart", "run", "--db", store_url, "--session", "k1"],
+        [
+            sys.executable,
+            "-m",
+            "durable_adk.demo.quickstart",
+            "run",
+            "--db",
+            store_url,
+            "--session",
+            "k1",
+        ],
         env=arm(dict(os.environ), "demo.in_book_delivery"),
         capture_output=True,
         text=True,
@@ -79,7 +99,7 @@ async def test_killed_mid_tool_leaves_every_committed_event(store_url: str) -> N
     assert [e["what"].split("(")[0] for e in events] == [
         "text: Where is order A-42?",
         "call check_order",
-        "response check_order -> {\"order_id\": \"A-42\", \"status\": \"packed\", \"items\": 3}",
+        'response check_order -> {"order_id": "A-42", "status": "packed", "items": 3}',
         "call book_delivery",
     ]
     assert there["state"] == {"last_order": "A-42"}

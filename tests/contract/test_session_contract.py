@@ -53,11 +53,15 @@ async def service(
         cluster.drop_database(name)
 
 
-def text_event(text: str, *, author: str = "user", invocation: str = "inv-1", **delta: object) -> Event:
+def text_event(
+    text: str, *, author: str = "user", invocation: str = "inv-1", **delta: object
+) -> Event:
     return Event(
         author=author,
         invocation_id=invocation,
-        content=types.Content(role="user" if author == "user" else "model", parts=[types.Part(text=text)]),
+        content=types.Content(
+            role="user" if author == "user" else "model", parts=[types.Part(text=text)]
+        ),
         actions=EventActions(state_delta=dict(delta)),
     )
 

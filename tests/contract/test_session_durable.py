@@ -22,7 +22,9 @@ from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.store import Store
 
 
-def ev(text: str, *, author: str = "user", inv: str = "inv-1", ts: float | None = None, **delta: Any) -> Event:
+def ev(
+    text: str, *, author: str = "user", inv: str = "inv-1", ts: float | None = None, **delta: Any
+) -> Event:
     event = Event(
         author=author,
         invocation_id=inv,
@@ -46,7 +48,9 @@ async def test_events_come_back_in_append_order_not_timestamp_order(store: Store
     s = await svc.create_session(app_name="a", user_id="u", session_id="s")
     for text, ts in [("first", 300.0), ("second", 100.0), ("third", 200.0)]:
         await svc.append_event(s, ev(text, ts=ts))
-    assert texts(await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")) == [
+    assert texts(
+        await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    ) == [
         "first",
         "second",
         "third",
@@ -59,12 +63,16 @@ async def test_reappending_a_stored_event_id_is_a_no_op(store: Store) -> None:
     event = ev("once", **{"n": 1, "app:hits": 1})
     await svc.append_event(s, event)
     # A retry after a lost acknowledgement, from an object that never saw the write.
-    stale_view = await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    stale_view = await DurableSessionService(store).get_session(
+        app_name="a", user_id="u", session_id="s"
+    )
     assert stale_view is not None
     fresh = await svc.create_session(app_name="a", user_id="u", session_id="s2")
     replay = event.model_copy(deep=True)
     await svc.append_event(s, replay)
-    loaded = await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    loaded = await DurableSessionService(store).get_session(
+        app_name="a", user_id="u", session_id="s"
+    )
     assert texts(loaded) == ["once"]
     assert loaded is not None and loaded.state["app:hits"] == 1
     assert fresh.state["app:hits"] == 1
@@ -104,12 +112,25 @@ async def test_concurrent_appends_one_wins(store: Store) -> None:
     await svcs[0].create_session(app_name="a", user_id="u", session_id="s")
     views = [await svc.get_session(app_name="a", user_id="u", session_id="s") for svc in svcs]
     results = await asyncio.gather(
-        *(svc.append_event(v, ev(f"w{i}")) for i, (svc, v) in enumerate(zip(svcs, views, strict=True)) if v),
+        *(
+            svc.append_event(v, ev(f"w{i}"))
+            for i, (svc, v) in enumerate(zip(svcs, views, strict=True))
+            if v
+        ),
         return_exceptions=True,
     )
     assert sum(not isinstance(r, BaseException) for r in results) == 1
     assert all(isinstance(r, StaleSessionError) for r in results if isinstance(r, BaseException))
-    assert len(texts(await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s"))) == 1
+    assert (
+        len(
+            texts(
+                await DurableSessionService(store).get_session(
+                    app_name="a", user_id="u", session_id="s"
+                )
+            )
+        )
+        == 1
+    )
 
 
 async def test_cache_reads_only_the_tail_and_equals_a_cold_read(store: Store) -> None:
@@ -201,10 +222,14 @@ async def test_bad_input_is_rejected_and_creates_nothing(store: Store) -> None:
 
 async def test_hostile_strings_round_trip(store: Store) -> None:
     svc = DurableSessionService(store)
-    hostile = "'; DROP TABLE events; --\u202e\U0001f600 \"quoted\" \\ back"
-    s = await svc.create_session(app_name="a", user_id=hostile, session_id=hostile, state={hostile: hostile})
+    hostile = '\'; DROP TABLE events; --\u202e\U0001f600 "quoted" \\ back'
+    s = await svc.create_session(
+        app_name="a", user_id=hostile, session_id=hostile, state={hostile: hostile}
+    )
     await svc.append_event(s, ev(hostile, **{hostile: [hostile]}))
-    loaded = await DurableSessionService(store).get_session(app_name="a", user_id=hostile, session_id=hostile)
+    loaded = await DurableSessionService(store).get_session(
+        app_name="a", user_id=hostile, session_id=hostile
+    )
     assert texts(loaded) == [hostile]
     assert loaded is not None and loaded.state == {hostile: [hostile]}
 
@@ -218,19 +243,27 @@ async def test_rebuild_rewrites_snapshots_from_the_log(store: Store) -> None:
     assert report.snapshots_consistent and report.snapshots == 3 and report.state == {"i": 9}
     # A different cadence makes the stored snapshots disagree until rewritten.
     other = DurableSessionService(store, snapshot_every=4)
-    assert not (await other.rebuild_state(app_name="a", user_id="u", session_id="s")).snapshots_consistent
+    assert not (
+        await other.rebuild_state(app_name="a", user_id="u", session_id="s")
+    ).snapshots_consistent
     await other.rebuild_state(app_name="a", user_id="u", session_id="s", rewrite=True)
-    assert (await other.rebuild_state(app_name="a", user_id="u", session_id="s")).snapshots_consistent
+    assert (
+        await other.rebuild_state(app_name="a", user_id="u", session_id="s")
+    ).snapshots_consistent
 
 
 # --------------------------------------------------------------- Hypothesis
 
 keys = st.sampled_from(["a", "b", "c", "d", "app:x", "user:y", "temp:z"])
-values = st.one_of(st.none(), st.integers(-5, 5), st.text(max_size=3), st.lists(st.integers(), max_size=2))
+values = st.one_of(
+    st.none(), st.integers(-5, 5), st.text(max_size=3), st.lists(st.integers(), max_size=2)
+)
 deltas = st.dictionaries(keys, values, max_size=3)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     initial=st.dictionaries(st.sampled_from(["a", "b"]), values, max_size=2),
     log=st.lists(deltas, max_size=25),
@@ -240,7 +273,8 @@ deltas = st.dictionaries(keys, values, max_size=3)
 async def test_snapshot_plus_tail_equals_full_fold(
     store: Store, initial: dict[str, Any], log: list[dict[str, Any]], every: int, window: int
 ) -> None:
-    sid = f"h{abs(hash((json.dumps(initial, sort_keys=True), json.dumps(log, sort_keys=True), every, window)))}"
+    fingerprint = (json.dumps(initial, sort_keys=True), json.dumps(log, sort_keys=True))
+    sid = f"h{abs(hash((*fingerprint, every, window)))}"
     svc = DurableSessionService(store, snapshot_every=every, cache_sessions=0)
     s = await svc.create_session(app_name="h", user_id="u", session_id=sid, state=initial)
     expected = {k: v for k, v in initial.items()}

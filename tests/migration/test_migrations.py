@@ -28,7 +28,9 @@ async def catalog(store: Any) -> list[tuple[Any, ...]]:
                 for col in conn.execute("SELECT * FROM pragma_table_info(?)", (table,)).fetchall():
                     rows.append(("column", table, *col))
                 for idx in conn.execute("SELECT * FROM pragma_index_list(?)", (table,)).fetchall():
-                    cols = conn.execute("SELECT name FROM pragma_index_info(?)", (idx[1],)).fetchall()
+                    cols = conn.execute(
+                        "SELECT name FROM pragma_index_info(?)", (idx[1],)
+                    ).fetchall()
                     rows.append(("index", table, idx[1], idx[2], tuple(cols)))
             return sorted(rows, key=repr)
 
@@ -46,19 +48,26 @@ async def catalog(store: Any) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in cols] + [tuple(r) for r in idx]
 
 
-async def test_schema_equals_migrations(backend: str, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+async def test_schema_equals_migrations(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
     if backend == "sqlite":
         urls = [f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"]
     else:
         cluster = request.getfixturevalue("pg_cluster")
-        urls = [cluster.create_database(f"mig_a_{id(request) % 10**8}"), cluster.create_database(f"mig_b_{id(request) % 10**8}")]
+        urls = [
+            cluster.create_database(f"mig_a_{id(request) % 10**8}"),
+            cluster.create_database(f"mig_b_{id(request) % 10**8}"),
+        ]
     async with open_store(urls[0]) as from_schema:
         schema_catalog = await catalog(from_schema)
     migrated = await connect(urls[1])
     try:
         applied = await upgrade(migrated)
         assert applied == list(range(1, latest_version(migrated.dialect) + 1))
-        assert await check_schema(migrated, create_if_empty=False) == latest_version(migrated.dialect)
+        assert await check_schema(migrated, create_if_empty=False) == latest_version(
+            migrated.dialect
+        )
         assert await catalog(migrated) == schema_catalog
         assert await upgrade(migrated) == []
     finally:
@@ -84,17 +93,26 @@ def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path}/cli.db"
     run = subprocess.run(
         [sys.executable, "-m", "durable_adk.cli", "db", "upgrade", "--db", url],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert run.returncode == 0, run.stderr
     assert "applied migrations [1]" in run.stdout.replace("\n", " ")
     again = subprocess.run(
         [sys.executable, "-m", "durable_adk.cli", "db", "version", "--db", url],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert "current" in again.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "durable_adk.cli", "db", "upgrade", "--db", "oracle://x"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert bad.returncode == 2 and "unsupported store URL" in bad.stdout

@@ -9,11 +9,18 @@ from hypothesis import strategies as st
 
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
 
-values = st.one_of(st.none(), st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=3))
+values = st.one_of(
+    st.none(), st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=3)
+)
 deltas = st.dictionaries(st.sampled_from(list("abcde")), values, max_size=4)
 
 
-@given(initial=deltas, log=st.lists(deltas, max_size=40), every=st.integers(1, 9), cut=st.integers(0, 40))
+@given(
+    initial=deltas,
+    log=st.lists(deltas, max_size=40),
+    every=st.integers(1, 9),
+    cut=st.integers(0, 40),
+)
 def test_snapshot_plus_tail_equals_full_fold(
     initial: dict[str, Any], log: list[dict[str, Any]], every: int, cut: int
 ) -> None:

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
-from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import (
     BaseSessionService,
@@ -248,7 +248,9 @@ class DurableSessionService(BaseSessionService):
             return await self.get_session(
                 app_name=app_name, user_id=user_id, session_id=session_id, config=config
             )
-        entry = cached or _Cached(pk=pk, seq=0, events=[], state=_loads_state(head["initial_state"]))
+        entry = cached or _Cached(
+            pk=pk, seq=0, events=[], state=_loads_state(head["initial_state"])
+        )
         tail = [Event.model_validate_json(r["data"]) for r in rows if r["seq"] is not None]
         if tail:
             entry = _Cached(
@@ -298,7 +300,9 @@ class DurableSessionService(BaseSessionService):
         )
         fetched = [(int(r["seq"]), Event.model_validate_json(r["data"])) for r in rows]
         base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
-        state = fold(base, (split_delta(e.actions.state_delta)[0] for s, e in fetched if s > snap_seq))
+        state = fold(
+            base, (split_delta(e.actions.state_delta)[0] for s, e in fetched if s > snap_seq)
+        )
         return self._build(
             key,
             pk=pk,
@@ -481,7 +485,8 @@ class DurableSessionService(BaseSessionService):
         """
         key = (app_name, user_id, session_id)
         head = await self.store.fetchrow(
-            "load_session_head", {"app_name": app_name, "user_id": user_id, "session_id": session_id}
+            "load_session_head",
+            {"app_name": app_name, "user_id": user_id, "session_id": session_id},
         )
         if head is None:
             raise SessionNotFoundError(f"Session {session_id} not found.")

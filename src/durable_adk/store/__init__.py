@@ -55,7 +55,9 @@ async def connect(url: str = DEFAULT_URL, **options: int) -> Store:
         return await SqliteStore(path, **options).open()
     if url.startswith(("postgresql://", "postgres://")):
         return await PostgresStore(url, **options).open()
-    raise errors.UnsupportedUrl(f"unsupported store URL {url!r}: use sqlite:///path or postgresql://...")
+    raise errors.UnsupportedUrl(
+        f"unsupported store URL {url!r}: use sqlite:///path or postgresql://..."
+    )
 
 
 @asynccontextmanager

@@ -100,7 +100,9 @@ class PostgresStore(Store):
         exists = await self._pool.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
         if not exists:
             return 0
-        return int(await self._pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
+        return int(
+            await self._pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        )
 
     async def run_script(self, sql: str) -> None:
         try:

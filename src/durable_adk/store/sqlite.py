@@ -145,7 +145,9 @@ class SqliteStore(Store):
             result: list[dict[str, Any]] = []
             for index, statement in enumerate(query.statements):
                 cursor = conn.execute(statement, args)
-                rows = [_dict_row(cursor, r) for r in cursor.fetchall()] if cursor.description else []
+                rows = (
+                    [_dict_row(cursor, r) for r in cursor.fetchall()] if cursor.description else []
+                )
                 if index == 0 and query.guarded and (not rows or rows[0].get("status") != "ok"):
                     result = rows
                     break
