@@ -310,10 +310,36 @@ async def q6() -> None:
     )
 
 
+async def q6_workflow() -> None:
+    from google.adk.workflow import Workflow
+
+    def wf(resumable: bool) -> App:
+        m = ScriptedModel({"a": [Say("A")], "b": [Call("charge", {"amount": 1}), Say("B")]})
+        b = LlmAgent(name="b", model=m, tools=[charge])
+        return app(
+            Workflow(name="pipe", edges=[("START", LlmAgent(name="a", model=m), b)]), resumable
+        )
+
+    ss = await fresh()
+    CRASH["on"], TOOL_CALL_IDS[:] = True, []
+    with contextlib.suppress(Crash):
+        await drive(wf(True), ss, invocation_id="inv-1", new_message=msg("go"))
+    CRASH["on"] = False
+    await drive(wf(True), ss, invocation_id="inv-1")
+    evs = await events(ss)
+    assert len(TOOL_CALL_IDS) == 1 and not any(e.get_function_responses() for e in evs)
+    assert evs[-1].author == "pipe" and evs[-1].actions.end_of_agent
+    ok(
+        "Q6 Workflow root, resumable: the interrupted call is neither replayed nor "
+        "answered, yet the workflow writes end_of_agent"
+    )
+
+
 async def main() -> None:
     await q1()
     await q2_q3_q4_q5()
     await q6()
+    await q6_workflow()
 
 
 if __name__ == "__main__":

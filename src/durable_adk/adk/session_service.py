@@ -8,6 +8,9 @@ What it guarantees:
   in one hop on SQLite) and is fenced: the session object names the last
   sequence number it saw, and if anyone appended since, the append raises
   :class:`google.adk.errors.StaleSessionError` and writes nothing.
+* An event stamped with a run (``custom_metadata["durable_adk"]``, written by
+  DurableRunner) is also fenced by that run's epoch: once the run was taken
+  over or finished, the append raises :class:`durable_adk.errors.Fenced`.
 * Re-appending an event id the session already holds is a no-op; partial
   (streaming) events are never stored; ``temp:`` keys stay in memory.
 * Session state is the fold of the log (:mod:`durable_adk.fold`), cached as a
@@ -72,6 +75,18 @@ def _loads_state(text: str | None) -> dict[str, Any]:
         return {}
     value = json.loads(text)
     return value if isinstance(value, dict) else {}
+
+
+RUN_METADATA_KEY = "durable_adk"
+"""The key of ``Event.custom_metadata`` under which DurableRunner stamps its run."""
+
+
+def run_fence_of(event: Event) -> dict[str, Any]:
+    """The run id and epoch an event was written for (both None outside a durable run)."""
+    stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
+    if isinstance(stamp, Mapping) and "run_id" in stamp and "epoch" in stamp:
+        return {"run_id": str(stamp["run_id"]), "run_epoch": int(stamp["epoch"])}
+    return {"run_id": None, "run_epoch": None}
 
 
 def _marker(pk: int, seq: int) -> str:
@@ -396,9 +411,15 @@ class DurableSessionService(BaseSessionService):
                 "app_delta": _dumps(app_delta) if app_delta else None,
                 "user_delta": _dumps(user_delta) if user_delta else None,
                 "snapshot": snapshot,
+                **run_fence_of(event),
             },
         )
         status = row["status"] if row else "missing"
+        if status == "fenced":
+            raise errors.Fenced(
+                f"event {event.id} for run {run_fence_of(event)['run_id']} refused: the run was "
+                "taken over or has finished, this worker must stop driving it"
+            )
         if status == "duplicate":
             return event
         if status == "missing":

@@ -8,18 +8,16 @@ Script:
 
     * `Say("text")` - a text reply.
     * `Call(name, args, id=None)` - a function call. Several parts in one turn
-      are written as a tuple, e.g. ``(Call("a"), Call("b"))`` or
+      are written as a tuple (or list), e.g. ``(Call("a"), Call("b"))`` or
       ``(Say("checking"), Call("a"))``.
     * `Fail(error)` - `generate_content_async` raises ``error``.
     * a callable ``(LlmRequest) -> step`` - computes the step from the request.
 
-    A script is either one list (every agent using the model replays it from
-    its own position) or a dict mapping agent name to list. The calling agent
-    is read from the ``adk_agent_name`` label that ADK puts on every request
-    (``call_llm_async``, google/adk/flows/llm_flows/core/_model_call.py:224),
-    falling back to the ``Your internal name is "..."`` system instruction
-    (flows/llm_flows/prompt/_identity.py). So one instance can serve every
-    agent of an app, including single-turn agents inside a ``Workflow``.
+    A script is one list (each agent replays it from its own position) or a
+    dict mapping agent name to list. The calling agent is read from the
+    ``adk_agent_name`` label ADK sets on every request (google/adk/flows/
+    llm_flows/core/_model_call.py:224), else from the ``Your internal name is
+    "..."`` system instruction; one instance can serve every agent of an app.
 
 Replay rule (the guarantee):
     The step replayed is ``script[agent][n]`` where ``n`` is the number of
@@ -129,7 +127,7 @@ class Fail:
 
 
 Part: TypeAlias = Say | Call
-Turn: TypeAlias = Say | Call | Fail | tuple[Part, ...]
+Turn: TypeAlias = Say | Call | Fail | tuple[Part, ...] | list[Part]
 Step: TypeAlias = Turn | Callable[[LlmRequest], "Step"]
 Script: TypeAlias = Sequence[Step] | Mapping[str, Sequence[Step]]
 
@@ -250,21 +248,14 @@ class ScriptedModel(BaseLlm):
             raise ScriptExhausted(agent, position, len(steps))
         self._calls.append((agent, position))
         step = steps[position]
-        while not isinstance(step, (Say, Call, Fail, tuple)):
+        while not isinstance(step, (Say, Call, Fail, tuple, list)):
             step = step(llm_request)
         return step
 
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
-        """Yields the scripted turn as one complete (non-partial) response.
-
-        Args:
-            llm_request: The request built by the ADK flow.
-            stream: Ignored; a single final response is yielded either way.
-
-        Yields:
-            One `LlmResponse` with a ``model`` content.
+        """Yields the scripted turn as one final response (``stream`` is ignored).
 
         Raises:
             ScriptExhausted: The script has no step for this point.
@@ -274,7 +265,7 @@ class ScriptedModel(BaseLlm):
         step = self.step_for(llm_request)
         if isinstance(step, Fail):
             raise step.error
-        parts = step if isinstance(step, tuple) else (step,)
+        parts = tuple(step) if isinstance(step, (tuple, list)) else (step,)
         if not parts or not all(isinstance(p, (Say, Call)) for p in parts):
             raise TypeError(f"ScriptedModel: invalid step {step!r}")
         yield LlmResponse(

@@ -1,0 +1,314 @@
+"""Classify what the stored events say about an invocation whose worker died.
+
+The recovery sweeper claims a run whose lease expired and asks `classify` what
+the session's events say about that run's invocation (DESIGN.md section 3.2).
+
+Guarantees (pure functions: no I/O, inputs are never mutated):
+
+* Rewinds are applied first, exactly as ADK applies them when it builds model
+  requests (``google.adk.events._rewind_events._apply_rewinds``): a rewind
+  event undoes itself and every event from the first event of the invocation
+  it names up to it. Then only the invocation's own non-partial events count;
+  events of other invocations never change the result (except rewinds).
+* Checkpoint-only events (``agent_state`` / ``end_of_agent`` without content)
+  and other events with neither content nor ``error_code`` are never the "last
+  meaningful event". The one checkpoint that does count is the end marker
+  (``end_of_agent``) of the root or terminal agent.
+* Precedence: NOT_STARTED, then TOOL_UNANSWERED, PAUSED, ACTUALLY_DONE, and
+  MODEL_INFLIGHT for everything else. Hence a dangling call is never
+  ACTUALLY_DONE or MODEL_INFLIGHT, and ACTUALLY_DONE means no call is open.
+* ``is_final_response()`` is never used as a done test: it is true for
+  sub-agents' texts, error events and long-running calls.
+
+Decisions:
+
+* A call is *dangling* when it has no function response with its id and its
+  author made no later model turn. ADK answers a crashed call either by
+  replaying it with the same id (resumable apps) or by dropping it from the
+  request and asking the model again (not resumable), which leaves the old call
+  unanswered for ever; a later turn of the same agent shows it was abandoned.
+* A long-running call is open until a function response with its id arrives
+  from the user or from an abort seal, as in ADK's interrupt index; the
+  interim response the tool itself returns does not answer it.
+* An error event (``error_code``) as the last meaningful event gives
+  MODEL_INFLIGHT: the run produced no answer, so re-driving duplicates nothing
+  the user saw and retries a possibly transient failure; the sweeper's attempt
+  limit parks a persistent one, with this reason (naming the code) in the
+  dead-letter record. Marking it done would report a failure as success. A
+  tool that raised leaves its call unanswered: TOOL_UNANSWERED.
+* An abort seal (``error_code == "INVOCATION_ABORTED"``, written when a client
+  cancels the invocation) gives ACTUALLY_DONE: re-driving would undo the
+  client's cancellation.
+* Everything rewound away (or never stored) gives NOT_STARTED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from google.adk.events.event import Event
+
+__all__ = [
+    "ABORT_ERROR_CODE",
+    "RECOVERY_SKEW_SECONDS",
+    "Classification",
+    "OrphanClass",
+    "classify",
+    "live_events",
+    "recover_invocation_id",
+]
+
+RECOVERY_SKEW_SECONDS = 5.0
+"""How far before the ledger's start time a stored user event may be stamped."""
+
+ABORT_ERROR_CODE = "INVOCATION_ABORTED"
+"""The ``error_code`` of the events ADK writes to seal a cancelled invocation."""
+
+
+class OrphanClass(StrEnum):
+    """What the stored events say about an invocation (a ``str`` subclass)."""
+
+    NOT_STARTED = "NOT_STARTED"
+    MODEL_INFLIGHT = "MODEL_INFLIGHT"
+    TOOL_UNANSWERED = "TOOL_UNANSWERED"
+    PAUSED = "PAUSED"
+    ACTUALLY_DONE = "ACTUALLY_DONE"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The verdict on one invocation.
+
+    Attributes:
+        cls: The class.
+        invocation_id: The invocation classified.
+        unanswered_calls: ``(call_id, tool_name)`` of each dangling call that is
+            not long-running, in call order.
+        pending_long_running: Ids of the long-running calls still unanswered.
+        reason: A short human explanation.
+        last_event_id: Id of the invocation's last live event (of any kind).
+    """
+
+    cls: OrphanClass
+    invocation_id: str | None
+    unanswered_calls: tuple[tuple[str, str], ...]
+    pending_long_running: tuple[str, ...]
+    reason: str
+    last_event_id: str | None
+
+
+def live_events(events: Sequence[Event]) -> list[Event]:
+    """Returns the events that survive every rewind, in order.
+
+    Mirrors ADK's ``_apply_rewinds``: walking backwards, an event with
+    ``actions.rewind_before_invocation_id == X`` is dropped together with every
+    event from the first event of invocation ``X`` up to it.
+
+    Args:
+        events: The session's events, oldest first.
+
+    Returns:
+        The live events, oldest first.
+    """
+    first_index: dict[str, int] = {}
+    for index, event in enumerate(events):
+        if event.invocation_id and event.invocation_id not in first_index:
+            first_index[event.invocation_id] = index
+    kept: list[Event] = []
+    i = len(events) - 1
+    while i >= 0:
+        target = events[i].actions.rewind_before_invocation_id
+        if target:
+            start = first_index.get(target)
+            if start is not None and start < i:
+                i = start
+        else:
+            kept.append(events[i])
+        i -= 1
+    kept.reverse()
+    return kept
+
+
+def _has_content(event: Event) -> bool:
+    return bool(event.content and event.content.parts)
+
+
+def _text_of(event: Event) -> str:
+    parts = event.content.parts if event.content and event.content.parts else []
+    return "".join(p.text for p in parts if p.text and not p.thought)
+
+
+def _is_meaningful(event: Event) -> bool:
+    return _has_content(event) or bool(event.error_code)
+
+
+def _is_model_turn(event: Event) -> bool:
+    return event.author != "user" and _has_content(event) and not event.get_function_responses()
+
+
+def _is_final_text(event: Event) -> bool:
+    return (
+        event.author != "user"
+        and bool(_text_of(event))
+        and not event.get_function_calls()
+        and not event.get_function_responses()
+        and not event.long_running_tool_ids
+        and not event.error_code
+        and not event.actions.transfer_to_agent
+    )
+
+
+def recover_invocation_id(
+    events: Sequence[Event],
+    *,
+    started_at: float,
+    request_text: str | None = None,
+    skew: float = RECOVERY_SKEW_SECONDS,
+) -> str | None:
+    """Finds a run's invocation id from its stored user message.
+
+    Candidates are user events with content and no function responses (an
+    answer to a long-running call is stored under the older invocation that
+    made the call) stamped no earlier than ``started_at - skew``. Rewinds are
+    not applied: the id of a rewound invocation is still its id.
+
+    Args:
+        events: The session's events, oldest first.
+        started_at: When the ledger row started, in ``Event.timestamp`` units
+            (seconds since the epoch).
+        request_text: The run's request text; the first candidate whose text
+            equals it (both stripped) is preferred.
+        skew: Clock skew tolerated between the ledger and the events.
+
+    Returns:
+        The invocation id, or ``None`` if no candidate exists.
+    """
+    candidates = [
+        e
+        for e in events
+        if e.author == "user"
+        and e.invocation_id
+        and e.timestamp >= started_at - skew
+        and _has_content(e)
+        and not e.get_function_responses()
+    ]
+    if request_text is not None:
+        wanted = request_text.strip()
+        for event in candidates:
+            if _text_of(event).strip() == wanted:
+                return event.invocation_id
+    return candidates[0].invocation_id if candidates else None
+
+
+def classify(
+    events: Sequence[Event],
+    invocation_id: str | None,
+    *,
+    root_agent_name: str,
+    terminal_agent_name: str | None = None,
+) -> Classification:
+    """Classifies what the stored events say about one invocation.
+
+    ACTUALLY_DONE needs no dangling or long-running call and either (a) an
+    ``end_of_agent`` marker by the root or terminal agent after the last
+    meaningful event, unless that event hands over with ``transfer_to_agent``
+    (an LlmAgent writes its marker before its transfer target runs); (b) an
+    abort seal as the last meaningful event; or (c) a final text by the
+    terminal agent as the last meaningful event. The terminal agent starts as
+    ``terminal_agent_name`` (else the root) and follows each transfer it makes.
+    Markers exist only in resumable apps; without them a pipeline is done only
+    through (c), so pass its last sub-agent as ``terminal_agent_name``. For an
+    LlmAgent root whose conversation moved to a sub-agent in an earlier
+    invocation, pass that sub-agent.
+
+    Args:
+        events: The whole session's events, oldest first (rewinds may come
+            from other invocations).
+        invocation_id: The invocation to classify; ``None`` if unknown.
+        root_agent_name: The name of the app's root agent.
+        terminal_agent_name: The agent whose final text ends the invocation.
+
+    Returns:
+        The classification; the module docstring lists the rules.
+    """
+    live = live_events(events) if invocation_id is not None else []
+    mine = [e for e in live if e.invocation_id == invocation_id and not e.partial]
+    last_id = mine[-1].id if mine else None
+
+    def verdict(
+        cls: OrphanClass,
+        reason: str,
+        calls: tuple[tuple[str, str], ...] = (),
+        pending: tuple[str, ...] = (),
+    ) -> Classification:
+        return Classification(cls, invocation_id, calls, pending, reason, last_id)
+
+    if invocation_id is None:
+        return verdict(OrphanClass.NOT_STARTED, "no invocation id")
+    if not any(e.author == "user" and _has_content(e) for e in mine):
+        stored = any(e.invocation_id == invocation_id for e in events)
+        why = "its events were rewound" if stored else "no user message stored"
+        return verdict(OrphanClass.NOT_STARTED, why)
+
+    calls: dict[str, tuple[str, str, int]] = {}
+    long_running: set[str] = set()
+    answered: set[str] = set()
+    lr_answered: set[str] = set()
+    last_turn: dict[str, int] = {}
+    for index, event in enumerate(mine):
+        for response in event.get_function_responses():
+            if response.id:
+                answered.add(response.id)
+                if event.author == "user" or event.error_code == ABORT_ERROR_CODE:
+                    lr_answered.add(response.id)
+        for call in event.get_function_calls():
+            if call.id:
+                calls.setdefault(call.id, (call.name or "", event.author, index))
+        long_running.update(event.long_running_tool_ids or ())
+        if _is_model_turn(event):
+            last_turn[event.author] = index
+    dangling = tuple(
+        (call_id, name)
+        for call_id, (name, author, index) in calls.items()
+        if call_id not in long_running
+        and call_id not in answered
+        and last_turn.get(author, -1) <= index
+    )
+    pending = tuple(c for c in calls if c in long_running and c not in lr_answered)
+    if dangling:
+        names = ", ".join(name for _, name in dangling)
+        return verdict(OrphanClass.TOOL_UNANSWERED, f"unanswered call: {names}", dangling, pending)
+    if pending:
+        return verdict(OrphanClass.PAUSED, "long-running call awaits its answer", (), pending)
+
+    terminal = terminal_agent_name or root_agent_name
+    for event in mine:
+        if event.author == terminal and event.actions.transfer_to_agent:
+            terminal = event.actions.transfer_to_agent
+    last_index = max(i for i, e in enumerate(mine) if _is_meaningful(e))
+    last = mine[last_index]
+    done = OrphanClass.ACTUALLY_DONE
+    if not last.actions.transfer_to_agent:
+        for event in mine[last_index + 1 :]:
+            if event.actions.end_of_agent and event.author in (root_agent_name, terminal):
+                return verdict(done, f"end marker of {event.author}")
+    if last.error_code == ABORT_ERROR_CODE:
+        return verdict(done, "aborted by the client")
+    if last.author == terminal and _is_final_text(last):
+        return verdict(done, f"final text by terminal agent {terminal}")
+
+    if last.error_code:
+        why = f"error {last.error_code} by {last.author}; re-drive retries"
+    elif last.actions.transfer_to_agent:
+        why = f"transfer to {last.actions.transfer_to_agent}; awaiting it"
+    elif last.author == "user":
+        why = "awaiting the model after the user's message"
+    elif last.get_function_responses():
+        why = "calls answered; awaiting the model"
+    elif _is_final_text(last):
+        why = f"text by {last.author}, not the terminal agent {terminal}"
+    else:
+        why = f"awaiting the model after {last.author}"
+    return verdict(OrphanClass.MODEL_INFLIGHT, why)

@@ -1,0 +1,354 @@
+"""The run ledger: every accepted run is on record, leased, fenced and queued.
+
+What it guarantees (framework-agnostic: no ADK import here):
+
+* A run is written (``QUEUED``) before anything drives it, with the request
+  that started it, so a run that never started can still be replayed.
+* At most one run per session is ``RUNNING``, across every worker (a partial
+  unique index); later runs of the session wait ``QUEUED`` in submission order.
+* A ``RUNNING`` run is owned through a lease on the database clock. Renewing,
+  finishing and parking are conditional on ``(owner, epoch)``; every claim
+  bumps the epoch, so a worker presumed dead can write nothing once its run
+  was taken over (the session store checks the same epoch on appends).
+* Recovery claims are single statements (``FOR UPDATE SKIP LOCKED`` on
+  PostgreSQL): two sweepers never claim one run. Attempts are counted in the
+  claim; the next recovery waits an exponential back-off; past
+  ``max_attempts`` the run is ``PARKED`` with a dead letter.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from durable_adk import errors
+from durable_adk.store.base import Row, Store
+
+
+class RunStatus(str, Enum):
+    """Where a run stands."""
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    PARKED = "PARKED"
+
+
+TERMINAL = frozenset({RunStatus.PAUSED, RunStatus.DONE, RunStatus.FAILED, RunStatus.PARKED})
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One ledger row.
+
+    Attributes:
+        run_id: The run's id.
+        app_name: The ADK app.
+        user_id: The session's user.
+        session_id: The session.
+        invocation_id: The ADK invocation this run drives (chosen before ADK runs).
+        request: The message that started the run (JSON text).
+        status: Where the run stands.
+        owner: The worker holding (or last holding) the lease.
+        lease_until: Lease expiry, database clock, seconds since the epoch.
+        epoch: The fencing token; bumped by every claim.
+        attempts: How many times the run has been claimed to be driven.
+        next_attempt_at: The earliest time recovery may claim it again.
+        last_error: The last error recorded.
+        classification: What recovery last found in the event log.
+        created_at: When the run was submitted.
+        updated_at: When the row last changed.
+        finished_at: When the run reached a terminal status.
+    """
+
+    run_id: str
+    app_name: str
+    user_id: str
+    session_id: str
+    invocation_id: str
+    request: str
+    status: RunStatus
+    owner: str | None
+    lease_until: float
+    epoch: int
+    attempts: int
+    next_attempt_at: float
+    last_error: str | None
+    classification: str | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> Run:
+        """Maps a ``runs`` row."""
+        return cls(
+            run_id=row["run_id"],
+            app_name=row["app_name"],
+            user_id=row["user_id"],
+            session_id=row["session_id"],
+            invocation_id=row["invocation_id"],
+            request=row["request"],
+            status=RunStatus(row["status"]),
+            owner=row["owner"],
+            lease_until=float(row["lease_until"]),
+            epoch=int(row["epoch"]),
+            attempts=int(row["attempts"]),
+            next_attempt_at=float(row["next_attempt_at"]),
+            last_error=row["last_error"],
+            classification=row["classification"],
+            created_at=float(row["created_at"]),
+            updated_at=float(row["updated_at"]),
+            finished_at=None if row["finished_at"] is None else float(row["finished_at"]),
+        )
+
+    @property
+    def lease(self) -> Lease:
+        """The fencing token of the current holder."""
+        return Lease(run_id=self.run_id, owner=self.owner or "", epoch=self.epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to write for a run: valid while ``(owner, epoch)`` match the row.
+
+    Attributes:
+        run_id: The run.
+        owner: The worker holding it.
+        epoch: The fencing epoch it was granted at.
+    """
+
+    run_id: str
+    owner: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A run (or later, a compensation) that needs a person.
+
+    Attributes:
+        kind: ``"run"``.
+        run_id: The run.
+        request: The request that started it.
+        classification: What recovery found.
+        last_events: The last events of the invocation (JSON text).
+        error: Why it was parked.
+        created_at: When.
+    """
+
+    kind: str
+    run_id: str | None
+    request: str | None
+    classification: str | None
+    last_events: str | None
+    error: str
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Row) -> DeadLetter:
+        """Maps a ``dead_letters`` row."""
+        return cls(
+            kind=row["kind"],
+            run_id=row["run_id"],
+            request=row["request"],
+            classification=row["classification"],
+            last_events=row["last_events"],
+            error=row["error"],
+            created_at=float(row["created_at"]),
+        )
+
+
+class RunLedger:
+    """Runs, leases, fencing epochs and the per-session queue over a store."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lease_seconds: float = 30.0,
+        backoff_seconds: float = 1.0,
+        max_attempts: int = 3,
+    ) -> None:
+        """Creates the ledger.
+
+        Args:
+            store: An open store.
+            lease_seconds: How long a claim or renewal holds a run.
+            backoff_seconds: The first back-off between recovery attempts;
+                doubled at each attempt.
+            max_attempts: Claims allowed before a run is parked.
+        """
+        if lease_seconds <= 0 or backoff_seconds < 0 or max_attempts < 1:
+            raise errors.InvalidArgument(
+                "lease_seconds must be > 0, backoff_seconds >= 0, max_attempts >= 1"
+            )
+        self.store = store
+        self.lease_seconds = lease_seconds
+        self.backoff_seconds = backoff_seconds
+        self.max_attempts = max_attempts
+
+    async def submit(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        request: Mapping[str, Any],
+        owner: str,
+        invocation_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Run:
+        """Records a run (QUEUED, leased by ``owner``) before anything drives it."""
+        for name, value in (
+            ("app_name", app_name),
+            ("user_id", user_id),
+            ("session_id", session_id),
+            ("owner", owner),
+        ):
+            if not isinstance(value, str) or not value:
+                raise errors.InvalidArgument(f"{name} must be a non-empty string")
+        row = await self.store.fetchrow(
+            "run_submit",
+            {
+                "run_id": run_id or f"run-{uuid.uuid4().hex}",
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "invocation_id": invocation_id or f"e-{uuid.uuid4()}",
+                "request": json.dumps(request),
+                "owner": owner,
+                "lease": self.lease_seconds,
+            },
+        )
+        assert row is not None
+        return Run.from_row(row)
+
+    async def claim_queued(self, run_id: str, owner: str) -> Run | None:
+        """Starts our own queued run if it heads its session's queue and the session is free."""
+        try:
+            row = await self.store.fetchrow(
+                "run_claim_queued",
+                {
+                    "run_id": run_id,
+                    "owner": owner,
+                    "lease": self.lease_seconds,
+                    "backoff": self.backoff_seconds,
+                },
+            )
+        except errors.UniqueViolation:
+            return None  # another worker started a run of this session at the same moment
+        return None if row is None else Run.from_row(row)
+
+    async def renew(self, lease: Lease) -> bool:
+        """Extends the lease; False means it was lost (taken over or finished)."""
+        row = await self.store.fetchrow(
+            "run_renew",
+            {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "lease": self.lease_seconds,
+            },
+        )
+        return row is not None
+
+    async def finish(
+        self,
+        lease: Lease,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        classification: str | None = None,
+    ) -> bool:
+        """Ends a RUNNING run as DONE, PAUSED or FAILED; False if the lease was lost."""
+        if status not in (RunStatus.DONE, RunStatus.PAUSED, RunStatus.FAILED):
+            raise errors.InvalidArgument(f"finish takes DONE, PAUSED or FAILED, not {status}")
+        row = await self.store.fetchrow(
+            "run_finish",
+            {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "status": status.value,
+                "error": error,
+                "classification": classification,
+            },
+        )
+        return row is not None
+
+    async def claim_expired(self, owner: str, *, limit: int = 10) -> list[Run]:
+        """Claims up to ``limit`` runs whose holder stopped renewing (recovery)."""
+        try:
+            rows = await self.store.fetch(
+                "run_claim_expired",
+                {
+                    "owner": owner,
+                    "lease": self.lease_seconds,
+                    "backoff": self.backoff_seconds,
+                    "limit": limit,
+                },
+            )
+        except errors.UniqueViolation:
+            return []  # a queued run raced a start in its session; the next pass takes it
+        return [Run.from_row(r) for r in rows]
+
+    async def park(
+        self,
+        lease: Lease,
+        *,
+        error: str,
+        classification: str | None = None,
+        last_events: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
+        """Parks a run for a person and writes its dead letter; False if the lease was lost."""
+        row = await self.store.fetchrow(
+            "run_park",
+            {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "error": error,
+                "classification": classification,
+                "last_events": json.dumps(list(last_events), default=str),
+            },
+        )
+        return row is not None and row["status"] == "ok"
+
+    async def retry(self, run_id: str) -> Run | None:
+        """Puts a parked run back in its session's queue; safe to call twice.
+
+        Returns:
+            The run as it now stands, or None if there is no such run.
+        """
+        row = await self.store.fetchrow("run_retry", {"run_id": run_id})
+        return Run.from_row(row) if row is not None else await self.get(run_id)
+
+    async def get(self, run_id: str) -> Run | None:
+        """One run, or None."""
+        row = await self.store.fetchrow("run_get", {"run_id": run_id})
+        return None if row is None else Run.from_row(row)
+
+    async def list(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+        """Runs, newest first, optionally of one status."""
+        rows = await self.store.fetch(
+            "run_list", {"status": status.value if status else None, "limit": limit}
+        )
+        return [Run.from_row(r) for r in rows]
+
+    async def dead_letters(
+        self, *, run_id: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]:
+        """Dead letters, newest first."""
+        rows = await self.store.fetch("dead_letter_list", {"run_id": run_id, "limit": limit})
+        return [DeadLetter.from_row(r) for r in rows]
+
+    async def backdate(self, run_id: str, seconds: float) -> None:
+        """Moves a run's lease and back-off ``seconds`` into the past (tests, operators)."""
+        await self.store.execute("run_backdate", {"run_id": run_id, "seconds": seconds})
