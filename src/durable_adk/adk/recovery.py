@@ -1,0 +1,162 @@
+"""The recovery sweeper: every orphaned run is found, classified and ended.
+
+``Sweeper.recover_once()`` claims expired runs through the ledger's single
+atomic statement (so a duplicate sweep by another worker is harmless), at most
+``batch`` per pass, reads the invocation's events and acts on the class:
+
+=================  ==========================================================
+NOT_STARTED        drive it from the stored request, same invocation id
+MODEL_INFLIGHT     re-drive the invocation (ADK resumability continues it)
+TOOL_UNANSWERED    re-drive when every unanswered tool is declared idempotent
+                   (or journaled); otherwise park: "outcome unknown"
+PAUSED             mark PAUSED: only the job resumer may answer the call
+ACTUALLY_DONE      mark DONE; never re-drive (that would ask the model again)
+=================  ==========================================================
+
+A claim past ``max_attempts`` parks the run with a dead letter holding the
+request, the classification, the last events and the error. ``serve()`` runs a
+pass at start-up and then periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from google.adk.events.event import Event
+from google.genai import types
+
+from durable_adk import errors
+from durable_adk.adk.classify import Classification, OrphanClass, classify, recover_invocation_id
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.ledger import Run, RunStatus
+
+logger = logging.getLogger("durable_adk.recovery")
+
+LAST_EVENTS_KEPT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What one recovery did.
+
+    Attributes:
+        run_id: The run.
+        found: The class found in the event log.
+        action: What the sweeper did: ``redrive``, ``mark_done``, ``mark_paused``, ``park``.
+        status: The run's status afterwards.
+        reason: Why (the classifier's reason, or the parking reason).
+    """
+
+    run_id: str
+    found: OrphanClass
+    action: str
+    status: RunStatus
+    reason: str
+
+
+class Sweeper:
+    """Recovers the runs whose workers died."""
+
+    def __init__(self, runner: DurableRunner, *, batch: int = 10, interval: float = 5.0) -> None:
+        """Creates a sweeper that recovers through ``runner``.
+
+        Args:
+            runner: The DurableRunner that re-drives runs (its worker id owns the claims).
+            batch: Most runs claimed per pass by this worker.
+            interval: Seconds between passes in :meth:`serve`.
+        """
+        self.runner = runner
+        self.ledger = runner.ledger
+        self.batch = batch
+        self.interval = interval
+
+    async def recover_once(self) -> list[Recovery]:
+        """Claims and recovers up to ``batch`` expired runs; returns what was done."""
+        claimed = await self.ledger.claim_expired(self.runner.worker_id, limit=self.batch)
+        done = []
+        for run in claimed:
+            try:
+                done.append(await self._recover(run))
+            except errors.Fenced:
+                logger.warning("run %s was taken over during its recovery", run.run_id)
+        return done
+
+    async def _recover(self, run: Run) -> Recovery:
+        session = await self.runner.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        events: list[Event] = list(session.events) if session else []
+        invocation_id = run.invocation_id
+        if not any(e.invocation_id == invocation_id for e in events):
+            invocation_id = recover_invocation_id(events, started_at=run.created_at) or invocation_id
+        root = self.runner.app.root_agent
+        found = classify(events, invocation_id, root_agent_name=root.name)
+        mine = [e for e in events if e.invocation_id == invocation_id][-LAST_EVENTS_KEPT:]
+        if run.attempts > self.ledger.max_attempts:
+            return await self._park(
+                run, found, mine, f"gave up after {run.attempts - 1} attempts: {run.last_error or found.reason}"
+            )
+        if found.cls is OrphanClass.ACTUALLY_DONE:
+            await self._finish(run, RunStatus.DONE, found)
+            return Recovery(run.run_id, found.cls, "mark_done", RunStatus.DONE, found.reason)
+        if found.cls is OrphanClass.PAUSED:
+            await self._finish(run, RunStatus.PAUSED, found)
+            return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
+        if found.cls is OrphanClass.TOOL_UNANSWERED:
+            unsafe = [name for _, name in found.unanswered_calls if name not in self.runner.idempotent_tools]
+            if unsafe:
+                return await self._park(
+                    run, found, mine, f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted"
+                )
+        message = types.Content.model_validate(json.loads(run.request))
+        resume = found.cls is not OrphanClass.NOT_STARTED
+        try:
+            async for _event in self.runner.drive(run, message, resume=resume):
+                pass
+        except errors.Fenced:
+            raise
+        except Exception as exc:  # the run is FAILED on the ledger by drive()
+            logger.warning("run %s failed on re-drive: %s", run.run_id, exc)
+            return Recovery(run.run_id, found.cls, "redrive", RunStatus.FAILED, str(exc))
+        after = await self.ledger.get(run.run_id)
+        status = after.status if after else RunStatus.DONE
+        return Recovery(run.run_id, found.cls, "redrive", status, found.reason)
+
+    async def _finish(self, run: Run, status: RunStatus, found: Classification) -> None:
+        if not await self.ledger.finish(run.lease, status, classification=found.cls.value):
+            raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+
+    async def _park(
+        self, run: Run, found: Classification, mine: list[Event], reason: str
+    ) -> Recovery:
+        last = [json.loads(e.model_dump_json(exclude_none=True)) for e in mine]
+        if not await self.ledger.park(
+            run.lease, error=reason, classification=found.cls.value, last_events=last
+        ):
+            raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+        return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, reason)
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[Sweeper]:
+        """Runs a pass now, then one every ``interval`` seconds, until the block exits."""
+        await self.recover_once()
+        task = asyncio.create_task(self._loop())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.recover_once()
+            except errors.StoreError:
+                logger.exception("recovery pass failed; retrying at the next interval")

@@ -1,0 +1,274 @@
+"""DurableRunner: ADK's Runner with a ledger row, a lease, fencing and a queue.
+
+What it guarantees:
+
+* A run is on the ledger (with its request and the invocation id we chose)
+  before ADK is called, so a crash at any instant leaves a row the sweeper
+  finds.
+* One run per session drives at a time across every worker; a second run for
+  a busy session waits ``QUEUED``, in order, and its caller then gets its
+  events.
+* The lease is renewed by a timer task, independent of how fast the caller
+  reads events. A worker whose renewal fails stops driving the run, and the
+  store refuses its further writes (every event carries the run id and epoch
+  in ``custom_metadata["durable_adk"]``).
+* The row ends ``DONE``, ``PAUSED`` (the invocation stopped on an unanswered
+  long-running call) or ``FAILED``.
+
+Apps run with ADK resumability on: a re-driven invocation then skips finished
+steps and replays an unanswered call with its original id instead of asking
+the model again (see docs/adk-notes.md, section 6). A bare agent gets an App
+with resumability enabled; an App without it is refused. An in-memory session
+service is refused: nothing would survive the crash we are here for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import socket
+import uuid
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any
+
+from google.adk.agents import BaseAgent
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.agents.run_config import RunConfig
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.events.event import Event
+from google.adk.runners import Runner
+from google.adk.sessions.base_session_service import BaseSessionService
+from google.adk.sessions.session import Session
+from google.genai import types
+
+from durable_adk import errors
+from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.testing.crash import crash_point
+
+logger = logging.getLogger("durable_adk.runner")
+
+_CHOSEN_INVOCATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "durable_adk_invocation", default=None
+)
+
+
+class _InvocationIdRunner(Runner):
+    """Runner that starts new invocations under the id we already put on the ledger.
+
+    ``_new_invocation_context`` is ADK's documented extension point; a resumable
+    non-LLM root treats any explicit ``invocation_id`` as a resume, so the id
+    travels in a context variable instead.
+    """
+
+    def _new_invocation_context(
+        self, session: Session, *, invocation_id: str | None = None, **kwargs: Any
+    ) -> InvocationContext:
+        return super()._new_invocation_context(
+            session, invocation_id=invocation_id or _CHOSEN_INVOCATION.get(), **kwargs
+        )
+
+
+def pending_long_running(events: Iterable[Event]) -> set[str]:
+    """Ids of long-running calls in ``events`` that no function response answered."""
+    pending: set[str] = set()
+    answered: set[str] = set()
+    for event in events:
+        pending.update(event.long_running_tool_ids or ())
+        answered.update(r.id for r in event.get_function_responses() if r.id)
+    return pending - answered
+
+
+class DurableRunner:
+    """Drives ADK runs that survive crashes.
+
+    Example::
+
+        async with open_store("sqlite:///durable_adk.db") as store:
+            runner = DurableRunner(app=root_agent, store=store, app_name="shop")
+            async for event in runner.run(user_id="u1", session_id="s1", message="hi"):
+                print(event.author, event.content)
+    """
+
+    def __init__(
+        self,
+        *,
+        app: App | BaseAgent,
+        store: Any,
+        worker_id: str | None = None,
+        lease: float = 30.0,
+        app_name: str | None = None,
+        session_service: BaseSessionService | None = None,
+        max_attempts: int = 3,
+        backoff: float = 1.0,
+        idempotent_tools: Iterable[str] = (),
+        queue_poll: float = 0.1,
+    ) -> None:
+        """Creates the runner.
+
+        Args:
+            app: An ADK App with resumability on, or a bare root agent (an App
+                with resumability is made for it).
+            store: The open durable store.
+            worker_id: This worker's name on the ledger (default: host:pid:random).
+            lease: Lease length in seconds; renewed every third of it.
+            app_name: The app name for a bare agent (default: the agent's name).
+            session_service: A DurableSessionService over ``store`` (default: one is made).
+            max_attempts: Recovery claims before a run is parked.
+            backoff: First back-off between recovery attempts, doubled each time.
+            idempotent_tools: Tools safe to run again after a crash (re-driven
+                rather than parked when their call is unanswered).
+            queue_poll: How often a queued run checks whether its turn came.
+        """
+        if isinstance(app, BaseAgent):
+            app = App(
+                name=app_name or app.name,
+                root_agent=app,
+                resumability_config=ResumabilityConfig(is_resumable=True),
+            )
+        if not (app.resumability_config and app.resumability_config.is_resumable):
+            raise errors.InvalidArgument(
+                "durable runs need ADK resumability: build the App with "
+                "resumability_config=ResumabilityConfig(is_resumable=True), or pass the bare agent"
+            )
+        if session_service is None:
+            session_service = DurableSessionService(store)
+        if not isinstance(session_service, DurableSessionService):
+            raise errors.InvalidArgument(
+                f"{type(session_service).__name__} cannot back durable runs: use "
+                "DurableSessionService (an in-memory service loses everything in a crash)"
+            )
+        self.app = app
+        self.store = store
+        self.sessions = session_service
+        self.worker_id = worker_id or f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
+        self.lease_seconds = lease
+        self.ledger = RunLedger(
+            store, lease_seconds=lease, backoff_seconds=backoff, max_attempts=max_attempts
+        )
+        self.idempotent_tools = frozenset(idempotent_tools)
+        self.queue_poll = queue_poll
+        self.adk = _InvocationIdRunner(app=app, session_service=session_service)
+
+    @property
+    def app_name(self) -> str:
+        """The ADK app's name."""
+        return self.app.name
+
+    async def run(
+        self, *, user_id: str, session_id: str, message: types.Content | str
+    ) -> AsyncGenerator[Event, None]:
+        """Runs one turn durably and yields its events.
+
+        The ledger row is written first; the run then waits its turn in the
+        session's queue, drives ADK under a renewed lease, and finishes the row.
+
+        Raises:
+            durable_adk.errors.Fenced: This worker lost the run to another.
+        """
+        content = (
+            types.Content(role="user", parts=[types.Part(text=message)])
+            if isinstance(message, str)
+            else message
+        )
+        if not content.parts:
+            raise errors.InvalidArgument("message has no parts")
+        existing = await self.sessions.get_session(
+            app_name=self.app_name, user_id=user_id, session_id=session_id
+        )
+        if existing is None:
+            await self.sessions.create_session(
+                app_name=self.app_name, user_id=user_id, session_id=session_id
+            )
+        run = await self.ledger.submit(
+            app_name=self.app_name,
+            user_id=user_id,
+            session_id=session_id,
+            request=content.model_dump(mode="json", exclude_none=True),
+            owner=self.worker_id,
+        )
+        claimed = await self._wait_for_turn(run)
+        crash_point("runner.before_first_event")
+        async for event in self.drive(claimed, content, resume=False):
+            yield event
+
+    async def _wait_for_turn(self, run: Run) -> Run:
+        renew_every = self.lease_seconds / 3
+        waited = 0.0
+        while True:
+            claimed = await self.ledger.claim_queued(run.run_id, self.worker_id)
+            if claimed is not None:
+                return claimed
+            await asyncio.sleep(self.queue_poll)
+            waited += self.queue_poll
+            if waited >= renew_every:
+                waited = 0.0
+                if not await self.ledger.renew(run.lease):
+                    raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
+
+    async def drive(
+        self, run: Run, message: types.Content, *, resume: bool
+    ) -> AsyncGenerator[Event, None]:
+        """Drives a claimed run to its end under a renewed lease.
+
+        Args:
+            run: A run this worker holds (RUNNING, our owner and epoch).
+            message: The original request.
+            resume: Re-drive the invocation id on the ledger (recovery) rather
+                than start it.
+        """
+        lease = run.lease
+        lost = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(run, lost))
+        run_config = RunConfig(
+            custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch}}
+        )
+        seen: list[Event] = []
+        token = _CHOSEN_INVOCATION.set(run.invocation_id)
+        try:
+            stream = self.adk.run_async(
+                user_id=run.user_id,
+                session_id=run.session_id,
+                invocation_id=run.invocation_id if resume else None,
+                new_message=message,
+                run_config=run_config,
+            )
+            async with contextlib.aclosing(stream) as events:
+                async for event in events:
+                    if lost.is_set():
+                        raise errors.Fenced(f"lost the lease of run {run.run_id}")
+                    seen.append(event)
+                    yield event
+        except errors.Fenced:
+            logger.warning("run %s: lease lost, stopped driving", run.run_id)
+            raise
+        except Exception as exc:
+            await self.ledger.finish(lease, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            _CHOSEN_INVOCATION.reset(token)
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        crash_point("runner.before_finish")
+        session = await self.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        mine = [e for e in (session.events if session else seen) if e.invocation_id == run.invocation_id]
+        status = RunStatus.PAUSED if pending_long_running(mine) else RunStatus.DONE
+        if not await self.ledger.finish(lease, status):
+            raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
+
+    async def _heartbeat(self, run: Run, lost: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                renewed = await self.ledger.renew(run.lease)
+            except errors.StoreError:
+                logger.exception("run %s: lease renewal failed", run.run_id)
+                renewed = False
+            if not renewed:
+                lost.set()
+                return

@@ -1,0 +1,530 @@
+"""The orphan classifier: real ADK event logs cut at every prefix, plus Hypothesis.
+
+The real logs come from running agents through ``google.adk.runners.Runner``
+with `ScriptedModel` and `InMemorySessionService`. Cutting a log after its
+``n``-th event is what a crash right after that append leaves behind, so each
+scenario lists the class expected at every prefix (N, M, T, P, D below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from google.adk.agents import BaseAgent, LlmAgent, SequentialAgent
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.events import Event, EventActions
+from google.adk.events._abort_events import _build_abort_events
+from google.adk.events._rewind_events import _apply_rewinds
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
+from google.adk.workflow import Workflow
+from google.genai import types
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durable_adk.adk.classify import (
+    ABORT_ERROR_CODE,
+    Classification,
+    OrphanClass,
+    classify,
+    live_events,
+    recover_invocation_id,
+)
+from durable_adk.testing.scripted_model import Call, Fail, Say, ScriptedModel
+
+N = OrphanClass.NOT_STARTED
+M = OrphanClass.MODEL_INFLIGHT
+T = OrphanClass.TOOL_UNANSWERED
+P = OrphanClass.PAUSED
+D = OrphanClass.ACTUALLY_DONE
+
+
+# ---------------------------------------------------------------- real ADK runs
+
+
+class Crash(BaseException):
+    """Simulated process death: ADK stores nothing for a BaseException."""
+
+
+CRASH = {"on": False}
+
+
+def charge(amount: int) -> dict[str, bool]:
+    """Charges money."""
+    if CRASH["on"]:
+        raise Crash
+    return {"ok": True}
+
+
+def boom(amount: int) -> dict[str, bool]:
+    """Fails."""
+    raise RuntimeError("tool broke")
+
+
+def approve(amount: int) -> dict[str, str]:
+    """Asks a human; returns an interim status."""
+    return {"status": "pending"}
+
+
+def approve_quietly(amount: int) -> None:
+    """Asks a human; returns nothing."""
+    return None
+
+
+class SafetyModel(ScriptedModel):
+    """Answers every request with an error response (no content)."""
+
+    async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+        yield LlmResponse(error_code="SAFETY", error_message="blocked")
+
+
+def msg(text: str) -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+def answer(call_id: str, name: str) -> types.Content:
+    response = types.FunctionResponse(id=call_id, name=name, response={"approved": True})
+    return types.Content(role="user", parts=[types.Part(function_response=response)])
+
+
+async def _drive(
+    root: BaseAgent | Workflow,
+    resumable: bool,
+    turns: Sequence[types.Content | str],
+    redrive: bool = False,
+) -> list[Event]:
+    """Runs ``turns`` (a str ``"rewind:<k>"`` rewinds before the k-th invocation)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = ResumabilityConfig(is_resumable=resumable)
+    app = App(name="app", root_agent=root, resumability_config=config)
+    sessions = InMemorySessionService()
+    await sessions.create_session(app_name="app", user_id="u", session_id="s")
+
+    async def events() -> list[Event]:
+        session = await sessions.get_session(app_name="app", user_id="u", session_id="s")
+        assert session is not None
+        return session.events
+
+    for turn in turns:
+        runner = Runner(app=app, session_service=sessions)
+        if isinstance(turn, str):
+            invocations = list(dict.fromkeys(e.invocation_id for e in await events()))
+            before = invocations[int(turn.split(":")[1])]
+            await runner.rewind_async(user_id="u", session_id="s", rewind_before_invocation_id=before)
+            continue
+        try:
+            async for _ in runner.run_async(user_id="u", session_id="s", new_message=turn):
+                pass
+        except (Crash, RuntimeError):
+            if not redrive:
+                continue
+            CRASH["on"] = False
+            inv = (await events())[0].invocation_id
+            async for _ in Runner(app=app, session_service=sessions).run_async(
+                user_id="u", session_id="s", invocation_id=inv, new_message=turn
+            ):
+                pass
+    return list(await events())
+
+
+def llm(script: Any, name: str = "payer", **kw: Any) -> LlmAgent:
+    return LlmAgent(name=name, model=ScriptedModel(script), **kw)
+
+
+def pipeline(workflow: bool) -> BaseAgent | Workflow:
+    model = ScriptedModel({"a": [Say("A")], "b": [Say("B")]})
+    a, b = LlmAgent(name="a", model=model), LlmAgent(name="b", model=model)
+    if workflow:
+        return Workflow(name="pipe", edges=[("START", a, b)])
+    return SequentialAgent(name="pipe", sub_agents=[a, b])
+
+
+@functools.cache
+def scenario(name: str, resumable: bool) -> tuple[Event, ...]:
+    """Builds and runs a named scenario once per test session."""
+    tool_script = [Call("charge", {"amount": 5}, id="c1"), Say("charged")]
+    roots: dict[str, tuple[Any, list[Any], bool]] = {
+        "tool": (llm(tool_script, tools=[charge]), [msg("pay")], False),
+        "sequential": (pipeline(workflow=False), [msg("go")], False),
+        "workflow": (pipeline(workflow=True), [msg("go")], False),
+        "lr_interim": (
+            llm(
+                [Call("approve", {"amount": 5}, id="lr1"), Say("waiting"), Say("approved")],
+                tools=[LongRunningFunctionTool(approve)],
+            ),
+            [msg("pay"), answer("lr1", "approve")],
+            False,
+        ),
+        "lr_none": (
+            llm(
+                [Call("approve_quietly", {"amount": 5}, id="lr1"), Say("approved")],
+                tools=[LongRunningFunctionTool(approve_quietly)],
+            ),
+            [msg("pay"), answer("lr1", "approve_quietly")],
+            False,
+        ),
+        "transfer": (
+            LlmAgent(
+                name="root",
+                model=ScriptedModel({"root": [Call("transfer_to_agent", {"agent_name": "helper"})]}),
+                sub_agents=[llm({"helper": [Say("helped"), Say("again")]}, name="helper")],
+            ),
+            [msg("hi"), msg("more")],
+            False,
+        ),
+        "crash_redrive": (
+            llm([Call("charge", {"amount": 5}), Say("charged")], tools=[charge]),
+            [msg("pay")],
+            True,
+        ),
+        "model_fails": (llm([Fail(RuntimeError("model down"))]), [msg("pay")], False),
+        "tool_raises": (llm([Call("boom", {"amount": 1}, id="c1")], tools=[boom]), [msg("pay")], False),
+        "safety": (LlmAgent(name="payer", model=SafetyModel([])), [msg("pay")], False),
+        "rewind": (
+            llm(tool_script + [Say("second"), Say("third")], tools=[charge]),
+            [msg("pay"), msg("again"), "rewind:1", msg("after")],
+            False,
+        ),
+    }
+    root, turns, redrive = roots[name]
+    CRASH["on"] = redrive
+    return tuple(asyncio.run(_drive(root, resumable, turns, redrive)))
+
+
+def invocation(events: Sequence[Event], k: int = 0) -> tuple[str, list[Event]]:
+    """The k-th invocation's id and events (rewind events excluded)."""
+    ids = list(dict.fromkeys(e.invocation_id for e in events if e.content or e.actions.end_of_agent))
+    inv = ids[k]
+    return inv, [e for e in events if e.invocation_id == inv]
+
+
+def prefix_classes(events: Sequence[Event], inv: str, **kw: Any) -> list[OrphanClass]:
+    kw.setdefault("root_agent_name", "payer")
+    return [classify(events[:n], inv, **kw).cls for n in range(len(events) + 1)]
+
+
+CASES = [
+    # user, FC, FR, text, [end_of_agent]
+    ("tool", True, {}, [N, M, T, M, D, D]),
+    ("tool", False, {}, [N, M, T, M, D]),
+    # user, state(a), a text, a end, state(b), b text, b end, pipe end
+    ("sequential", True, {"root_agent_name": "pipe", "terminal_agent_name": "b"}, [N, M, M, M, M, M, D, D, D]),
+    ("sequential", True, {"root_agent_name": "pipe"}, [N, M, M, M, M, M, M, M, D]),
+    ("sequential", False, {"root_agent_name": "pipe", "terminal_agent_name": "b"}, [N, M, M, D]),
+    ("sequential", False, {"root_agent_name": "pipe"}, [N, M, M, M]),
+    ("workflow", True, {"root_agent_name": "pipe", "terminal_agent_name": "b"}, [N, M, M, M, M, M, M, D, D, D, D]),
+    ("workflow", False, {"root_agent_name": "pipe", "terminal_agent_name": "b"}, [N, M, M, D]),
+    # user, FC(lr), interim FR, "waiting", user FR, text, [end_of_agent]
+    ("lr_interim", True, {}, [N, M, P, P, P, M, D, D]),
+    ("lr_interim", False, {}, [N, M, P, P, P, M, D]),
+    # user, FC(lr), user FR, text, [end_of_agent]
+    ("lr_none", True, {}, [N, M, P, M, D, D]),
+    ("lr_none", False, {}, [N, M, P, M, D]),
+    # user, FC transfer, FR(transfer=helper), [root end], helper text, [helper end]
+    ("transfer", True, {"root_agent_name": "root"}, [N, M, T, M, M, D, D]),
+    ("transfer", False, {"root_agent_name": "root"}, [N, M, T, M, D]),
+    # resumable: the call is replayed with its id: user, FC, FR, text, end
+    ("crash_redrive", True, {}, [N, M, T, M, D, D]),
+    # not resumable: the model is asked again: user, FC (abandoned), FC, FR, text
+    ("crash_redrive", False, {}, [N, M, T, T, M, D]),
+    ("model_fails", True, {}, [N, M, M]),
+    ("tool_raises", True, {}, [N, M, T, T]),
+    # an error response ends the agent normally (resumable: end marker follows)
+    ("safety", True, {}, [N, M, M, D]),
+    ("safety", False, {}, [N, M, M]),
+]
+
+
+@pytest.mark.parametrize(("name", "resumable", "kw", "expected"), CASES)
+def test_crash_at_every_prefix_of_a_real_run(
+    name: str, resumable: bool, kw: dict[str, Any], expected: list[OrphanClass]
+) -> None:
+    inv, events = invocation(scenario(name, resumable))
+    assert prefix_classes(events, inv, **kw) == expected
+
+
+def test_sub_agent_final_text_is_not_done() -> None:
+    inv, events = invocation(scenario("sequential", False))
+    assert [e.author for e in events] == ["user", "a", "b"]
+    assert events[1].is_final_response()
+    verdict = classify(events[:2], inv, root_agent_name="pipe", terminal_agent_name="b")
+    assert verdict.cls is M and "not the terminal agent b" in verdict.reason
+
+
+def test_transferred_chat_later_turn_needs_the_owning_agent() -> None:
+    inv, events = invocation(scenario("transfer", True), 1)
+    assert [e.author for e in events] == ["user", "helper", "helper"]
+    got = prefix_classes(events, inv, root_agent_name="root", terminal_agent_name="helper")
+    assert got == [N, M, D, D]
+
+
+def test_long_running_call_reports_its_id() -> None:
+    inv, events = invocation(scenario("lr_interim", True))
+    verdict = classify(events[:4], inv, root_agent_name="payer")
+    assert verdict.pending_long_running == ("lr1",) and verdict.unanswered_calls == ()
+    assert verdict.last_event_id == events[3].id and verdict.invocation_id == inv
+
+
+def test_unanswered_call_reports_id_and_name() -> None:
+    inv, events = invocation(scenario("tool", True))
+    verdict = classify(events[:2], inv, root_agent_name="payer")
+    assert verdict.unanswered_calls == (("c1", "charge"),)
+
+
+def test_abort_seals_mean_done() -> None:
+    inv, events = invocation(scenario("tool", True))
+    lr_inv, lr_events = invocation(scenario("lr_none", True))
+    for evs, i, cut in ((events, inv, 2), (events, inv, 1), (lr_events, lr_inv, 2)):
+        head = list(evs[:cut])
+        seals = _build_abort_events(head, invocation_id=i, root_agent_name="payer", branch=None)
+        assert all(s.error_code == ABORT_ERROR_CODE for s in seals)
+        assert classify(head + seals, i, root_agent_name="payer").cls is D
+
+
+def test_rewinds_follow_adk() -> None:
+    events = scenario("rewind", True)
+    assert any(e.actions.rewind_before_invocation_id for e in events)
+    assert [e.id for e in live_events(events)] == [e.id for e in _apply_rewinds(list(events))]
+    first, second, third = (invocation(events, k)[0] for k in range(3))
+    assert classify(events, first, root_agent_name="payer").cls is D
+    rewound = classify(events, second, root_agent_name="payer")
+    assert rewound.cls is N and "rewound" in rewound.reason
+    assert classify(events, third, root_agent_name="payer").cls is D
+    # A crash while the second invocation awaited the model, then a rewind of it.
+    cut = next(i for i, e in enumerate(events) if e.invocation_id == second) + 1
+    rewind = next(e for e in events if e.actions.rewind_before_invocation_id)
+    assert classify(events[:cut], second, root_agent_name="payer").cls is M
+    assert classify([*events[:cut], rewind], second, root_agent_name="payer").cls is N
+
+
+def test_no_invocation_id_or_no_events_is_not_started() -> None:
+    inv, events = invocation(scenario("tool", True))
+    assert classify(events, None, root_agent_name="payer").cls is N
+    assert classify([], inv, root_agent_name="payer").cls is N
+    assert classify(events, "other", root_agent_name="payer").cls is N
+
+
+def test_recover_invocation_id_from_the_stored_user_event() -> None:
+    events = list(scenario("transfer", True))
+    first, second = invocation(events, 0)[0], invocation(events, 1)[0]
+    start = events[0].timestamp
+    assert recover_invocation_id(events, started_at=start) == first
+    assert recover_invocation_id(events, started_at=start + 3) == first  # within the skew
+    assert recover_invocation_id(events, started_at=start, request_text=" more ") == second
+    assert recover_invocation_id(events, started_at=start, request_text="unknown") == first
+    assert recover_invocation_id(events, started_at=time.time() + 60) is None
+    # The answer to a long-running call is stored under the older invocation.
+    lr = list(scenario("lr_none", True))
+    answer_at = next(e for e in lr if e.author == "user" and e.get_function_responses()).timestamp
+    assert recover_invocation_id(lr, started_at=answer_at, skew=0) is None
+
+
+# ---------------------------------------------------------------- Hypothesis
+
+AGENTS = ("payer", "a", "b")
+
+
+def mk(
+    inv: str,
+    author: str,
+    *,
+    text: str | None = None,
+    calls: Sequence[tuple[str, str]] = (),
+    responses: Sequence[tuple[str, str]] = (),
+    long_running: Sequence[str] = (),
+    state: dict[str, Any] | None = None,
+    end: bool = False,
+    error: str | None = None,
+    rewind: str | None = None,
+) -> Event:
+    """An event in the shape ADK stores."""
+    parts = [types.Part(text=text)] if text else []
+    parts += [types.Part(function_call=types.FunctionCall(id=i, name=n)) for i, n in calls]
+    parts += [
+        types.Part(function_response=types.FunctionResponse(id=i, name=n, response={}))
+        for i, n in responses
+    ]
+    role = "user" if author == "user" or responses else "model"
+    return Event(
+        invocation_id=inv,
+        author=author,
+        content=types.Content(role=role, parts=parts) if parts else None,
+        long_running_tool_ids=set(long_running) or None,
+        error_code=error,
+        actions=EventActions(
+            agent_state=state, end_of_agent=end or None, rewind_before_invocation_id=rewind
+        ),
+    )
+
+
+@st.composite
+def invocation_logs(draw: st.DrawFn, inv: str = "inv") -> list[Event]:
+    """Random sequences of user text, model text, calls, responses, checkpoints, errors."""
+    events = [mk(inv, "user", text="hello")] if draw(st.integers(0, 9)) else []
+    calls: list[tuple[str, str, str, bool]] = []
+    for _ in range(draw(st.integers(0, 10))):
+        kind = draw(st.sampled_from(["text", "call", "answer", "answer", "check", "error", "user"]))
+        author = draw(st.sampled_from(AGENTS))
+        if kind == "text":
+            events.append(mk(inv, author, text="t"))
+        elif kind == "call":
+            new = [
+                (f"{inv}-c{len(calls) + k}", f"tool{k}", author, draw(st.booleans()))
+                for k in range(draw(st.integers(1, 2)))
+            ]
+            calls += new
+            lr = [c[0] for c in new if c[3]]
+            events.append(mk(inv, author, calls=[c[:2] for c in new], long_running=lr))
+        elif kind == "answer" and calls:
+            call_id, name, caller, lr = draw(st.sampled_from(calls))
+            responder = "user" if lr and draw(st.booleans()) else caller
+            events.append(mk(inv, responder, responses=[(call_id, name)]))
+        elif kind == "check":
+            end = draw(st.booleans())
+            events.append(mk(inv, author, end=end, state=None if end else {"step": 1}))
+        elif kind == "error":
+            events.append(mk(inv, author, error=draw(st.sampled_from(["Boom", ABORT_ERROR_CODE]))))
+        elif kind == "user":
+            events.append(mk(inv, "user", text="more"))
+    return events
+
+
+def oracle(events: Sequence[Event], inv: str) -> tuple[bool, list[str], list[str]]:
+    """(user message stored, dangling non-long-running calls, open long-running calls)."""
+    mine = [e for e in _apply_rewinds(list(events)) if e.invocation_id == inv]
+    lr = {i for e in mine for i in e.long_running_tool_ids or ()}
+    answered = {r.id for e in mine for r in e.get_function_responses()}
+    by_user = {
+        r.id
+        for e in mine
+        if e.author == "user" or e.error_code == ABORT_ERROR_CODE
+        for r in e.get_function_responses()
+    }
+    dangling, pending = [], []
+    for i, e in enumerate(mine):
+        for c in e.get_function_calls():
+            assert c.id is not None
+            if c.id in lr:
+                pending += [] if c.id in by_user else [c.id]
+            elif c.id not in answered and not any(
+                later.author == e.author and later.content and not later.get_function_responses()
+                for later in mine[i + 1 :]
+            ):
+                dangling.append(c.id)
+    user = any(e.author == "user" and e.content for e in mine)
+    return user, dangling, pending
+
+
+def verdict(events: Sequence[Event], inv: str = "inv") -> Classification:
+    return classify(events, inv, root_agent_name="payer")
+
+
+def sans_last(c: Classification) -> Classification:
+    return dataclasses.replace(c, last_event_id=None)
+
+
+def merge(a: list[Event], b: list[Event], picks: list[bool]) -> list[Event]:
+    a, b, out = list(a), list(b), []
+    for pick in picks:
+        source = a if (pick and a) or not b else b
+        if source:
+            out.append(source.pop(0))
+    return out + a + b
+
+
+@settings(max_examples=150, deadline=None)
+@given(invocation_logs())
+def test_class_matches_the_calls_in_the_log(events: list[Event]) -> None:
+    before = [e.model_dump() for e in events]
+    got = verdict(events)
+    assert [e.model_dump() for e in events] == before
+    user, dangling, pending = oracle(events, "inv")
+    if not user:
+        assert got.cls is N
+        return
+    assert [c for c, _ in got.unanswered_calls] == dangling
+    assert list(got.pending_long_running) == pending
+    if dangling:
+        assert got.cls is T
+    elif pending:
+        assert got.cls is P
+    else:
+        assert got.cls in (M, D)
+
+
+@given(invocation_logs())
+def test_root_end_marker_means_done(events: list[Event]) -> None:
+    user, dangling, pending = oracle(events, "inv")
+    marked = [*events, mk("inv", "payer", end=True)]
+    if user and not dangling and not pending:
+        assert verdict(marked).cls is D
+    else:
+        assert verdict(marked).cls is verdict(events).cls
+
+
+@given(invocation_logs())
+def test_trailing_text_decides_by_author(events: list[Event]) -> None:
+    user, _, pending = oracle(events, "inv")
+    by_sub_agent = verdict([*events, mk("inv", "a", text="sub")])
+    assert by_sub_agent.cls is not D
+    by_root = [*events, mk("inv", "payer", text="final")]
+    _, dangling, _ = oracle(by_root, "inv")
+    if user and not dangling and not pending:
+        assert verdict(by_root).cls is D
+
+
+@given(invocation_logs(), invocation_logs("other"), st.lists(st.booleans(), max_size=30))
+def test_other_invocations_never_change_the_result(
+    events: list[Event], others: list[Event], picks: list[bool]
+) -> None:
+    assert verdict(merge(events, others, picks)) == verdict(events)
+
+
+@given(
+    invocation_logs(),
+    st.lists(
+        st.tuples(st.integers(0, 20), st.sampled_from(["state", "sub_end", "root_end"]), st.booleans())
+    ),
+)
+def test_checkpoints_do_not_change_the_result(
+    events: list[Event], inserts: list[tuple[int, str, bool]]
+) -> None:
+    meaningful = [i for i, e in enumerate(events) if e.content or e.error_code]
+    padded = list(events)
+    for pos, kind, root in sorted(inserts, reverse=True):
+        if kind == "state":
+            padded.insert(min(pos, len(padded)), mk("inv", "payer" if root else "a", state={}))
+        elif kind == "sub_end":
+            padded.insert(min(pos, len(padded)), mk("inv", "a", end=True))
+        elif meaningful:  # a root marker before the last meaningful event
+            padded.insert(min(pos, meaningful[-1]), mk("inv", "payer", end=True))
+    assert sans_last(verdict(padded)) == sans_last(verdict(events))
+
+
+@given(
+    st.lists(st.sampled_from(["inv", "x", "y"]), min_size=1, max_size=4),
+    st.data(),
+    st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["inv", "x", "y", "gone"]))),
+)
+def test_rewinds_match_adk(order: list[str], data: st.DataObject, rewinds: list[Any]) -> None:
+    events: list[Event] = []
+    for k, inv in enumerate(order):
+        part = data.draw(invocation_logs(inv))
+        events += [e.model_copy(update={"id": f"{inv}{k}-{i}"}) for i, e in enumerate(part)]
+    for n, (pos, target) in enumerate(sorted(rewinds, reverse=True)):
+        events.insert(min(pos, len(events)), mk(f"rw{n}", "user", rewind=target))
+    assert [e.id for e in live_events(events)] == [e.id for e in _apply_rewinds(events)]
+    for inv in ("inv", "x"):
+        got = classify(events, inv, root_agent_name="payer")
+        want = classify(_apply_rewinds(events), inv, root_agent_name="payer")
+        assert dataclasses.replace(got, reason="") == dataclasses.replace(want, reason="")
