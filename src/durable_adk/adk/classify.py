@@ -248,8 +248,8 @@ def classify(
     if invocation_id is None:
         return verdict(OrphanClass.NOT_STARTED, "no invocation id")
     if not any(e.author == "user" and _has_content(e) for e in mine):
-        stored = any(e.invocation_id == invocation_id for e in events)
-        why = "its events were rewound" if stored else "no user message stored"
+        rewound = not mine and any(e.invocation_id == invocation_id for e in events)
+        why = "its events were rewound" if rewound else "no user message stored"
         return verdict(OrphanClass.NOT_STARTED, why)
 
     calls: dict[str, tuple[str, str, int]] = {}
