@@ -1,19 +1,16 @@
 """Classify what the stored events say about an invocation whose worker died.
 
-The recovery sweeper claims a run whose lease expired and asks `classify` what
-the session's events say about that run's invocation (DESIGN.md section 3.2).
-
-Guarantees (pure functions: no I/O, inputs are never mutated):
+The recovery sweeper asks `classify` about the invocation of each run it claims
+(DESIGN.md section 3.2). Guarantees (pure functions: no I/O, inputs are never mutated):
 
 * Rewinds are applied first, exactly as ADK applies them when it builds model
   requests (``google.adk.events._rewind_events._apply_rewinds``): a rewind
   event undoes itself and every event from the first event of the invocation
   it names up to it. Then only the invocation's own non-partial events count;
   events of other invocations never change the result (except rewinds).
-* Checkpoint-only events (``agent_state`` / ``end_of_agent`` without content)
-  and other events with neither content nor ``error_code`` are never the "last
-  meaningful event". The one checkpoint that does count is the end marker
-  (``end_of_agent``) of the root or terminal agent.
+* Events with neither content nor ``error_code`` (checkpoint-only
+  ``agent_state`` / ``end_of_agent`` events among them) are never the "last
+  meaningful event"; only the end marker of the root or terminal agent counts.
 * Precedence: NOT_STARTED, then TOOL_UNANSWERED, PAUSED, ACTUALLY_DONE, and
   MODEL_INFLIGHT for everything else. Hence a dangling call is never
   ACTUALLY_DONE or MODEL_INFLIGHT, and ACTUALLY_DONE means no call is open.
@@ -27,9 +24,13 @@ Decisions:
   replaying it with the same id (resumable apps) or by dropping it from the
   request and asking the model again (not resumable), which leaves the old call
   unanswered for ever; a later turn of the same agent shows it was abandoned.
-* A long-running call is open until a function response with its id arrives
-  from the user or from an abort seal, as in ADK's interrupt index; the
-  interim response the tool itself returns does not answer it.
+* A long-running call (``long_running_tool_ids``, or a legacy
+  ``adk_request_input`` / ``adk_request_credential`` call) is open until a
+  function response with its id comes from the user or an abort seal, as in
+  ADK's interrupt index; the tool's own interim response does not answer it.
+* The user's answer to an ``adk_request_confirmation`` call reopens the call it
+  guards (its placeholder response said "requires confirmation"): ADK then runs
+  the tool and answers it again, so a crash in between is TOOL_UNANSWERED.
 * An error event (``error_code``) as the last meaningful event gives
   MODEL_INFLIGHT: the run produced no answer, so re-driving duplicates nothing
   the user saw and retries a possibly transient failure; the sweeper's attempt
@@ -39,7 +40,7 @@ Decisions:
 * An abort seal (``error_code == "INVOCATION_ABORTED"``, written when a client
   cancels the invocation) gives ACTUALLY_DONE: re-driving would undo the
   client's cancellation.
-* Everything rewound away (or never stored) gives NOT_STARTED.
+* An invocation whose events were all rewound away gives NOT_STARTED.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ RECOVERY_SKEW_SECONDS = 5.0
 
 ABORT_ERROR_CODE = "INVOCATION_ABORTED"
 """The ``error_code`` of the events ADK writes to seal a cancelled invocation."""
+
+_CONFIRMATION = "adk_request_confirmation"
+_LEGACY_INTERRUPTS = frozenset({"adk_request_input", "adk_request_credential"})
 
 
 class OrphanClass(StrEnum):
@@ -160,6 +164,47 @@ def _is_final_text(event: Event) -> bool:
     )
 
 
+def _open_calls(mine: Sequence[Event]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """Returns the dangling ``(id, name)`` calls and the open long-running call ids."""
+    calls: dict[str, tuple[str, str, int]] = {}  # id -> (name, author, index)
+    long_running: set[str] = set()
+    answered: set[str] = set()
+    by_user: set[str] = set()
+    confirms: dict[str, str] = {}  # confirmation call id -> id of the call it guards
+    last_turn: dict[str, int] = {}
+    for index, event in enumerate(mine):
+        from_user = event.author == "user" or event.error_code == ABORT_ERROR_CODE
+        for response in event.get_function_responses():
+            if response.id:
+                answered.add(response.id)
+                if from_user:
+                    by_user.add(response.id)
+            guarded = confirms.get(response.id or "")
+            if guarded in calls and event.author == "user":
+                # The user's decision reopens the guarded call: ADK answers it again.
+                answered.discard(guarded)
+                calls[guarded] = (calls[guarded][0], calls[guarded][1], index)
+        for call in event.get_function_calls():
+            if call.id:
+                calls.setdefault(call.id, (call.name or "", event.author, index))
+            original = (call.args or {}).get("originalFunctionCall")
+            if call.id and call.name == _CONFIRMATION and isinstance(original, dict):
+                confirms[call.id] = str(original.get("id"))
+            if call.id and call.name in _LEGACY_INTERRUPTS:
+                long_running.add(call.id)
+        long_running.update(event.long_running_tool_ids or ())
+        if _is_model_turn(event):
+            last_turn[event.author] = index
+    dangling = tuple(
+        (call_id, name)
+        for call_id, (name, author, index) in calls.items()
+        if call_id not in long_running
+        and call_id not in answered
+        and last_turn.get(author, -1) <= index
+    )
+    return dangling, tuple(c for c in calls if c in long_running and c not in by_user)
+
+
 def recover_invocation_id(
     events: Sequence[Event],
     *,
@@ -221,7 +266,8 @@ def classify(
     Markers exist only in resumable apps; without them a pipeline is done only
     through (c), so pass its last sub-agent as ``terminal_agent_name``. For an
     LlmAgent root whose conversation moved to a sub-agent in an earlier
-    invocation, pass that sub-agent.
+    invocation, pass that sub-agent. A loop's sub-agents answer every round:
+    for a LoopAgent root pass none (only the root's marker then counts).
 
     Args:
         events: The whole session's events, oldest first (rewinds may come
@@ -252,31 +298,7 @@ def classify(
         why = "its events were rewound" if rewound else "no user message stored"
         return verdict(OrphanClass.NOT_STARTED, why)
 
-    calls: dict[str, tuple[str, str, int]] = {}
-    long_running: set[str] = set()
-    answered: set[str] = set()
-    lr_answered: set[str] = set()
-    last_turn: dict[str, int] = {}
-    for index, event in enumerate(mine):
-        for response in event.get_function_responses():
-            if response.id:
-                answered.add(response.id)
-                if event.author == "user" or event.error_code == ABORT_ERROR_CODE:
-                    lr_answered.add(response.id)
-        for call in event.get_function_calls():
-            if call.id:
-                calls.setdefault(call.id, (call.name or "", event.author, index))
-        long_running.update(event.long_running_tool_ids or ())
-        if _is_model_turn(event):
-            last_turn[event.author] = index
-    dangling = tuple(
-        (call_id, name)
-        for call_id, (name, author, index) in calls.items()
-        if call_id not in long_running
-        and call_id not in answered
-        and last_turn.get(author, -1) <= index
-    )
-    pending = tuple(c for c in calls if c in long_running and c not in lr_answered)
+    dangling, pending = _open_calls(mine)
     if dangling:
         names = ", ".join(name for _, name in dangling)
         return verdict(OrphanClass.TOOL_UNANSWERED, f"unanswered call: {names}", dangling, pending)

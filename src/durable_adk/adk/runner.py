@@ -37,6 +37,7 @@ from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
+from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
@@ -179,9 +180,11 @@ class DurableRunner:
             app_name=self.app_name, user_id=user_id, session_id=session_id
         )
         if existing is None:
-            await self.sessions.create_session(
-                app_name=self.app_name, user_id=user_id, session_id=session_id
-            )
+            # Another caller may create it at the same moment; either way it exists.
+            with contextlib.suppress(AlreadyExistsError):
+                await self.sessions.create_session(
+                    app_name=self.app_name, user_id=user_id, session_id=session_id
+                )
         run = await self.ledger.submit(
             app_name=self.app_name,
             user_id=user_id,

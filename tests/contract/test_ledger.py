@@ -1,0 +1,135 @@
+"""The run ledger and DurableRunner in one process, on both backends.
+
+Leases are expired by moving them back in the database, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.events.event import Event
+from google.adk.sessions.in_memory_session_service import InMemorySessionService
+from google.genai import types
+
+from durable_adk import errors
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.demo import recovery_demo as demo
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.store import Store, open_store
+from durable_adk.testing import Say, ScriptedModel
+
+
+async def test_two_sweepers_never_claim_the_same_run(store_url: str) -> None:
+    async with open_store(store_url) as one, open_store(store_url) as two:
+        ledgers = [RunLedger(one), RunLedger(two)]
+        for round_ in range(50):
+            runs = []
+            for i in range(4):
+                run = await ledgers[0].submit(
+                    app_name="a", user_id="u", session_id=f"r{round_}-{i}", request={}, owner="dead"
+                )
+                claimed = await ledgers[0].claim_queued(run.run_id, "dead")
+                assert claimed is not None
+                await ledgers[0].backdate(run.run_id, 3600)
+                runs.append(run.run_id)
+            got = await asyncio.gather(
+                ledgers[0].claim_expired("sweeper-1", limit=10),
+                ledgers[1].claim_expired("sweeper-2", limit=10),
+            )
+            ids = [r.run_id for batch in got for r in batch]
+            assert sorted(ids) == sorted(runs), f"round {round_}: {ids}"
+
+
+async def test_takeover_fences_the_old_worker(store: Store) -> None:
+    ledger = RunLedger(store)
+    sessions = DurableSessionService(store)
+    session = await sessions.create_session(app_name="a", user_id="u", session_id="s")
+    run = await ledger.submit(app_name="a", user_id="u", session_id="s", request={}, owner="old")
+    old = await ledger.claim_queued(run.run_id, "old")
+    assert old is not None
+    await ledger.backdate(run.run_id, 3600)
+    (new,) = await ledger.claim_expired("new")
+    assert new.epoch == old.epoch + 1 and new.owner == "new"
+
+    def stamped(epoch: int, text: str) -> Event:
+        return Event(
+            author="agent",
+            invocation_id=run.invocation_id,
+            content=types.Content(role="model", parts=[types.Part(text=text)]),
+            custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": epoch}},
+        )
+
+    with pytest.raises(errors.Fenced):
+        await sessions.append_event(session, stamped(old.epoch, "from the presumed-dead worker"))
+    assert not await ledger.renew(old.lease)
+    assert not await ledger.finish(old.lease, RunStatus.DONE)
+    await sessions.append_event(session, stamped(new.epoch, "from the new owner"))
+    assert await ledger.finish(new.lease, RunStatus.DONE)
+    with pytest.raises(errors.Fenced):  # a finished run takes no more events either
+        await sessions.append_event(session, stamped(new.epoch, "late"))
+    loaded = await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    assert loaded is not None
+    assert [e.content.parts[0].text for e in loaded.events if e.content] == ["from the new owner"]
+    assert (await ledger.get(run.run_id)).status is RunStatus.DONE  # type: ignore[union-attr]
+
+
+async def test_retry_of_a_parked_run_is_safe_twice(store: Store) -> None:
+    ledger = RunLedger(store)
+    run = await ledger.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")
+    claimed = await ledger.claim_queued(run.run_id, "w")
+    assert claimed is not None
+    assert await ledger.park(claimed.lease, error="outcome unknown", classification="TOOL_UNANSWERED")
+    first, second = await ledger.retry(run.run_id), await ledger.retry(run.run_id)
+    assert first is not None and second is not None
+    assert first.status is second.status is RunStatus.QUEUED
+    (again,) = await ledger.claim_expired("sweeper")
+    assert again.run_id == run.run_id and again.attempts == 1
+    assert len(await ledger.dead_letters(run_id=run.run_id)) == 1
+    assert await ledger.retry("no-such-run") is None
+
+
+async def test_one_running_run_per_session_in_order(store: Store) -> None:
+    def two_turn_runner(worker: str) -> DurableRunner:
+        script = [Say("first answer"), Say("second answer")]
+        agent = LlmAgent(name="assistant", model=ScriptedModel({"assistant": script}))
+        return DurableRunner(app=agent, app_name=demo.APP_NAME, store=store, worker_id=worker)
+
+    runner_a, runner_b = two_turn_runner("worker-A"), two_turn_runner("worker-B")
+    order: list[str] = []
+
+    async def turn(runner: DurableRunner, text: str) -> None:
+        async for event in runner.run(user_id=demo.USER_ID, session_id="shared", message=text):
+            if event.author == "user":
+                continue
+        order.append(text)
+
+    first = asyncio.create_task(turn(runner_a, "first"))
+    await asyncio.sleep(0)  # let the first submit its row
+    second = asyncio.create_task(turn(runner_b, "second"))
+    await asyncio.gather(first, second)
+    runs = await RunLedger(store).list()
+    assert [r.status for r in runs] == [RunStatus.DONE, RunStatus.DONE]
+    session = await DurableSessionService(store).get_session(
+        app_name=demo.APP_NAME, user_id=demo.USER_ID, session_id="shared"
+    )
+    assert session is not None
+    by_invocation = [e.invocation_id for e in session.events]
+    # The two invocations never interleave in the log.
+    assert by_invocation == sorted(by_invocation, key=by_invocation.index)
+    assert len(set(by_invocation)) == 2
+    assert order == ["first", "second"]
+    texts = [e.content.parts[0].text for e in session.events if e.content and e.content.parts]
+    assert texts == ["first", "first answer", "second", "second answer"]
+
+
+async def test_bad_configurations_are_refused(store: Store) -> None:
+    with pytest.raises(errors.InvalidArgument, match="DurableSessionService"):
+        DurableRunner(app=demo.build_agent(), store=store, session_service=InMemorySessionService())
+    with pytest.raises(errors.InvalidArgument):
+        RunLedger(store, lease_seconds=0)
+    with pytest.raises(errors.InvalidArgument):
+        await RunLedger(store).submit(app_name="", user_id="u", session_id="s", request={}, owner="w")
+    assert await RunLedger(store).list() == []
