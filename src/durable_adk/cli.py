@@ -128,8 +128,34 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
     console.print(f"state folded from the log: {json.dumps(report['state'])}")
     console.print(
         "The call to book_delivery has no response: the process died inside the tool. "
-        "Finishing such runs is the recovery sweeper's job (DurableRunner)."
+        "Finishing such runs is the recovery sweeper's job, shown next."
     )
+    _recovery_demo(db)
+
+
+def _recovery_demo(db: str) -> None:
+    console.rule("[bold]durable-adk demo: runs killed mid-model-call and mid-tool, recovered")
+    module = "durable_adk.demo.recovery_demo"
+    tag = uuid.uuid4().hex[:6]
+    kills = [("demo.in_model_call", f"model-{tag}"), ("demo.in_check_stock", f"tool-{tag}")]
+    for point, session in kills:
+        crashed = _child(
+            [module, "run", "--db", db, "--session", session], arm(dict(os.environ), point)
+        )
+        if crashed.returncode != EXIT_CODE:
+            _fail(
+                f"{point}: expected exit {EXIT_CODE}, got {crashed.returncode}:\n{crashed.stderr}"
+            )
+        console.print(f"worker-A killed at {point} (exit {crashed.returncode}), session {session}")
+    recovered = _child([module, "recover", "--db", db], dict(os.environ))
+    if recovered.returncode != 0:
+        _fail(f"the fresh worker failed:\n{recovered.stderr}")
+    table = Table(title="a fresh worker (worker-B) sweeps once")
+    for column in ("run", "session", "class found", "action", "end state"):
+        table.add_column(column)
+    for row in json.loads(recovered.stdout.strip().splitlines()[-1]):
+        table.add_row(row["run"], row["session"], row["found"], row["action"], row["status"])
+    console.print(table)
 
 
 def main() -> None:

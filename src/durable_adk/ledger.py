@@ -22,14 +22,14 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from durable_adk import errors
 from durable_adk.store.base import Row, Store
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     """Where a run stands."""
 
     QUEUED = "QUEUED"
@@ -335,7 +335,7 @@ class RunLedger:
         row = await self.store.fetchrow("run_get", {"run_id": run_id})
         return None if row is None else Run.from_row(row)
 
-    async def list(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
         """Runs, newest first, optionally of one status."""
         rows = await self.store.fetch(
             "run_list", {"status": status.value if status else None, "limit": limit}

@@ -70,7 +70,9 @@ async def test_takeover_fences_the_old_worker(store: Store) -> None:
     assert await ledger.finish(new.lease, RunStatus.DONE)
     with pytest.raises(errors.Fenced):  # a finished run takes no more events either
         await sessions.append_event(session, stamped(new.epoch, "late"))
-    loaded = await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    loaded = await DurableSessionService(store).get_session(
+        app_name="a", user_id="u", session_id="s"
+    )
     assert loaded is not None
     assert [e.content.parts[0].text for e in loaded.events if e.content] == ["from the new owner"]
     assert (await ledger.get(run.run_id)).status is RunStatus.DONE  # type: ignore[union-attr]
@@ -81,7 +83,9 @@ async def test_retry_of_a_parked_run_is_safe_twice(store: Store) -> None:
     run = await ledger.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")
     claimed = await ledger.claim_queued(run.run_id, "w")
     assert claimed is not None
-    assert await ledger.park(claimed.lease, error="outcome unknown", classification="TOOL_UNANSWERED")
+    assert await ledger.park(
+        claimed.lease, error="outcome unknown", classification="TOOL_UNANSWERED"
+    )
     first, second = await ledger.retry(run.run_id), await ledger.retry(run.run_id)
     assert first is not None and second is not None
     assert first.status is second.status is RunStatus.QUEUED
@@ -110,7 +114,7 @@ async def test_one_running_run_per_session_in_order(store: Store) -> None:
     await asyncio.sleep(0)  # let the first submit its row
     second = asyncio.create_task(turn(runner_b, "second"))
     await asyncio.gather(first, second)
-    runs = await RunLedger(store).list()
+    runs = await RunLedger(store).list_runs()
     assert [r.status for r in runs] == [RunStatus.DONE, RunStatus.DONE]
     session = await DurableSessionService(store).get_session(
         app_name=demo.APP_NAME, user_id=demo.USER_ID, session_id="shared"
@@ -131,5 +135,7 @@ async def test_bad_configurations_are_refused(store: Store) -> None:
     with pytest.raises(errors.InvalidArgument):
         RunLedger(store, lease_seconds=0)
     with pytest.raises(errors.InvalidArgument):
-        await RunLedger(store).submit(app_name="", user_id="u", session_id="s", request={}, owner="w")
-    assert await RunLedger(store).list() == []
+        await RunLedger(store).submit(
+            app_name="", user_id="u", session_id="s", request={}, owner="w"
+        )
+    assert await RunLedger(store).list_runs() == []

@@ -51,7 +51,7 @@ async def facts(url: str, session_id: str) -> dict[str, Any]:
         session = await DurableSessionService(store).get_session(
             app_name=demo.APP_NAME, user_id=demo.USER_ID, session_id=session_id
         )
-        runs = [r for r in await RunLedger(store).list() if r.session_id == session_id]
+        runs = [r for r in await RunLedger(store).list_runs() if r.session_id == session_id]
         letters = await RunLedger(store).dead_letters()
     assert session is not None
     calls = [c for e in session.events for c in e.get_function_calls()]
@@ -119,7 +119,9 @@ async def test_unanswered_call_of_an_unsafe_tool_is_parked_with_a_dead_letter(ur
 
 
 async def test_poison_run_is_parked_after_three_attempts_while_others_finish(url: str) -> None:
-    assert child(["run", "--db", url, "--session", "poison"], "demo.in_check_stock").returncode == 137
+    assert (
+        child(["run", "--db", url, "--session", "poison"], "demo.in_check_stock").returncode == 137
+    )
     # Every worker that re-drives it dies in the tool again.
     recover(url, "--worker", "w2", crash_at="demo.in_check_stock")
     recover(url, "--worker", "w3", crash_at="demo.in_check_stock")

@@ -1,45 +1,41 @@
 """Classify what the stored events say about an invocation whose worker died.
 
 The recovery sweeper asks `classify` about the invocation of each run it claims
-(DESIGN.md section 3.2). Guarantees (pure functions: no I/O, inputs are never mutated):
+(DESIGN.md 3.2). Guarantees (pure functions: no I/O, inputs never mutated):
 
-* Rewinds are applied first, exactly as ADK applies them when it builds model
-  requests (``google.adk.events._rewind_events._apply_rewinds``): a rewind
-  event undoes itself and every event from the first event of the invocation
-  it names up to it. Then only the invocation's own non-partial events count;
-  events of other invocations never change the result (except rewinds).
+* Rewinds are applied first, exactly as ADK does when it builds model requests
+  (``_apply_rewinds``): a rewind event undoes itself and every event from the
+  first event of the invocation it names up to it. Then only the invocation's
+  own non-partial events count; other invocations' events (rewinds aside)
+  never change the result.
 * Events with neither content nor ``error_code`` (checkpoint-only
   ``agent_state`` / ``end_of_agent`` events among them) are never the "last
   meaningful event"; only the end marker of the root or terminal agent counts.
-* Precedence: NOT_STARTED, then TOOL_UNANSWERED, PAUSED, ACTUALLY_DONE, and
-  MODEL_INFLIGHT for everything else. Hence a dangling call is never
-  ACTUALLY_DONE or MODEL_INFLIGHT, and ACTUALLY_DONE means no call is open.
-* ``is_final_response()`` is never used as a done test: it is true for
-  sub-agents' texts, error events and long-running calls.
+* Precedence: NOT_STARTED, TOOL_UNANSWERED, PAUSED, ACTUALLY_DONE, else
+  MODEL_INFLIGHT. A dangling call is never ACTUALLY_DONE or MODEL_INFLIGHT.
+* ``is_final_response()`` is never a done test: it is true for sub-agents'
+  texts, error events and long-running calls.
 
 Decisions:
 
-* A call is *dangling* when it has no function response with its id and its
-  author made no later model turn. ADK answers a crashed call either by
-  replaying it with the same id (resumable apps) or by dropping it from the
-  request and asking the model again (not resumable), which leaves the old call
-  unanswered for ever; a later turn of the same agent shows it was abandoned.
+* A call is *dangling* when no function response has its id and its author
+  made no later model turn. ADK answers a crashed call by replaying it with
+  the same id (resumable) or drops it and asks the model again (not
+  resumable), leaving it unanswered for ever: a later turn means abandoned.
 * A long-running call (``long_running_tool_ids``, or a legacy
   ``adk_request_input`` / ``adk_request_credential`` call) is open until a
   function response with its id comes from the user or an abort seal, as in
   ADK's interrupt index; the tool's own interim response does not answer it.
 * The user's answer to an ``adk_request_confirmation`` call reopens the call it
-  guards (its placeholder response said "requires confirmation"): ADK then runs
-  the tool and answers it again, so a crash in between is TOOL_UNANSWERED.
+  guards (whose placeholder response said "requires confirmation"): ADK then
+  runs the tool and answers again, so a crash in between is TOOL_UNANSWERED.
 * An error event (``error_code``) as the last meaningful event gives
-  MODEL_INFLIGHT: the run produced no answer, so re-driving duplicates nothing
-  the user saw and retries a possibly transient failure; the sweeper's attempt
-  limit parks a persistent one, with this reason (naming the code) in the
-  dead-letter record. Marking it done would report a failure as success. A
-  tool that raised leaves its call unanswered: TOOL_UNANSWERED.
-* An abort seal (``error_code == "INVOCATION_ABORTED"``, written when a client
-  cancels the invocation) gives ACTUALLY_DONE: re-driving would undo the
-  client's cancellation.
+  MODEL_INFLIGHT: no answer was given, so a re-drive duplicates nothing the
+  user saw and retries a maybe transient failure; the attempt limit parks a
+  persistent one with this reason (naming the code) in the dead letter. Done
+  would report a failure as success. A tool that raised: TOOL_UNANSWERED.
+* An abort seal (``error_code == "INVOCATION_ABORTED"``: a client cancelled)
+  gives ACTUALLY_DONE: a re-drive would undo the cancellation.
 * An invocation whose events were all rewound away gives NOT_STARTED.
 """
 
@@ -50,16 +46,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from google.adk.events.event import Event
-
-__all__ = [
-    "ABORT_ERROR_CODE",
-    "RECOVERY_SKEW_SECONDS",
-    "Classification",
-    "OrphanClass",
-    "classify",
-    "live_events",
-    "recover_invocation_id",
-]
 
 RECOVERY_SKEW_SECONDS = 5.0
 """How far before the ledger's start time a stored user event may be stamped."""
@@ -180,18 +166,19 @@ def _open_calls(mine: Sequence[Event]) -> tuple[tuple[tuple[str, str], ...], tup
                 if from_user:
                     by_user.add(response.id)
             guarded = confirms.get(response.id or "")
-            if guarded in calls and event.author == "user":
+            if event.author == "user" and guarded is not None and guarded in calls:
                 # The user's decision reopens the guarded call: ADK answers it again.
                 answered.discard(guarded)
                 calls[guarded] = (calls[guarded][0], calls[guarded][1], index)
         for call in event.get_function_calls():
-            if call.id:
-                calls.setdefault(call.id, (call.name or "", event.author, index))
-            original = (call.args or {}).get("originalFunctionCall")
-            if call.id and call.name == _CONFIRMATION and isinstance(original, dict):
-                confirms[call.id] = str(original.get("id"))
-            if call.id and call.name in _LEGACY_INTERRUPTS:
+            if not call.id:
+                continue  # ADK gives every call an id; one without cannot be answered
+            calls.setdefault(call.id, (call.name or "", event.author, index))
+            if call.name in _LEGACY_INTERRUPTS:
                 long_running.add(call.id)
+            original = (call.args or {}).get("originalFunctionCall")
+            if call.name == _CONFIRMATION and isinstance(original, dict):
+                confirms[call.id] = str(original.get("id"))
         long_running.update(event.long_running_tool_ids or ())
         if _is_model_turn(event):
             last_turn[event.author] = index

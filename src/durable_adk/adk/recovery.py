@@ -93,13 +93,17 @@ class Sweeper:
         events: list[Event] = list(session.events) if session else []
         invocation_id = run.invocation_id
         if not any(e.invocation_id == invocation_id for e in events):
-            invocation_id = recover_invocation_id(events, started_at=run.created_at) or invocation_id
-        root = self.runner.app.root_agent
-        found = classify(events, invocation_id, root_agent_name=root.name)
+            invocation_id = (
+                recover_invocation_id(events, started_at=run.created_at) or invocation_id
+            )
+        found = classify(events, invocation_id, root_agent_name=self.runner.root_agent_name)
         mine = [e for e in events if e.invocation_id == invocation_id][-LAST_EVENTS_KEPT:]
         if run.attempts > self.ledger.max_attempts:
             return await self._park(
-                run, found, mine, f"gave up after {run.attempts - 1} attempts: {run.last_error or found.reason}"
+                run,
+                found,
+                mine,
+                f"gave up after {run.attempts - 1} attempts: {run.last_error or found.reason}",
             )
         if found.cls is OrphanClass.ACTUALLY_DONE:
             await self._finish(run, RunStatus.DONE, found)
@@ -108,10 +112,17 @@ class Sweeper:
             await self._finish(run, RunStatus.PAUSED, found)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
         if found.cls is OrphanClass.TOOL_UNANSWERED:
-            unsafe = [name for _, name in found.unanswered_calls if name not in self.runner.idempotent_tools]
+            unsafe = [
+                name
+                for _, name in found.unanswered_calls
+                if name not in self.runner.idempotent_tools
+            ]
             if unsafe:
                 return await self._park(
-                    run, found, mine, f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted"
+                    run,
+                    found,
+                    mine,
+                    f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted",
                 )
         message = types.Content.model_validate(json.loads(run.request))
         resume = found.cls is not OrphanClass.NOT_STARTED

@@ -30,6 +30,7 @@ import contextvars
 import logging
 import socket
 import uuid
+import warnings
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
@@ -124,11 +125,11 @@ class DurableRunner:
             queue_poll: How often a queued run checks whether its turn came.
         """
         if isinstance(app, BaseAgent):
-            app = App(
-                name=app_name or app.name,
-                root_agent=app,
-                resumability_config=ResumabilityConfig(is_resumable=True),
-            )
+            with warnings.catch_warnings():
+                # ADK flags resumability as experimental; durable runs depend on it by design.
+                warnings.simplefilter("ignore", UserWarning)
+                resumable = ResumabilityConfig(is_resumable=True)
+            app = App(name=app_name or app.name, root_agent=app, resumability_config=resumable)
         if not (app.resumability_config and app.resumability_config.is_resumable):
             raise errors.InvalidArgument(
                 "durable runs need ADK resumability: build the App with "
@@ -152,6 +153,14 @@ class DurableRunner:
         self.idempotent_tools = frozenset(idempotent_tools)
         self.queue_poll = queue_poll
         self.adk = _InvocationIdRunner(app=app, session_service=session_service)
+
+    @property
+    def root_agent_name(self) -> str:
+        """The name of the app's root agent (the classifier's done test needs it)."""
+        root = self.app.root_agent
+        if root is None:
+            raise errors.InvalidArgument("the App has no root agent")
+        return root.name
 
     @property
     def app_name(self) -> str:
@@ -259,7 +268,9 @@ class DurableRunner:
         session = await self.sessions.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
-        mine = [e for e in (session.events if session else seen) if e.invocation_id == run.invocation_id]
+        mine = [
+            e for e in (session.events if session else seen) if e.invocation_id == run.invocation_id
+        ]
         status = RunStatus.PAUSED if pending_long_running(mine) else RunStatus.DONE
         if not await self.ledger.finish(lease, status):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")

@@ -72,7 +72,7 @@ async def recover(db: str, unsafe: bool = False, worker: str = "worker-B") -> li
     """A fresh worker: expire the dead workers' leases, sweep once, report."""
     async with open_store(db) as store:
         runner = make_runner(store, worker, unsafe=unsafe)
-        for stuck in await runner.ledger.list(status=RunStatus.RUNNING):
+        for stuck in await runner.ledger.list_runs(status=RunStatus.RUNNING):
             if stuck.owner != worker:
                 await runner.ledger.backdate(stuck.run_id, 3600)
         done = await Sweeper(runner).recover_once()
