@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -22,9 +22,11 @@ from google.adk.apps import App, ResumabilityConfig
 from google.adk.events import Event, EventActions
 from google.adk.events._abort_events import _build_abort_events
 from google.adk.events._rewind_events import _apply_rewinds
+from google.adk.models import BaseLlm
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
+from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.workflow import Workflow
 from google.genai import types
@@ -80,8 +82,10 @@ def approve_quietly(amount: int) -> None:
     return None
 
 
-class SafetyModel(ScriptedModel):
+class SafetyModel(BaseLlm):
     """Answers every request with an error response (no content)."""
+
+    model: str = "safety"
 
     async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
         yield LlmResponse(error_code="SAFETY", error_message="blocked")
@@ -89,6 +93,16 @@ class SafetyModel(ScriptedModel):
 
 def msg(text: str) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+def confirm(events: list[Event]) -> types.Content:
+    """The user's approval of the pending tool confirmation."""
+    request = next(e for e in events if e.long_running_tool_ids)
+    call_id = next(iter(request.long_running_tool_ids or ()))
+    response = types.FunctionResponse(
+        id=call_id, name="adk_request_confirmation", response={"confirmed": True}
+    )
+    return types.Content(role="user", parts=[types.Part(function_response=response)])
 
 
 def answer(call_id: str, name: str) -> types.Content:
@@ -99,7 +113,7 @@ def answer(call_id: str, name: str) -> types.Content:
 async def _drive(
     root: BaseAgent | Workflow,
     resumable: bool,
-    turns: Sequence[types.Content | str],
+    turns: Sequence[types.Content | str | Callable[[list[Event]], types.Content]],
     redrive: bool = False,
 ) -> list[Event]:
     """Runs ``turns`` (a str ``"rewind:<k>"`` rewinds before the k-th invocation)."""
@@ -124,6 +138,8 @@ async def _drive(
                 user_id="u", session_id="s", rewind_before_invocation_id=before
             )
             continue
+        if callable(turn):
+            turn = turn(await events())
         try:
             async for _ in runner.run_async(user_id="u", session_id="s", new_message=turn):
                 pass
@@ -199,7 +215,12 @@ def scenario(name: str, resumable: bool) -> tuple[Event, ...]:
             [msg("pay")],
             False,
         ),
-        "safety": (LlmAgent(name="payer", model=SafetyModel([])), [msg("pay")], False),
+        "safety": (LlmAgent(name="payer", model=SafetyModel()), [msg("pay")], False),
+        "confirm": (
+            llm(tool_script, tools=[FunctionTool(charge, require_confirmation=True)]),
+            [msg("pay"), confirm],
+            False,
+        ),
         "rewind": (
             llm([*tool_script, Say("second"), Say("third")], tools=[charge]),
             [msg("pay"), msg("again"), "rewind:1", msg("after")],
@@ -251,6 +272,10 @@ CASES = [
     ("crash_redrive", True, {}, [N, M, T, M, D, D]),
     # not resumable: the model is asked again: user, FC (abandoned), FC, FR, text
     ("crash_redrive", False, {}, [N, M, T, T, M, D]),
+    # user, FC c1, FC confirmation(lr), FR c1 "needs confirmation", user's
+    # approval (reopens c1), FR c1, text, [end_of_agent]
+    ("confirm", True, {}, [N, M, T, P, P, T, M, D, D]),
+    ("confirm", False, {}, [N, M, T, P, P, T, M, D]),
     ("model_fails", True, {}, [N, M, M]),
     ("tool_raises", True, {}, [N, M, T, T]),
     # an error response ends the agent normally (resumable: end marker follows)
@@ -319,6 +344,14 @@ def test_rewinds_follow_adk() -> None:
     rewind = next(e for e in events if e.actions.rewind_before_invocation_id)
     assert classify(events[:cut], second, root_agent_name="payer").cls is M
     assert classify([*events[:cut], rewind], second, root_agent_name="payer").cls is N
+
+
+def test_legacy_input_request_without_long_running_ids_pauses() -> None:
+    ask = mk("inv", "payer", calls=[("r1", "adk_request_input")])
+    events = [mk("inv", "user", text="hi"), ask]
+    assert verdict(events).cls is P and verdict(events).pending_long_running == ("r1",)
+    reply = mk("inv", "user", responses=[("r1", "adk_request_input")])
+    assert verdict([*events, reply]).cls is M
 
 
 def test_no_invocation_id_or_no_events_is_not_started() -> None:
@@ -398,8 +431,8 @@ def invocation_logs(draw: st.DrawFn, inv: str = "inv") -> list[Event]:
                 for k in range(draw(st.integers(1, 2)))
             ]
             calls += new
-            lr = [c[0] for c in new if c[3]]
-            events.append(mk(inv, author, calls=[c[:2] for c in new], long_running=lr))
+            lr_ids = [c[0] for c in new if c[3]]
+            events.append(mk(inv, author, calls=[c[:2] for c in new], long_running=lr_ids))
         elif kind == "answer" and calls:
             call_id, name, caller, lr = draw(st.sampled_from(calls))
             responder = "user" if lr and draw(st.booleans()) else caller
