@@ -46,6 +46,7 @@ from google.adk.sessions.session import Session
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing.crash import crash_point
@@ -73,14 +74,16 @@ class _InvocationIdRunner(Runner):
         )
 
 
-def pending_long_running(events: Iterable[Event]) -> set[str]:
-    """Ids of long-running calls in ``events`` that no function response answered."""
-    pending: set[str] = set()
-    answered: set[str] = set()
-    for event in events:
-        pending.update(event.long_running_tool_ids or ())
-        answered.update(r.id for r in event.get_function_responses() if r.id)
-    return pending - answered
+def fenced_cause(exc: BaseException) -> errors.Fenced | None:
+    """The Fenced error behind ``exc``, if any (ADK's node runner wraps agent errors)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, errors.Fenced):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class DurableRunner:
@@ -253,10 +256,11 @@ class DurableRunner:
                         raise errors.Fenced(f"lost the lease of run {run.run_id}")
                     seen.append(event)
                     yield event
-        except errors.Fenced:
-            logger.warning("run %s: lease lost, stopped driving", run.run_id)
-            raise
         except Exception as exc:
+            fenced = fenced_cause(exc)
+            if fenced is not None:
+                logger.warning("run %s: lease lost, stopped driving", run.run_id)
+                raise fenced from exc
             await self.ledger.finish(lease, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
@@ -268,10 +272,12 @@ class DurableRunner:
         session = await self.sessions.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
-        mine = [
-            e for e in (session.events if session else seen) if e.invocation_id == run.invocation_id
-        ]
-        status = RunStatus.PAUSED if pending_long_running(mine) else RunStatus.DONE
+        verdict = classify(
+            session.events if session else seen,
+            run.invocation_id,
+            root_agent_name=self.root_agent_name,
+        )
+        status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
         if not await self.ledger.finish(lease, status):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
 

@@ -1,0 +1,127 @@
+"""A worker frozen past its lease is taken over and, thawed, writes nothing;
+a run killed after pausing on a long-running call is recovered as PAUSED.
+Both backends; leases are expired by moving them back in the database."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.store import open_store
+from durable_adk.testing import arm
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def load_worker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("crash_worker", WORKER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def session_events(url: str, session_id: str) -> list[str]:
+    worker = load_worker()
+    async with open_store(url) as store:
+        session = await DurableSessionService(store).get_session(
+            app_name=worker.APP, user_id=worker.USER, session_id=session_id
+        )
+    assert session is not None
+    return [e.id for e in session.events]
+
+
+async def test_frozen_worker_is_taken_over_and_writes_nothing(
+    store_url: str, tmp_path: Path
+) -> None:
+    async with open_store(store_url):
+        pass
+    marker = tmp_path / "in-tool"
+    env = {**os.environ, "DADK_TOOL_MARKER": str(marker), "DADK_TOOL_SLEEP": "2"}
+    child = subprocess.Popen(
+        [sys.executable, str(WORKER), "slow", store_url, "s1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the worker never reached its tool"
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGSTOP)
+        worker = load_worker()
+        async with open_store(store_url) as store:
+            runner = worker.build_runner(store, "slow", "fresh-worker")
+            (stuck,) = await runner.ledger.list_runs(status=RunStatus.RUNNING)
+            await runner.ledger.backdate(stuck.run_id, 3600)
+            (recovery,) = await Sweeper(runner).recover_once()
+            assert (recovery.found.value, recovery.status) == ("TOOL_UNANSWERED", RunStatus.DONE)
+        after_takeover = await session_events(store_url, "s1")
+        os.kill(child.pid, signal.SIGCONT)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+    assert child.returncode == 3, err  # the thawed worker learned it was fenced
+    assert "FENCED" in err
+    assert await session_events(store_url, "s1") == after_takeover  # and wrote nothing
+    async with open_store(store_url) as store:
+        (run,) = await RunLedger(store).list_runs()
+    assert run.status is RunStatus.DONE and run.owner == "fresh-worker" and run.epoch == 2
+
+
+async def test_run_killed_after_pausing_is_recovered_as_paused(store_url: str) -> None:
+    async with open_store(store_url):
+        pass
+    crashed = subprocess.run(
+        [sys.executable, str(WORKER), "paused", store_url, "p1"],
+        env=arm(dict(os.environ), "runner.before_finish"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    worker = load_worker()
+    async with open_store(store_url) as store:
+        runner = worker.build_runner(store, "paused", "fresh-worker")
+        (stuck,) = await runner.ledger.list_runs(status=RunStatus.RUNNING)
+        await runner.ledger.backdate(stuck.run_id, 3600)
+        (recovery,) = await Sweeper(runner).recover_once()
+        assert (recovery.found.value, recovery.action, recovery.status) == (
+            "PAUSED",
+            "mark_paused",
+            RunStatus.PAUSED,
+        )
+        assert await Sweeper(runner).recover_once() == []
+        (run,) = await runner.ledger.list_runs()
+        assert run.status is RunStatus.PAUSED and run.classification == "PAUSED"
+
+
+async def test_uncrashed_long_running_run_ends_paused(store_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(WORKER), "paused", store_url, "p2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    async with open_store(store_url) as store:
+        (run,) = await RunLedger(store).list_runs()
+    assert run.status is RunStatus.PAUSED
+    assert json.loads(run.request)["parts"][0]["text"] == "go"
