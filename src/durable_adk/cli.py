@@ -68,6 +68,10 @@ def db_upgrade(db: DbOption = DEFAULT_URL) -> None:
 def db_version(db: DbOption = DEFAULT_URL) -> None:
     """Prints the database's schema version and the one this package needs."""
 
+    sqlite_path = db.removeprefix("sqlite:///") if db.startswith("sqlite:///") else None
+    if sqlite_path and sqlite_path != ":memory:" and not os.path.exists(sqlite_path):
+        _fail(f"no database at {sqlite_path}")
+
     async def go() -> tuple[int, int]:
         store = await connect(db)
         try:
@@ -118,6 +122,8 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
     if shown.returncode != 0:
         _fail(f"the fresh process could not read the session:\n{shown.stderr}")
     report = json.loads(shown.stdout)
+    if not report.get("found"):
+        _fail(f"session {session_id} was not found in {redact(db)}")
     table = Table(title="history that survived, read by a fresh process")
     table.add_column("#", justify="right")
     table.add_column("author")

@@ -292,3 +292,68 @@ async def test_snapshot_plus_tail_equals_full_fold(
     report = await svc.rebuild_state(app_name="h", user_id="u", session_id=sid)
     assert report.snapshots_consistent and report.state == expected
     await svc.delete_session(app_name="h", user_id="u", session_id=sid)
+
+
+async def test_session_object_from_another_service_falls_back_to_its_events(store: Store) -> None:
+    svc = DurableSessionService(store)
+    s = await svc.create_session(app_name="a", user_id="u", session_id="s")
+    await svc.append_event(s, ev("one"))
+    foreign = Session(app_name="a", user_id="u", id="s", events=list(s.events))
+    foreign._storage_update_marker = "1796025780.866:2026-11-30 08:00:00"  # not ours
+    await svc.append_event(foreign, ev("two"))
+    assert texts(
+        await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    ) == [
+        "one",
+        "two",
+    ]
+    with pytest.raises(StaleSessionError):  # its view is now behind the log
+        await svc.append_event(
+            Session(app_name="a", user_id="u", id="s", events=list(s.events[:1])), ev("x")
+        )
+
+
+async def test_unserializable_state_is_refused_at_create(store: Store) -> None:
+    svc = DurableSessionService(store)
+    with pytest.raises(errors.InvalidArgument, match="JSON"):
+        await svc.create_session(app_name="a", user_id="u", session_id="s", state={"f": object()})
+    assert await svc.get_session(app_name="a", user_id="u", session_id="s") is None
+    s = await svc.create_session(app_name="a", user_id="u", session_id="s")
+    # ADK's own event serializer stores such a value as its string form (and
+    # warns); appends follow ADK, so the log and the fold agree on that string.
+    await svc.append_event(s, ev("coerced", f=object()))
+    loaded = await DurableSessionService(store).get_session(
+        app_name="a", user_id="u", session_id="s"
+    )
+    assert loaded is not None and isinstance(loaded.state["f"], str)
+    assert loaded.state["f"].startswith("<object object")
+
+
+async def test_ids_are_checked_on_every_method(store: Store) -> None:
+    svc = DurableSessionService(store)
+    with pytest.raises(errors.InvalidArgument):
+        await svc.get_session(app_name="a", user_id="u", session_id="nul\x00")
+    with pytest.raises(errors.InvalidArgument):
+        await svc.delete_session(app_name="a", user_id="", session_id="s")
+    with pytest.raises(errors.InvalidArgument):
+        await svc.list_sessions(app_name="a", user_id="x" * 600)
+
+
+async def test_replayed_event_of_a_finished_run_is_a_no_op(store: Store) -> None:
+    from durable_adk.adk.session_service import RUN_METADATA_KEY
+    from durable_adk.ledger import RunLedger, RunStatus
+
+    ledger = RunLedger(store)
+    svc = DurableSessionService(store)
+    s = await svc.create_session(app_name="a", user_id="u", session_id="s")
+    run = await ledger.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")
+    claimed = await ledger.claim_queued(run.run_id, "w")
+    assert claimed is not None
+    event = ev("stamped")
+    event.custom_metadata = {RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": claimed.epoch}}
+    await svc.append_event(s, event)
+    assert await ledger.finish(claimed.lease, RunStatus.DONE)
+    await svc.append_event(s, event.model_copy(deep=True))  # the lost-ack retry: nothing happens
+    assert texts(
+        await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
+    ) == ["stamped"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -31,7 +32,7 @@ async def test_missing_parameter_is_rejected_before_sql(store: Store) -> None:
         await store.fetch("get_app_state", {})
 
 
-async def test_unique_violation_is_translated(store: Store) -> None:
+async def test_create_session_reports_an_existing_id(store: Store) -> None:
     params = {
         "app_name": "a",
         "user_id": "u",
@@ -74,3 +75,40 @@ async def test_unsupported_url_is_rejected() -> None:
         await connect("mysql://localhost/db")
     with pytest.raises(errors.UnsupportedUrl):
         await connect("sqlite:///")
+
+
+async def test_many_openers_of_an_empty_database(
+    backend: str, tmp_path: object, request: pytest.FixtureRequest
+) -> None:
+    import asyncio
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path}/race.db"
+    else:
+        url = request.getfixturevalue("pg_cluster").create_database(
+            f"race_{os.getpid()}_{id(request) % 10**6}"
+        )
+
+    async def opener() -> int:
+        async with open_store(url) as store:
+            return await store.schema_version()
+
+    assert set(await asyncio.gather(*(opener() for _ in range(4)))) == {latest_version(backend)}
+
+
+async def test_unreachable_sqlite_folder_is_store_unavailable(tmp_path: object) -> None:
+    blocker = f"{tmp_path}/file"
+    with open(blocker, "w") as handle:
+        handle.write("not a folder")
+    with pytest.raises(errors.StoreUnavailable):
+        await connect(f"sqlite:///{blocker}/sub/db.sqlite")
+
+
+def test_postgres_queries_must_be_single_statements() -> None:
+    from durable_adk.store.queries import parse_queries
+
+    with pytest.raises(ValueError, match="one statement"):
+        parse_queries("-- name: two\nSELECT 1;\nSELECT 2;\n", "postgresql")
+    assert (
+        len(parse_queries("-- name: two\nSELECT 1;\nSELECT 2;\n", "sqlite")["two"].statements) == 2
+    )

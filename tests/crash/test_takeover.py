@@ -4,6 +4,7 @@ Both backends; leases are expired by moving them back in the database."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -60,7 +61,7 @@ async def test_frozen_worker_is_taken_over_and_writes_nothing(
         while not marker.exists():
             assert child.poll() is None, child.communicate()
             assert time.monotonic() < deadline, "the worker never reached its tool"
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         os.kill(child.pid, signal.SIGSTOP)
         worker = load_worker()
         async with open_store(store_url) as store:

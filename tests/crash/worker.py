@@ -47,7 +47,11 @@ def build_runner(store: Store, mode: str, worker: str) -> DurableRunner:
         script = [Call("slow_lookup", {"item": "lamp"}), Say("Found the lamp.")]
         agent = LlmAgent(name="root", model=ScriptedModel({"root": script}), tools=[slow_lookup])
         return DurableRunner(
-            app=agent, app_name=APP, store=store, worker_id=worker, lease=3.0,
+            app=agent,
+            app_name=APP,
+            store=store,
+            worker_id=worker,
+            lease=3.0,
             idempotent_tools=["slow_lookup"],
         )
     script = [Call("start_report", {"quarter": "2026-Q3"}), Say("The report is being built.")]

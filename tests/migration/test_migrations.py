@@ -116,3 +116,18 @@ def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
         check=False,
     )
     assert bad.returncode == 2 and "unsupported store URL" in bad.stdout
+
+
+def test_cli_version_of_a_missing_database_creates_nothing(tmp_path: Any) -> None:
+    path = f"{tmp_path}/absent.db"
+    run = subprocess.run(
+        [sys.executable, "-m", "durable_adk.cli", "db", "version", "--db", f"sqlite:///{path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2 and "no database" in run.stdout
+    import os
+
+    assert not os.path.exists(path)

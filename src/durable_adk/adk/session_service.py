@@ -27,6 +27,7 @@ What it guarantees:
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -67,7 +68,10 @@ class _Cached:
 
 def _dumps(value: Any) -> str:
     # pydantic's encoder, so a delta is written exactly as inside the event JSON.
-    return pydantic_core.to_json(value).decode()
+    try:
+        return pydantic_core.to_json(value).decode()
+    except pydantic_core.PydanticSerializationError as exc:
+        raise errors.InvalidArgument(f"state values must be JSON-serializable: {exc}") from exc
 
 
 def _loads_state(text: str | None) -> dict[str, Any]:
@@ -94,10 +98,10 @@ def _marker(pk: int, seq: int) -> str:
 
 
 def _parse_marker(marker: str | None) -> tuple[int, int] | None:
-    if not marker or ":" not in marker:
-        return None
-    pk, seq = marker.split(":", 1)
-    return int(pk), int(seq)
+    # Only our own "pk:seq" markers; another service's marker (ADK's
+    # DatabaseSessionService stores a timestamp) falls back to the events.
+    match = re.fullmatch(r"(\d+):(\d+)", marker or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _check_id(name: str, value: object) -> str:
@@ -235,7 +239,8 @@ class DurableSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        key = (app_name, user_id, session_id)
+        key = (_check_id("app_name", app_name), _check_id("user_id", user_id), session_id)
+        _check_id("session_id", session_id)
         cached = self._cache.get(key)
         partial = config is not None and (
             config.num_recent_events is not None or bool(config.after_timestamp)
@@ -333,6 +338,9 @@ class DurableSessionService(BaseSessionService):
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
+        _check_id("app_name", app_name)
+        if user_id is not None:
+            _check_id("user_id", user_id)
         rows = await self.store.fetch("list_sessions", {"app_name": app_name, "user_id": user_id})
         app_state = _loads_state(await self.store.fetchval("get_app_state", {"app_name": app_name}))
         user_states = {
@@ -366,6 +374,12 @@ class DurableSessionService(BaseSessionService):
 
     @override
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        for name, value in (
+            ("app_name", app_name),
+            ("user_id", user_id),
+            ("session_id", session_id),
+        ):
+            _check_id(name, value)
         await self.store.execute(
             "delete_session", {"app_name": app_name, "user_id": user_id, "session_id": session_id}
         )
@@ -387,7 +401,12 @@ class DurableSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         key = (session.app_name, session.user_id, session.id)
         pk, expected = await self._fence_of(session)
-        data = event.model_dump_json(exclude_none=True)
+        try:
+            data = event.model_dump_json(exclude_none=True)
+        except pydantic_core.PydanticSerializationError as exc:
+            raise errors.InvalidArgument(
+                f"event {event.id} cannot be stored as JSON: {exc}"
+            ) from exc
         stored = Event.model_validate_json(data)
         session_delta, app_delta, user_delta = split_delta(stored.actions.state_delta)
         new_seq = expected + 1

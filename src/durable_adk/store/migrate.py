@@ -42,7 +42,13 @@ async def check_schema(store: Store, *, create_if_empty: bool = True) -> int:
     version = await store.schema_version()
     latest = latest_version(store.dialect)
     if version == 0 and create_if_empty:
-        await create_schema(store)
+        try:
+            await create_schema(store)
+        except errors.StoreError:
+            # Another process created it first (both saw an empty database):
+            # fine if the schema is now complete, an error otherwise.
+            if await store.schema_version() != latest:
+                raise
         return latest
     if version < latest:
         raise errors.SchemaBehind(

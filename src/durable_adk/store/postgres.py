@@ -83,10 +83,9 @@ class PostgresStore(Store):
         if missing:
             raise errors.InvalidArgument(f"query {q.name!r} needs {missing}")
         args = [given[name] for name in q.params]
-        if self._pool is None:
-            raise errors.StoreUnavailable("the store is closed")
+        pool = self._open_pool()
         try:
-            records = await self._pool.fetch(q.statements[0], *args)
+            records = await pool.fetch(q.statements[0], *args)
         except asyncpg.PostgresError as exc:
             raise translate(exc) from exc
         except (OSError, asyncpg.InterfaceError) as exc:
@@ -96,17 +95,24 @@ class PostgresStore(Store):
     async def now(self) -> float:
         return float(await self.fetchval("db_now"))
 
+    def _open_pool(self) -> Any:
+        if self._pool is None:
+            raise errors.StoreUnavailable("the store is closed")
+        return self._pool
+
     async def schema_version(self) -> int:
-        exists = await self._pool.fetchval("SELECT to_regclass('schema_version') IS NOT NULL")
-        if not exists:
-            return 0
-        return int(
-            await self._pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-        )
+        pool = self._open_pool()
+        try:
+            if not await pool.fetchval("SELECT to_regclass('schema_version') IS NOT NULL"):
+                return 0
+            return int(await pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
+        except asyncpg.PostgresError as exc:
+            raise translate(exc) from exc
 
     async def run_script(self, sql: str) -> None:
+        pool = self._open_pool()
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with pool.acquire() as conn, conn.transaction():
                 await conn.execute(sql)
         except asyncpg.PostgresError as exc:
             raise translate(exc) from exc

@@ -108,6 +108,8 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             raise ValueError(f"query {current!r} is empty")
         if current in queries:
             raise ValueError(f"query {current!r} is defined twice")
+        if dialect == "postgresql" and (len(statements) > 1 or "guarded" in flags):
+            raise ValueError(f"PostgreSQL query {current!r} must be one statement, unguarded")
         order: list[str] = []
         if dialect == "postgresql":
             statements = [_to_positional(s, order) for s in statements]

@@ -122,6 +122,8 @@ class SqliteStore(Store):
             return await loop.run_in_executor(self._executor, fn)
         except sqlite3.Error as exc:
             raise translate(exc) from exc
+        except OSError as exc:  # e.g. the database's folder cannot be created
+            raise errors.StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
 
     def _query(self, name: str) -> Query:
         try:

@@ -106,10 +106,10 @@ WITH s AS (
 ), verdict AS (
     SELECT CASE
              WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
+             WHEN EXISTS (SELECT 1 FROM d) THEN 'duplicate'
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
-             WHEN EXISTS (SELECT 1 FROM d) THEN 'duplicate'
              WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
              ELSE 'ok'
            END AS status

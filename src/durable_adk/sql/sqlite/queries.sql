@@ -84,10 +84,10 @@ SELECT s.pk, s.last_seq, e.seq
 -- whose run was taken over (or finished) is 'fenced' and writes nothing.
 SELECT CASE
          WHEN s.pk IS NULL THEN 'missing'
+         WHEN d.seq IS NOT NULL THEN 'duplicate'
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
                                      AND status = 'RUNNING') THEN 'fenced'
-         WHEN d.seq IS NOT NULL THEN 'duplicate'
          WHEN s.last_seq <> :expected_seq THEN 'stale'
          ELSE 'ok'
        END AS status,
