@@ -407,8 +407,10 @@ class DurableSessionService(BaseSessionService):
             raise errors.InvalidArgument(
                 f"event {event.id} cannot be stored as JSON: {exc}"
             ) from exc
-        stored = Event.model_validate_json(data)
-        session_delta, app_delta, user_delta = split_delta(stored.actions.state_delta)
+        # The delta as the JSON just written holds it (ADK's serializer turns a
+        # non-JSON value into its string), so the fold equals a cold read's.
+        written = event.actions.model_dump(mode="json", include={"state_delta"})
+        session_delta, app_delta, user_delta = split_delta(written.get("state_delta"))
         new_seq = expected + 1
         snapshot = None
         if is_snapshot_seq(new_seq, self.snapshot_every):
@@ -454,7 +456,8 @@ class DurableSessionService(BaseSessionService):
         session.last_update_time = event.timestamp
         cached = self._cache.get(key)
         if cached is not None and cached.pk == pk and cached.seq == expected:
-            cached.events.append(stored)
+            # The caller's own object, as ADK's InMemorySessionService keeps it.
+            cached.events.append(event)
             if session_delta:
                 cached.state.update(session_delta)
             cached.seq = new_seq
