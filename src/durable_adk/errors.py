@@ -59,3 +59,7 @@ class UnsupportedUrl(InvalidArgument):
 
 class Fenced(DurableError):
     """The write was refused: this worker no longer owns the run (its fencing epoch is old)."""
+
+
+class LookupUnavailable(DurableError):
+    """The outside system cannot be asked whether an effect happened (it offers no lookup)."""

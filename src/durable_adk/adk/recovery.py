@@ -32,12 +32,11 @@ from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk.classify import Classification, OrphanClass, classify, recover_invocation_id
-from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.runner import LAST_EVENTS_KEPT, DurableRunner
+from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
 
 logger = logging.getLogger("durable_adk.recovery")
-
-LAST_EVENTS_KEPT = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +130,8 @@ class Sweeper:
                 pass
         except errors.Fenced:
             raise
+        except OutcomeUnknown as exc:  # drive() parked it with a dead letter
+            return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, str(exc))
         except Exception as exc:  # the run is FAILED on the ledger by drive()
             logger.warning("run %s failed on re-drive: %s", run.run_id, exc)
             return Recovery(run.run_id, found.cls, "redrive", RunStatus.FAILED, str(exc))

@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import socket
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -48,10 +49,15 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.adk.tools import is_journaled
+from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing.crash import crash_point
 
 logger = logging.getLogger("durable_adk.runner")
+
+LAST_EVENTS_KEPT = 20
+"""How many of an invocation's last events a dead letter keeps."""
 
 _CHOSEN_INVOCATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "durable_adk_invocation", default=None
@@ -74,16 +80,32 @@ class _InvocationIdRunner(Runner):
         )
 
 
-def fenced_cause(exc: BaseException) -> errors.Fenced | None:
-    """The Fenced error behind ``exc``, if any (ADK's node runner wraps agent errors)."""
+E = TypeVar("E", bound=BaseException)
+
+
+def cause_of(exc: BaseException, kind: type[E]) -> E | None:
+    """The ``kind`` error behind ``exc``, if any (ADK's node runner wraps agent errors)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, errors.Fenced):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def journaled_tool_names(root: object) -> frozenset[str]:
+    """Names of the journaled tools anywhere in an agent tree (safe to re-drive)."""
+    names: set[str] = set()
+    pending = [root]
+    while pending:
+        agent = pending.pop()
+        for tool in getattr(agent, "tools", None) or ():
+            if is_journaled(tool):
+                names.add(str(getattr(tool, "name", getattr(tool, "__name__", ""))))
+        pending.extend(getattr(agent, "sub_agents", None) or ())
+    return frozenset(names)
 
 
 class DurableRunner:
@@ -153,7 +175,7 @@ class DurableRunner:
         self.ledger = RunLedger(
             store, lease_seconds=lease, backoff_seconds=backoff, max_attempts=max_attempts
         )
-        self.idempotent_tools = frozenset(idempotent_tools)
+        self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
         self.queue_poll = queue_poll
         self.adk = _InvocationIdRunner(app=app, session_service=session_service)
 
@@ -257,10 +279,14 @@ class DurableRunner:
                     seen.append(event)
                     yield event
         except Exception as exc:
-            fenced = fenced_cause(exc)
+            fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
                 logger.warning("run %s: lease lost, stopped driving", run.run_id)
                 raise fenced from exc
+            unknown = cause_of(exc, OutcomeUnknown)
+            if unknown is not None:
+                await self._park_unknown(run, unknown)
+                raise unknown from exc
             await self.ledger.finish(lease, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
@@ -280,6 +306,20 @@ class DurableRunner:
         status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
         if not await self.ledger.finish(lease, status):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
+
+    async def _park_unknown(self, run: Run, unknown: OutcomeUnknown) -> None:
+        """Parks a run whose outside effect cannot be confirmed either way."""
+        session = await self.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        mine = [
+            e for e in (session.events if session else []) if e.invocation_id == run.invocation_id
+        ]
+        last = [json.loads(e.model_dump_json(exclude_none=True)) for e in mine[-LAST_EVENTS_KEPT:]]
+        if not await self.ledger.park(
+            run.lease, error=str(unknown), classification="TOOL_UNANSWERED", last_events=last
+        ):
+            raise errors.Fenced(f"run {run.run_id} was taken over before it could be parked")
 
     async def _heartbeat(self, run: Run, lost: asyncio.Event) -> None:
         while True:

@@ -1,0 +1,161 @@
+"""ADK tools whose outside effects go through the journal.
+
+``@journaled(key="send-invoice:{invoice_id}", lookup=find_invoice)`` turns a
+sync or async Python function into an ADK tool:
+
+* the key is formatted from the call's arguments: the effect's business
+  identity, the same on every retry and every re-driven model call;
+* the function's ``idempotency_key`` parameter receives that key (pass it
+  downstream) and is hidden from the model's schema, as is ``tool_context``;
+* inside a durable run the effect goes through :class:`~durable_adk.journal.Journal`
+  with the run's fencing epoch; outside one (an ADK Runner on another session
+  service) the function is simply called with the key, so the tool still
+  works, only without the journal;
+* the recovery sweeper treats journaled tools as safe to re-drive.
+
+``lookup(idempotency_key)`` returns the outside system's record of the effect,
+or None if it never happened; it may be sync or async. Without a lookup, a
+crash between acting and recording parks the run ("outcome unknown").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import string
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_context import ToolContext
+
+from durable_adk import errors
+from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.journal import Attempt, Journal
+
+KEY_PARAM = "idempotency_key"
+JOURNALED_MARK = "__durable_adk_journaled__"
+
+
+def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return call
+
+
+def _template_fields(template: str) -> set[str]:
+    fields = set()
+    for _, field, _, _ in string.Formatter().parse(template):
+        if field is not None:
+            if not field.isidentifier():
+                raise errors.InvalidArgument(
+                    f"key template field {field!r} must be a parameter name"
+                )
+            fields.add(field)
+    return fields
+
+
+def attempt_of(tool_context: ToolContext, tool_name: str) -> tuple[Journal | None, Attempt]:
+    """The journal of the durable run this call belongs to (None outside one) and the attempt."""
+    invocation = tool_context.get_invocation_context()
+    service = invocation.session_service
+    stamp = (
+        (invocation.run_config.custom_metadata or {}).get(RUN_METADATA_KEY)
+        if invocation.run_config
+        else None
+    )
+    run_id = str(stamp["run_id"]) if isinstance(stamp, dict) and "run_id" in stamp else None
+    epoch = int(stamp["epoch"]) if isinstance(stamp, dict) and "epoch" in stamp else None
+    attempt = Attempt(
+        tool_name=tool_name,
+        run_id=run_id,
+        run_epoch=epoch,
+        invocation_id=invocation.invocation_id,
+        function_call_id=tool_context.function_call_id,
+    )
+    journal = Journal(service.store) if isinstance(service, DurableSessionService) else None
+    return journal, attempt
+
+
+def journaled(
+    key: str, *, lookup: Callable[[str], Any] | None = None, name: str | None = None
+) -> Callable[[Callable[..., Any]], FunctionTool]:
+    """Makes a function an ADK tool whose effect happens at most once.
+
+    Args:
+        key: A ``str.format`` template over the function's parameters, such as
+            ``"send-invoice:{invoice_id}"``.
+        lookup: Finds the effect by idempotency key in the outside system
+            (its record, or None); omit when the system offers none.
+        name: The tool's name for the model (default: the function's).
+
+    Raises:
+        durable_adk.errors.InvalidArgument: The function has no
+            ``idempotency_key`` parameter, or the template names a parameter
+            it does not have.
+    """
+    fields = _template_fields(key)
+
+    def decorate(fn: Callable[..., Any]) -> FunctionTool:
+        signature = inspect.signature(fn)
+        params = dict(signature.parameters)
+        if KEY_PARAM not in params:
+            raise errors.InvalidArgument(f"{fn.__name__} must take an {KEY_PARAM!r} parameter")
+        unknown = fields - set(params) - {KEY_PARAM}
+        if unknown:
+            raise errors.InvalidArgument(f"key template names unknown parameters {sorted(unknown)}")
+        tool_name = name or fn.__name__
+        act_fn = _as_async(fn)
+        find = _as_async(lookup) if lookup is not None else None
+        passes_context = "tool_context" in params
+
+        async def tool(tool_context: ToolContext, **kwargs: Any) -> Any:
+            try:
+                effect_key = key.format(**kwargs)
+            except (KeyError, IndexError) as exc:
+                raise errors.InvalidArgument(
+                    f"{tool_name}: missing argument {exc} for its key"
+                ) from exc
+            extra = {"tool_context": tool_context} if passes_context else {}
+
+            async def act(idempotency_key: str) -> Any:
+                return await act_fn(**kwargs, **extra, **{KEY_PARAM: idempotency_key})
+
+            journal, attempt = attempt_of(tool_context, tool_name)
+            if journal is None:
+                return await act(effect_key)
+            return await journal.execute(effect_key, attempt, act, find)
+
+        visible = [p for n, p in params.items() if n not in (KEY_PARAM, "tool_context")]
+        context = inspect.Parameter(
+            "tool_context", inspect.Parameter.KEYWORD_ONLY, annotation=ToolContext
+        )
+        tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in visible] + [context]
+        )
+        try:  # resolved in the function's own module, where its names live
+            hints = typing.get_type_hints(fn)
+        except (NameError, TypeError):
+            hints = dict(getattr(fn, "__annotations__", {}))
+        annotations = {n: a for n, a in hints.items() if n not in (KEY_PARAM, "tool_context")}
+        annotations["tool_context"] = ToolContext
+        tool.__annotations__ = annotations
+        tool.__name__ = tool_name
+        tool.__qualname__ = tool_name
+        tool.__doc__ = fn.__doc__
+        tool.__module__ = fn.__module__
+        setattr(tool, JOURNALED_MARK, key)
+        return FunctionTool(func=tool)
+
+    return decorate
+
+
+def is_journaled(tool: object) -> bool:
+    """Whether an ADK tool (or function) was made by :func:`journaled`."""
+    func = getattr(tool, "func", tool)
+    return hasattr(func, JOURNALED_MARK)
