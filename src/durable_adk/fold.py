@@ -33,10 +33,11 @@ def fold(initial: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]]) -> dic
     Returns:
         A new dict: the folded state.
     """
-    state = copy.deepcopy(dict(initial))
+    state = dict(initial)
     for delta in deltas:
-        state.update(copy.deepcopy(dict(delta)))
-    return state
+        state.update(delta)
+    # One copy at the end detaches every value from the inputs.
+    return copy.deepcopy(state)
 
 
 def split_delta(

@@ -111,7 +111,10 @@ async def test_one_running_run_per_session_in_order(store: Store) -> None:
         order.append(text)
 
     first = asyncio.create_task(turn(runner_a, "first"))
-    await asyncio.sleep(0)  # let the first submit its row
+    for _ in range(1000):  # the first must be on the ledger before the second arrives
+        if await RunLedger(store).list_runs():
+            break
+        await asyncio.sleep(0.01)
     second = asyncio.create_task(turn(runner_b, "second"))
     await asyncio.gather(first, second)
     runs = await RunLedger(store).list_runs()

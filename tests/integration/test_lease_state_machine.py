@@ -11,6 +11,7 @@ claimed again.
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,16 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(session=st.sampled_from(SESSIONS), worker=st.sampled_from(WORKERS))
     def submit(self, session: str, worker: str) -> None:
+        # Ids in submission order: replays of an example must pick the same runs.
+        run_id = f"run-{len(self.epochs):04d}"
         run = self.run(
             self.ledger.submit(
-                app_name="a", user_id="u", session_id=session, request={}, owner=worker
+                app_name="a",
+                user_id="u",
+                session_id=session,
+                request={},
+                owner=worker,
+                run_id=run_id,
             )
         )
         self.leases[run.run_id] = run.lease
@@ -121,5 +129,9 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert r.status in (RunStatus.DONE, RunStatus.PAUSED, RunStatus.FAILED)
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+LedgerMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("DADK_STATEFUL_EXAMPLES", "40")),
+    stateful_step_count=25,
+    deadline=None,
+)
 TestLedgerMachine = LedgerMachine.TestCase

@@ -99,7 +99,7 @@ def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
         check=False,
     )
     assert run.returncode == 0, run.stderr
-    assert "applied migrations [1, 2]" in run.stdout.replace("\n", " ")
+    assert "applied migrations [1, 2, 3]" in run.stdout.replace("\n", " ")
     again = subprocess.run(
         [sys.executable, "-m", "durable_adk.cli", "db", "version", "--db", url],
         capture_output=True,

@@ -41,6 +41,16 @@ def translate(exc: Exception) -> errors.StoreError:
     return errors.StoreError(message)
 
 
+async def _keep_session(connection: Any) -> None:
+    """Pool reset that sends nothing.
+
+    asyncpg's default reset runs ``pg_advisory_unlock_all(); CLOSE ALL;
+    UNLISTEN *; RESET ALL`` on every release: a second round trip per query.
+    We take no advisory locks, open no cursors, listen to nothing and set no
+    session state; asyncpg still rolls back a transaction left open.
+    """
+
+
 class PostgresStore(Store):
     """A store on one PostgreSQL database."""
 
@@ -64,7 +74,7 @@ class PostgresStore(Store):
         """Connects the pool; returns self."""
         try:
             self._pool = await asyncpg.create_pool(
-                self.url, min_size=self._min_size, max_size=self._max_size
+                self.url, min_size=self._min_size, max_size=self._max_size, reset=_keep_session
             )
         except (OSError, asyncpg.PostgresError) as exc:
             raise errors.StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
