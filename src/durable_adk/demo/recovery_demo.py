@@ -17,11 +17,10 @@ from google.adk.agents import LlmAgent
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 
-from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
+from durable_adk.testing.harness import sweep_as_fresh_worker
 from durable_adk.testing.scripted_model import Turn
 
 APP_NAME = "recovery_demo"
@@ -71,24 +70,7 @@ async def run(db: str, session_id: str, unsafe: bool = False) -> None:
 async def recover(db: str, unsafe: bool = False, worker: str = "worker-B") -> list[dict[str, Any]]:
     """A fresh worker: expire the dead workers' leases, sweep once, report."""
     async with open_store(db) as store:
-        runner = make_runner(store, worker, unsafe=unsafe)
-        for stuck in await runner.ledger.list_runs(status=RunStatus.RUNNING):
-            if stuck.owner != worker:
-                await runner.ledger.backdate(stuck.run_id, 3600)
-        done = await Sweeper(runner).recover_once()
-        report = []
-        for r in done:
-            row = await runner.ledger.get(r.run_id)
-            report.append(
-                {
-                    "run": r.run_id,
-                    "session": row.session_id if row else "?",
-                    "found": r.found.value,
-                    "action": r.action,
-                    "status": r.status.value,
-                }
-            )
-        return report
+        return await sweep_as_fresh_worker(make_runner(store, worker, unsafe=unsafe))
 
 
 def main() -> None:

@@ -1,0 +1,133 @@
+"""Seed 000's worked example, on both backends, with real kills and real services.
+
+Each case kills the invoicing flow's process at one window, lets a fresh
+process recover it, and counts invoices and notifications in the fake billing
+and notification services (separate processes with their own SQLite files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.store import open_store
+from durable_adk.testing import arm
+from durable_adk.testing.services import FakeService
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[tuple[FakeService, FakeService]]:
+    with (
+        FakeService("billing", tmp_path / "billing.db") as billing,
+        FakeService("notifications", tmp_path / "notify.db") as notify,
+    ):
+        yield billing, notify
+
+
+@pytest.fixture
+def no_lookup_billing(tmp_path: Path) -> Iterator[FakeService]:
+    with FakeService("billing", tmp_path / "billing-nolookup.db", lookup=False) as billing:
+        yield billing
+
+
+def example(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
+    return subprocess.run(
+        [sys.executable, "-m", "examples.invoicing.app", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+async def ledger_status(url: str) -> list[RunStatus]:
+    async with open_store(url) as store:
+        return [r.status for r in await RunLedger(store).list_runs()]
+
+
+@pytest.fixture
+async def url(store_url: str) -> str:
+    async with open_store(store_url):
+        pass
+    return store_url
+
+
+@pytest.mark.parametrize(
+    ("window", "point", "expected_class"),
+    [
+        ("W1", "runner.before_first_event", "NOT_STARTED"),
+        ("W2", "invoicing.draft_model", "MODEL_INFLIGHT"),
+        ("W3", "journal.before_intent", "TOOL_UNANSWERED"),
+        ("W4", "journal.after_act", "TOOL_UNANSWERED"),
+        ("W5", "runner.before_finish", "ACTUALLY_DONE"),
+    ],
+)
+async def test_every_window_ends_with_one_invoice_one_notification_done(
+    url: str,
+    services: tuple[FakeService, FakeService],
+    window: str,
+    point: str,
+    expected_class: str,
+) -> None:
+    billing, notify = services
+    urls = ["--billing", billing.url, "--notify", notify.url]
+    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at=point)
+    assert crashed.returncode == 137, crashed.stderr
+    if window == "W4":
+        assert billing.count("invoices") == 1  # the invoice went out before the crash
+    report: list[dict[str, Any]] = json.loads(
+        example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1]
+    )
+    assert [(r["found"], r["status"]) for r in report] == [(expected_class, "DONE")]
+    assert billing.count("invoices") == 1
+    assert notify.count("notifications") == 1
+    (invoice,) = billing.items("invoices")
+    assert invoice["invoice_id"] == "INV-77" and invoice["idempotency_key"] == "send-invoice:INV-77"
+    assert await ledger_status(url) == [RunStatus.DONE]
+
+
+async def test_billing_without_lookup_parks_the_run_at_w4(
+    url: str, no_lookup_billing: FakeService, services: tuple[FakeService, FakeService]
+) -> None:
+    _, notify = services
+    urls = ["--billing", no_lookup_billing.url, "--notify", notify.url]
+    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
+    assert crashed.returncode == 137
+    report = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    assert [(r["found"], r["action"], r["status"]) for r in report] == [
+        ("TOOL_UNANSWERED", "park", "PARKED")
+    ]
+    assert "outcome unknown" in report[0]["reason"]
+    assert no_lookup_billing.count("invoices") == 1  # never a second guess
+    assert notify.count("notifications") == 0
+    async with open_store(url) as store:
+        (letter,) = await RunLedger(store).dead_letters()
+    assert "outcome unknown" in letter.error and "send-invoice:INV-77" in letter.error
+
+
+async def test_control_keyed_by_call_id_sends_a_second_invoice(
+    url: str, services: tuple[FakeService, FakeService]
+) -> None:
+    billing, _ = services
+    args = ["--db", url, "--session", "c1", "--billing", billing.url]
+    crashed = example("control-crash", *args, crash_at="journal.after_act")
+    assert crashed.returncode == 137, crashed.stderr
+    assert billing.count("invoices") == 1
+    redriven = example("control-redrive", *args)
+    assert redriven.returncode == 0, redriven.stderr
+    # The re-asked model made a new call id, so the call-id key missed: twice.
+    assert billing.count("invoices") == 2
+    assert len({i["idempotency_key"] for i in billing.items("invoices")}) == 2
