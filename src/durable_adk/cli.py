@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,13 +26,15 @@ from durable_adk import errors
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
 from durable_adk.testing.crash import EXIT_CODE, arm
+from durable_adk.testing.services import FakeService
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Crash-proof runs for Google ADK agents."
 )
 db_app = typer.Typer(no_args_is_help=True, help="Database schema commands.")
 app.add_typer(db_app, name="db")
-console = Console()
+# Wide enough for the demo's tables when output is not a terminal (make, CI logs).
+console = Console(width=shutil.get_terminal_size((150, 40)).columns)
 
 DbOption = Annotated[
     str, typer.Option("--db", envvar="DURABLE_ADK_DB", help="sqlite:///path or postgresql://...")
@@ -137,6 +142,7 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
         "Finishing such runs is the recovery sweeper's job, shown next."
     )
     _recovery_demo(db)
+    _invoicing_demo(db)
 
 
 def _recovery_demo(db: str) -> None:
@@ -161,6 +167,71 @@ def _recovery_demo(db: str) -> None:
         table.add_column(column)
     for row in json.loads(recovered.stdout.strip().splitlines()[-1]):
         table.add_row(row["run"], row["session"], row["found"], row["action"], row["status"])
+    console.print(table)
+
+
+INVOICING_WINDOWS = [
+    ("W1", "runner.before_first_event"),
+    ("W2", "invoicing.draft_model"),
+    ("W3", "journal.before_intent"),
+    ("W4", "journal.after_act"),
+    ("W5", "runner.before_finish"),
+]
+
+
+def _invoicing_demo(db: str) -> None:
+    console.rule("[bold]durable-adk demo: the invoicing flow killed at each window")
+    if not db.startswith("sqlite"):
+        console.print("the invoicing demo runs on SQLite (a fresh database per window)")
+        return
+    if not Path("examples/invoicing/app.py").exists():
+        console.print("examples/invoicing is not here: run `make demo` from a checkout to see it")
+        return
+    table = Table(
+        title="five kills, each recovered by a fresh worker (real billing and notify services)"
+    )
+    for column in (
+        "window",
+        "crash point",
+        "class found",
+        "action",
+        "invoices",
+        "notifications",
+        "status",
+    ):
+        table.add_column(column)
+    with tempfile.TemporaryDirectory(prefix="durable-adk-demo-") as scratch:
+        for window, point in INVOICING_WINDOWS:
+            # Each window gets its own database and services: INV-77 is one invoice.
+            where = Path(scratch) / window
+            where.mkdir()
+            url = f"sqlite:///{where / 'durable_adk.db'}"
+            with (
+                FakeService("billing", where / "billing.db") as billing,
+                FakeService("notifications", where / "notify.db") as notify,
+            ):
+                urls = ["--billing", billing.url, "--notify", notify.url]
+                module = ["examples.invoicing.app"]
+                crashed = _child(
+                    [*module, "run", "--db", url, "--session", "invoice-77", *urls],
+                    arm(dict(os.environ), point),
+                )
+                if crashed.returncode != EXIT_CODE:
+                    _fail(f"{window}: expected exit {EXIT_CODE}, got {crashed.returncode}")
+                recovered = _child([*module, "recover", "--db", url, *urls], dict(os.environ))
+                if recovered.returncode != 0:
+                    _fail(f"{window}: the fresh worker failed:\n{recovered.stderr}")
+                rows = json.loads(recovered.stdout.strip().splitlines()[-1])
+                found = rows[0] if rows else {"found": "-", "action": "-", "status": "-"}
+                table.add_row(
+                    window,
+                    point,
+                    found["found"],
+                    found["action"],
+                    str(billing.count("invoices")),
+                    str(notify.count("notifications")),
+                    found["status"],
+                )
     console.print(table)
 
 
