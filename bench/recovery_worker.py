@@ -138,7 +138,8 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
             pass
         sweeper = Sweeper(runner, batch=batch)
         print("ready", flush=True)
-        if sys.stdin.readline().strip() != "go":  # noqa: ASYNC250 - nothing else runs yet
+        # Blocking reads on purpose: nothing else runs on the loop while we wait.
+        if sys.stdin.readline().strip() != "go":
             return
         start = time.time()
         cpu0 = time.process_time()
@@ -169,7 +170,7 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
             ),
             flush=True,
         )
-        sys.stdin.readline()  # noqa: ASYNC250 - "exit": the parent has read the server's CPU
+        sys.stdin.readline()  # "exit": the parent has read the server's CPU use
 
 
 def main(argv: Sequence[str] | None = None) -> None:

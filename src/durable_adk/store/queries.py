@@ -146,9 +146,27 @@ def _sql_root(dialect: str) -> Traversable:
 
 
 def load_queries(dialect: str) -> dict[str, Query]:
-    """Loads the packaged queries of a dialect."""
-    text = _sql_root(dialect).joinpath("queries.sql").read_text()
-    return parse_queries(text, dialect)
+    """Loads the packaged queries of a dialect: ``queries.sql`` and every ``queries_*.sql``.
+
+    Each feature keeps its queries in a file of its own; a name defined in two
+    files is an error.
+    """
+    root = _sql_root(dialect)
+    files = sorted(
+        (
+            entry
+            for entry in root.iterdir()
+            if re.fullmatch(r"queries(_[a-z0-9_]+)?\.sql", entry.name)
+        ),
+        key=lambda entry: entry.name,
+    )
+    merged: dict[str, Query] = {}
+    for entry in files:
+        for name, query in parse_queries(entry.read_text(), dialect).items():
+            if name in merged:
+                raise ValueError(f"query {name!r} is defined in two files of {dialect}")
+            merged[name] = query
+    return merged
 
 
 def load_sql_file(dialect: str, *parts: str) -> str:

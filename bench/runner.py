@@ -1,0 +1,602 @@
+"""DurableRunner against ADK's Runner: one scripted run with one tool call.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.runner            # full run (~2 minutes)
+    .venv/bin/python -m bench.runner --quick    # smaller run (~1 minute)
+    .venv/bin/python -m bench.runner --write    # also rewrite its BENCHMARKS.md section
+
+One run = a new session, the user's message, the model calls a Python tool,
+the tool answers, the model answers with text (a ScriptedModel of two steps;
+a script spans the session, so one model serves every fresh session). Five
+contenders drive the same App (the same agent, tool and script, ADK
+resumability on, as DurableRunner requires):
+
+* DurableRunner on SQLite and on PostgreSQL (its DurableSessionService on the
+  same store): ledger row, claim, lease heartbeat task, fenced appends, finish;
+* ADK's Runner with InMemorySessionService (the floor: no durability at all);
+* ADK's Runner with DatabaseSessionService on the same database kind
+  (``sqlite+aiosqlite`` / ``postgresql+asyncpg``).
+
+Timed: everything a caller does for one run on a new session. ADK's Runner
+needs the session to exist (``create_session``, then ``run_async`` drained);
+DurableRunner's ``run`` creates it itself (``get_session``, ``create_session``,
+then the ledger). Targets, per backend: DurableRunner at most 1.5x the
+in-memory run, and DatabaseSessionService at least 5x DurableRunner.
+
+Contenders run interleaved in small blocks with the order rotated every
+block; ratios are the median over rounds of the ratio of round medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import tempfile
+import time
+import uuid
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from google.adk.agents import LlmAgent
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.adk.sessions.base_session_service import BaseSessionService
+from google.adk.sessions.database_session_service import DatabaseSessionService
+from google.genai import types
+
+from bench.common import (
+    argv_flags,
+    fmt_ms,
+    fmt_ratio,
+    machine_note,
+    md_table,
+    median,
+    percentile,
+    profile_async,
+    rotate,
+    verdict,
+    write_section,
+)
+from bench.sessions import (
+    Appender,
+    RawAsyncpgAppender,
+    RawSqliteAppender,
+    conversation_event,
+)
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.store import Store, open_store
+from durable_adk.testing.pg_cluster import TempPostgres
+from durable_adk.testing.scripted_model import Call, Say, ScriptedModel
+
+APP = "bench_runner"
+USER = "user_1"
+AGENT = "shop_assistant"
+
+VS_MEMORY_TARGET = 1.5  # DurableRunner at most this many times the in-memory run
+VS_DATABASE_TARGET = 5.0  # DatabaseSessionService at least this many times DurableRunner
+
+log = logging.getLogger("bench.runner")
+
+
+@dataclass(frozen=True)
+class Params:
+    """How much to measure."""
+
+    rounds: int
+    runs_per_round: int
+    block: int
+    warmup: int
+    profiled_runs: int
+    breakdown_runs: int
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> Params:
+        if quick:
+            return cls(
+                rounds=3,
+                runs_per_round=30,
+                block=10,
+                warmup=5,
+                profiled_runs=10,
+                breakdown_runs=20,
+            )
+        return cls(
+            rounds=5,
+            runs_per_round=60,
+            block=10,
+            warmup=10,
+            profiled_runs=20,
+            breakdown_runs=40,
+        )
+
+
+# ----------------------------------------------------------------------- app
+
+_USER_TEXT = "Where is my order A1042? I ordered the blue trail runners last week."
+_MODEL_TEXT = (
+    "Your order A1042 (blue trail runners, size 43) has shipped: it left the Lyon "
+    "warehouse yesterday and should arrive in 2 working days. Tracking number TRK-88231."
+)
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Looks up an order by id."""
+    return {"order_id": order_id, "status": "shipped", "eta_days": 2}
+
+
+def make_app() -> App:
+    """The App every contender drives: one agent, one tool, a two-step script."""
+    agent = LlmAgent(
+        name=AGENT,
+        model=ScriptedModel([Call("lookup_order", {"order_id": "A1042"}), Say(_MODEL_TEXT)]),
+        instruction="You help customers of an online shoe shop.",
+        tools=[lookup_order],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ADK flags resumability as experimental
+        resumable = ResumabilityConfig(is_resumable=True)
+    return App(name=APP, root_agent=agent, resumability_config=resumable)
+
+
+def _message() -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=_USER_TEXT)])
+
+
+# ---------------------------------------------------------------- contenders
+
+
+class Contender:
+    """One way of running a turn on a new session; ``run_once`` is what is timed."""
+
+    name: str
+    backend: str  # "memory" | "sqlite" | "postgresql"
+    durable: bool
+    service: BaseSessionService
+    last_session: str = ""
+
+    async def run_once(self) -> int:
+        """One run on a new session; returns the number of events yielded."""
+        raise NotImplementedError
+
+
+class AdkContender(Contender):
+    durable = False
+
+    def __init__(self, name: str, backend: str, service: BaseSessionService) -> None:
+        self.name = name
+        self.backend = backend
+        self.service = service
+        self.runner = Runner(app=make_app(), session_service=service)
+
+    async def run_once(self) -> int:
+        session = await self.service.create_session(app_name=APP, user_id=USER)
+        self.last_session = session.id
+        n = 0
+        async for _ in self.runner.run_async(
+            user_id=USER, session_id=session.id, new_message=_message()
+        ):
+            n += 1
+        return n
+
+
+class DurableContender(Contender):
+    durable = True
+
+    def __init__(self, name: str, backend: str, store: Store) -> None:
+        self.name = name
+        self.backend = backend
+        self.store = store
+        self.runner = DurableRunner(app=make_app(), store=store, worker_id=f"bench-{backend}")
+        self.service = self.runner.sessions
+
+    async def run_once(self) -> int:
+        session_id = uuid.uuid4().hex
+        self.last_session = session_id
+        n = 0
+        async for _ in self.runner.run(user_id=USER, session_id=session_id, message=_message()):
+            n += 1
+        return n
+
+
+class RawCommitsContender(Contender):
+    """The commit floor: as many single-row INSERT + COMMITs as a DurableRunner run makes.
+
+    Uses the raw baselines of ``bench/sessions.py`` (the same driver and
+    execution pattern as our store), writing an event-sized JSON text.
+    """
+
+    durable = False
+
+    def __init__(self, backend: str, raw: Appender, commits: int) -> None:
+        self.name = f"floor: {commits} raw commits ({backend})"
+        self.backend = backend
+        self.raw = raw
+        self.commits = commits
+        self._payload = raw.prepare(conversation_event(1))
+
+    async def run_once(self) -> int:
+        for _ in range(self.commits):
+            await self.raw.append(self._payload)
+        return 0
+
+
+IN_MEMORY = "ADK Runner + InMemorySessionService"
+WRITE_QUERIES = frozenset(
+    {"create_session", "run_submit", "run_claim_queued", "run_renew", "append_event", "run_finish"}
+)
+
+
+@contextlib.asynccontextmanager
+async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Contender]]:
+    async with contextlib.AsyncExitStack() as stack:
+        sqlite_store = await stack.enter_async_context(
+            open_store(f"sqlite:///{tmp / 'runner_ours.db'}")
+        )
+        pg_store = await stack.enter_async_context(open_store(pg.create_database("runner_ours")))
+        adk_sqlite = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{tmp / 'runner_adk.db'}")
+        stack.push_async_callback(adk_sqlite.close)
+        adk_pg_url = pg.create_database("runner_adk").replace(
+            "postgresql://", "postgresql+asyncpg://", 1
+        )
+        adk_pg = DatabaseSessionService(db_url=adk_pg_url)
+        stack.push_async_callback(adk_pg.close)
+        contenders: list[Contender] = [
+            DurableContender("DurableRunner (sqlite)", "sqlite", sqlite_store),
+            DurableContender("DurableRunner (postgresql)", "postgresql", pg_store),
+            AdkContender(IN_MEMORY, "memory", InMemorySessionService()),
+            AdkContender("ADK Runner + DatabaseSessionService (sqlite)", "sqlite", adk_sqlite),
+            AdkContender("ADK Runner + DatabaseSessionService (postgresql)", "postgresql", adk_pg),
+        ]
+        # How many commits a DurableRunner run makes: one counted run per backend.
+        commits: dict[str, int] = {}
+        for c in contenders:
+            if isinstance(c, DurableContender):
+                with StoreCalls(c.store) as calls:
+                    await c.run_once()
+                commits[c.backend] = sum(n for q, n in calls.calls.items() if q in WRITE_QUERIES)
+        raws: list[tuple[str, Appender]] = [
+            ("sqlite", RawSqliteAppender(str(tmp / "runner_raw.db"))),
+            ("postgresql", RawAsyncpgAppender(pg.create_database("runner_raw"))),
+        ]
+        for backend, raw in raws:
+            await raw.open()
+            stack.push_async_callback(raw.close)
+            contenders.append(RawCommitsContender(backend, raw, commits[backend]))
+        yield contenders
+
+
+# ----------------------------------------------------------------- measuring
+
+
+@dataclass
+class RunResult:
+    names: list[str]
+    samples: dict[str, list[float]] = field(default_factory=dict)  # pooled over rounds
+    round_medians: dict[str, list[float]] = field(default_factory=dict)
+    events_yielded: dict[str, int] = field(default_factory=dict)
+    events_stored: dict[str, int] = field(default_factory=dict)
+
+    def round_ratio(
+        self, numerator: str | Sequence[str], denominator: str | Sequence[str]
+    ) -> float:
+        """Median over rounds of (numerator's round median / denominator's).
+
+        A list of names stands for the sum of their round medians.
+        """
+
+        def per_round(names: str | Sequence[str]) -> list[float]:
+            names = [names] if isinstance(names, str) else list(names)
+            columns = [self.round_medians[n] for n in names]
+            return [sum(values) for values in zip(*columns, strict=True)]
+
+        pairs = zip(per_round(numerator), per_round(denominator), strict=True)
+        return median([n / d for n, d in pairs])
+
+
+async def _run_block(c: Contender, runs: int, into: list[float]) -> int:
+    yielded = 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        yielded = await c.run_once()
+        into.append(time.perf_counter() - t0)
+    return yielded
+
+
+async def measure(contenders: Sequence[Contender], p: Params) -> RunResult:
+    result = RunResult([c.name for c in contenders])
+    for c in contenders:  # warm-up: connections, prepared statements, ORM and ADK caches
+        result.events_yielded[c.name] = await _run_block(c, p.warmup, [])
+        result.samples[c.name] = []
+        result.round_medians[c.name] = []
+    for rnd in range(p.rounds):
+        gc.collect()
+        this_round: dict[str, list[float]] = {c.name: [] for c in contenders}
+        for block_no, start in enumerate(range(0, p.runs_per_round, p.block)):
+            runs = min(p.block, p.runs_per_round - start)
+            for c in rotate(contenders, rnd + block_no):
+                await _run_block(c, runs, this_round[c.name])
+        for name, values in this_round.items():
+            result.samples[name].extend(values)
+            result.round_medians[name].append(median(values))
+        print(f"  round {rnd + 1}/{p.rounds} done", flush=True)
+    for c in contenders:
+        if isinstance(c, RawCommitsContender):
+            continue
+        session = await c.service.get_session(app_name=APP, user_id=USER, session_id=c.last_session)
+        result.events_stored[c.name] = len(session.events) if session else -1
+    return result
+
+
+class StoreCalls:
+    """Counts the named queries a store runs, and the time spent in each.
+
+    Wraps ``store.fetch`` (every other call of the Store API goes through it).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+        self._inner = store.fetch
+
+    async def _fetch(self, query: str, params: Any = None) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await self._inner(query, params)
+        finally:
+            self.calls[query] += 1
+            self.seconds[query] += time.perf_counter() - t0
+
+    def __enter__(self) -> StoreCalls:
+        self.store.fetch = self._fetch  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.store.fetch  # back to the class's method
+
+    def table(self, runs: int, wall: float) -> str:
+        total_s = sum(self.seconds.values())
+        rows = [
+            [
+                f"`{q}`",
+                f"{self.calls[q] / runs:.1f}",
+                fmt_ms(self.seconds[q] / self.calls[q]),
+                fmt_ms(self.seconds[q] / runs),
+            ]
+            for q in sorted(self.calls, key=lambda q: -self.seconds[q])
+        ]
+        rows.append(
+            [
+                "**all store calls**",
+                f"{sum(self.calls.values()) / runs:.1f}",
+                "",
+                f"{fmt_ms(total_s / runs)} of {fmt_ms(wall / runs)} per run ({total_s / wall:.0%})",
+            ]
+        )
+        return md_table(["query", "calls per run", "mean per call", "per run"], rows)
+
+
+async def breakdown(c: DurableContender, runs: int) -> str:
+    """Round trips of DurableRunner per run, by query (a separate, untimed-for-ratios pass)."""
+    with StoreCalls(c.store) as calls:
+        t0 = time.perf_counter()
+        await _run_block(c, runs, [])
+        wall = time.perf_counter() - t0
+    return calls.table(runs, wall)
+
+
+# -------------------------------------------------------------------- report
+
+
+def run_table(r: RunResult) -> str:
+    rows = []
+    for name in r.names:
+        values = r.samples[name]
+        rows.append(
+            [
+                name,
+                len(values),
+                r.events_yielded[name] if name in r.events_stored else "",
+                r.events_stored.get(name, ""),
+                fmt_ms(median(values)),
+                fmt_ms(percentile(values, 99)),
+                fmt_ratio(r.round_ratio(name, IN_MEMORY)),
+            ]
+        )
+    return md_table(
+        [
+            "contender",
+            "runs",
+            "events yielded",
+            "events stored",
+            "median",
+            "p99",
+            "median / in-memory",
+        ],
+        rows,
+    )
+
+
+def target_rows(
+    r: RunResult, contenders: Sequence[Contender]
+) -> tuple[list[list[str]], list[tuple[str, str, str]]]:
+    rows: list[list[str]] = []
+    headline: list[tuple[str, str, str]] = []
+    for backend in ("sqlite", "postgresql"):
+        ours = next(c.name for c in contenders if c.durable and c.backend == backend)
+        adk = next(c for c in contenders if isinstance(c, AdkContender) and c.backend == backend)
+        raw = next(
+            c for c in contenders if isinstance(c, RawCommitsContender) and c.backend == backend
+        )
+        floor = [IN_MEMORY, raw.name]
+        vs_memory = r.round_ratio(ours, IN_MEMORY)
+        vs_database = r.round_ratio(adk.name, ours)
+        v1 = verdict(vs_memory, VS_MEMORY_TARGET, at_least=False)
+        v2 = verdict(vs_database, VS_DATABASE_TARGET, at_least=True)
+        rows.append(
+            [
+                backend,
+                "DurableRunner / in-memory",
+                fmt_ratio(vs_memory),
+                "<= 1.5x",
+                v1,
+                f"(in-memory + {raw.commits} raw commits) / in-memory = "
+                f"{fmt_ratio(r.round_ratio(floor, IN_MEMORY))}",
+            ]
+        )
+        rows.append(
+            [
+                backend,
+                "DatabaseSessionService / DurableRunner",
+                fmt_ratio(vs_database),
+                ">= 5x",
+                v2,
+                f"DatabaseSessionService / (in-memory + {raw.commits} raw commits) = "
+                f"{fmt_ratio(r.round_ratio(adk.name, floor))}",
+            ]
+        )
+        headline.append((f"{backend}: DurableRunner / in-memory run", fmt_ratio(vs_memory), v1))
+        headline.append(
+            (f"{backend}: DatabaseSessionService run / DurableRunner", fmt_ratio(vs_database), v2)
+        )
+    return rows, headline
+
+
+# ==================================================================== driver
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """ADK warns about experimental features on every run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(previous)
+
+
+async def _server_version(pg: TempPostgres) -> str:
+    conn = await asyncpg.connect(pg.admin_url)
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
+
+
+async def run(quick: bool = False) -> str:
+    """Runs the bench; prints its tables; returns the Markdown section."""
+    p = Params.for_mode(quick)
+    started = time.perf_counter()
+    profiles: dict[str, str] = {}
+    breakdowns: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-runner-") as tmp, TempPostgres() as pg:
+        pg_version = await _server_version(pg)
+        async with open_contenders(Path(tmp), pg) as contenders:
+            result = await measure(contenders, p)
+            for c in contenders:
+                if isinstance(c, DurableContender):
+                    breakdowns[c.backend] = await breakdown(c, p.breakdown_runs)
+            for c in contenders:
+                if isinstance(c, DurableContender):
+
+                    async def profiled(c: DurableContender = c) -> None:
+                        await _run_block(c, p.profiled_runs, [])
+
+                    profiles[c.backend] = await profile_async(profiled, top=16)
+    elapsed = time.perf_counter() - started
+    table = run_table(result)
+    targets, headline = target_rows(result, contenders)
+    target_table = md_table(
+        [
+            "backend",
+            "ratio",
+            "measured",
+            "target",
+            "verdict",
+            "bound: the same ratio for a runner with no cost but its commits",
+        ],
+        targets,
+    )
+    print(f"\n{table}\n\n{target_table}\n", flush=True)
+    for backend, text in breakdowns.items():
+        print(f"[{backend}] DurableRunner store calls per run\n{text}\n", flush=True)
+    print(f"runner bench finished in {elapsed:.0f} s", flush=True)
+
+    mode = "quick (`--quick`)" if quick else "full"
+    out: list[str] = []
+    out.append("## DurableRunner (`bench/runner.py`)")
+    out.append(
+        f"Run: {mode}, {time.strftime('%Y-%m-%d %H:%M %Z')}, {elapsed:.0f} s. "
+        f"Machine: {machine_note(f'PostgreSQL {pg_version} (TempPostgres, fsync on)')}."
+    )
+    out.append("### Headline")
+    out.append(md_table(["ratio", "measured", "verdict"], headline))
+    out.append("### (a) one scripted run with one tool call")
+    out.append(
+        "One run = a new session, the user's message, the model calls a Python tool, the tool "
+        "answers, the model answers with text: a ScriptedModel of two steps (a script spans "
+        "the session, so one model serves every new session). All five contenders drive the "
+        "same App (same agent, tool and script, ADK resumability on, as DurableRunner "
+        "requires), each with its own database file (SQLite, same directory) or database "
+        "(same PostgreSQL server). Timed: all a caller does for one run on a new session: "
+        "ADK's Runner needs the session first (`create_session`, then `run_async` drained); "
+        "`DurableRunner.run` creates it itself (`get_session`, `create_session`), writes and "
+        "claims the ledger row, starts the lease heartbeat, appends fenced events, reads the "
+        "session back to classify the end and finishes the row. "
+        f"{p.rounds} rounds of {p.runs_per_round} runs per contender, in blocks of {p.block} "
+        f"interleaved between contenders with the order rotated every block; {p.warmup} "
+        "warm-up runs first. Ratios are the median over rounds of the ratio of round medians. "
+        "ADK's DatabaseSessionService runs as shipped (on SQLite: the default rollback "
+        "journal); ours uses WAL + synchronous=FULL, and PostgreSQL runs with fsync on."
+    )
+    out.append(table)
+    out.append("Targets:\n\n" + target_table)
+    out.append("### Where DurableRunner's time goes")
+    out.append(
+        f"Store round trips per run, by named query, over {p.breakdown_runs} more runs per "
+        "backend after the timed rounds (`store.fetch` wrapped with a timer; a query's time "
+        "includes waiting for the event loop). The rest of a run is ADK's own work (about the "
+        "in-memory run) plus our Python around the store calls."
+    )
+    for backend, text in breakdowns.items():
+        out.append(f"**{backend}**\n\n{text}")
+    out.append(
+        "cProfile of DurableRunner runs (event-loop thread only: a SQLite hop's time on the "
+        "database thread appears as `select.epoll.poll`). Paths shortened."
+    )
+    for backend, text in profiles.items():
+        out.append(
+            f"<details><summary>{p.profiled_runs} DurableRunner runs on {backend}</summary>"
+            f"\n\n```\n{text}\n```\n\n</details>"
+        )
+    return "\n\n".join(out)
+
+
+def collect(quick: bool = False) -> str:
+    """Runs the bench (printing its tables) and returns its BENCHMARKS.md section."""
+    with _quiet():
+        return asyncio.run(run(quick))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    quick, write = argv_flags(argv)
+    body = collect(quick)
+    if write:
+        write_section("runner", body)
+        print("BENCHMARKS.md: section 'runner' rewritten")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+-- Run ledger queries for SQLite (same names in the other dialect).
+
+-- ---------------------------------------------------------------- run ledger
+-- Times come from the database clock. A claim bumps 'epoch' (the fencing
+-- token) and 'attempts', and sets the earliest next recovery:
+-- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
+
+-- name: run_submit
+INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                  owner, lease_until, created_at, updated_at)
+VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
+        :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+RETURNING *;
+
+-- name: run_claim_queued
+-- Starts our own queued run when it heads its session's queue and the session is free.
+UPDATE runs
+   SET status = 'RUNNING', epoch = epoch + 1, attempts = attempts + 1,
+       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + :lease
+                         + :backoff * (1 << MIN(attempts, 20)),
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND status = 'QUEUED' AND owner = :owner
+   AND NOT EXISTS (SELECT 1 FROM runs r
+                    WHERE r.app_name = runs.app_name AND r.user_id = runs.user_id
+                      AND r.session_id = runs.session_id AND r.status = 'RUNNING')
+   AND NOT EXISTS (SELECT 1 FROM runs r
+                    WHERE r.app_name = runs.app_name AND r.user_id = runs.user_id
+                      AND r.session_id = runs.session_id AND r.status = 'QUEUED' AND r.pk < runs.pk)
+RETURNING *;
+
+-- name: run_renew
+UPDATE runs
+   SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status IN ('QUEUED', 'RUNNING')
+RETURNING lease_until;
+
+-- name: run_finish
+UPDATE runs
+   SET status = :status, last_error = :error, classification = COALESCE(:classification, classification),
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
+RETURNING status;
+
+-- name: run_claim_expired
+-- Recovery: RUNNING rows whose owner stopped renewing, past their back-off,
+-- and QUEUED rows whose waiting caller died and whose turn has come.
+UPDATE runs
+   SET status = 'RUNNING', owner = :owner, epoch = epoch + 1, attempts = attempts + 1,
+       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + :lease
+                         + :backoff * (1 << MIN(attempts, 20)),
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE pk IN (
+        SELECT q.pk FROM runs q
+         WHERE q.lease_until < (julianday('now') - 2440587.5) * 86400.0
+           AND q.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
+           AND (q.status = 'RUNNING'
+                OR (q.status = 'QUEUED'
+                    AND NOT EXISTS (SELECT 1 FROM runs r
+                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                       AND r.session_id = q.session_id AND r.status = 'RUNNING')
+                    AND NOT EXISTS (SELECT 1 FROM runs r
+                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                       AND r.session_id = q.session_id AND r.status = 'QUEUED'
+                                       AND r.pk < q.pk)))
+         ORDER BY q.pk
+         LIMIT :limit)
+RETURNING *;
+
+-- name: run_park guarded
+SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND owner = :owner
+                           AND epoch = :epoch AND status = 'RUNNING')
+            THEN 'ok' ELSE 'fenced' END AS status;
+UPDATE runs
+   SET status = 'PARKED', last_error = :error, classification = :classification,
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id;
+INSERT INTO dead_letters (kind, run_id, request, classification, last_events, error, created_at)
+SELECT 'run', run_id, request, :classification, :last_events, :error,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = :run_id;
+SELECT 'ok' AS status;
+
+-- name: run_retry
+-- An operator tries a parked run again: it re-enters its session's queue with
+-- an expired lease and fresh attempts, so the next sweep recovers it. A run
+-- that is not PARKED is left as it is (calling twice is harmless).
+UPDATE runs
+   SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
+       lease_until = 0, last_error = NULL, finished_at = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND status = 'PARKED'
+RETURNING *;
+
+-- name: run_get
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: run_list
+SELECT * FROM runs
+ WHERE (:status IS NULL OR status = :status)
+ ORDER BY pk DESC LIMIT :limit;
+
+-- name: run_backdate
+-- Moves a run's lease and back-off into the past: how tests (and an operator
+-- who knows a worker is gone) expire a lease without waiting.
+UPDATE runs
+   SET lease_until = lease_until - :seconds, next_attempt_at = next_attempt_at - :seconds
+ WHERE run_id = :run_id
+RETURNING lease_until;
+
+-- name: dead_letter_list
+SELECT * FROM dead_letters
+ WHERE (:run_id IS NULL OR run_id = :run_id)
+ ORDER BY pk DESC LIMIT :limit;
