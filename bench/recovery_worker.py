@@ -133,7 +133,7 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
         async for _ in runner.run(
             user_id=WARMUP_USER,
             session_id=f"warmup-{worker_id}",
-            message=request_text(f"W{worker_id}"),
+            message=request_text("W_" + re.sub(r"\W", "_", worker_id)),
         ):
             pass
         sweeper = Sweeper(runner, batch=batch)

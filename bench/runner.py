@@ -284,6 +284,7 @@ class RunResult:
     round_medians: dict[str, list[float]] = field(default_factory=dict)
     events_yielded: dict[str, int] = field(default_factory=dict)
     events_stored: dict[str, int] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # process CPU per run, pooled
 
     def round_ratio(
         self, numerator: str | Sequence[str], denominator: str | Sequence[str]
@@ -302,12 +303,18 @@ class RunResult:
         return median([n / d for n, d in pairs])
 
 
-async def _run_block(c: Contender, runs: int, into: list[float]) -> int:
+async def _run_block(
+    c: Contender, runs: int, into: list[float], cpu: list[float] | None = None
+) -> int:
+    """``runs`` runs; appends each one's wall time to ``into`` and its CPU time to ``cpu``."""
     yielded = 0
     for _ in range(runs):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         yielded = await c.run_once()
         into.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
     return yielded
 
 
@@ -316,6 +323,7 @@ async def measure(contenders: Sequence[Contender], p: Params) -> RunResult:
     for c in contenders:  # warm-up: connections, prepared statements, ORM and ADK caches
         result.events_yielded[c.name] = await _run_block(c, p.warmup, [])
         result.samples[c.name] = []
+        result.cpu[c.name] = []
         result.round_medians[c.name] = []
     for rnd in range(p.rounds):
         gc.collect()
@@ -323,7 +331,7 @@ async def measure(contenders: Sequence[Contender], p: Params) -> RunResult:
         for block_no, start in enumerate(range(0, p.runs_per_round, p.block)):
             runs = min(p.block, p.runs_per_round - start)
             for c in rotate(contenders, rnd + block_no):
-                await _run_block(c, runs, this_round[c.name])
+                await _run_block(c, runs, this_round[c.name], result.cpu[c.name])
         for name, values in this_round.items():
             result.samples[name].extend(values)
             result.round_medians[name].append(median(values))
@@ -410,6 +418,8 @@ def run_table(r: RunResult) -> str:
                 fmt_ms(median(values)),
                 fmt_ms(percentile(values, 99)),
                 fmt_ratio(r.round_ratio(name, IN_MEMORY)),
+                fmt_ms(median(r.cpu[name])),
+                fmt_ratio(median(r.cpu[name]) / median(r.cpu[IN_MEMORY])),
             ]
         )
     return md_table(
@@ -421,6 +431,8 @@ def run_table(r: RunResult) -> str:
             "median",
             "p99",
             "median / in-memory",
+            "process CPU per run",
+            "CPU / in-memory",
         ],
         rows,
     )

@@ -63,3 +63,19 @@ class Fenced(DurableError):
 
 class LookupUnavailable(DurableError):
     """The outside system cannot be asked whether an effect happened (it offers no lookup)."""
+
+
+class NotFound(DurableError):
+    """No such run, session or record."""
+
+
+class Conflict(DurableError):
+    """The request conflicts with where the record stands (e.g. retrying a running run)."""
+
+
+class Draining(DurableError):
+    """This worker is shutting down and takes no new work: send the request to another worker."""
+
+
+class Unauthorized(DurableError):
+    """A valid bearer token is required."""

@@ -1,14 +1,24 @@
-"""Prometheus metrics: one module, one registry per worker, exposed by the service.
+"""Observability of one process: Prometheus metrics and OpenTelemetry spans.
 
 Every component takes an optional :class:`Metrics`; the default is a no-op
 instance, so the library records nothing unless asked and tests never share
 global counters. A worker builds one ``Metrics()`` (its own
 ``CollectorRegistry``), hands it to every component and serves
 :meth:`Metrics.exposition` at ``/metrics``.
+
+Spans (:meth:`Metrics.span`) go to the tracer given to the constructor, else
+to OpenTelemetry's configured tracer provider: a no-op until the application
+installs an SDK, so the library never exports anything by itself. Spans are
+made even when the Prometheus half is disabled.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Seconds, from a fast compensation to a long outage of a downstream system.
@@ -19,14 +29,23 @@ _APPEND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1
 class Metrics:
     """The durable-adk metrics of one process."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        enabled: bool = True,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
         """Creates the metrics.
 
         Args:
             registry: Where to register (default: a new registry of its own).
             enabled: False makes every recording a no-op (the library default).
+            tracer: Where spans go (default: OpenTelemetry's global tracer
+                provider, a no-op unless the application configured one).
         """
         self.enabled = enabled
+        self._tracer = tracer
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.runs_finished = Counter(
@@ -86,11 +105,14 @@ class Metrics:
             self.runs_finished.labels(status=status).inc()
 
     def recovered(self, cls: str, action: str) -> None:
-        """Counts one recovery."""
+        """Counts one recovery (a parking is counted where the ledger parks: :meth:`run_parked`)."""
         if self.enabled:
             self.recoveries.labels(cls=cls, action=action).inc()
-            if action == "park":
-                self.parked.inc()
+
+    def run_parked(self) -> None:
+        """Counts a run parked for a person (its dead letter was written)."""
+        if self.enabled:
+            self.parked.inc()
 
     def lease_lost(self) -> None:
         """Counts a failed lease renewal."""
@@ -106,6 +128,32 @@ class Metrics:
         """Counts one job completion by outcome."""
         if self.enabled:
             self.job_completions.labels(outcome=outcome).inc()
+
+    def set_runs_by_status(self, counts: Mapping[str, int]) -> None:
+        """Sets the sampled runs-by-status gauge (statuses absent from ``counts`` read 0)."""
+        if not self.enabled:
+            return
+        for status in ("QUEUED", "RUNNING", "PAUSED", "DONE", "FAILED", "PARKED", *counts):
+            self.runs_by_status.labels(status=status).set(counts.get(status, 0))
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The tracer spans go to."""
+        return self._tracer or trace.get_tracer("durable_adk")
+
+    @contextmanager
+    def span(self, name: str, **attributes: AttributeValue | None) -> Iterator[trace.Span]:
+        """A span around a block; an exception escaping the block marks it as an error.
+
+        Args:
+            name: The span's name, e.g. ``"durable_adk.run"``.
+            **attributes: Span attributes; None values are left out.
+        """
+        given = {k: v for k, v in attributes.items() if v is not None}
+        with self.tracer.start_as_current_span(
+            name, attributes=given, record_exception=True, set_status_on_exception=True
+        ) as current:
+            yield current
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""

@@ -9,7 +9,9 @@ NOT_STARTED        drive it from the stored request, same invocation id
 MODEL_INFLIGHT     re-drive the invocation (ADK resumability continues it)
 TOOL_UNANSWERED    re-drive when every unanswered tool is declared idempotent
                    (or journaled); otherwise park: "outcome unknown"
-PAUSED             mark PAUSED: only the job resumer may answer the call
+PAUSED             mark PAUSED: only the job resumer may answer the call; but a
+                   run that carries that answer (a resume whose worker died
+                   before ADK stored it) is re-driven with it
 ACTUALLY_DONE      mark DONE; never re-drive (that would ask the model again)
 =================  ==========================================================
 
@@ -107,7 +109,9 @@ class Sweeper:
         if found.cls is OrphanClass.ACTUALLY_DONE:
             await self._finish(run, RunStatus.DONE, found)
             return Recovery(run.run_id, found.cls, "mark_done", RunStatus.DONE, found.reason)
-        if found.cls is OrphanClass.PAUSED:
+        message = types.Content.model_validate(json.loads(run.request))
+        answers = {p.function_response.id for p in message.parts or () if p.function_response}
+        if found.cls is OrphanClass.PAUSED and not answers & set(found.pending_long_running):
             await self._finish(run, RunStatus.PAUSED, found)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
         if found.cls is OrphanClass.TOOL_UNANSWERED:
@@ -123,7 +127,6 @@ class Sweeper:
                     mine,
                     f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted",
                 )
-        message = types.Content.model_validate(json.loads(run.request))
         resume = found.cls is not OrphanClass.NOT_STARTED
         try:
             async for _event in self.runner.drive(run, message, resume=resume):

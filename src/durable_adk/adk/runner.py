@@ -14,6 +14,11 @@ What it guarantees:
   in ``custom_metadata["durable_adk"]``).
 * The row ends ``DONE``, ``PAUSED`` (the invocation stopped on an unanswered
   long-running call) or ``FAILED``.
+* A run that answers long-running calls (``run(..., invocation_id=...)`` with a
+  message of function responses) continues the invocation that made the calls
+  and answers each call at most once: an answer the session already holds from
+  another run is dropped, and a re-drive of a run whose answer was stored
+  continues the invocation without storing it again.
 
 Apps run with ADK resumability on: a re-driven invocation then skips finished
 steps and replays an unanswered call with its original id instead of asking
@@ -81,6 +86,53 @@ class _InvocationIdRunner(Runner):
 
 
 E = TypeVar("E", bound=BaseException)
+
+_ALREADY_ANSWERED = types.Content(role="user", parts=[])
+"""Sentinel of :func:`_unanswered`: every call the message answers is already answered."""
+
+
+async def _no_events() -> AsyncGenerator[Event, None]:
+    return
+    yield  # pragma: no cover - makes this an (empty) async generator
+
+
+def _unanswered(
+    events: Iterable[Event], message: types.Content, run_id: str
+) -> types.Content | None:
+    """What to send for a message of function responses, given the stored events.
+
+    Each call is answered once. Answers the session already holds from another
+    run are dropped (two resumes of one call: the second changes nothing).
+    When this run's own answer is stored (a crash after ADK stored it), nothing
+    is sent again and the invocation is re-driven without a message.
+
+    Returns:
+        The message (possibly with fewer parts), ``None`` to re-drive without a
+        message, or ``_ALREADY_ANSWERED``.
+    """
+    answered_by: dict[str, str | None] = {}
+    for event in events:
+        if event.author != "user":
+            continue
+        stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
+        owner = str(stamp.get("run_id")) if isinstance(stamp, dict) else None
+        for response in event.get_function_responses():
+            if response.id:
+                answered_by.setdefault(response.id, owner)
+    parts = message.parts or []
+    open_parts = [
+        p for p in parts if not (p.function_response and p.function_response.id in answered_by)
+    ]
+    if len(open_parts) == len(parts):
+        return message
+    if open_parts:
+        return message.model_copy(update={"parts": open_parts})
+    mine = any(
+        answered_by.get(p.function_response.id or "") == run_id
+        for p in parts
+        if p.function_response
+    )
+    return None if mine else _ALREADY_ANSWERED
 
 
 def cause_of(exc: BaseException, kind: type[E]) -> E | None:
@@ -193,15 +245,32 @@ class DurableRunner:
         return self.app.name
 
     async def run(
-        self, *, user_id: str, session_id: str, message: types.Content | str
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: types.Content | str,
+        invocation_id: str | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Runs one turn durably and yields its events.
 
         The ledger row is written first; the run then waits its turn in the
         session's queue, drives ADK under a renewed lease, and finishes the row.
 
+        Args:
+            user_id: The session's user.
+            session_id: The session (created if missing).
+            message: The user's message; or, with ``invocation_id``, a message
+                made only of function responses answering that invocation's
+                long-running calls (same id and name as each call).
+            invocation_id: Continue this existing invocation instead of
+                starting a new one: the ledger row carries its id, so recovery
+                re-drives the invocation that made the calls.
+
         Raises:
             durable_adk.errors.Fenced: This worker lost the run to another.
+            durable_adk.errors.InvalidArgument: ``invocation_id`` with a
+                message that is not made of function responses.
         """
         content = (
             types.Content(role="user", parts=[types.Part(text=message)])
@@ -210,6 +279,10 @@ class DurableRunner:
         )
         if not content.parts:
             raise errors.InvalidArgument("message has no parts")
+        if invocation_id is not None and not all(p.function_response for p in content.parts):
+            raise errors.InvalidArgument(
+                "a message continuing an invocation must be made only of function responses"
+            )
         existing = await self.sessions.get_session(
             app_name=self.app_name, user_id=user_id, session_id=session_id
         )
@@ -225,13 +298,19 @@ class DurableRunner:
             session_id=session_id,
             request=content.model_dump(mode="json", exclude_none=True),
             owner=self.worker_id,
+            invocation_id=invocation_id,
         )
-        claimed = await self._wait_for_turn(run)
+        claimed = await self.wait_for_turn(run)
         crash_point("runner.before_first_event")
-        async for event in self.drive(claimed, content, resume=False):
+        async for event in self.drive(claimed, content, resume=invocation_id is not None):
             yield event
 
-    async def _wait_for_turn(self, run: Run) -> Run:
+    async def wait_for_turn(self, run: Run) -> Run:
+        """Waits until our QUEUED run heads its session's queue, then claims it.
+
+        Raises:
+            durable_adk.errors.Fenced: The queued run was taken by another worker.
+        """
         renew_every = self.lease_seconds / 3
         waited = 0.0
         while True:
@@ -253,10 +332,16 @@ class DurableRunner:
         Args:
             run: A run this worker holds (RUNNING, our owner and epoch).
             message: The original request.
-            resume: Re-drive the invocation id on the ledger (recovery) rather
-                than start it.
+            resume: Re-drive the invocation id on the ledger (recovery, or an
+                answer to its long-running calls) rather than start it.
         """
         lease = run.lease
+        new_message: types.Content | None = message
+        if resume and any(p.function_response for p in message.parts or ()):
+            before = await self.sessions.get_session(
+                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+            new_message = _unanswered(before.events if before else [], message, run.run_id)
         lost = asyncio.Event()
         heartbeat = asyncio.create_task(self._heartbeat(run, lost))
         run_config = RunConfig(
@@ -265,14 +350,17 @@ class DurableRunner:
         seen: list[Event] = []
         token = _CHOSEN_INVOCATION.set(run.invocation_id)
         try:
-            stream = self.adk.run_async(
-                user_id=run.user_id,
-                session_id=run.session_id,
-                invocation_id=run.invocation_id if resume else None,
-                new_message=message,
-                run_config=run_config,
-            )
-            async with contextlib.aclosing(stream) as events:
+            if new_message is _ALREADY_ANSWERED:
+                events_of: Any = _no_events()  # another run answered every call: nothing to do
+            else:
+                events_of = self.adk.run_async(
+                    user_id=run.user_id,
+                    session_id=run.session_id,
+                    invocation_id=run.invocation_id if resume else None,
+                    new_message=new_message,
+                    run_config=run_config,
+                )
+            async with contextlib.aclosing(events_of) as events:
                 async for event in events:
                     if lost.is_set():
                         raise errors.Fenced(f"lost the lease of run {run.run_id}")

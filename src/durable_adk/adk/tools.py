@@ -27,6 +27,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
@@ -62,7 +63,15 @@ def _template_fields(template: str) -> set[str]:
 
 def attempt_of(tool_context: ToolContext, tool_name: str) -> tuple[Journal | None, Attempt]:
     """The journal of the durable run this call belongs to (None outside one) and the attempt."""
-    invocation = tool_context.get_invocation_context()
+    return attempt_in(
+        tool_context.get_invocation_context(), tool_name, tool_context.function_call_id
+    )
+
+
+def attempt_in(
+    invocation: InvocationContext, tool_name: str, function_call_id: str | None = None
+) -> tuple[Journal | None, Attempt]:
+    """Like :func:`attempt_of`, from an invocation context (for agents that act themselves)."""
     service = invocation.session_service
     stamp = (
         (invocation.run_config.custom_metadata or {}).get(RUN_METADATA_KEY)
@@ -76,7 +85,7 @@ def attempt_of(tool_context: ToolContext, tool_name: str) -> tuple[Journal | Non
         run_id=run_id,
         run_epoch=epoch,
         invocation_id=invocation.invocation_id,
-        function_call_id=tool_context.function_call_id,
+        function_call_id=function_call_id,
     )
     journal = Journal(service.store) if isinstance(service, DurableSessionService) else None
     return journal, attempt

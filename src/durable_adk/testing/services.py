@@ -382,6 +382,97 @@ NOTIFICATIONS = register(
 )
 
 
+def _undo_once(done_status: str, counter: str) -> Callable[[JsonObject, JsonObject], JsonObject]:
+    """An undo action (release, refund, cancel) that applies once per item.
+
+    Each applied undo bumps ``counter``, so a test can see that an undo happened
+    exactly once; undoing an item already undone is refused with 409.
+    """
+
+    def apply(item: JsonObject, values: JsonObject) -> JsonObject:
+        if item.get("status") == done_status:
+            raise Rejected(
+                f"{item['id']} is already {done_status}", reason=f"already_{done_status}"
+            )
+        return {**item, "status": done_status, counter: int(item.get(counter) or 0) + 1}
+
+    return apply
+
+
+def _check_quantity(values: JsonObject) -> None:
+    if values["quantity"] <= 0:
+        raise Rejected("field 'quantity' must be positive", status=400, reason="bad_request")
+
+
+def _check_address(values: JsonObject) -> None:
+    if "nowhere" in str(values["address"]).lower():
+        raise Rejected(
+            f"the carrier does not deliver to {values['address']!r}",
+            status=422,
+            reason="cannot_ship",
+        )
+
+
+INVENTORY = register(
+    ServiceSpec(
+        "inventory",
+        (
+            Resource(
+                collection="reservations",
+                id_prefix="rsv",
+                fields=(
+                    Field("order_id", "string", max_length=200),
+                    Field("sku", "string", max_length=100),
+                    Field("quantity", "integer"),
+                ),
+                defaults={"status": "held", "releases": 0},
+                validate=_check_quantity,
+                actions=(Action("release", _undo_once("released", "releases")),),
+            ),
+        ),
+    )
+)
+
+PAYMENTS = register(
+    ServiceSpec(
+        "payments",
+        (
+            Resource(
+                collection="charges",
+                id_prefix="chg",
+                fields=(
+                    Field("order_id", "string", max_length=200),
+                    Field("customer", "string", max_length=200),
+                    Field("amount", "number"),
+                ),
+                defaults={"status": "captured", "refunds": 0},
+                validate=_check_amount,
+                actions=(Action("refund", _undo_once("refunded", "refunds")),),
+            ),
+        ),
+    )
+)
+
+CARRIER = register(
+    ServiceSpec(
+        "carrier",
+        (
+            Resource(
+                collection="shipments",
+                id_prefix="shp",
+                fields=(
+                    Field("order_id", "string", max_length=200),
+                    Field("address", "string", max_length=500),
+                ),
+                defaults={"status": "booked", "cancellations": 0},
+                validate=_check_address,
+                actions=(Action("cancel", _undo_once("cancelled", "cancellations")),),
+            ),
+        ),
+    )
+)
+
+
 # --------------------------------------------------------------------------- storage
 
 
@@ -734,6 +825,8 @@ class ServiceApp:
         lookup: Whether ``GET /<collection>/by-key/<key>`` is offered (else 501).
         fail_times: How many create requests fail on purpose.
         fail_mode: ``before`` (nothing written) or ``after`` (written) the commit.
+        fail_actions: How many action requests (``POST /<c>/<id>/<action>``)
+            fail on purpose with 503, before anything is applied.
         db_path: Shown by ``GET /``.
     """
 
@@ -745,6 +838,7 @@ class ServiceApp:
         lookup: bool = True,
         fail_times: int = 0,
         fail_mode: FailMode = "before",
+        fail_actions: int = 0,
         db_path: str = "",
     ) -> None:
         self.spec = spec
@@ -753,8 +847,16 @@ class ServiceApp:
         self.fail_mode: FailMode = fail_mode
         self.db_path = db_path
         self._failures_left = fail_times
+        self._action_failures_left = fail_actions
         self._fail_lock = threading.Lock()
         self._resources = {r.collection: r for r in spec.resources}
+
+    def _take_action_failure(self) -> bool:
+        with self._fail_lock:
+            if self._action_failures_left <= 0:
+                return False
+            self._action_failures_left -= 1
+            return True
 
     def _take_failure(self) -> bool:
         with self._fail_lock:
@@ -873,6 +975,10 @@ class ServiceApp:
         action = resource.action(name)
         assert action is not None
         values = _check_fields(action.fields, _parse_object(body, empty_means={}))
+        if self._take_action_failure():
+            return _Response(
+                503, {"error": "injected failure before the action", "reason": "injected_failure"}
+            )
         try:
             answer, applied = self.store.act(
                 resource.collection, item_id, name, key, lambda item: action.apply(item, values)
@@ -1050,12 +1156,15 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="fail before the write (nothing created) or after the commit (created)",
     )
     parser.add_argument(
+        "--fail-actions", type=int, default=0, metavar="N", help="fail the first N action requests"
+    )
+    parser.add_argument(
         "--parent-pid", type=int, default=None, help="stop when this parent process goes away"
     )
     parser.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
     args = parser.parse_args(argv)
-    if args.fail_times < 0:
-        parser.error("--fail-times must not be negative")
+    if args.fail_times < 0 or args.fail_actions < 0:
+        parser.error("--fail-times and --fail-actions must not be negative")
     if not 0 <= args.port <= 65535:
         parser.error("--port must be between 0 and 65535")
     return args
@@ -1080,6 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lookup=not args.no_lookup,
         fail_times=args.fail_times,
         fail_mode=args.fail_mode,
+        fail_actions=args.fail_actions,
         db_path=os.path.abspath(args.db),
     )
     try:
@@ -1409,6 +1519,7 @@ class FakeService:
         lookup: False starts it with ``--no-lookup``.
         fail_times: How many create requests fail with 503.
         fail_mode: ``before`` or ``after`` the write.
+        fail_actions: How many action requests fail with 503 (nothing applied).
         ready_timeout: Seconds to wait for ``READY``.
         log_path: Where the child's stderr goes.
         quiet: Whether to leave requests out of the log.
@@ -1428,6 +1539,7 @@ class FakeService:
         lookup: bool = True,
         fail_times: int = 0,
         fail_mode: FailMode = "before",
+        fail_actions: int = 0,
         ready_timeout: float = 30.0,
         log_path: str | os.PathLike[str] | None = None,
         quiet: bool = False,
@@ -1438,6 +1550,7 @@ class FakeService:
         self.lookup = lookup
         self.fail_times = fail_times
         self.fail_mode: FailMode = fail_mode
+        self.fail_actions = fail_actions
         self.ready_timeout = ready_timeout
         self.quiet = quiet
         self._requested_port = port
@@ -1460,6 +1573,8 @@ class FakeService:
             cmd.append("--no-lookup")
         if self.fail_times:
             cmd += ["--fail-times", str(self.fail_times), "--fail-mode", self.fail_mode]
+        if self.fail_actions:
+            cmd += ["--fail-actions", str(self.fail_actions)]
         if self.quiet:
             cmd.append("--quiet")
         return cmd

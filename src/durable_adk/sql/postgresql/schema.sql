@@ -129,3 +129,93 @@ CREATE INDEX journal_by_invocation ON journal (invocation_id);
 
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (3, 'journal', extract(epoch FROM clock_timestamp()));
+-- Long-running jobs: one row per long-running call, joining three facts that
+-- arrive separately: the job (its id is the work's business identity, such as
+-- report:2026-Q3:EMEA), the call it answers (session, invocation, function call
+-- id) and its result. Only the first terminal result is kept. A row whose state
+-- is terminal and whose call is known is answered once: a resumer claims it
+-- under a lease (resume_owner, resume_epoch, resume_until) and records the run
+-- that carries the answer (resume_run_id, resumed_at). Times are database clock.
+
+CREATE TABLE jobs (
+    job_id            text PRIMARY KEY,
+    tool_name         text NOT NULL,
+    request           text,                          -- the call's arguments (JSON)
+    app_name          text,                          -- the call, filled by attach (only if empty)
+    user_id           text,
+    session_id        text,
+    invocation_id     text,
+    function_call_id  text,
+    state             text NOT NULL CHECK (state IN ('STARTED', 'SUCCEEDED', 'FAILED', 'EXPIRED', 'CANCELLED')),
+    result            text,                          -- JSON, set with the terminal state
+    progress          text,                          -- JSON, the last progress reported
+    progress_at       double precision,
+    progress_sent     text,                          -- JSON, the last progress delivered
+    progress_sent_at  double precision,
+    deadline_at       double precision NOT NULL,
+    submitted_at      double precision,              -- the work was handed over (at most once)
+    resume_owner      text,
+    resume_epoch      bigint NOT NULL DEFAULT 0,
+    resume_until      double precision,
+    resume_run_id     text,
+    resumed_at        double precision,
+    created_at        double precision NOT NULL,
+    updated_at        double precision NOT NULL,
+    completed_at      double precision
+);
+
+-- The resumer's scan: terminal rows not yet handed to a run.
+CREATE INDEX jobs_ready ON jobs (completed_at) WHERE state <> 'STARTED' AND resumed_at IS NULL;
+-- The expiry sweep and the progress sender: open rows.
+CREATE INDEX jobs_open ON jobs (deadline_at) WHERE state = 'STARTED';
+CREATE INDEX jobs_by_invocation ON jobs (invocation_id);
+CREATE INDEX jobs_by_session ON jobs (app_name, user_id, session_id);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (4, 'jobs', extract(epoch FROM clock_timestamp()));
+-- The saga ledger: a saga's steps, written durably before the events that
+-- report them, so a saga whose process died can still be finished: every
+-- action that may have happened is found and compensated, newest first.
+
+CREATE TABLE sagas (
+    saga_id        text PRIMARY KEY,                  -- '<invocation id>/<saga name>'
+    name           text NOT NULL,
+    app_name       text NOT NULL,
+    user_id        text NOT NULL,
+    session_id     text NOT NULL,
+    invocation_id  text NOT NULL,
+    status         text NOT NULL CHECK (status IN ('RUNNING', 'COMPENSATING', 'COMMITTED',
+                                                   'COMPENSATED', 'COMPENSATION_FAILED')),
+    reason         text,
+    owner          text,                              -- the saga sweeper holding it
+    lease_until    double precision NOT NULL DEFAULT 0,
+    failed_at      double precision,                              -- when compensation began
+    created_at     double precision NOT NULL,
+    updated_at     double precision NOT NULL,
+    finished_at    double precision
+);
+
+CREATE INDEX sagas_by_status ON sagas (status, updated_at);
+CREATE INDEX sagas_by_invocation ON sagas (invocation_id);
+
+CREATE TABLE saga_steps (
+    pk             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- start order: compensation runs newest first
+    saga_id        text NOT NULL REFERENCES sagas (saga_id) ON DELETE CASCADE,
+    step           text NOT NULL,
+    status         text NOT NULL CHECK (status IN ('PENDING', 'DONE', 'COMPENSATED',
+                                                   'COMPENSATION_FAILED')),
+    action_key     text NOT NULL,                      -- idempotency key of the action
+    comp_key       text NOT NULL,                      -- idempotency key of its compensation
+    record         text,                               -- what the compensator needs (JSON), set with DONE
+    attempts       integer NOT NULL DEFAULT 0,         -- compensation attempts
+    last_error     text,
+    created_at     double precision NOT NULL,
+    updated_at     double precision NOT NULL,
+    UNIQUE (saga_id, step)
+);
+
+-- The saga sweeper asks whether a saga's run is still live.
+CREATE INDEX runs_by_invocation ON runs (invocation_id);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (5, 'sagas', extract(epoch FROM clock_timestamp()));

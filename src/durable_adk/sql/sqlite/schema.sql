@@ -129,3 +129,93 @@ CREATE INDEX journal_by_invocation ON journal (invocation_id);
 
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (3, 'journal', (julianday('now') - 2440587.5) * 86400.0);
+-- Long-running jobs: one row per long-running call, joining three facts that
+-- arrive separately: the job (its id is the work's business identity, such as
+-- report:2026-Q3:EMEA), the call it answers (session, invocation, function call
+-- id) and its result. Only the first terminal result is kept. A row whose state
+-- is terminal and whose call is known is answered once: a resumer claims it
+-- under a lease (resume_owner, resume_epoch, resume_until) and records the run
+-- that carries the answer (resume_run_id, resumed_at). Times are database clock.
+
+CREATE TABLE jobs (
+    job_id            TEXT PRIMARY KEY,
+    tool_name         TEXT NOT NULL,
+    request           TEXT,                          -- the call's arguments (JSON)
+    app_name          TEXT,                          -- the call, filled by attach (only if empty)
+    user_id           TEXT,
+    session_id        TEXT,
+    invocation_id     TEXT,
+    function_call_id  TEXT,
+    state             TEXT NOT NULL CHECK (state IN ('STARTED', 'SUCCEEDED', 'FAILED', 'EXPIRED', 'CANCELLED')),
+    result            TEXT,                          -- JSON, set with the terminal state
+    progress          TEXT,                          -- JSON, the last progress reported
+    progress_at       REAL,
+    progress_sent     TEXT,                          -- JSON, the last progress delivered
+    progress_sent_at  REAL,
+    deadline_at       REAL NOT NULL,
+    submitted_at      REAL,                          -- the work was handed over (at most once)
+    resume_owner      TEXT,
+    resume_epoch      INTEGER NOT NULL DEFAULT 0,
+    resume_until      REAL,
+    resume_run_id     TEXT,
+    resumed_at        REAL,
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    completed_at      REAL
+);
+
+-- The resumer's scan: terminal rows not yet handed to a run.
+CREATE INDEX jobs_ready ON jobs (completed_at) WHERE state <> 'STARTED' AND resumed_at IS NULL;
+-- The expiry sweep and the progress sender: open rows.
+CREATE INDEX jobs_open ON jobs (deadline_at) WHERE state = 'STARTED';
+CREATE INDEX jobs_by_invocation ON jobs (invocation_id);
+CREATE INDEX jobs_by_session ON jobs (app_name, user_id, session_id);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (4, 'jobs', (julianday('now') - 2440587.5) * 86400.0);
+-- The saga ledger: a saga's steps, written durably before the events that
+-- report them, so a saga whose process died can still be finished: every
+-- action that may have happened is found and compensated, newest first.
+
+CREATE TABLE sagas (
+    saga_id        TEXT PRIMARY KEY,                  -- '<invocation id>/<saga name>'
+    name           TEXT NOT NULL,
+    app_name       TEXT NOT NULL,
+    user_id        TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    invocation_id  TEXT NOT NULL,
+    status         TEXT NOT NULL CHECK (status IN ('RUNNING', 'COMPENSATING', 'COMMITTED',
+                                                   'COMPENSATED', 'COMPENSATION_FAILED')),
+    reason         TEXT,
+    owner          TEXT,                              -- the saga sweeper holding it
+    lease_until    REAL NOT NULL DEFAULT 0,
+    failed_at      REAL,                              -- when compensation began
+    created_at     REAL NOT NULL,
+    updated_at     REAL NOT NULL,
+    finished_at    REAL
+);
+
+CREATE INDEX sagas_by_status ON sagas (status, updated_at);
+CREATE INDEX sagas_by_invocation ON sagas (invocation_id);
+
+CREATE TABLE saga_steps (
+    pk             INTEGER PRIMARY KEY AUTOINCREMENT,  -- start order: compensation runs newest first
+    saga_id        TEXT NOT NULL REFERENCES sagas (saga_id) ON DELETE CASCADE,
+    step           TEXT NOT NULL,
+    status         TEXT NOT NULL CHECK (status IN ('PENDING', 'DONE', 'COMPENSATED',
+                                                   'COMPENSATION_FAILED')),
+    action_key     TEXT NOT NULL,                      -- idempotency key of the action
+    comp_key       TEXT NOT NULL,                      -- idempotency key of its compensation
+    record         TEXT,                               -- what the compensator needs (JSON), set with DONE
+    attempts       INTEGER NOT NULL DEFAULT 0,         -- compensation attempts
+    last_error     TEXT,
+    created_at     REAL NOT NULL,
+    updated_at     REAL NOT NULL,
+    UNIQUE (saga_id, step)
+);
+
+-- The saga sweeper asks whether a saga's run is still live.
+CREATE INDEX runs_by_invocation ON runs (invocation_id);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (5, 'sagas', (julianday('now') - 2440587.5) * 86400.0);

@@ -1,0 +1,409 @@
+"""The job table: long-running work joined durably to the call it answers.
+
+A long-running call involves three facts that arrive separately and in any
+order: the job (created by the tool, its id the work's business identity such
+as ``report:2026-Q3:EMEA``), the call it answers (session, invocation and
+function call id) and the result (from a webhook, a queue or a poller, maybe
+twice, maybe late). One row per job joins them. Guarantees (framework-agnostic:
+no ADK import here):
+
+* :meth:`JobTable.create` is idempotent: the first call creates the row, later
+  ones return it unchanged.
+* :meth:`JobTable.attach` fills only empty columns: a replayed or late attach
+  never overwrites the call a job already answers.
+* :meth:`JobTable.mark_submitted` is won by exactly one caller, so the work is
+  handed to the outside system at most once.
+* :meth:`JobTable.complete` is one conditional update: the first terminal
+  result wins; a duplicate or late one changes nothing and still succeeds for
+  its sender. A completion that arrives before the call is attached is kept
+  and the job becomes ready once both halves exist.
+* :meth:`JobTable.claim_for_resume` hands each ready job (terminal and
+  attached) to one resumer at a time, under a lease on the database clock
+  (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite). A
+  resumer records the run that carries the answer with
+  :meth:`JobTable.mark_resumed`; a claim whose resumer died before that is
+  claimable again once its lease ran out.
+* Progress is recorded only when it changed (:meth:`JobTable.progress`) and
+  handed out at most once per interval (:meth:`JobTable.claim_progress`).
+* :meth:`JobTable.expire` turns open jobs past their deadline into ``EXPIRED``
+  with an explicit result, in the same conditional update, so a real result
+  arriving later is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from durable_adk import errors
+from durable_adk.store.base import Row, Store
+
+DEFAULT_EXPIRED_RESULT: Mapping[str, Any] = {
+    "status": "expired",
+    "message": "No result arrived before the deadline; the work was cancelled.",
+}
+"""The result an expired job answers its call with, unless another is given."""
+
+
+class JobNotFound(errors.DurableError):
+    """No job has this id."""
+
+
+class JobState(StrEnum):
+    """Where a job stands. Every state but STARTED is terminal."""
+
+    STARTED = "STARTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+
+
+COMPLETION_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+"""The terminal states a completion may report (EXPIRED belongs to the deadline sweep)."""
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One long-running job and the call it answers.
+
+    Attributes:
+        job_id: The work's business identity (``report:2026-Q3:EMEA``).
+        tool_name: The tool that started it; also the function response's name.
+        request: The call's arguments, as the tool received them.
+        app_name: The ADK app of the call (None until attached).
+        user_id: The session's user (None until attached).
+        session_id: The session of the call (None until attached).
+        invocation_id: The invocation that made the call (None until attached).
+        function_call_id: The call's id, repeated in the answer (None until attached).
+        state: Where the job stands.
+        result: The terminal result (None while STARTED).
+        progress: The last progress reported.
+        progress_at: When it was reported (database clock).
+        progress_sent: The last progress handed out for delivery.
+        progress_sent_at: When it was handed out.
+        deadline_at: After this the expiry sweep ends the job.
+        submitted_at: When the work was handed to the outside system.
+        resume_owner: The resumer holding (or last holding) the resume claim.
+        resume_epoch: Bumped by every resume claim; names the claim.
+        resume_until: The resume claim's lease expiry.
+        resume_run_id: The run that carries the answer.
+        resumed_at: When the answer was handed to that run.
+        created_at: When the job was created.
+        updated_at: When the row last changed.
+        completed_at: When the job reached its terminal state.
+    """
+
+    job_id: str
+    tool_name: str
+    request: Any
+    app_name: str | None
+    user_id: str | None
+    session_id: str | None
+    invocation_id: str | None
+    function_call_id: str | None
+    state: JobState
+    result: Any
+    progress: Any
+    progress_at: float | None
+    progress_sent: Any
+    progress_sent_at: float | None
+    deadline_at: float
+    submitted_at: float | None
+    resume_owner: str | None
+    resume_epoch: int
+    resume_until: float | None
+    resume_run_id: str | None
+    resumed_at: float | None
+    created_at: float
+    updated_at: float
+    completed_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> Job:
+        """Maps a ``jobs`` row."""
+        return cls(
+            job_id=row["job_id"],
+            tool_name=row["tool_name"],
+            request=_loads(row["request"]),
+            app_name=row["app_name"],
+            user_id=row["user_id"],
+            session_id=row["session_id"],
+            invocation_id=row["invocation_id"],
+            function_call_id=row["function_call_id"],
+            state=JobState(row["state"]),
+            result=_loads(row["result"]),
+            progress=_loads(row["progress"]),
+            progress_at=_float(row["progress_at"]),
+            progress_sent=_loads(row["progress_sent"]),
+            progress_sent_at=_float(row["progress_sent_at"]),
+            deadline_at=float(row["deadline_at"]),
+            submitted_at=_float(row["submitted_at"]),
+            resume_owner=row["resume_owner"],
+            resume_epoch=int(row["resume_epoch"]),
+            resume_until=_float(row["resume_until"]),
+            resume_run_id=row["resume_run_id"],
+            resumed_at=_float(row["resumed_at"]),
+            created_at=float(row["created_at"]),
+            updated_at=float(row["updated_at"]),
+            completed_at=_float(row["completed_at"]),
+        )
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the job has its final result."""
+        return self.state is not JobState.STARTED
+
+    @property
+    def attached(self) -> bool:
+        """Whether the call the job answers is fully known."""
+        return None not in (
+            self.app_name,
+            self.user_id,
+            self.session_id,
+            self.invocation_id,
+            self.function_call_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What a completion did.
+
+    Attributes:
+        job: The job as it now stands (the first terminal result, if this one lost).
+        changed: Whether this completion was the one that ended the job.
+    """
+
+    job: Job
+    changed: bool
+
+
+def _dumps(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidArgument(f"{what} must be JSON-serializable: {exc}") from exc
+
+
+def _claims(jobs: Sequence[Job]) -> str:
+    return json.dumps([{"job_id": j.job_id, "epoch": j.resume_epoch} for j in jobs])
+
+
+class JobTable:
+    """Long-running jobs over a store."""
+
+    def __init__(self, store: Store) -> None:
+        """Creates the table's API.
+
+        Args:
+            store: An open store (its schema includes the ``jobs`` table).
+        """
+        self.store = store
+
+    async def create(
+        self, job_id: str, *, tool_name: str, deadline: float, request: Any = None
+    ) -> tuple[Job, bool]:
+        """Creates a job in STARTED, or returns the existing one unchanged.
+
+        Args:
+            job_id: The work's business identity, the same on every retry.
+            tool_name: The tool (and function response) name.
+            deadline: Seconds from now (database clock) before the job expires.
+            request: The call's arguments (JSON-serializable), kept for submission.
+
+        Returns:
+            The job, and whether this call created it.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise errors.InvalidArgument("job_id must be a non-empty string")
+        if not tool_name:
+            raise errors.InvalidArgument("tool_name must be a non-empty string")
+        if deadline <= 0:
+            raise errors.InvalidArgument("deadline must be > 0 seconds")
+        row = await self.store.fetchrow(
+            "job_create",
+            {
+                "job_id": job_id,
+                "tool_name": tool_name,
+                "request": None if request is None else _dumps(request, "request"),
+                "deadline": float(deadline),
+            },
+        )
+        assert row is not None
+        return Job.from_row(row), bool(row["created"])
+
+    async def attach(
+        self,
+        job_id: str,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        function_call_id: str,
+    ) -> Job:
+        """Records the call a job answers; fills only the columns still empty.
+
+        Raises:
+            JobNotFound: No such job.
+        """
+        row = await self.store.fetchrow(
+            "job_attach",
+            {
+                "job_id": job_id,
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "invocation_id": invocation_id,
+                "function_call_id": function_call_id,
+            },
+        )
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        return Job.from_row(row)
+
+    async def mark_submitted(self, job_id: str) -> bool:
+        """Takes the right to hand the work over; True for exactly one caller."""
+        return await self.store.fetchrow("job_mark_submitted", {"job_id": job_id}) is not None
+
+    async def complete(self, job_id: str, state: JobState | str, result: Any) -> Completion:
+        """Ends a job with its result; the first terminal result wins.
+
+        A duplicate or late completion changes nothing and returns normally
+        (``changed=False``), so its sender stops retrying.
+
+        Args:
+            job_id: The job.
+            state: SUCCEEDED, FAILED or CANCELLED.
+            result: The result the call is answered with (JSON-serializable).
+
+        Raises:
+            JobNotFound: No such job (nothing is written).
+            durable_adk.errors.InvalidArgument: Another state, or a result
+                that is not JSON.
+        """
+        try:
+            final = JobState(state)
+        except ValueError:
+            final = JobState.STARTED
+        if final not in COMPLETION_STATES:
+            raise errors.InvalidArgument(
+                f"a completion's state is SUCCEEDED, FAILED or CANCELLED, not {state!r}"
+            )
+        row = await self.store.fetchrow(
+            "job_complete",
+            {"job_id": job_id, "state": final.value, "result": _dumps(result, "result")},
+        )
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        return Completion(job=Job.from_row(row), changed=row["outcome"] == "changed")
+
+    async def progress(self, job_id: str, progress: Mapping[str, Any]) -> bool:
+        """Records an open job's progress; True only when it changed.
+
+        Delivery is throttled separately (:meth:`claim_progress`).
+        """
+        return (
+            await self.store.fetchrow(
+                "job_progress", {"job_id": job_id, "progress": _dumps(progress, "progress")}
+            )
+            is not None
+        )
+
+    async def claim_progress(self, *, interval: float, limit: int = 100) -> list[Job]:
+        """Claims progress to deliver: changed since delivered, last delivery ``interval`` ago.
+
+        The claim marks the progress delivered, so each is handed out at most once.
+        """
+        rows = await self.store.fetch(
+            "job_claim_progress", {"interval": float(interval), "limit": limit}
+        )
+        return [Job.from_row(r) for r in rows]
+
+    async def claim_for_resume(
+        self, owner: str, *, lease: float = 30.0, gather: float = 0.0, limit: int = 100
+    ) -> list[Job]:
+        """Claims ready jobs (terminal and attached, not yet handed to a run).
+
+        Args:
+            owner: The resumer's name.
+            lease: Seconds the claim holds; after that another resumer may claim.
+            gather: Seconds a job waits for a still-open sibling (same
+                invocation) so both are answered in one message.
+            limit: Most jobs claimed.
+
+        Returns:
+            The claimed jobs, grouped by invocation.
+        """
+        rows = await self.store.fetch(
+            "job_claim_resume",
+            {"owner": owner, "lease": float(lease), "gather": float(gather), "limit": limit},
+        )
+        jobs = [Job.from_row(r) for r in rows]
+        return sorted(jobs, key=lambda j: (j.invocation_id or "", j.completed_at or 0.0))
+
+    async def mark_resumed(self, owner: str, jobs: Sequence[Job], run_id: str) -> set[str]:
+        """Records the run that carries the answers of claimed jobs.
+
+        Returns:
+            The ids of the jobs marked (claims this owner still held).
+        """
+        rows = await self.store.fetch(
+            "job_mark_resumed", {"claims": _claims(jobs), "owner": owner, "run_id": run_id}
+        )
+        return {r["job_id"] for r in rows}
+
+    async def release(self, owner: str, jobs: Sequence[Job]) -> set[str]:
+        """Gives resume claims back at once (the answers could not be handed over)."""
+        rows = await self.store.fetch(
+            "job_release_resume", {"claims": _claims(jobs), "owner": owner}
+        )
+        return {r["job_id"] for r in rows}
+
+    async def expire(
+        self, *, result: Mapping[str, Any] = DEFAULT_EXPIRED_RESULT, limit: int = 100
+    ) -> list[Job]:
+        """Turns open jobs past their deadline into EXPIRED with ``result``.
+
+        Returns:
+            The jobs this call expired.
+        """
+        rows = await self.store.fetch(
+            "job_expire", {"result": _dumps(dict(result), "result"), "limit": limit}
+        )
+        return [Job.from_row(r) for r in rows]
+
+    async def get(self, job_id: str) -> Job | None:
+        """One job, or None."""
+        row = await self.store.fetchrow("job_get", {"job_id": job_id})
+        return None if row is None else Job.from_row(row)
+
+    async def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs, newest first, optionally of one state or one session."""
+        rows = await self.store.fetch(
+            "job_list",
+            {"state": state.value if state else None, "session_id": session_id, "limit": limit},
+        )
+        return [Job.from_row(r) for r in rows]
+
+    async def backdate(self, job_id: str, seconds: float) -> None:
+        """Moves a job's deadline, claim lease and progress clock ``seconds`` back."""
+        await self.store.execute("job_backdate", {"job_id": job_id, "seconds": float(seconds)})

@@ -1,0 +1,421 @@
+"""The saga ledger and compensation: undo what a failed saga did, newest first.
+
+What it guarantees (framework-agnostic: no ADK import here):
+
+* A step is on record (PENDING, with its action and compensation idempotency
+  keys) before its outside call, and DONE, with what its compensator needs,
+  before the event that reports it. A process dying anywhere leaves a trace.
+* :class:`Compensation` undoes a saga's steps newest first. A PENDING step is
+  first looked up in the outside system by its action key: not found means it
+  never happened (nothing to undo). Each compensation is retried with back-off;
+  one that keeps failing is recorded COMPENSATION_FAILED with a dead letter
+  while the others still run. Compensating twice is harmless: compensated steps
+  are skipped and compensators get the same idempotency key every time.
+* A saga ends COMMITTED, COMPENSATED or COMPENSATION_FAILED exactly once; the
+  saga sweeper claims stuck sagas (no final status, quiet past a timeout, no
+  live run) atomically, so two sweepers never compensate the same saga.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from durable_adk import errors
+from durable_adk.metrics import NO_METRICS, Metrics
+from durable_adk.store.base import Row, Store
+from durable_adk.testing.crash import crash_point
+
+logger = logging.getLogger("durable_adk.sagas")
+
+Compensator = Callable[[Mapping[str, Any], str], Awaitable[Any]]
+"""Undoes one step: given its record and the compensation's idempotency key."""
+
+Finder = Callable[[str], Awaitable[Any]]
+"""Looks an action up in the outside system by its idempotency key (None: never happened)."""
+
+
+class SagaStatus(StrEnum):
+    """Where a saga stands."""
+
+    RUNNING = "RUNNING"
+    COMPENSATING = "COMPENSATING"
+    COMMITTED = "COMMITTED"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+
+class StepStatus(StrEnum):
+    """Where a saga step stands."""
+
+    PENDING = "PENDING"
+    DONE = "DONE"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class Saga:
+    """One saga (one run of a SagaSequence in one invocation).
+
+    Attributes:
+        saga_id: ``<invocation id>/<saga name>``.
+        name: The SagaSequence's name.
+        app_name: The ADK app.
+        user_id: The session's user.
+        session_id: The session.
+        invocation_id: The invocation.
+        status: Where it stands.
+        reason: Why it failed, if it did.
+        owner: The saga sweeper holding it, if any.
+        failed_at: When compensation began (database clock).
+        created_at: When it began.
+        updated_at: When its ledger last changed.
+        finished_at: When it reached a final status.
+    """
+
+    saga_id: str
+    name: str
+    app_name: str
+    user_id: str
+    session_id: str
+    invocation_id: str
+    status: SagaStatus
+    reason: str | None
+    owner: str | None
+    failed_at: float | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> Saga:
+        """Maps a ``sagas`` row."""
+        return cls(
+            saga_id=row["saga_id"],
+            name=row["name"],
+            app_name=row["app_name"],
+            user_id=row["user_id"],
+            session_id=row["session_id"],
+            invocation_id=row["invocation_id"],
+            status=SagaStatus(row["status"]),
+            reason=row["reason"],
+            owner=row["owner"],
+            failed_at=None if row["failed_at"] is None else float(row["failed_at"]),
+            created_at=float(row["created_at"]),
+            updated_at=float(row["updated_at"]),
+            finished_at=None if row["finished_at"] is None else float(row["finished_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SagaStep:
+    """One step of a saga.
+
+    Attributes:
+        saga_id: The saga.
+        step: The stage's name.
+        status: Where it stands.
+        action_key: The action's idempotency key.
+        comp_key: The compensation's idempotency key (distinct from the action's).
+        record: What the compensator needs (set with DONE).
+        attempts: Compensation attempts so far.
+        last_error: The last compensation error.
+    """
+
+    saga_id: str
+    step: str
+    status: StepStatus
+    action_key: str
+    comp_key: str
+    record: dict[str, Any] | None
+    attempts: int
+    last_error: str | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> SagaStep:
+        """Maps a ``saga_steps`` row."""
+        return cls(
+            saga_id=row["saga_id"],
+            step=row["step"],
+            status=StepStatus(row["status"]),
+            action_key=row["action_key"],
+            comp_key=row["comp_key"],
+            record=None if row["record"] is None else json.loads(row["record"]),
+            attempts=int(row["attempts"]),
+            last_error=row["last_error"],
+        )
+
+
+def keys_for(saga_id: str, step: str) -> tuple[str, str]:
+    """The action and compensation idempotency keys of a step: stable, and distinct."""
+    return f"saga:{saga_id}:{step}", f"saga:{saga_id}:{step}:undo"
+
+
+class SagaLedger:
+    """Sagas and their steps over a store."""
+
+    def __init__(self, store: Store) -> None:
+        """Creates the ledger over an open store."""
+        self.store = store
+
+    async def begin(
+        self,
+        *,
+        saga_id: str,
+        name: str,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+    ) -> Saga:
+        """Records a saga (or returns the one already recorded under this id)."""
+        row = await self.store.fetchrow(
+            "saga_begin",
+            {
+                "saga_id": saga_id,
+                "name": name,
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "invocation_id": invocation_id,
+            },
+        )
+        assert row is not None
+        return Saga.from_row(row)
+
+    async def get(self, saga_id: str) -> Saga | None:
+        """One saga, or None."""
+        row = await self.store.fetchrow("saga_get", {"saga_id": saga_id})
+        return None if row is None else Saga.from_row(row)
+
+    async def list_sagas(self, *, status: SagaStatus | None = None, limit: int = 100) -> list[Saga]:
+        """Sagas, newest first."""
+        rows = await self.store.fetch(
+            "saga_list", {"status": status.value if status else None, "limit": limit}
+        )
+        return [Saga.from_row(r) for r in rows]
+
+    async def steps(self, saga_id: str) -> list[SagaStep]:
+        """A saga's steps, newest first."""
+        return [
+            SagaStep.from_row(r) for r in await self.store.fetch("saga_steps", {"saga_id": saga_id})
+        ]
+
+    async def step_pending(self, saga_id: str, step: str) -> tuple[str, str]:
+        """Records that a step is about to act; returns its (action, compensation) keys."""
+        action_key, comp_key = keys_for(saga_id, step)
+        await self.store.execute(
+            "saga_step_pending",
+            {"saga_id": saga_id, "step": step, "action_key": action_key, "comp_key": comp_key},
+        )
+        return action_key, comp_key
+
+    async def step_done(self, saga_id: str, step: str, record: Mapping[str, Any]) -> None:
+        """Records that a step acted, with what its compensator needs."""
+        await self.store.execute(
+            "saga_step_done", {"saga_id": saga_id, "step": step, "record": json.dumps(dict(record))}
+        )
+
+    async def step_undone(
+        self,
+        saga_id: str,
+        step: str,
+        status: StepStatus,
+        *,
+        attempts: int,
+        error: str | None = None,
+    ) -> None:
+        """Records the end of a step's compensation."""
+        await self.store.execute(
+            "saga_step_undone",
+            {
+                "saga_id": saga_id,
+                "step": step,
+                "status": status.value,
+                "attempts": attempts,
+                "error": error,
+            },
+        )
+
+    async def compensating(self, saga_id: str, reason: str) -> Saga | None:
+        """Marks a saga as compensating (the first reason and failure time stay)."""
+        row = await self.store.fetchrow("saga_compensating", {"saga_id": saga_id, "reason": reason})
+        return None if row is None else Saga.from_row(row)
+
+    async def finish(
+        self, saga_id: str, status: SagaStatus, reason: str | None = None
+    ) -> Saga | None:
+        """Gives a saga its final status; None if it already had one."""
+        row = await self.store.fetchrow(
+            "saga_finish", {"saga_id": saga_id, "status": status.value, "reason": reason}
+        )
+        return None if row is None else Saga.from_row(row)
+
+    async def claim_stuck(
+        self, owner: str, *, quiet_for: float, lease: float = 60.0, limit: int = 10
+    ) -> list[Saga]:
+        """Claims sagas with no final status, quiet for ``quiet_for`` seconds, with no live run."""
+        rows = await self.store.fetch(
+            "saga_claim_stuck",
+            {"owner": owner, "timeout": quiet_for, "lease": lease, "limit": limit},
+        )
+        return [Saga.from_row(r) for r in rows]
+
+    async def backdate(self, saga_id: str, seconds: float) -> None:
+        """Moves a saga's quiet time ``seconds`` into the past (tests, operators)."""
+        await self.store.execute("saga_backdate", {"saga_id": saga_id, "seconds": seconds})
+
+    async def dead_letter(self, *, saga: Saga, step: SagaStep, error: str) -> None:
+        """Records a compensation that needs a person."""
+        await self.store.execute(
+            "dead_letter_add",
+            {
+                "kind": "compensation",
+                "run_id": None,
+                "request": json.dumps(
+                    {"saga_id": saga.saga_id, "step": step.step, "record": step.record}
+                ),
+                "classification": f"saga {saga.name}: compensation of {step.step} failed",
+                "last_events": None,
+                "error": error,
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Undo:
+    """How to undo one kind of step.
+
+    Attributes:
+        compensate: Undoes it (idempotent under the compensation key; treats a
+            missing or already undone effect as done).
+        find: Looks the action up by its idempotency key, for a step that died
+            PENDING; its answer becomes the record. None: no lookup exists, and a
+            PENDING step's compensation fails to a dead letter.
+        record_of: Turns what ``find`` returned into the compensator's record.
+    """
+
+    compensate: Compensator
+    find: Finder | None = None
+    record_of: Callable[[Any], Mapping[str, Any]] = lambda found: dict(found)
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationResult:
+    """How a compensation pass ended.
+
+    Attributes:
+        status: COMPENSATED, or COMPENSATION_FAILED when a step could not be undone.
+        failed_steps: The steps left for a person (each has a dead letter).
+        seconds: From the saga's failure to the end of this pass (database clock).
+    """
+
+    status: SagaStatus
+    failed_steps: tuple[str, ...]
+    seconds: float | None
+
+
+class Compensation:
+    """Undoes a saga's steps newest first, with retries and dead letters."""
+
+    def __init__(
+        self,
+        ledger: SagaLedger,
+        undo: Mapping[str, Undo],
+        *,
+        retries: int = 3,
+        backoff: float = 0.2,
+        metrics: Metrics = NO_METRICS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """Creates the compensation engine.
+
+        Args:
+            ledger: The saga ledger.
+            undo: How to undo each step, by step name.
+            retries: Attempts per compensation before it is dead-lettered.
+            backoff: First wait between attempts, doubled each time.
+            metrics: Where outcomes and durations are recorded.
+            sleep: The wait between attempts.
+        """
+        if retries < 1 or backoff < 0:
+            raise errors.InvalidArgument("retries must be >= 1 and backoff >= 0")
+        self.ledger = ledger
+        self.undo = dict(undo)
+        self.retries = retries
+        self.backoff = backoff
+        self.metrics = metrics
+        self.sleep = sleep
+
+    async def run(self, saga: Saga, reason: str) -> CompensationResult:
+        """Compensates every step that may have acted, then finishes the saga."""
+        marked = await self.ledger.compensating(saga.saga_id, reason)
+        failed: list[str] = []
+        for step in await self.ledger.steps(saga.saga_id):
+            if step.status is StepStatus.COMPENSATED:
+                continue
+            if not await self._undo_step(saga, step):
+                failed.append(step.step)
+        status = SagaStatus.COMPENSATION_FAILED if failed else SagaStatus.COMPENSATED
+        finished = await self.ledger.finish(saga.saga_id, status, reason)
+        seconds = None
+        failed_at = (marked or saga).failed_at
+        if finished is not None and finished.finished_at is not None and failed_at is not None:
+            seconds = max(0.0, finished.finished_at - failed_at)
+        if finished is not None:
+            self.metrics.saga_outcome(status.value.lower(), compensation_seconds=seconds)
+        return CompensationResult(status=status, failed_steps=tuple(failed), seconds=seconds)
+
+    async def _undo_step(self, saga: Saga, step: SagaStep) -> bool:
+        undo = self.undo.get(step.step)
+        if undo is None:
+            return await self._give_up(saga, step, 0, f"no compensator for step {step.step!r}")
+        record: Mapping[str, Any] | None = step.record
+        attempts = 0
+        last_error = ""
+        while attempts < self.retries:
+            attempts += 1
+            try:
+                if record is None:  # died PENDING: did the action happen at all?
+                    if undo.find is None:
+                        return await self._give_up(
+                            saga, step, attempts, "step died mid-action and has no lookup"
+                        )
+                    found = await undo.find(step.action_key)
+                    if found is None:
+                        await self.ledger.step_undone(
+                            saga.saga_id,
+                            step.step,
+                            StepStatus.COMPENSATED,
+                            attempts=attempts,
+                            error="the action never happened",
+                        )
+                        return True
+                    record = undo.record_of(found)
+                await undo.compensate({**record, "key": step.comp_key}, step.comp_key)
+                crash_point(f"saga.undo.{step.step}.after")
+                await self.ledger.step_undone(
+                    saga.saga_id, step.step, StepStatus.COMPENSATED, attempts=attempts
+                )
+                return True
+            except Exception as exc:  # any failure of an outside system: retry, then give up
+                last_error = f"{type(exc).__name__}: {exc}"
+                logger.warning(
+                    "saga %s: undo of %s failed (%s)", saga.saga_id, step.step, last_error
+                )
+                if attempts < self.retries:
+                    await self.sleep(self.backoff * 2 ** (attempts - 1))
+        return await self._give_up(saga, step, attempts, last_error)
+
+    async def _give_up(self, saga: Saga, step: SagaStep, attempts: int, error: str) -> bool:
+        await self.ledger.step_undone(
+            saga.saga_id, step.step, StepStatus.COMPENSATION_FAILED, attempts=attempts, error=error
+        )
+        await self.ledger.dead_letter(saga=saga, step=step, error=error)
+        return False

@@ -1,0 +1,134 @@
+"""Following a session's events from a sequence number: reconnect on any worker.
+
+:func:`follow` polls the store, not a worker's memory, so a client that lost
+its connection can come back to any worker with the last sequence number it
+saw and miss nothing, whichever worker is driving the run (or recovering it
+after a crash). Events come in log order, each exactly once per stream.
+
+The stream ends when the run being followed (or, without one, every run of
+the session) has reached an end status and its last events were delivered:
+the status is read before the events, and a run's events are all appended
+before its row is finished, so the final read misses nothing. A draining
+worker ends its streams early with ``reason="draining"`` and the sequence
+number to reconnect from.
+
+:func:`sse` renders the items as Server-Sent Events: ``id`` is the sequence
+number, so a browser's ``Last-Event-ID`` resumes the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from durable_adk.ledger import TERMINAL
+from durable_adk.service.ops import Operations, SeqEvent, SessionKey, is_settled
+
+BATCH = 500
+"""Most events read per poll."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """Nothing new for a while (an SSE comment keeps proxies from closing the stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """The stream is over.
+
+    Attributes:
+        reason: ``"settled"`` (the runs reached an end status), or
+            ``"draining"`` (this worker is shutting down: reconnect elsewhere).
+        last_seq: The last sequence number delivered: reconnect from it.
+        statuses: The followed runs' statuses, by run id.
+    """
+
+    reason: str
+    last_seq: int
+    statuses: dict[str, str]
+
+
+FollowItem = SeqEvent | KeepAlive | End
+
+
+async def follow(
+    ops: Operations,
+    key: SessionKey,
+    *,
+    after: int,
+    run_id: str | None = None,
+    poll: float = 0.2,
+    keepalive: float = 15.0,
+    stop: asyncio.Event | None = None,
+) -> AsyncIterator[FollowItem]:
+    """Yields a session's events after ``after``, live, until its runs settle.
+
+    Args:
+        ops: Operations over the store.
+        key: The session.
+        after: Deliver events with a greater sequence number.
+        run_id: Follow this run; None follows every run of the session.
+        poll: Seconds between reads when nothing is new.
+        keepalive: Seconds of silence before a :class:`KeepAlive`.
+        stop: Set when the worker drains: the stream ends with ``draining``.
+    """
+    last = after
+    quiet_since = time.monotonic()
+    while True:
+        runs = [await ops.get_run(run_id)] if run_id else await ops.session_runs(key)
+        settled = is_settled(runs)
+        batch = await ops.events_after(key, last, limit=BATCH)
+        for item in batch:
+            last = item.seq
+            yield item
+        if batch:
+            quiet_since = time.monotonic()
+        if len(batch) == BATCH:
+            continue  # more to read before deciding anything
+        statuses = {run.run_id: run.status.value for run in runs}
+        if settled:
+            yield End("settled", last, statuses)
+            return
+        if stop is not None and stop.is_set():
+            yield End("draining", last, statuses)
+            return
+        if time.monotonic() - quiet_since >= keepalive:
+            quiet_since = time.monotonic()
+            yield KeepAlive()
+        await _pause(poll, stop)
+
+
+async def _pause(seconds: float, stop: asyncio.Event | None) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def sse(item: FollowItem) -> str:
+    """One item as a Server-Sent Events message.
+
+    Events are ``event: event`` with ``id`` = sequence number and
+    ``data`` = ``{"seq": n, "event": {...}}``; the end is ``event: end``.
+    """
+    if isinstance(item, SeqEvent):
+        # The stored JSON is compact (no raw newlines), so it is one data line as it is.
+        return f'id: {item.seq}\nevent: event\ndata: {{"seq":{item.seq},"event":{item.data}}}\n\n'
+    if isinstance(item, KeepAlive):
+        return ": keep-alive\n\n"
+    body = json.dumps(
+        {"reason": item.reason, "last_seq": item.last_seq, "runs": item.statuses},
+        separators=(",", ":"),
+    )
+    return f"id: {item.last_seq}\nevent: end\ndata: {body}\n\n"
+
+
+def terminal_statuses() -> frozenset[str]:
+    """The run statuses that end a follow."""
+    return frozenset(status.value for status in TERMINAL)

@@ -1,0 +1,84 @@
+"""The settings of one worker process, as one frozen value.
+
+Everything the worker, its HTTP API and its loops need to know comes from a
+:class:`ServiceSettings` handed to their constructors; nothing is read from
+globals. ``durable-adk serve`` builds it from its options. Defaults are safe
+ones: the API binds 127.0.0.1 and every operation needs a bearer token (a
+random one is made when none is given).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from durable_adk import errors
+
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+"""Requests with a larger body are refused with 413 (1 MiB)."""
+
+
+def new_token() -> str:
+    """A fresh random bearer token (URL-safe, 256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """How a worker serves.
+
+    Attributes:
+        db: The store URL (``sqlite:///path.db`` or ``postgresql://...``).
+        host: The address the HTTP API binds (127.0.0.1 unless told otherwise).
+        port: The HTTP port (0: any free port).
+        token: The bearer token every operation needs.
+        worker_id: This worker's name on the ledger (None: host:pid:random).
+        lease: Run lease length in seconds; renewed every third of it.
+        max_attempts: Recovery claims before a run is parked.
+        backoff: First back-off between recovery attempts, doubled each time.
+        idempotent_tools: Tools the sweeper may re-run after a crash.
+        sweep_interval: Seconds between recovery passes.
+        sweep_batch: Most runs one recovery pass claims.
+        poll_interval: How often a follower polls the store for new events.
+        keepalive: Seconds between SSE comments on an idle stream.
+        drain_seconds: On SIGTERM, how long runs in progress may take to
+            finish before their leases are handed back.
+        max_body_bytes: Larger request bodies are refused with 413.
+        max_message_chars: Longest user message a run accepts.
+    """
+
+    db: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str = field(default_factory=new_token, repr=False)
+    worker_id: str | None = None
+    lease: float = 30.0
+    max_attempts: int = 3
+    backoff: float = 1.0
+    idempotent_tools: tuple[str, ...] = ()
+    sweep_interval: float = 5.0
+    sweep_batch: int = 10
+    poll_interval: float = 0.2
+    keepalive: float = 15.0
+    drain_seconds: float = 10.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_message_chars: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not self.token or len(self.token) < 8:
+            raise errors.InvalidArgument("the bearer token must be at least 8 characters")
+        positive = {
+            "lease": self.lease,
+            "sweep_interval": self.sweep_interval,
+            "poll_interval": self.poll_interval,
+            "keepalive": self.keepalive,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise errors.InvalidArgument(f"{name} must be > 0, got {value}")
+        if self.drain_seconds < 0 or self.max_body_bytes < 1 or self.max_message_chars < 1:
+            raise errors.InvalidArgument(
+                "drain_seconds must be >= 0, max_body_bytes and max_message_chars >= 1"
+            )
+        if not 0 <= self.port <= 65535:
+            raise errors.InvalidArgument(f"port must be 0..65535, got {self.port}")

@@ -1,0 +1,258 @@
+"""The worker: drives runs started over HTTP, recovers orphans, drains on shutdown.
+
+What it guarantees:
+
+* A run started through :meth:`Worker.start_run` is on the ledger (QUEUED,
+  leased by this worker) before the call returns its id; it is then driven in
+  the background through :class:`~durable_adk.adk.runner.DurableRunner`, in
+  the session's queue, under a renewed lease. A crash anywhere leaves a row
+  that any worker's sweeper recovers.
+* Every worker runs the recovery sweeper in a loop, so several workers on one
+  PostgreSQL share the work: claims are single statements, a run is recovered
+  by exactly one of them.
+* :meth:`Worker.drain` (graceful shutdown) stops taking work, lets the runs in
+  progress finish for ``drain_seconds``, then cancels the rest and hands their
+  leases back in one statement: expired, without back-off and without counting
+  the attempt, so another worker's next sweep takes them over at once. The
+  fencing epoch still guards them: the next claim bumps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.adk.agents import BaseAgent
+from google.adk.apps import App
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.events.event import Event
+from google.adk.sessions.session import Session
+from google.genai import types
+from typing_extensions import override
+
+from durable_adk import errors
+from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.journal import OutcomeUnknown
+from durable_adk.ledger import Run
+from durable_adk.metrics import Metrics
+from durable_adk.service.ops import Operations
+from durable_adk.service.settings import ServiceSettings
+from durable_adk.store.base import Store
+
+logger = logging.getLogger("durable_adk.service")
+
+
+class TimedSessionService(DurableSessionService):
+    """A DurableSessionService that records each append's latency."""
+
+    def __init__(self, store: Store, *, metrics: Metrics) -> None:
+        """Creates the service.
+
+        Args:
+            store: The open store.
+            metrics: Where append latency is recorded.
+        """
+        super().__init__(store)
+        self._metrics = metrics
+
+    @override
+    async def append_event(self, session: Session, event: Event) -> Event:
+        started = time.perf_counter()
+        try:
+            return await super().append_event(session, event)
+        finally:
+            self._metrics.append_latency(time.perf_counter() - started)
+
+
+class Worker:
+    """One worker process's durable machinery, without its HTTP front."""
+
+    def __init__(
+        self,
+        *,
+        app: App | BaseAgent,
+        store: Store,
+        settings: ServiceSettings,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """Builds the runner, the sweeper and the operations over one store.
+
+        Args:
+            app: The ADK App (resumable) or bare root agent this worker serves.
+            store: The open store (the caller closes it).
+            settings: Lease, recovery and drain settings.
+            metrics: Where metrics and spans go (default: a registry of its own).
+        """
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics or Metrics()
+        self.sessions = TimedSessionService(store, metrics=self.metrics)
+        self.runner = DurableRunner(
+            app=app,
+            store=store,
+            worker_id=settings.worker_id,
+            lease=settings.lease,
+            session_service=self.sessions,
+            max_attempts=settings.max_attempts,
+            backoff=settings.backoff,
+            idempotent_tools=settings.idempotent_tools,
+        )
+        self.sweeper = Sweeper(
+            self.runner, batch=settings.sweep_batch, interval=settings.sweep_interval
+        )
+        self.ops = Operations(store, root_agent_name=self.runner.root_agent_name)
+        self.draining = asyncio.Event()
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._loops: list[asyncio.Task[None]] = []
+        self._drained = False
+
+    @property
+    def worker_id(self) -> str:
+        """This worker's name on the ledger."""
+        return self.runner.worker_id
+
+    @property
+    def app_name(self) -> str:
+        """The ADK app this worker serves."""
+        return self.runner.app_name
+
+    @property
+    def active_runs(self) -> list[str]:
+        """Ids of the runs this worker is driving for HTTP callers."""
+        return sorted(self._runs)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Worker]:
+        """Runs the background loops; drains and hands back leases on exit."""
+        self._loops.append(asyncio.create_task(self._sweep_loop(), name="durable-adk-sweeper"))
+        try:
+            yield self
+        finally:
+            await self.drain()
+
+    def begin_drain(self) -> None:
+        """Stops taking work: new runs are refused, followers are told to reconnect."""
+        self.draining.set()
+
+    async def drain(self) -> list[str]:
+        """Graceful shutdown: finish or hand back every run this worker holds.
+
+        Returns:
+            The ids of the runs whose leases were handed back.
+        """
+        if self._drained:
+            return []
+        self._drained = True
+        self.begin_drain()
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        pending = list(self._runs.values())
+        if pending:
+            _done, still = await asyncio.wait(pending, timeout=self.settings.drain_seconds)
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)
+        rows = await self.store.fetch("service_hand_back", {"owner": self.worker_id})
+        handed = sorted(str(r["run_id"]) for r in rows)
+        if handed:
+            logger.info("worker %s handed back runs %s", self.worker_id, handed)
+        return handed
+
+    async def _sweep_loop(self) -> None:
+        while not self.draining.is_set():
+            try:
+                for done in await self.sweeper.recover_once():
+                    logger.info(
+                        "recovered run %s: found %s, %s -> %s",
+                        done.run_id,
+                        done.found.value,
+                        done.action,
+                        done.status.value,
+                    )
+            except errors.StoreError:
+                logger.exception("recovery pass failed; retrying at the next interval")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.draining.wait(), self.settings.sweep_interval)
+
+    # ----------------------------------------------------------------- runs
+
+    async def start_run(self, *, user_id: str, session_id: str, message: types.Content) -> Run:
+        """Puts a run on the ledger and drives it in the background.
+
+        The steps are DurableRunner.run's, split so that the caller learns the
+        run id as soon as the row is written, before the run's turn comes.
+
+        Args:
+            user_id: The session's user.
+            session_id: The session (created if missing).
+            message: The user's message.
+
+        Returns:
+            The run as recorded (QUEUED).
+
+        Raises:
+            Draining: This worker is shutting down.
+        """
+        if self.draining.is_set():
+            raise errors.Draining()
+        if not message.parts:
+            raise errors.InvalidArgument("message has no parts")
+        existing = await self.sessions.get_session(
+            app_name=self.app_name, user_id=user_id, session_id=session_id
+        )
+        if existing is None:
+            # Another caller may create it at the same moment; either way it exists.
+            with contextlib.suppress(AlreadyExistsError):
+                await self.sessions.create_session(
+                    app_name=self.app_name, user_id=user_id, session_id=session_id
+                )
+        run = await self.runner.ledger.submit(
+            app_name=self.app_name,
+            user_id=user_id,
+            session_id=session_id,
+            request=message.model_dump(mode="json", exclude_none=True),
+            owner=self.worker_id,
+        )
+        task = asyncio.create_task(self._drive(run, message), name=f"durable-adk-{run.run_id}")
+        self._runs[run.run_id] = task
+        task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
+        return run
+
+    async def _drive(self, run: Run, message: types.Content) -> None:
+        try:
+            claimed = await self.runner.wait_for_turn(run)
+            async for _event in self.runner.drive(claimed, message, resume=False):
+                pass
+        except errors.Fenced as exc:
+            logger.warning("run %s: %s", run.run_id, exc)
+        except OutcomeUnknown as exc:
+            logger.warning("run %s parked: %s", run.run_id, exc)
+        except errors.StoreError:
+            # The lease runs out and a sweeper recovers the run.
+            logger.exception("run %s: the store failed; recovery will take it over", run.run_id)
+        except Exception:  # the ledger already says FAILED, with the error
+            logger.exception("run %s failed", run.run_id)
+
+    async def refresh_gauges(self) -> dict[str, int]:
+        """Samples the runs-by-status gauge from the ledger; returns the counts."""
+        counts = await self.ops.run_counts()
+        self.metrics.set_runs_by_status(counts)
+        return counts
+
+    def describe(self) -> dict[str, Any]:
+        """This worker's identity and state, for the health endpoint."""
+        return {
+            "worker_id": self.worker_id,
+            "app_name": self.app_name,
+            "draining": self.draining.is_set(),
+            "active_runs": len(self._runs),
+        }

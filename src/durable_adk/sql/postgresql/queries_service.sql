@@ -1,0 +1,60 @@
+-- Worker service queries for PostgreSQL (same names in ../sqlite/): following a
+-- session's events from a sequence number, operators' summaries, and handing
+-- leases back at a graceful shutdown.
+
+-- name: service_session_seq
+-- Whether a session exists, and the sequence number of its newest event.
+SELECT pk, last_seq FROM sessions
+ WHERE app_name = :app_name::text AND user_id = :user_id::text AND session_id = :session_id::text;
+
+-- name: service_events_after
+-- A session's events after :after_seq, in append order (reconnect: any worker
+-- reads the same log, whoever is appending to it).
+SELECT e.seq, e.data
+  FROM sessions s
+  JOIN events e ON e.session_pk = s.pk AND e.seq > :after_seq::bigint
+ WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text
+   AND s.session_id = :session_id::text
+ ORDER BY e.seq
+ LIMIT :limit::int;
+
+-- name: service_invocation_events
+-- The events of one invocation (a run's own events), in append order.
+SELECT e.seq, e.data
+  FROM sessions s
+  JOIN events e ON e.session_pk = s.pk AND e.invocation_id = :invocation_id::text
+ WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text
+   AND s.session_id = :session_id::text
+ ORDER BY e.seq;
+
+-- name: service_session_runs
+-- The runs of one session, newest first.
+SELECT * FROM runs
+ WHERE app_name = :app_name::text AND user_id = :user_id::text AND session_id = :session_id::text
+ ORDER BY pk DESC
+ LIMIT :limit::int;
+
+-- name: service_run_counts
+SELECT status, COUNT(*) AS n FROM runs GROUP BY status ORDER BY status;
+
+-- name: service_store_stats
+-- Totals for the dashboard's header; also what a test compares to prove that a
+-- rejected request changed nothing.
+SELECT (SELECT COUNT(*) FROM sessions) AS sessions,
+       (SELECT COALESCE(SUM(last_seq), 0)::bigint FROM sessions) AS events,
+       (SELECT COUNT(*) FROM runs) AS runs,
+       (SELECT COALESCE(MAX(updated_at), 0) FROM runs) AS runs_changed_at,
+       (SELECT COUNT(*) FROM dead_letters) AS dead_letters;
+
+-- name: service_hand_back
+-- Graceful shutdown: every run this worker still holds gets an expired lease
+-- and no back-off, so another worker's next sweep claims it at once. The
+-- attempt it was on is given back: leaving a draining worker is not a failure.
+-- Writes for the run stay fenced: the next claim bumps the epoch.
+UPDATE runs
+   SET lease_until = extract(epoch FROM clock_timestamp()) - 1,
+       next_attempt_at = 0,
+       attempts = GREATEST(attempts - 1, 0),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE owner = :owner::text AND status IN ('QUEUED', 'RUNNING')
+RETURNING run_id, status;
