@@ -294,14 +294,15 @@ class Undo:
 
     Attributes:
         compensate: Undoes it (idempotent under the compensation key; treats a
-            missing or already undone effect as done).
+            missing or already undone effect as done). None for a step that
+            cannot be undone: if it acted, its compensation fails to a dead letter.
         find: Looks the action up by its idempotency key, for a step that died
             PENDING; its answer becomes the record. None: no lookup exists, and a
             PENDING step's compensation fails to a dead letter.
         record_of: Turns what ``find`` returned into the compensator's record.
     """
 
-    compensate: Compensator
+    compensate: Compensator | None
     find: Finder | None = None
     record_of: Callable[[Any], Mapping[str, Any]] = lambda found: dict(found)
 
@@ -398,6 +399,10 @@ class Compensation:
                         )
                         return True
                     record = undo.record_of(found)
+                if undo.compensate is None:
+                    return await self._give_up(
+                        saga, step, attempts, f"step {step.step!r} acted and cannot be undone"
+                    )
                 await undo.compensate({**record, "key": step.comp_key}, step.comp_key)
                 crash_point(f"saga.undo.{step.step}.after")
                 await self.ledger.step_undone(

@@ -231,10 +231,8 @@ class SagaSequence(BaseAgent):
         undo: dict[str, Undo] = {}
         for step in _acting_stages(self):
             compensator = self.compensators.get(step.name)
-            if compensator is None:
-                continue
             undo[step.name] = Undo(
-                compensate=_awaitable(compensator),
+                compensate=_awaitable(compensator) if compensator is not None else None,
                 find=_awaitable(step.find) if step.find is not None else None,
                 record_of=step.record_of,
             )

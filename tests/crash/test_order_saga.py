@@ -1,0 +1,220 @@
+"""The order saga's fault matrix on both backends, asserted on the outside world.
+
+Real services (inventory, payments, carrier, notifications) run as processes;
+the saga runs in a child process that fails or is killed; a fresh process
+recovers. Whatever happened, the world must be consistent: no charge without a
+shipment, no reservation leaked, every refund and release exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_adk.ledger import RunLedger
+from durable_adk.sagas import SagaLedger, SagaStatus
+from durable_adk.store import open_store
+from durable_adk.testing import arm
+from durable_adk.testing.services import FakeService
+
+ROOT = Path(__file__).resolve().parents[2]
+DELIVERABLE = "7 Main Street, Springfield"
+
+
+@dataclass
+class World:
+    inventory: FakeService
+    payments: FakeService
+    carrier: FakeService
+    notifications: FakeService
+    urls_file: Path
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        return {
+            "reservations": self.inventory.items("reservations"),
+            "charges": self.payments.items("charges"),
+            "shipments": self.carrier.items("shipments"),
+            "notifications": self.notifications.items("notifications"),
+        }
+
+    def assert_consistent(self, outcome: str) -> dict[str, list[dict[str, Any]]]:
+        world = self.snapshot()
+        reservations, charges, shipments = (
+            world["reservations"],
+            world["charges"],
+            world["shipments"],
+        )
+        assert len(reservations) <= 1 and len(charges) <= 1 and len(shipments) <= 1
+        assert all(r["releases"] <= 1 for r in reservations)  # released at most once
+        assert all(c["refunds"] <= 1 for c in charges)  # refunded at most once
+        booked = [s for s in shipments if s["status"] == "booked"]
+        if outcome == "committed":
+            assert [r["status"] for r in reservations] == ["held"]
+            assert [c["status"] for c in charges] == ["captured"]
+            assert len(booked) == 1
+        else:
+            assert not booked  # nothing ships
+            assert all(r["status"] == "released" and r["releases"] == 1 for r in reservations)
+            if outcome == "compensated":
+                assert all(c["status"] == "refunded" and c["refunds"] == 1 for c in charges)
+        return world
+
+
+def make_world(tmp: Path, **options: dict[str, Any]) -> Iterator[World]:
+    with ExitStack() as stack:
+        services = {
+            name: stack.enter_context(
+                FakeService(name, tmp / f"{name}.db", **options.get(name, {}))
+            )
+            for name in ("inventory", "payments", "carrier", "notifications")
+        }
+        urls = tmp / "urls.json"
+        urls.write_text(json.dumps({n: s.url for n, s in services.items()}))
+        yield World(urls_file=urls, **services)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield from make_world(tmp_path)
+
+
+@pytest.fixture
+async def url(store_url: str) -> str:
+    async with open_store(store_url):
+        pass
+    return store_url
+
+
+def example(
+    action: str, url: str, w: World, *extra: str, crash_at: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.order_saga.app",
+            action,
+            "--db",
+            url,
+            "--services",
+            str(w.urls_file),
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def last_json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+async def saga_status(url: str) -> list[SagaStatus]:
+    async with open_store(url) as store:
+        return [s.status for s in await SagaLedger(store).list_sagas()]
+
+
+async def test_order_that_cannot_ship_is_compensated(url: str, world: World) -> None:
+    outcome = last_json(example("run", url, world))
+    assert outcome["saga_status"] == "compensated"
+    assert "does not deliver" in outcome["saga_reason"]
+    seen = world.assert_consistent("compensated")
+    assert [n["message"] for n in seen["notifications"]] == [
+        "Sorry: order ORD-9 could not ship; you were not charged."
+    ]
+    assert await saga_status(url) == [SagaStatus.COMPENSATED]
+
+
+async def test_deliverable_order_commits(url: str, world: World) -> None:
+    outcome = last_json(example("run", url, world, "--address", DELIVERABLE))
+    assert outcome == {"saga_status": "committed", "saga_reason": None}
+    assert world.assert_consistent("committed")["notifications"] == []  # no apology
+    assert await saga_status(url) == [SagaStatus.COMMITTED]
+
+
+@pytest.mark.parametrize("failing", ["reserve", "charge"])
+async def test_each_stage_failing_in_turn(url: str, tmp_path: Path, failing: str) -> None:
+    service = {"reserve": "inventory", "charge": "payments"}[failing]
+    for w in make_world(tmp_path, **{service: {"fail_times": 99}}):
+        outcome = last_json(example("run", url, w, "--address", DELIVERABLE))
+        assert outcome["saga_status"] == "compensated"
+        seen = w.assert_consistent("compensated")
+        assert seen["charges"] == [] and seen["shipments"] == []
+        if failing == "reserve":
+            assert seen["reservations"] == []
+
+
+@pytest.mark.parametrize("stage", ["reserve", "charge", "ship"])
+@pytest.mark.parametrize("moment", ["before_call", "after_call", "after_event"])
+async def test_kill_at_every_stage_moment_then_recover(
+    url: str, world: World, stage: str, moment: str
+) -> None:
+    crashed = example(
+        "run", url, world, "--address", DELIVERABLE, crash_at=f"saga.{stage}.{moment}"
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    report = last_json(example("recover", url, world, "--address", DELIVERABLE))
+    assert [r["status"] for r in report] == ["DONE"]
+    world.assert_consistent("committed")
+    assert await saga_status(url) == [SagaStatus.COMMITTED]
+
+
+async def test_kill_in_the_middle_of_compensation(url: str, world: World) -> None:
+    crashed = example("run", url, world, crash_at="saga.undo.charge.after")
+    assert crashed.returncode == 137
+    mid = world.snapshot()
+    assert [c["refunds"] for c in mid["charges"]] == [1]  # refunded, then killed
+    assert [r["status"] for r in mid["reservations"]] == ["held"]  # not yet released
+    report = last_json(example("recover", url, world))
+    assert [r["status"] for r in report] == ["DONE"]
+    world.assert_consistent("compensated")  # the refund was not repeated
+    assert await saga_status(url) == [SagaStatus.COMPENSATED]
+
+
+async def test_compensator_failing_twice_then_succeeding(url: str, tmp_path: Path) -> None:
+    for w in make_world(tmp_path, payments={"fail_actions": 2}):
+        outcome = last_json(example("run", url, w))
+        assert outcome["saga_status"] == "compensated"
+        w.assert_consistent("compensated")
+
+
+async def test_compensator_that_always_fails_is_dead_lettered(url: str, tmp_path: Path) -> None:
+    for w in make_world(tmp_path, payments={"fail_actions": 99}):
+        outcome = last_json(example("run", url, w))
+        assert outcome["saga_status"] == "compensation_failed"
+        seen = w.assert_consistent("compensation_failed")
+        assert [c["status"] for c in seen["charges"]] == ["captured"]  # left for a person
+        assert [r["status"] for r in seen["reservations"]] == ["released"]  # the others still ran
+        async with open_store(url) as store:
+            letters = await RunLedger(store).dead_letters()
+        assert [d.kind for d in letters] == ["compensation"]
+        assert "charge" in (letters[0].classification or "")
+        assert await saga_status(url) == [SagaStatus.COMPENSATION_FAILED]
+
+
+async def test_saga_sweeper_finishes_a_saga_no_run_will_redrive(url: str, world: World) -> None:
+    crashed = example(
+        "run-unmanaged", url, world, "--address", DELIVERABLE, crash_at="saga.ship.after_call"
+    )
+    assert crashed.returncode == 137
+    assert [s["status"] for s in world.snapshot()["shipments"]] == ["booked"]
+    swept = last_json(example("sweep-sagas", url, world, "--address", DELIVERABLE))
+    assert [s["status"] for s in swept] == ["COMPENSATED"]
+    world.assert_consistent("compensated")
+    assert [s["status"] for s in world.snapshot()["shipments"]] == ["cancelled"]
+    assert last_json(example("sweep-sagas", url, world, "--address", DELIVERABLE)) == []
