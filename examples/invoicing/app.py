@@ -83,7 +83,13 @@ def billing_tools(billing: BillingClient) -> Any:
 def notify_tools(notify: NotificationClient) -> Any:
     """``notify_customer``, journaled under the invoice it announces."""
 
-    @journaled(key="notify:{invoice_id}", lookup=notify.find)
+    def find_notification(idempotency_key: str) -> dict[str, Any] | None:
+        try:
+            return notify.find(idempotency_key)
+        except LookupUnavailable as exc:
+            raise errors.LookupUnavailable(str(exc)) from exc
+
+    @journaled(key="notify:{invoice_id}", lookup=find_notification)
     def notify_customer(
         invoice_id: str, to: str, message: str, idempotency_key: str
     ) -> dict[str, Any]:

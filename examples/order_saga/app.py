@@ -222,7 +222,9 @@ async def sweep_sagas(db: str, urls: dict[str, str], address: str) -> list[dict[
     """The saga sweeper: compensates sagas that died with no run to re-drive them."""
     async with open_store(db) as store:
         sessions = DurableSessionService(store)
-        sweeper = SagaSweeper(build_saga(urls, address=address), sessions, owner="saga-sweeper")
+        sweeper = SagaSweeper(
+            build_saga(urls, address=address), sessions, app_name=APP_NAME, owner="saga-sweeper"
+        )
         for saga in await sweeper.ledger.list_sagas():
             await sweeper.ledger.backdate(
                 saga.saga_id, 3600

@@ -182,10 +182,10 @@ class Journal:
             raise unknown from exc
 
     async def _write(self, query: str, key: str, attempt: Attempt, *, result: Any) -> str:
-        try:
-            encoded = None if result is None else json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            raise errors.InvalidArgument(f"{attempt.tool_name} returned a non-JSON result") from exc
+        # The effect has happened by now: a result that is not JSON is stored in a
+        # JSON-safe form (values that are not JSON become their repr) rather than
+        # leaving an intent behind that would make the next attempt act again.
+        encoded = None if result is None else json.dumps(result, default=repr)
         params: dict[str, Any] = {
             "key": key,
             "tool_name": attempt.tool_name,

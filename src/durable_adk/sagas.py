@@ -258,12 +258,30 @@ class SagaLedger:
         return None if row is None else Saga.from_row(row)
 
     async def claim_stuck(
-        self, owner: str, *, quiet_for: float, lease: float = 60.0, limit: int = 10
+        self,
+        owner: str,
+        *,
+        name: str,
+        app_name: str,
+        quiet_for: float,
+        lease: float = 60.0,
+        limit: int = 10,
     ) -> list[Saga]:
-        """Claims sagas with no final status, quiet for ``quiet_for`` seconds, with no live run."""
+        """Claims stuck sagas of one name and app.
+
+        Stuck: no final status, quiet for ``quiet_for`` seconds, and a run that is
+        neither live (RUNNING, QUEUED) nor waiting on a long-running call (PAUSED).
+        """
         rows = await self.store.fetch(
             "saga_claim_stuck",
-            {"owner": owner, "timeout": quiet_for, "lease": lease, "limit": limit},
+            {
+                "owner": owner,
+                "name": name,
+                "app_name": app_name,
+                "timeout": quiet_for,
+                "lease": lease,
+                "limit": limit,
+            },
         )
         return [Saga.from_row(r) for r in rows]
 

@@ -137,8 +137,12 @@ async def test_bad_keys_and_results_are_refused(store: Store) -> None:
             await journal.execute(key, ATTEMPT, outside.act, outside.lookup)
 
     async def weird(key: str) -> object:
-        return object()
+        outside.acts += 1
+        return {"when": object()}
 
-    with pytest.raises(errors.InvalidArgument, match="non-JSON"):
-        await journal.execute("k2", ATTEMPT, weird, None)
-    assert outside.acts == 0
+    # The effect happened: the entry is DONE (with a JSON-safe form), not left an intent.
+    await journal.execute("k2", ATTEMPT, weird, None)
+    entry = await journal.get("k2")
+    assert entry is not None and entry.status is JournalStatus.DONE
+    assert entry.result["when"].startswith("<object object")
+    assert outside.acts == 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
+from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,15 +42,7 @@ def no_lookup_billing(tmp_path: Path) -> Iterator[FakeService]:
 
 def example(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
-    return subprocess.run(
-        [sys.executable, "-m", "examples.invoicing.app", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_module("examples.invoicing.app", args, env=env, cwd=ROOT)
 
 
 async def ledger_status(url: str) -> list[RunStatus]:

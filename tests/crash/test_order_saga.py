@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from durable_adk.ledger import RunLedger
 from durable_adk.sagas import SagaLedger, SagaStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
+from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,25 +98,8 @@ def example(
     action: str, url: str, w: World, *extra: str, crash_at: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "examples.order_saga.app",
-            action,
-            "--db",
-            url,
-            "--services",
-            str(w.urls_file),
-            *extra,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    args = [action, "--db", url, "--services", str(w.urls_file), *extra]
+    return run_module("examples.order_saga.app", args, env=env, cwd=ROOT)
 
 
 def last_json(done: subprocess.CompletedProcess[str]) -> Any:

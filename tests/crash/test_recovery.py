@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -21,20 +20,14 @@ from durable_adk.demo import recovery_demo as demo
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
+from durable_adk.testing.children import run_module
 
 MODULE = "durable_adk.demo.recovery_demo"
 
 
 def child(args: list[str], crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
-    return subprocess.run(
-        [sys.executable, "-m", MODULE, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_module(MODULE, args, env=env)
 
 
 def recover(url: str, *extra: str, crash_at: str | None = None) -> list[dict[str, Any]]:

@@ -369,6 +369,7 @@ class SagaSweeper:
         saga: SagaSequence,
         sessions: DurableSessionService,
         *,
+        app_name: str,
         owner: str,
         quiet_for: float = 300.0,
         batch: int = 10,
@@ -378,6 +379,7 @@ class SagaSweeper:
         Args:
             saga: The SagaSequence whose sagas it finishes (its compensators).
             sessions: The durable session service (its store holds the ledger).
+            app_name: The ADK app whose sagas it finishes.
             owner: This worker's name.
             quiet_for: Quiet seconds before a saga with no final status counts as stuck;
                 longer than the slowest stage of a saga that runs outside DurableRunner.
@@ -387,17 +389,21 @@ class SagaSweeper:
         self.sessions = sessions
         self.ledger = SagaLedger(sessions.store)
         self.owner = owner
+        self.app_name = app_name
         self.quiet_for = quiet_for
         self.batch = batch
 
     async def sweep_once(self) -> list[Saga]:
         """Compensates every stuck saga of this kind; returns them as they ended."""
         ended = []
-        for saga in await self.ledger.claim_stuck(
-            self.owner, quiet_for=self.quiet_for, limit=self.batch
-        ):
-            if saga.name != self.saga.name:
-                continue
+        claimed = await self.ledger.claim_stuck(
+            self.owner,
+            name=self.saga.name,
+            app_name=self.app_name,
+            quiet_for=self.quiet_for,
+            limit=self.batch,
+        )
+        for saga in claimed:
             reason = saga.reason or "the saga's process died before it finished"
             await self.saga.compensation(self.ledger).run(saga, reason)
             final = await self.ledger.get(saga.saga_id) or saga

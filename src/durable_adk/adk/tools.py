@@ -14,8 +14,9 @@ sync or async Python function into an ADK tool:
 * the recovery sweeper treats journaled tools as safe to re-drive.
 
 ``lookup(idempotency_key)`` returns the outside system's record of the effect,
-or None if it never happened; it may be sync or async. Without a lookup, a
-crash between acting and recording parks the run ("outcome unknown").
+or None if it never happened; it may be sync or async. Without a lookup, any
+intent left unfinished (a crash, or an error, between recording the intent and
+recording the result) parks the run ("outcome unknown").
 """
 
 from __future__ import annotations

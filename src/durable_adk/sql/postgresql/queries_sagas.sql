@@ -78,8 +78,9 @@ UPDATE sagas
 RETURNING *;
 
 -- name: saga_claim_stuck
--- Sagas with no final status, quiet for :timeout seconds, whose run (if any)
--- is not live, and that no other sweeper holds. SKIP LOCKED: two sweepers
+-- Sagas of one name and app with no final status, quiet for :timeout seconds,
+-- whose run (if any) is not live or waiting on a long-running call (PAUSED),
+-- and that no other sweeper holds. SKIP LOCKED: two sweepers
 -- never take the same saga.
 UPDATE sagas
    SET owner = :owner::text,
@@ -88,11 +89,12 @@ UPDATE sagas
  WHERE saga_id IN (
         SELECT s.saga_id FROM sagas s
          WHERE s.status IN ('RUNNING', 'COMPENSATING')
+           AND s.name = :name::text AND s.app_name = :app_name::text
            AND s.updated_at < extract(epoch FROM clock_timestamp()) - :timeout::float8
            AND s.lease_until < extract(epoch FROM clock_timestamp())
            AND NOT EXISTS (SELECT 1 FROM runs r
                             WHERE r.invocation_id = s.invocation_id
-                              AND r.status IN ('RUNNING', 'QUEUED'))
+                              AND r.status IN ('RUNNING', 'QUEUED', 'PAUSED'))
          ORDER BY s.updated_at
          LIMIT :limit::int
          FOR UPDATE SKIP LOCKED)

@@ -60,19 +60,21 @@ UPDATE sagas
 RETURNING *;
 
 -- name: saga_claim_stuck
--- Sagas with no final status, quiet for :timeout seconds, whose run (if any)
--- is not live, and that no other sweeper holds.
+-- Sagas of one name and app with no final status, quiet for :timeout seconds,
+-- whose run (if any) is not live or waiting on a long-running call (PAUSED),
+-- and that no other sweeper holds.
 UPDATE sagas
    SET owner = :owner, lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE saga_id IN (
         SELECT s.saga_id FROM sagas s
          WHERE s.status IN ('RUNNING', 'COMPENSATING')
+           AND s.name = :name AND s.app_name = :app_name
            AND s.updated_at < (julianday('now') - 2440587.5) * 86400.0 - :timeout
            AND s.lease_until < (julianday('now') - 2440587.5) * 86400.0
            AND NOT EXISTS (SELECT 1 FROM runs r
                             WHERE r.invocation_id = s.invocation_id
-                              AND r.status IN ('RUNNING', 'QUEUED'))
+                              AND r.status IN ('RUNNING', 'QUEUED', 'PAUSED'))
          ORDER BY s.updated_at
          LIMIT :limit)
 RETURNING *;
