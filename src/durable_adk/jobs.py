@@ -333,12 +333,19 @@ class JobTable:
         return [Job.from_row(r) for r in rows]
 
     async def claim_for_resume(
-        self, owner: str, *, lease: float = 30.0, gather: float = 0.0, limit: int = 100
+        self,
+        owner: str,
+        *,
+        app_name: str | None = None,
+        lease: float = 30.0,
+        gather: float = 0.0,
+        limit: int = 100,
     ) -> list[Job]:
         """Claims ready jobs (terminal and attached, not yet handed to a run).
 
         Args:
             owner: The resumer's name.
+            app_name: Only jobs of this app (None: any).
             lease: Seconds the claim holds; after that another resumer may claim.
             gather: Seconds a job waits for a still-open sibling (same
                 invocation) so both are answered in one message.
@@ -349,7 +356,13 @@ class JobTable:
         """
         rows = await self.store.fetch(
             "job_claim_resume",
-            {"owner": owner, "lease": float(lease), "gather": float(gather), "limit": limit},
+            {
+                "owner": owner,
+                "app_name": app_name,
+                "lease": float(lease),
+                "gather": float(gather),
+                "limit": limit,
+            },
         )
         jobs = [Job.from_row(r) for r in rows]
         return sorted(jobs, key=lambda j: (j.invocation_id or "", j.completed_at or 0.0))

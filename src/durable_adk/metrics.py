@@ -100,7 +100,8 @@ class Metrics:
             self.compensation_seconds.observe(compensation_seconds)
 
     def run_finished(self, status: str) -> None:
-        """Counts a run reaching an end status."""
+        """Counts a run reaching an end status (and names it on the current span)."""
+        trace.get_current_span().set_attribute("durable_adk.status", status)
         if self.enabled:
             self.runs_finished.labels(status=status).inc()
 
@@ -142,14 +143,16 @@ class Metrics:
         return self._tracer or trace.get_tracer("durable_adk")
 
     @contextmanager
-    def span(self, name: str, **attributes: AttributeValue | None) -> Iterator[trace.Span]:
+    def span(
+        self, name: str, attributes: Mapping[str, AttributeValue | None] | None = None
+    ) -> Iterator[trace.Span]:
         """A span around a block; an exception escaping the block marks it as an error.
 
         Args:
             name: The span's name, e.g. ``"durable_adk.run"``.
-            **attributes: Span attributes; None values are left out.
+            attributes: Span attributes; None values are left out.
         """
-        given = {k: v for k, v in attributes.items() if v is not None}
+        given = {k: v for k, v in (attributes or {}).items() if v is not None}
         with self.tracer.start_as_current_span(
             name, attributes=given, record_exception=True, set_status_on_exception=True
         ) as current:

@@ -37,6 +37,7 @@ from durable_adk.adk.classify import Classification, OrphanClass, classify, reco
 from durable_adk.adk.runner import LAST_EVENTS_KEPT, DurableRunner
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
+from durable_adk.metrics import Metrics
 
 logger = logging.getLogger("durable_adk.recovery")
 
@@ -63,15 +64,25 @@ class Recovery:
 class Sweeper:
     """Recovers the runs whose workers died."""
 
-    def __init__(self, runner: DurableRunner, *, batch: int = 10, interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        runner: DurableRunner,
+        *,
+        batch: int = 10,
+        interval: float = 5.0,
+        metrics: Metrics | None = None,
+    ) -> None:
         """Creates a sweeper that recovers through ``runner``.
 
         Args:
             runner: The DurableRunner that re-drives runs (its worker id owns the claims).
             batch: Most runs claimed per pass by this worker.
             interval: Seconds between passes in :meth:`serve`.
+            metrics: Where recoveries, parkings and recovery spans go
+                (default: the runner's).
         """
         self.runner = runner
+        self.metrics = metrics if metrics is not None else runner.metrics
         self.ledger = runner.ledger
         self.batch = batch
         self.interval = interval
@@ -82,7 +93,19 @@ class Sweeper:
         done = []
         for run in claimed:
             try:
-                done.append(await self._recover(run))
+                with self.metrics.span(
+                    "durable_adk.recovery",
+                    {
+                        "durable_adk.run_id": run.run_id,
+                        "durable_adk.session_id": run.session_id,
+                        "durable_adk.attempt": run.attempts,
+                    },
+                ) as span:
+                    recovery = await self._recover(run)
+                    span.set_attribute("durable_adk.found", recovery.found.value)
+                    span.set_attribute("durable_adk.action", recovery.action)
+                self.metrics.recovered(recovery.found.value, recovery.action)
+                done.append(recovery)
             except errors.Fenced:
                 logger.warning("run %s was taken over during its recovery", run.run_id)
         return done
@@ -154,6 +177,7 @@ class Sweeper:
             run.lease, error=reason, classification=found.cls.value, last_events=last
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+        self.metrics.run_parked()
         return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, reason)
 
     @contextlib.asynccontextmanager

@@ -57,6 +57,7 @@ from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionServ
 from durable_adk.adk.tools import is_journaled
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.testing.crash import crash_point
 
 logger = logging.getLogger("durable_adk.runner")
@@ -96,43 +97,51 @@ async def _no_events() -> AsyncGenerator[Event, None]:
     yield  # pragma: no cover - makes this an (empty) async generator
 
 
+INTERIM_KEY = "interim"
+"""A function response whose ``response[INTERIM_KEY]`` is true (progress) leaves its call open."""
+
+
 def _unanswered(
     events: Iterable[Event], message: types.Content, run_id: str
 ) -> types.Content | None:
     """What to send for a message of function responses, given the stored events.
 
-    Each call is answered once. Answers the session already holds from another
-    run are dropped (two resumes of one call: the second changes nothing).
-    When this run's own answer is stored (a crash after ADK stored it), nothing
-    is sent again and the invocation is re-driven without a message.
+    Each call is answered once. Parts answering a call the session already
+    holds a final answer for (from another run) are dropped: two resumes of one
+    call, the second changes nothing. Parts this run already stored (a crash
+    after ADK stored them) are not sent again: with nothing left to send, the
+    invocation is re-driven without a message.
 
     Returns:
         The message (possibly with fewer parts), ``None`` to re-drive without a
         message, or ``_ALREADY_ANSWERED``.
     """
-    answered_by: dict[str, str | None] = {}
+    final: set[str] = set()
+    own: set[str] = set()
     for event in events:
         if event.author != "user":
             continue
         stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
-        owner = str(stamp.get("run_id")) if isinstance(stamp, dict) else None
+        by_this_run = isinstance(stamp, dict) and stamp.get("run_id") == run_id
         for response in event.get_function_responses():
-            if response.id:
-                answered_by.setdefault(response.id, owner)
+            if not response.id:
+                continue
+            if by_this_run:
+                own.add(response.id)
+            elif not (response.response or {}).get(INTERIM_KEY):
+                final.add(response.id)
     parts = message.parts or []
-    open_parts = [
-        p for p in parts if not (p.function_response and p.function_response.id in answered_by)
-    ]
-    if len(open_parts) == len(parts):
-        return message
-    if open_parts:
-        return message.model_copy(update={"parts": open_parts})
-    mine = any(
-        answered_by.get(p.function_response.id or "") == run_id
+    kept = [
+        p
         for p in parts
-        if p.function_response
-    )
-    return None if mine else _ALREADY_ANSWERED
+        if not (p.function_response and (p.function_response.id or "") in own | final)
+    ]
+    if len(kept) == len(parts):
+        return message
+    if kept:
+        return message.model_copy(update={"parts": kept})
+    stored_by_me = any(p.function_response and p.function_response.id in own for p in parts)
+    return None if stored_by_me else _ALREADY_ANSWERED
 
 
 def cause_of(exc: BaseException, kind: type[E]) -> E | None:
@@ -184,6 +193,7 @@ class DurableRunner:
         backoff: float = 1.0,
         idempotent_tools: Iterable[str] = (),
         queue_poll: float = 0.1,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         """Creates the runner.
 
@@ -200,6 +210,7 @@ class DurableRunner:
             idempotent_tools: Tools safe to run again after a crash (re-driven
                 rather than parked when their call is unanswered).
             queue_poll: How often a queued run checks whether its turn came.
+            metrics: Where run outcomes, lost leases and run spans go.
         """
         if isinstance(app, BaseAgent):
             with warnings.catch_warnings():
@@ -229,6 +240,7 @@ class DurableRunner:
         )
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
         self.queue_poll = queue_poll
+        self.metrics = metrics
         self.adk = _InvocationIdRunner(app=app, session_service=session_service)
 
     @property
@@ -327,6 +339,29 @@ class DurableRunner:
     async def drive(
         self, run: Run, message: types.Content, *, resume: bool
     ) -> AsyncGenerator[Event, None]:
+        """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
+
+        See :meth:`_drive` for the arguments.
+        """
+        with self.metrics.span(
+            "durable_adk.run",
+            {
+                "durable_adk.run_id": run.run_id,
+                "durable_adk.app_name": run.app_name,
+                "durable_adk.session_id": run.session_id,
+                "durable_adk.invocation_id": run.invocation_id,
+                "durable_adk.epoch": run.epoch,
+                "durable_adk.attempt": run.attempts,
+                "durable_adk.resume": resume,
+            },
+        ):
+            async with contextlib.aclosing(self._drive(run, message, resume=resume)) as events:
+                async for event in events:
+                    yield event
+
+    async def _drive(
+        self, run: Run, message: types.Content, *, resume: bool
+    ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease.
 
         Args:
@@ -376,6 +411,7 @@ class DurableRunner:
                 await self._park_unknown(run, unknown)
                 raise unknown from exc
             await self.ledger.finish(lease, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            self.metrics.run_finished(RunStatus.FAILED.value)
             raise
         finally:
             _CHOSEN_INVOCATION.reset(token)
@@ -394,6 +430,7 @@ class DurableRunner:
         status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
         if not await self.ledger.finish(lease, status):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
+        self.metrics.run_finished(status.value)
 
     async def _park_unknown(self, run: Run, unknown: OutcomeUnknown) -> None:
         """Parks a run whose outside effect cannot be confirmed either way."""
@@ -408,6 +445,8 @@ class DurableRunner:
             run.lease, error=str(unknown), classification="TOOL_UNANSWERED", last_events=last
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could be parked")
+        self.metrics.run_parked()
+        self.metrics.run_finished(RunStatus.PARKED.value)
 
     async def _heartbeat(self, run: Run, lost: asyncio.Event) -> None:
         while True:
@@ -418,5 +457,6 @@ class DurableRunner:
                 logger.exception("run %s: lease renewal failed", run.run_id)
                 renewed = False
             if not renewed:
+                self.metrics.lease_lost()
                 lost.set()
                 return

@@ -93,6 +93,7 @@ UPDATE jobs
  WHERE job_id IN (
         SELECT q.job_id FROM jobs q
          WHERE q.state <> 'STARTED' AND q.resumed_at IS NULL
+           AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
            AND q.function_call_id IS NOT NULL AND q.session_id IS NOT NULL
            AND q.invocation_id IS NOT NULL AND q.user_id IS NOT NULL AND q.app_name IS NOT NULL
            AND (q.resume_until IS NULL

@@ -1,0 +1,332 @@
+"""Long-running tools on the job table: start, record, return pending.
+
+``long_running_tool(start_report, job_key="report:{quarter}:{region}",
+deadline=45 * 60, submit=builder.submit, cancel=builder.cancel)`` makes an ADK
+:class:`~google.adk.tools.LongRunningFunctionTool` that never blocks on the
+work. Each call:
+
+* runs ``func`` with the call's arguments to validate them: a ``ValueError``
+  (``durable_adk.errors.InvalidArgument`` is one) becomes an error answer to
+  the model, ``{"status": "error", "message": ...}``, and no job is created;
+* creates the job idempotently, its id formatted from the arguments (the
+  work's business identity, the same for a repeated or re-driven call);
+* attaches the call (app, user, session, invocation, function call id), which
+  fills only empty columns, so a replay never re-points a job;
+* submits the work through ``submit(job)`` only if this call won
+  :meth:`~durable_adk.jobs.JobTable.mark_submitted`: the work is handed over
+  at most once (a crash between the two leaves a job the deadline ends);
+* returns a small pending answer, ``{"status": "pending", "job_id": ...,
+  "message": ...}``; the message is ``func``'s ``"message"`` if it returned
+  one, so the model has something true to tell the user.
+
+The job table comes from the session service of the durable run (as for
+journaled tools) unless one is given; outside a durable run the tool answers
+with an error rather than start work nobody could resume. A worker that died
+between the model's call and the job's attach leaves an open call in the
+session: :meth:`DurableLongRunningTool.reattach` finds such calls and does
+the same start from the stored arguments (nothing is submitted twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import string
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from google.adk.events.event import Event
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
+from google.adk.tools.tool_context import ToolContext
+
+from durable_adk import errors
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.jobs import Job, JobTable
+from durable_adk.testing.crash import crash_point
+
+logger = logging.getLogger("durable_adk.long_running")
+
+JobHook = Callable[[Job], Any]
+"""``submit`` and ``cancel`` hooks: sync or async functions of the job."""
+
+
+def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return call
+
+
+def _key_fields(template: str) -> set[str]:
+    fields = set()
+    for _, field, _, _ in string.Formatter().parse(template):
+        if field is not None:
+            if not field.isidentifier():
+                raise errors.InvalidArgument(f"job_key field {field!r} must be a parameter name")
+            fields.add(field)
+    return fields
+
+
+def jobs_of(tool_context: ToolContext) -> JobTable | None:
+    """The job table of the durable run a call belongs to (None outside one)."""
+    service = tool_context.get_invocation_context().session_service
+    return JobTable(service.store) if isinstance(service, DurableSessionService) else None
+
+
+class DurableLongRunningTool(LongRunningFunctionTool):
+    """A LongRunningFunctionTool whose calls are jobs on the job table.
+
+    Made by :func:`long_running_tool`; the attributes are its arguments.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        job_key: str,
+        deadline: float,
+        submit: JobHook | None,
+        cancel: JobHook | None,
+        name: str,
+        jobs: JobTable | None,
+    ) -> None:
+        self.job_key = job_key
+        self.deadline = deadline
+        self.submit = submit
+        self.cancel = cancel
+        self.jobs = jobs
+        self.tool_name = name
+        self._validate = _as_async(func)
+        self._submit = _as_async(submit) if submit is not None else None
+        self._cancel = _as_async(cancel) if cancel is not None else None
+        super().__init__(func=self._entry_point(func))
+
+    def _entry_point(self, func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        async def tool(tool_context: ToolContext, **kwargs: Any) -> dict[str, Any]:
+            return await self._call(tool_context, kwargs)
+
+        signature = inspect.signature(func)
+        visible = [p for n, p in signature.parameters.items() if n != "tool_context"]
+        context = inspect.Parameter(
+            "tool_context", inspect.Parameter.KEYWORD_ONLY, annotation=ToolContext
+        )
+        tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in visible]
+            + [context],
+            return_annotation=dict[str, Any],
+        )
+        try:  # resolved in the function's own module, where its names live
+            hints = typing.get_type_hints(func)
+        except (NameError, TypeError):
+            hints = dict(getattr(func, "__annotations__", {}))
+        annotations = {n: a for n, a in hints.items() if n not in ("tool_context", "return")}
+        annotations["tool_context"] = ToolContext
+        tool.__annotations__ = annotations
+        tool.__name__ = self.tool_name
+        tool.__qualname__ = self.tool_name
+        tool.__doc__ = func.__doc__
+        tool.__module__ = func.__module__
+        return tool
+
+    async def check(self, args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Validates a call's arguments; returns the job id and ``func``'s extra answer.
+
+        Raises:
+            ValueError: The arguments are refused (the model gets the message).
+        """
+        extra = await self._validate(**args)
+        try:
+            job_id = self.job_key.format(**args)
+        except (KeyError, IndexError) as exc:
+            raise errors.InvalidArgument(f"missing argument {exc} for the job id") from exc
+        return job_id, dict(extra) if isinstance(extra, Mapping) else {}
+
+    async def _call(self, tool_context: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            job_id, extra = await self.check(args)
+        except ValueError as exc:
+            return {"status": "error", "message": str(exc)}
+        jobs = self.jobs or jobs_of(tool_context)
+        if jobs is None:
+            return {
+                "status": "error",
+                "message": f"{self.tool_name} needs a durable session to track its job",
+            }
+        invocation = tool_context.get_invocation_context()
+        job = await self.start(
+            jobs,
+            job_id,
+            args,
+            app_name=invocation.session.app_name,
+            user_id=invocation.session.user_id,
+            session_id=invocation.session.id,
+            invocation_id=invocation.invocation_id,
+            function_call_id=tool_context.function_call_id or "",
+        )
+        message = extra.get("message") or f"Started job {job.job_id}; the result will follow."
+        return {"status": "pending", "job_id": job.job_id, "message": str(message)}
+
+    async def start(
+        self,
+        jobs: JobTable,
+        job_id: str,
+        args: Mapping[str, Any],
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        function_call_id: str,
+    ) -> Job:
+        """Creates (idempotently), attaches and submits (at most once) one job."""
+        if not function_call_id:
+            raise errors.InvalidArgument(f"{self.tool_name}: the call has no id to answer")
+        await jobs.create(
+            job_id, tool_name=self.tool_name, deadline=self.deadline, request=dict(args)
+        )
+        crash_point("long_running.after_create")
+        job = await jobs.attach(
+            job_id,
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+            invocation_id=invocation_id,
+            function_call_id=function_call_id,
+        )
+        if job.function_call_id != function_call_id:
+            logger.warning(
+                "job %s already answers call %s; call %s gets no answer from it",
+                job_id,
+                job.function_call_id,
+                function_call_id,
+            )
+        if self._submit is not None and await jobs.mark_submitted(job_id):
+            crash_point("long_running.before_submit")
+            await self._submit(job)
+            crash_point("long_running.after_submit")
+        return job
+
+    async def cancel_job(self, job: Job) -> None:
+        """Asks the outside system to stop the work (the ``cancel`` hook), if there is one."""
+        if self._cancel is not None:
+            await self._cancel(job)
+
+    async def reattach(
+        self,
+        jobs: JobTable,
+        events: Iterable[Event],
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+    ) -> list[Job]:
+        """Starts the job of every open call of this tool in a session's events.
+
+        An open call is a function call of this tool listed in
+        ``long_running_tool_ids`` with no function response from the user. Its
+        job is created (if missing), attached (empty columns only) and
+        submitted (if never submitted), exactly as the tool would have done.
+        Calls whose arguments the tool refuses are skipped.
+
+        Returns:
+            The jobs of the open calls.
+        """
+        history = list(events)
+        answered = {
+            r.id for e in history if e.author == "user" for r in e.get_function_responses() if r.id
+        }
+        found = []
+        for event in history:
+            for call in event.get_function_calls():
+                if (
+                    call.name != self.tool_name
+                    or not call.id
+                    or call.id not in (event.long_running_tool_ids or ())
+                    or call.id in answered
+                ):
+                    continue
+                args = dict(call.args or {})
+                try:
+                    job_id, _ = await self.check(args)
+                except ValueError:
+                    continue
+                found.append(
+                    await self.start(
+                        jobs,
+                        job_id,
+                        args,
+                        app_name=app_name,
+                        user_id=user_id,
+                        session_id=session_id,
+                        invocation_id=event.invocation_id,
+                        function_call_id=call.id,
+                    )
+                )
+        return found
+
+
+def long_running_tool(
+    func: Callable[..., Any],
+    *,
+    job_key: str,
+    deadline: float | timedelta,
+    submit: JobHook | None = None,
+    cancel: JobHook | None = None,
+    name: str | None = None,
+    jobs: JobTable | None = None,
+) -> DurableLongRunningTool:
+    """Makes a function a long-running ADK tool backed by the job table.
+
+    Args:
+        func: Validates the arguments (raise ``ValueError`` to refuse them) and
+            may return a mapping whose ``"message"`` the pending answer
+            carries. Its signature and docstring are the tool's schema.
+        job_key: A ``str.format`` template over ``func``'s parameters, such as
+            ``"report:{quarter}:{region}"``: the job's id.
+        deadline: How long the job may take before the expiry sweep ends it
+            (seconds or a timedelta).
+        submit: Hands the work to the outside system; called with the job at
+            most once per job. Pass the job id downstream as its idempotency key.
+        cancel: Asks the outside system to stop; called by the expiry sweep.
+        name: The tool's name for the model (default: ``func``'s).
+        jobs: The job table (default: the durable run's store).
+
+    Raises:
+        durable_adk.errors.InvalidArgument: The template names a parameter
+            ``func`` lacks, or the deadline is not positive.
+    """
+    seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else float(deadline)
+    if seconds <= 0:
+        raise errors.InvalidArgument("deadline must be positive")
+    params = set(inspect.signature(func).parameters)
+    unknown = _key_fields(job_key) - params
+    if unknown:
+        raise errors.InvalidArgument(f"job_key names unknown parameters {sorted(unknown)}")
+    return DurableLongRunningTool(
+        func,
+        job_key=job_key,
+        deadline=seconds,
+        submit=submit,
+        cancel=cancel,
+        name=name or func.__name__,
+        jobs=jobs,
+    )
+
+
+def long_running_tools(root: object) -> dict[str, DurableLongRunningTool]:
+    """The job-backed long-running tools anywhere in an agent tree, by name."""
+    found: dict[str, DurableLongRunningTool] = {}
+    pending = [root]
+    while pending:
+        agent = pending.pop()
+        for tool in getattr(agent, "tools", None) or ():
+            if isinstance(tool, DurableLongRunningTool):
+                found[tool.tool_name] = tool
+        pending.extend(getattr(agent, "sub_agents", None) or ())
+    return found

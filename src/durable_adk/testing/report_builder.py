@@ -1,0 +1,325 @@
+"""A fake report builder: a real HTTP server in its own process that calls a webhook twice.
+
+It stands in for the batch system of seed 003's worked example. A build is
+submitted with ``POST /builds`` (``{"job_id", "quarter", "region"}``); after
+``--delay`` seconds the builder posts the signed completion to ``--webhook``,
+then posts it again ``--repeat-after`` seconds later, as a retrying sender
+does (the duplicate must be harmless). ``POST /builds/<job_id>/cancel`` stops a
+build whose webhook has not gone out. Every submission is counted, repeats
+included, so a test can assert that a job was never submitted twice.
+
+Run it with::
+
+    python -m durable_adk.testing.report_builder --webhook URL --secret S
+        [--delay 1.9] [--repeat-after 0.2] [--port 0] [--parent-pid PID]
+
+It prints ``READY <port>`` once it accepts connections, binds 127.0.0.1 only,
+and exits on SIGTERM or when the ``--parent-pid`` process is gone.
+:class:`ReportBuilder` does all this for a test or an example.
+
+HTTP interface: ``POST /builds`` (202 and the build), ``POST
+/builds/<job_id>/cancel`` (200), ``GET /builds/<job_id>`` (the build: its
+submissions, webhooks sent and their answers, cancelled), ``GET /stats``
+(``submissions``, ``builds``, ``webhooks``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from durable_adk.webhooks import sign
+
+
+class Builder:
+    """The builds and their webhook timers (thread-safe)."""
+
+    def __init__(self, webhook: str, secret: str, delay: float, repeat_after: float) -> None:
+        self.webhook = webhook
+        self.secret = secret
+        self.delay = delay
+        self.repeat_after = repeat_after
+        self.lock = threading.Lock()
+        self.builds: dict[str, dict[str, Any]] = {}
+        self.submissions = 0
+        self.webhooks = 0
+
+    def submit(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        job_id = payload.get("job_id")
+        if not isinstance(job_id, str) or not job_id:
+            return 400, {"error": "job_id must be a non-empty string"}
+        with self.lock:
+            self.submissions += 1
+            build = self.builds.get(job_id)
+            if build is not None:
+                build["submissions"] += 1
+                return 200, dict(build)
+            build = {
+                "job_id": job_id,
+                "quarter": payload.get("quarter"),
+                "region": payload.get("region"),
+                "submissions": 1,
+                "webhooks": [],
+                "cancelled": False,
+            }
+            self.builds[job_id] = build
+        threading.Thread(target=self._finish, args=(job_id,), daemon=True).start()
+        return 202, dict(build)
+
+    def cancel(self, job_id: str) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            build = self.builds.get(job_id)
+            if build is None:
+                return 404, {"error": f"no build {job_id}"}
+            build["cancelled"] = True
+            return 200, dict(build)
+
+    def _finish(self, job_id: str) -> None:
+        time.sleep(self.delay)
+        for attempt in range(2):
+            if attempt:
+                time.sleep(self.repeat_after)
+            with self.lock:
+                build = self.builds[job_id]
+                if build["cancelled"]:
+                    return
+            region, quarter = build["region"], build["quarter"]
+            body = json.dumps(
+                {
+                    "job_id": job_id,
+                    "state": "SUCCEEDED",
+                    "result": {
+                        "status": "done",
+                        "url": f"https://reports.example/{quarter}-{region}.xlsx",
+                        "row_count": 1284,
+                    },
+                }
+            ).encode()
+            answer = self._post(body)
+            with self.lock:
+                self.webhooks += 1
+                build["webhooks"].append(answer)
+
+    def _post(self, body: bytes) -> int:
+        headers = {"Content-Type": "application/json", **sign(self.secret, body, time.time())}
+        request = urllib.request.Request(self.webhook, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return 0
+
+    def stats(self) -> dict[str, int]:
+        with self.lock:
+            return {
+                "submissions": self.submissions,
+                "builds": len(self.builds),
+                "webhooks": self.webhooks,
+            }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        parts = [urllib.parse.unquote(p) for p in self.path.strip("/").split("/")]
+        builder = self.server.builder
+        if parts == ["builds"]:
+            try:
+                payload = json.loads(raw)
+            except json.JSONDecodeError:
+                self._answer(400, {"error": "body is not JSON"})
+                return
+            if not isinstance(payload, dict):
+                self._answer(400, {"error": "body must be an object"})
+                return
+            self._answer(*builder.submit(payload))
+        elif len(parts) == 3 and parts[0] == "builds" and parts[2] == "cancel":
+            self._answer(*builder.cancel(parts[1]))
+        else:
+            self._answer(404, {"error": "unknown path"})
+
+    def do_GET(self) -> None:
+        parts = [urllib.parse.unquote(p) for p in self.path.strip("/").split("/")]
+        builder = self.server.builder
+        if parts == ["stats"]:
+            self._answer(200, builder.stats())
+        elif len(parts) == 2 and parts[0] == "builds":
+            with builder.lock:
+                build = builder.builds.get(parts[1])
+                found = None if build is None else json.loads(json.dumps(build))
+            self._answer(200, found) if found else self._answer(404, {"error": "no such build"})
+        else:
+            self._answer(404, {"error": "unknown path"})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, builder: Builder) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.builder = builder
+
+
+def _watch_parent(pid: int, server: _Server) -> None:
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            server.shutdown()
+            return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the builder until SIGTERM, SIGINT or the parent's exit."""
+    parser = argparse.ArgumentParser(prog="python -m durable_adk.testing.report_builder")
+    parser.add_argument("--webhook", required=True)
+    parser.add_argument("--secret", required=True)
+    parser.add_argument("--delay", type=float, default=1.9)
+    parser.add_argument("--repeat-after", type=float, default=0.2)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--parent-pid", type=int, default=0)
+    args = parser.parse_args(argv)
+    server = _Server(args.port, Builder(args.webhook, args.secret, args.delay, args.repeat_after))
+
+    def stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if args.parent_pid:
+        threading.Thread(target=_watch_parent, args=(args.parent_pid, server), daemon=True).start()
+    print(f"READY {server.server_address[1]}", flush=True)
+    server.serve_forever(poll_interval=0.1)
+    server.server_close()
+    return 0
+
+
+class ReportBuilder:
+    """Starts the builder process for a test or an example; stops it on exit.
+
+    Example::
+
+        with ReportBuilder(webhook_url, secret, delay=0.5) as builder:
+            client = ReportBuilderClient(builder.url)
+    """
+
+    def __init__(
+        self, webhook: str, secret: str, *, delay: float = 1.9, repeat_after: float = 0.2
+    ) -> None:
+        self.args = [
+            "--webhook",
+            webhook,
+            "--secret",
+            secret,
+            "--delay",
+            str(delay),
+            "--repeat-after",
+            str(repeat_after),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> ReportBuilder:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "durable_adk.testing.report_builder", *self.args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().split()
+        if len(line) != 2 or line[0] != "READY":
+            self.process.kill()
+            raise RuntimeError(f"the report builder did not start: {line}")
+        self.url = f"http://127.0.0.1:{line[1]}"
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class ReportBuilderClient:
+    """HTTP client of the builder: the ``submit`` and ``cancel`` hooks, and test readers."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def submit(self, job_id: str, quarter: str, region: str) -> dict[str, Any]:
+        """Submits a build for a job (the job id is its identity)."""
+        return dict(
+            self._call("POST", "/builds", {"job_id": job_id, "quarter": quarter, "region": region})
+        )
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancels a build."""
+        return dict(self._call("POST", f"/builds/{urllib.parse.quote(job_id, safe='')}/cancel"))
+
+    def build(self, job_id: str) -> dict[str, Any] | None:
+        """One build, or None."""
+        try:
+            return dict(self._call("GET", f"/builds/{urllib.parse.quote(job_id, safe='')}"))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def stats(self) -> dict[str, int]:
+        """Submissions (repeats included), builds and webhooks sent."""
+        return dict(self._call("GET", "/stats"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Seed 003's sales report, killed for real, on both backends.
+
+The report builder is a real process that posts signed webhooks (twice) to a
+receiver in this test process; the worker and the resumer are child processes
+killed with ``os._exit(137)`` at named crash points; the fresh worker runs
+here. Each case asserts on the outside world: the builder's submission count
+and the session's stored answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from examples.sales_report.app import (
+    APP_NAME,
+    JOB_ID,
+    SECRET,
+    SESSION_ID,
+    USER_ID,
+    make_runner,
+    recover,
+    run,
+)
+from examples.sales_report.app import texts as texts_of
+from google.adk.events.event import Event
+
+from durable_adk.adk.resume import Resumer
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.jobs import JobState, JobTable
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.store import Store, open_store
+from durable_adk.testing import arm
+from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient
+from durable_adk.testing.webhook_receiver import WebhookReceiver
+
+ROOT = Path(__file__).resolve().parents[2]
+READY = "Your report is ready: https://reports.example/2026-Q3-EMEA.xlsx (1284 rows)."
+
+
+async def example(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "examples.sales_report.app", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+class World:
+    """The store, the webhook receiver and the builder process of one test."""
+
+    def __init__(self, url: str, store: Store, receiver: WebhookReceiver, builder: str) -> None:
+        self.url = url
+        self.store = store
+        self.jobs = JobTable(store)
+        self.receiver = receiver
+        self.builder = builder
+        self.client = ReportBuilderClient(builder)
+
+    async def wait_for_job(self, state: JobState = JobState.SUCCEEDED) -> None:
+        for _ in range(200):
+            job = await self.jobs.get(JOB_ID)
+            if job is not None and job.state is state:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"job never reached {state}")
+
+    async def events(self) -> list[Event]:
+        session = await DurableSessionService(self.store).get_session(
+            app_name=APP_NAME, user_id=USER_ID, session_id=SESSION_ID
+        )
+        assert session is not None
+        return list(session.events)
+
+    async def assert_answered_once(self) -> None:
+        events = await self.events()
+        answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
+        calls = [c for e in events for c in e.get_function_calls()]
+        assert len(calls) == 1
+        assert [(a.id, a.name) for a in answers] == [(calls[0].id, "start_sales_report")]
+        assert texts_of(events).count(READY) == 1
+        runs = await RunLedger(self.store).list_runs()
+        assert not [r for r in runs if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)]
+        assert self.client.stats()["submissions"] == 1
+
+
+@pytest.fixture
+async def world(store_url: str) -> AsyncIterator[World]:
+    async with (
+        open_store(store_url) as store,
+        WebhookReceiver(JobTable(store), SECRET) as receiver,
+    ):
+        with ReportBuilder(receiver.url, SECRET, delay=0.3, repeat_after=0.1) as builder:
+            yield World(store_url, store, receiver, builder.url)
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["resume.after_claim", "resume.after_submit", "resume.after_mark", "sales_report.final_model"],
+)
+async def test_the_resumer_killed_mid_resume_is_recovered_and_answers_once(
+    world: World, point: str
+) -> None:
+    assert await run(world.url, SESSION_ID, world.builder) == "PAUSED"  # the user's turn
+    await world.wait_for_job()
+    killed = await example("resume", "--db", world.url, "--builder", world.builder, crash_at=point)
+    assert killed.returncode == 137, killed.stderr
+    report = await recover(world.store, world.builder)
+    await world.assert_answered_once()
+    job = await world.jobs.get(JOB_ID)
+    assert job is not None and job.resumed_at is not None
+    if point == "resume.after_submit":  # the sweeper delivered; the later resume was dropped
+        assert [r["found"] for r in report["recovered"]] == ["PAUSED"]
+        assert report["resumed"] == [[JOB_ID]]
+    # The builder's second webhook changed nothing.
+    assert [r["changed"] for r in world.receiver.received].count(True) == 1
+
+
+@pytest.mark.parametrize("point", ["long_running.after_create", "long_running.after_submit"])
+async def test_the_worker_killed_while_the_job_runs_outside_is_reattached_and_resumed(
+    world: World, point: str
+) -> None:
+    killed = await example("run", "--db", world.url, "--builder", world.builder, crash_at=point)
+    assert killed.returncode == 137, killed.stderr
+    job = await world.jobs.get(JOB_ID)
+    assert job is not None and (job.function_call_id is None) == (point.endswith("create"))
+    report = await recover(world.store, world.builder)
+    assert report["reattached"] == [JOB_ID]
+    job = await world.jobs.get(JOB_ID)
+    assert job is not None and job.attached and job.submitted_at is not None
+    await world.wait_for_job()
+    await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once()
+    await world.assert_answered_once()
+    build = world.client.build(JOB_ID)
+    assert build is not None and build["submissions"] == 1
