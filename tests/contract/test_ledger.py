@@ -6,6 +6,7 @@ Leases are expired by moving them back in the database, never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from google.adk.agents import LlmAgent
@@ -14,12 +15,13 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.demo import recovery_demo as demo
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import Store, open_store
-from durable_adk.testing import Say, ScriptedModel
+from durable_adk.testing import Call, Say, ScriptedModel
 
 
 async def test_two_sweepers_never_claim_the_same_run(store_url: str) -> None:
@@ -142,3 +144,54 @@ async def test_bad_configurations_are_refused(store: Store) -> None:
             app_name="", user_id="u", session_id="s", request={}, owner="w"
         )
     assert await RunLedger(store).list_runs() == []
+
+
+async def test_run_dead_before_its_first_event_is_not_mistaken_for_the_last_turn(
+    store: Store,
+) -> None:
+    """A run whose invocation left no event yet must be driven, even when the
+    previous turn's message is only a moment older (review finding)."""
+    script = [Say("first answer"), Say("second answer")]
+    agent = LlmAgent(name="assistant", model=ScriptedModel({"assistant": script}))
+    runner = DurableRunner(app=agent, app_name="shop", store=store, worker_id="w1")
+    async for _ in runner.run(user_id="u", session_id="s", message="first"):
+        pass
+    # The second turn's worker dies right after claiming, before ADK stored anything.
+    second = await runner.ledger.submit(
+        app_name="shop",
+        user_id="u",
+        session_id="s",
+        request={"role": "user", "parts": [{"text": "second"}]},
+        owner="dead",
+    )
+    assert await runner.ledger.claim_queued(second.run_id, "dead") is not None
+    await runner.ledger.backdate(second.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert (recovery.found.value, recovery.action) == ("NOT_STARTED", "redrive")
+    run = await runner.ledger.get(second.run_id)
+    assert run is not None and run.status is RunStatus.DONE and run.classification == "NOT_STARTED"
+    session = await runner.sessions.get_session(app_name="shop", user_id="u", session_id="s")
+    assert session is not None
+    texts = [e.content.parts[0].text for e in session.events if e.content and e.content.parts]
+    assert texts == ["first", "first answer", "second", "second answer"]
+
+
+async def test_caller_leaving_early_orphans_the_run_cleanly(store: Store) -> None:
+    script = [Call("lookup", {"q": "x"}), Say("done")]
+
+    def lookup(q: str) -> dict[str, str]:
+        """Looks something up."""
+        return {"q": q}
+
+    agent = LlmAgent(name="assistant", model=ScriptedModel({"assistant": script}), tools=[lookup])
+    runner = DurableRunner(
+        app=agent, app_name="shop", store=store, worker_id="w1", idempotent_tools=["lookup"]
+    )
+    async with contextlib.aclosing(runner.run(user_id="u", session_id="s", message="go")) as events:
+        async for _ in events:
+            break  # the client went away after the first event
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.RUNNING  # left for recovery, not failed
+    await runner.ledger.backdate(run.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert recovery.status is RunStatus.DONE

@@ -42,6 +42,16 @@ from durable_adk.metrics import Metrics
 logger = logging.getLogger("durable_adk.recovery")
 
 
+def _request_text(request: str) -> str | None:
+    """The text of a stored request (a Content as JSON), if it has any."""
+    try:
+        parts = json.loads(request).get("parts") or []
+    except (ValueError, AttributeError):
+        return None
+    texts = [str(p["text"]) for p in parts if isinstance(p, dict) and p.get("text")]
+    return "".join(texts) or None
+
+
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """What one recovery did.
@@ -115,10 +125,13 @@ class Sweeper:
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
         events: list[Event] = list(session.events) if session else []
-        invocation_id = run.invocation_id
-        if not any(e.invocation_id == invocation_id for e in events):
-            invocation_id = (
-                recover_invocation_id(events, started_at=run.created_at) or invocation_id
+        invocation_id: str | None = run.invocation_id
+        if not invocation_id:
+            # Only a row written without an id needs the user event to find it:
+            # DurableRunner always chooses the id first, and searching by time
+            # could pick the previous turn's invocation and end this run unseen.
+            invocation_id = recover_invocation_id(
+                events, started_at=run.created_at, request_text=_request_text(run.request)
             )
         found = classify(events, invocation_id, root_agent_name=self.runner.root_agent_name)
         mine = [e for e in events if e.invocation_id == invocation_id][-LAST_EVENTS_KEPT:]
@@ -152,7 +165,8 @@ class Sweeper:
                 )
         resume = found.cls is not OrphanClass.NOT_STARTED
         try:
-            async for _event in self.runner.drive(run, message, resume=resume):
+            driven = self.runner.drive(run, message, resume=resume, classification=found.cls.value)
+            async for _event in driven:
                 pass
         except errors.Fenced:
             raise
@@ -197,5 +211,5 @@ class Sweeper:
             await asyncio.sleep(self.interval)
             try:
                 await self.recover_once()
-            except errors.StoreError:
+            except Exception:  # a bad row must not end recovery for every other run
                 logger.exception("recovery pass failed; retrying at the next interval")

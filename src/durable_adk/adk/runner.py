@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import json
 import logging
+import os
 import socket
 import uuid
 import warnings
@@ -65,24 +65,24 @@ logger = logging.getLogger("durable_adk.runner")
 LAST_EVENTS_KEPT = 20
 """How many of an invocation's last events a dead letter keeps."""
 
-_CHOSEN_INVOCATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "durable_adk_invocation", default=None
-)
-
 
 class _InvocationIdRunner(Runner):
     """Runner that starts new invocations under the id we already put on the ledger.
 
     ``_new_invocation_context`` is ADK's documented extension point; a resumable
-    non-LLM root treats any explicit ``invocation_id`` as a resume, so the id
-    travels in a context variable instead.
+    non-LLM root treats any explicit ``invocation_id`` as a resume, so the id is
+    handed over per session instead. One run per session drives at a time (the
+    ledger's guarantee), so the session names the run.
     """
+
+    chosen: dict[tuple[str, str], str]
 
     def _new_invocation_context(
         self, session: Session, *, invocation_id: str | None = None, **kwargs: Any
     ) -> InvocationContext:
+        chosen = self.__dict__.setdefault("chosen", {}).get((session.user_id, session.id))
         return super()._new_invocation_context(
-            session, invocation_id=invocation_id or _CHOSEN_INVOCATION.get(), **kwargs
+            session, invocation_id=invocation_id or chosen, **kwargs
         )
 
 
@@ -233,7 +233,7 @@ class DurableRunner:
         self.app = app
         self.store = store
         self.sessions = session_service
-        self.worker_id = worker_id or f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_seconds = lease
         self.ledger = RunLedger(
             store, lease_seconds=lease, backoff_seconds=backoff, max_attempts=max_attempts
@@ -314,8 +314,12 @@ class DurableRunner:
         )
         claimed = await self.wait_for_turn(run)
         crash_point("runner.before_first_event")
-        async for event in self.drive(claimed, content, resume=invocation_id is not None):
-            yield event
+        # Closed here, not by whoever drops this generator: an early exit of the
+        # caller ends the drive (and its heartbeat) at once.
+        driven = self.drive(claimed, content, resume=invocation_id is not None)
+        async with contextlib.aclosing(driven) as events:
+            async for event in events:
+                yield event
 
     async def wait_for_turn(self, run: Run) -> Run:
         """Waits until our QUEUED run heads its session's queue, then claims it.
@@ -337,7 +341,12 @@ class DurableRunner:
                     raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
 
     async def drive(
-        self, run: Run, message: types.Content, *, resume: bool
+        self,
+        run: Run,
+        message: types.Content,
+        *,
+        resume: bool,
+        classification: str | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
 
@@ -355,12 +364,18 @@ class DurableRunner:
                 "durable_adk.resume": resume,
             },
         ):
-            async with contextlib.aclosing(self._drive(run, message, resume=resume)) as events:
+            driven = self._drive(run, message, resume=resume, classification=classification)
+            async with contextlib.aclosing(driven) as events:
                 async for event in events:
                     yield event
 
     async def _drive(
-        self, run: Run, message: types.Content, *, resume: bool
+        self,
+        run: Run,
+        message: types.Content,
+        *,
+        resume: bool,
+        classification: str | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease.
 
@@ -369,6 +384,7 @@ class DurableRunner:
             message: The original request.
             resume: Re-drive the invocation id on the ledger (recovery, or an
                 answer to its long-running calls) rather than start it.
+            classification: What recovery found, recorded on the row when it ends.
         """
         lease = run.lease
         new_message: types.Content | None = message
@@ -383,7 +399,8 @@ class DurableRunner:
             custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch}}
         )
         seen: list[Event] = []
-        token = _CHOSEN_INVOCATION.set(run.invocation_id)
+        chosen = self.adk.__dict__.setdefault("chosen", {})
+        chosen[(run.user_id, run.session_id)] = run.invocation_id
         try:
             if new_message is _ALREADY_ANSWERED:
                 events_of: Any = _no_events()  # another run answered every call: nothing to do
@@ -410,11 +427,13 @@ class DurableRunner:
             if unknown is not None:
                 await self._park_unknown(run, unknown)
                 raise unknown from exc
-            await self.ledger.finish(lease, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            failed = f"{type(exc).__name__}: {exc}"
+            if not await self.ledger.finish(lease, RunStatus.FAILED, error=failed):
+                raise errors.Fenced(f"run {run.run_id} was taken over before it failed") from exc
             self.metrics.run_finished(RunStatus.FAILED.value)
             raise
         finally:
-            _CHOSEN_INVOCATION.reset(token)
+            chosen.pop((run.user_id, run.session_id), None)
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
@@ -428,7 +447,7 @@ class DurableRunner:
             root_agent_name=self.root_agent_name,
         )
         status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
-        if not await self.ledger.finish(lease, status):
+        if not await self.ledger.finish(lease, status, classification=classification):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
         self.metrics.run_finished(status.value)
 
