@@ -1,4 +1,5 @@
-"""The ``durable-adk`` command: demo, database upgrades.
+"""The ``durable-adk`` command: demo, database upgrades, and (from
+:mod:`durable_adk.cli_ops`) serve, runs, jobs, sagas and dead letters.
 
 Every command is a thin wrapper: it parses arguments, calls the public async
 API under ``asyncio.run`` and prints with Rich. Bad arguments exit with code 2
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from durable_adk import errors
+from durable_adk.cli_ops import register as register_service_commands
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
 from durable_adk.testing.crash import EXIT_CODE, arm
@@ -233,6 +235,9 @@ def _invoicing_demo(db: str) -> None:
                     found["status"],
                 )
     console.print(table)
+
+
+register_service_commands(app)
 
 
 def main() -> None:

@@ -283,8 +283,17 @@ class RunLedger:
         )
         return row is not None
 
-    async def claim_expired(self, owner: str, *, limit: int = 10) -> list[Run]:
-        """Claims up to ``limit`` runs whose holder stopped renewing (recovery)."""
+    async def claim_expired(
+        self, owner: str, *, limit: int = 10, app_name: str | None = None
+    ) -> list[Run]:
+        """Claims up to ``limit`` runs whose holder stopped renewing (recovery).
+
+        Args:
+            owner: The claiming worker.
+            limit: Most runs claimed.
+            app_name: Claim only this app's runs (a worker can drive no other
+                app's agent); None claims any app's (tests, tools).
+        """
         try:
             rows = await self.store.fetch(
                 "run_claim_expired",
@@ -293,6 +302,7 @@ class RunLedger:
                     "lease": self.lease_seconds,
                     "backoff": self.backoff_seconds,
                     "limit": limit,
+                    "app_name": app_name,
                 },
             )
         except errors.UniqueViolation:

@@ -373,6 +373,17 @@ class Compensation:
         self.sleep = sleep
 
     async def run(self, saga: Saga, reason: str) -> CompensationResult:
+        """Compensates every step that may have acted, then finishes the saga.
+
+        The work is wrapped in a ``durable_adk.compensation`` span.
+        """
+        attributes = {"durable_adk.saga_id": saga.saga_id, "durable_adk.saga": saga.name}
+        with self.metrics.span("durable_adk.compensation", attributes) as span:
+            result = await self._run(saga, reason)
+            span.set_attribute("durable_adk.status", result.status.value)
+            return result
+
+    async def _run(self, saga: Saga, reason: str) -> CompensationResult:
         """Compensates every step that may have acted, then finishes the saga."""
         marked = await self.ledger.compensating(saga.saga_id, reason)
         failed: list[str] = []

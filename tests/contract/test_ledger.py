@@ -195,3 +195,16 @@ async def test_caller_leaving_early_orphans_the_run_cleanly(store: Store) -> Non
     await runner.ledger.backdate(run.run_id, 3600)
     (recovery,) = await Sweeper(runner).recover_once()
     assert recovery.status is RunStatus.DONE
+
+
+async def test_a_worker_recovers_only_its_own_apps_runs(store: Store) -> None:
+    ledger = RunLedger(store)
+    for app in ("shop", "crm"):
+        run = await ledger.submit(
+            app_name=app, user_id="u", session_id="s", request={}, owner="dead"
+        )
+        assert await ledger.claim_queued(run.run_id, "dead") is not None
+        await ledger.backdate(run.run_id, 3600)
+    taken = await ledger.claim_expired("shop-worker", app_name="shop")
+    assert [r.app_name for r in taken] == ["shop"]
+    assert [r.app_name for r in await ledger.claim_expired("crm-worker", app_name="crm")] == ["crm"]

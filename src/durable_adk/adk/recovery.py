@@ -99,7 +99,9 @@ class Sweeper:
 
     async def recover_once(self) -> list[Recovery]:
         """Claims and recovers up to ``batch`` expired runs; returns what was done."""
-        claimed = await self.ledger.claim_expired(self.runner.worker_id, limit=self.batch)
+        claimed = await self.ledger.claim_expired(
+            self.runner.worker_id, limit=self.batch, app_name=self.runner.app_name
+        )
         done = []
         for run in claimed:
             try:

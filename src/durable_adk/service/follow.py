@@ -25,7 +25,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from durable_adk.ledger import TERMINAL
 from durable_adk.service.ops import Operations, SeqEvent, SessionKey, is_settled
 
 BATCH = 500
@@ -127,8 +126,3 @@ def sse(item: FollowItem) -> str:
         separators=(",", ":"),
     )
     return f"id: {item.last_seq}\nevent: end\ndata: {body}\n\n"
-
-
-def terminal_statuses() -> frozenset[str]:
-    """The run statuses that end a follow."""
-    return frozenset(status.value for status in TERMINAL)

@@ -221,7 +221,9 @@ class Operations:
             raise errors.NotFound(f"no session {key.session_id!r} of user {key.user_id!r}")
         return int(row["last_seq"])
 
-    async def events_after(self, key: SessionKey, after: int, *, limit: int = 500) -> list[SeqEvent]:
+    async def events_after(
+        self, key: SessionKey, after: int, *, limit: int = 500
+    ) -> list[SeqEvent]:
         """A session's events after sequence number ``after``, in log order."""
         if after < 0:
             raise errors.InvalidArgument(f"after must be >= 0, got {after}")
@@ -232,7 +234,9 @@ class Operations:
 
     async def session_runs(self, key: SessionKey, *, limit: int = 100) -> list[Run]:
         """The runs of a session, newest first."""
-        rows = await self.store.fetch("service_session_runs", {**key.params(), "limit": _page(limit)})
+        rows = await self.store.fetch(
+            "service_session_runs", {**key.params(), "limit": _page(limit)}
+        )
         return [Run.from_row(r) for r in rows]
 
     async def stats(self) -> StoreStats:

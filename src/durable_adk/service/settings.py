@@ -45,6 +45,12 @@ class ServiceSettings:
             finish before their leases are handed back.
         max_body_bytes: Larger request bodies are refused with 413.
         max_message_chars: Longest user message a run accepts.
+        webhook_secret: The HMAC secret of the job-completion webhook (None:
+            no webhook route).
+        resume_interval: Seconds between passes of the job resumer.
+        expiry_interval: Seconds between passes of the job deadline sweep.
+        progress_interval: At most one progress delivery per job per this many seconds.
+        saga_quiet: Quiet seconds before a saga with no final status counts as stuck.
     """
 
     db: str
@@ -63,6 +69,11 @@ class ServiceSettings:
     drain_seconds: float = 10.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_message_chars: int = 100_000
+    webhook_secret: str | None = field(default=None, repr=False)
+    resume_interval: float = 1.0
+    expiry_interval: float = 30.0
+    progress_interval: float = 60.0
+    saga_quiet: float = 300.0
 
     def __post_init__(self) -> None:
         if not self.token or len(self.token) < 8:
@@ -72,6 +83,10 @@ class ServiceSettings:
             "sweep_interval": self.sweep_interval,
             "poll_interval": self.poll_interval,
             "keepalive": self.keepalive,
+            "resume_interval": self.resume_interval,
+            "expiry_interval": self.expiry_interval,
+            "progress_interval": self.progress_interval,
+            "saga_quiet": self.saga_quiet,
         }
         for name, value in positive.items():
             if value <= 0:

@@ -7,9 +7,10 @@ What it guarantees:
   the background through :class:`~durable_adk.adk.runner.DurableRunner`, in
   the session's queue, under a renewed lease. A crash anywhere leaves a row
   that any worker's sweeper recovers.
-* Every worker runs the recovery sweeper in a loop, so several workers on one
-  PostgreSQL share the work: claims are single statements, a run is recovered
-  by exactly one of them.
+* Every worker runs the recovery sweeper, the job resumer, the job deadline
+  sweep, the progress sender and the saga sweepers in loops, so several
+  workers on one PostgreSQL share the work: each claim is a single statement,
+  so a run, a job or a saga is taken by exactly one of them.
 * :meth:`Worker.drain` (graceful shutdown) stops taking work, lets the runs in
   progress finish for ``drain_seconds``, then cancels the rest and hands their
   leases back in one statement: expired, without back-off and without counting
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from google.adk.agents import BaseAgent
@@ -36,8 +37,11 @@ from typing_extensions import override
 
 from durable_adk import errors
 from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run
 from durable_adk.metrics import Metrics
@@ -68,6 +72,18 @@ class TimedSessionService(DurableSessionService):
             return await super().append_event(session, event)
         finally:
             self._metrics.append_latency(time.perf_counter() - started)
+
+
+def sagas_of(root: object) -> list[SagaSequence]:
+    """Every SagaSequence in an agent tree."""
+    found: list[SagaSequence] = []
+    pending = [root]
+    while pending:
+        agent = pending.pop()
+        if isinstance(agent, SagaSequence):
+            found.append(agent)
+        pending.extend(getattr(agent, "sub_agents", None) or ())
+    return found
 
 
 class Worker:
@@ -102,11 +118,25 @@ class Worker:
             max_attempts=settings.max_attempts,
             backoff=settings.backoff,
             idempotent_tools=settings.idempotent_tools,
+            metrics=self.metrics,
         )
         self.sweeper = Sweeper(
-            self.runner, batch=settings.sweep_batch, interval=settings.sweep_interval
+            self.runner,
+            batch=settings.sweep_batch,
+            interval=settings.sweep_interval,
+            metrics=self.metrics,
         )
         self.ops = Operations(store, root_agent_name=self.runner.root_agent_name)
+        self.jobs = JobTable(store)
+        self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
+        self.expiry = ExpirySweeper(
+            self.jobs, resumer=self.resumer, interval=settings.expiry_interval
+        )
+        self.progress = ProgressSender(self.runner, self.jobs, interval=settings.progress_interval)
+        self.sagas = sagas_of(self.runner.app.root_agent)
+        for saga in self.sagas:
+            saga.metrics = self.metrics  # its outcomes and compensation times
+        self._job_loops = contextlib.AsyncExitStack()
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[None]] = []
@@ -131,8 +161,35 @@ class Worker:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Worker]:
-        """Runs the background loops; drains and hands back leases on exit."""
+        """Runs the background loops; drains and hands back leases on exit.
+
+        The loops: the recovery sweeper, the job resumer (answers the calls of
+        finished jobs), the job deadline sweep, the progress sender, and a saga
+        sweeper per SagaSequence of the app.
+        """
         self._loops.append(asyncio.create_task(self._sweep_loop(), name="durable-adk-sweeper"))
+        for saga in self.sagas:
+            sweeper = SagaSweeper(
+                saga,
+                self.sessions,
+                app_name=self.runner.app_name,
+                owner=self.worker_id,
+                quiet_for=self.settings.saga_quiet,
+            )
+            self._loops.append(
+                asyncio.create_task(
+                    self._every(self.settings.sweep_interval, sweeper.sweep_once, "saga sweep"),
+                    name=f"durable-adk-saga-{saga.name}",
+                )
+            )
+        await self._job_loops.enter_async_context(self.resumer.serve())
+        await self._job_loops.enter_async_context(self.expiry.serve())
+        self._loops.append(
+            asyncio.create_task(
+                self._every(self.settings.progress_interval, self.progress.send_once, "progress"),
+                name="durable-adk-progress",
+            )
+        )
         try:
             yield self
         finally:
@@ -155,13 +212,19 @@ class Worker:
         for loop in self._loops:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        await self._job_loops.aclose()
         pending = list(self._runs.values())
         if pending:
             _done, still = await asyncio.wait(pending, timeout=self.settings.drain_seconds)
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
-        rows = await self.store.fetch("service_hand_back", {"owner": self.worker_id})
+        try:
+            rows = await self.store.fetch("service_hand_back", {"owner": self.worker_id})
+        except errors.StoreError:
+            # Nothing is lost: the leases run out by themselves and a sweeper takes over.
+            logger.exception("worker %s could not hand its leases back", self.worker_id)
+            return []
         handed = sorted(str(r["run_id"]) for r in rows)
         if handed:
             logger.info("worker %s handed back runs %s", self.worker_id, handed)
@@ -180,8 +243,21 @@ class Worker:
                     )
             except errors.StoreError:
                 logger.exception("recovery pass failed; retrying at the next interval")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.draining.wait(), self.settings.sweep_interval)
+            await self._pause(self.settings.sweep_interval)
+
+    async def _every(
+        self, interval: float, work: Callable[[], Awaitable[object]], what: str
+    ) -> None:
+        while not self.draining.is_set():
+            try:
+                await work()
+            except errors.StoreError:
+                logger.exception("%s pass failed; retrying at the next interval", what)
+            await self._pause(interval)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.draining.wait(), seconds)
 
     # ----------------------------------------------------------------- runs
 

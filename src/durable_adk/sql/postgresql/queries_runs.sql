@@ -64,6 +64,7 @@ UPDATE runs
         SELECT q.pk FROM runs q
          WHERE q.lease_until < extract(epoch FROM clock_timestamp())
            AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
+           AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
            AND (q.status = 'RUNNING'
                 OR (q.status = 'QUEUED'
                     AND NOT EXISTS (SELECT 1 FROM runs r

@@ -58,6 +58,7 @@ UPDATE runs
         SELECT q.pk FROM runs q
          WHERE q.lease_until < (julianday('now') - 2440587.5) * 86400.0
            AND q.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
+           AND (:app_name IS NULL OR q.app_name = :app_name)
            AND (q.status = 'RUNNING'
                 OR (q.status = 'QUEUED'
                     AND NOT EXISTS (SELECT 1 FROM runs r

@@ -1,0 +1,465 @@
+"""The ``durable-adk`` commands of the service: serve, runs, jobs, sagas, dead letters.
+
+``serve`` runs a worker. The operations commands read (and, for ``runs retry``
+and ``jobs complete``, act) either straight on a database (``--db URL``, no
+worker needed) or through a running worker (``--url http://... --token T``);
+both give the same answers, printed as Rich tables or, with ``--json``, as
+JSON. An operation that fails (unknown run, run not parked, wrong token,
+unreachable worker) exits 1 with a one-line reason; bad arguments exit 2.
+Heavy imports (ADK, FastAPI) happen inside the commands, so ``db upgrade``
+stays quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from durable_adk import errors
+from durable_adk.store import DEFAULT_URL
+from durable_adk.store.migrate import redact
+
+if TYPE_CHECKING:
+    from durable_adk.service.client import OpsSource
+    from durable_adk.service.server import WorkerServer
+
+T = TypeVar("T")
+
+
+class _Console:
+    """Rich's console, sized when printing (COLUMNS may change between commands)."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        width = shutil.get_terminal_size((150, 40)).columns
+        Console(width=width).print(*objects, **options)
+
+
+console = _Console()
+
+runs_app = typer.Typer(no_args_is_help=True, help="Runs on the ledger: list, show, retry.")
+jobs_app = typer.Typer(no_args_is_help=True, help="Long-running jobs: list, complete.")
+sagas_app = typer.Typer(no_args_is_help=True, help="Sagas: list.")
+letters_app = typer.Typer(no_args_is_help=True, help="Dead letters: list.")
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="DURABLE_ADK_DB",
+        help="sqlite:///path or postgresql://... (default ./durable_adk.db)",
+    ),
+]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", envvar="DURABLE_ADK_URL", help="A running worker, http://host:port"),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="DURABLE_ADK_TOKEN", help="The worker's bearer token"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most records shown.")]
+
+
+def register(app: typer.Typer) -> None:
+    """Adds ``serve``, ``runs``, ``jobs``, ``sagas`` and ``dead-letters`` to the CLI."""
+    app.command("serve")(serve)
+    app.add_typer(runs_app, name="runs")
+    app.add_typer(jobs_app, name="jobs")
+    app.add_typer(sagas_app, name="sagas")
+    app.add_typer(letters_app, name="dead-letters")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+# ------------------------------------------------------------------- serve
+
+
+def serve(
+    app_spec: Annotated[
+        str, typer.Argument(metavar="MODULE:APP", help="An ADK App, root agent or factory of one.")
+    ],
+    db: Annotated[
+        str,
+        typer.Option("--db", envvar="DURABLE_ADK_DB", help="sqlite:///path or postgresql://..."),
+    ] = DEFAULT_URL,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="DURABLE_ADK_TOKEN", help="Bearer token (default: a random one)."),
+    ] = None,
+    worker_id: Annotated[str | None, typer.Option(help="This worker's name on the ledger.")] = None,
+    lease: Annotated[float, typer.Option(min=0.1, help="Run lease, seconds.")] = 30.0,
+    idempotent_tool: Annotated[
+        list[str] | None, typer.Option(help="A tool safe to re-run after a crash (repeatable).")
+    ] = None,
+    sweep_interval: Annotated[float, typer.Option(min=0.05, help="Seconds between sweeps.")] = 5.0,
+    drain_seconds: Annotated[
+        float, typer.Option(min=0, help="On SIGTERM, seconds runs get to finish.")
+    ] = 10.0,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger bodies get 413.")] = 1 << 20,
+    webhook_secret: Annotated[
+        str | None,
+        typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
+) -> None:
+    """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
+    from durable_adk.service.server import load_app
+    from durable_adk.service.server import serve as run_worker
+    from durable_adk.service.settings import ServiceSettings, new_token
+
+    generated = token is None
+    try:
+        settings = ServiceSettings(
+            db=db,
+            host=host,
+            port=port,
+            token=token or new_token(),
+            worker_id=worker_id,
+            lease=lease,
+            idempotent_tools=tuple(idempotent_tool or ()),
+            sweep_interval=sweep_interval,
+            drain_seconds=drain_seconds,
+            max_body_bytes=max_body_bytes,
+            webhook_secret=webhook_secret,
+        )
+        agent = load_app(app_spec)
+    except errors.DurableError as exc:
+        _fail(str(exc))
+
+    def ready(server: WorkerServer) -> None:
+        base = f"http://{settings.host}:{server.bound_port()}"
+        fragment = f"#token={settings.token}" if generated else ""
+        print(
+            f"durable-adk worker {server.worker.worker_id} serving app "
+            f"{server.worker.app_name!r} on {redact(settings.db)}\n"
+            f"listening on {base}\n"
+            f"dashboard: {base}/dashboard/{fragment}",
+            flush=True,
+        )
+        if generated:
+            print(f"bearer token (generated): {settings.token}", flush=True)
+
+    try:
+        asyncio.run(run_worker(agent, settings, on_ready=ready, log_level=log_level))
+    except errors.DurableError as exc:
+        _fail(str(exc), 1)
+
+
+# --------------------------------------------------------------- plumbing
+
+
+@contextlib.asynccontextmanager
+async def _source(db: str | None, url: str | None, token: str | None) -> AsyncIterator[OpsSource]:
+    from durable_adk.service.client import HttpOps, StoreOps
+    from durable_adk.store import open_store
+
+    if url:
+        if not token:
+            _fail("--url needs --token (or DURABLE_ADK_TOKEN)")
+        client = HttpOps.connect(url, token or "")
+        try:
+            yield client
+        finally:
+            await client.aclose()
+        return
+    async with open_store(db or DEFAULT_URL, create_if_empty=False) as store:
+        yield StoreOps(store)
+
+
+def _call(
+    db: str | None, url: str | None, token: str | None, work: Callable[[OpsSource], Awaitable[T]]
+) -> T:
+    where = db or DEFAULT_URL
+    path = where.removeprefix("sqlite:///") if where.startswith("sqlite:///") else None
+    if not url and path and path != ":memory:" and not os.path.exists(path):
+        _fail(f"no database at {path}")
+
+    async def go() -> T:
+        async with _source(db, url, token) as source:
+            return await work(source)
+
+    try:
+        return asyncio.run(go())
+    except errors.DurableError as exc:
+        _fail(str(exc), 1)
+
+
+def _when(seconds: Any) -> str:
+    if not seconds:
+        return ""
+    return datetime.fromtimestamp(float(seconds)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(text: Any, size: int = 60) -> str:
+    value = "" if text is None else str(text)
+    return value if len(value) <= size else value[: size - 1] + "…"
+
+
+_STATUS_STYLE = {
+    "DONE": "green",
+    "PARKED": "red",
+    "FAILED": "red",
+    "RUNNING": "cyan",
+    "QUEUED": "cyan",
+    "PAUSED": "yellow",
+}
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        whole = column in ("run", "job_id", "saga_id", "#")
+        table.add_column(column, overflow="fold", no_wrap=whole)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _describe(event: dict[str, Any]) -> str:
+    parts = (event.get("content") or {}).get("parts") or []
+    said = []
+    for part in parts:
+        if part.get("text"):
+            said.append(_short(part["text"], 80))
+        if part.get("function_call"):
+            call = part["function_call"]
+            said.append(f"call {call.get('name')}({_short(json.dumps(call.get('args', {})), 60)})")
+        if part.get("function_response"):
+            answer = part["function_response"]
+            response = _short(json.dumps(answer.get("response", {})), 60)
+            said.append(f"response {answer.get('name')} -> {response}")
+    return "; ".join(said) or "(state or marker)"
+
+
+# -------------------------------------------------------------------- runs
+
+
+@runs_app.command("list")
+def runs_list(
+    status: Annotated[
+        str | None, typer.Option(help="QUEUED, RUNNING, PAUSED, DONE, FAILED or PARKED")
+    ] = None,
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Runs, newest first."""
+    from durable_adk.ledger import RunStatus
+
+    try:
+        chosen = RunStatus(status.upper()) if status else None
+    except ValueError:
+        _fail(f"unknown status {status!r}: use {', '.join(s.value for s in RunStatus)}")
+    runs = _call(db, url, token, lambda source: source.list_runs(chosen, limit))
+    if as_json:
+        _print_json(runs)
+        return
+    rows = [
+        [
+            r["run_id"],
+            f"{r['user_id']}/{r['session_id']}",
+            f"[{_STATUS_STYLE.get(r['status'], 'white')}]{r['status']}[/]",
+            r["classification"] or "",
+            str(r["attempts"]),
+            _short(r["owner"], 24),
+            _when(r["updated_at"]),
+            _short(r["last_error"], 50),
+        ]
+        for r in runs
+    ]
+    title = f"{len(runs)} run(s)" + (f" {chosen.value}" if chosen else "")
+    console.print(
+        _table(
+            title,
+            ["run", "session", "status", "class", "attempts", "owner", "updated", "error"],
+            rows,
+        )
+    )
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One run: its row, what the classifier reads, its events and dead letters."""
+    detail = _call(db, url, token, lambda source: source.run_detail(run_id))
+    if as_json:
+        _print_json(detail)
+        return
+    run = detail["run"]
+    fields = [
+        ["run", run["run_id"]],
+        ["app", run["app_name"]],
+        ["session", f"{run['user_id']}/{run['session_id']}"],
+        ["invocation", run["invocation_id"]],
+        ["status", f"[{_STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]"],
+        ["recorded class", run["classification"] or ""],
+        ["attempts", str(run["attempts"])],
+        ["owner / epoch", f"{run['owner']} / {run['epoch']}"],
+        ["created", _when(run["created_at"])],
+        ["finished", _when(run["finished_at"])],
+        ["last error", run["last_error"] or ""],
+    ]
+    finding = detail.get("finding")
+    if finding:
+        fields.append(["classifier now", f"{finding['cls']}: {finding['reason']}"])
+    console.print(_table(f"run {run['run_id']}", ["field", "value"], fields))
+    events = [
+        [str(e["seq"]), e["event"].get("author", ""), _describe(e["event"])]
+        for e in detail["events"]
+    ]
+    console.print(_table("its events", ["#", "author", "event"], events))
+    if detail["dead_letters"]:
+        letters = [
+            [_when(d["created_at"]), d["classification"] or "", d["error"]]
+            for d in detail["dead_letters"]
+        ]
+        console.print(_table("dead letters", ["when", "class", "error"], letters))
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_id: Annotated[str, typer.Argument(help="A parked run.")],
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Puts a parked run back in its session's queue; a worker's next sweep recovers it."""
+    run = _call(db, url, token, lambda source: source.retry(run_id))
+    if as_json:
+        _print_json(run)
+        return
+    console.print(f"run {run['run_id']} is {run['status']}: the next sweep of a worker recovers it")
+
+
+# -------------------------------------------------------------------- jobs
+
+
+def _listing(title: str, listing: dict[str, Any], columns: list[str], as_json: bool) -> None:
+    if as_json:
+        _print_json(listing)
+        return
+    if not listing.get("available", True):
+        console.print(f"{title}: not available ({listing.get('note')})")
+        return
+    items = listing.get("items", [])
+    rows = [
+        [_when(item.get(c)) if c.endswith("_at") else _short(item.get(c), 50) for c in columns]
+        for item in items
+    ]
+    console.print(_table(f"{len(items)} {title}", columns, rows))
+
+
+@jobs_app.command("list")
+def jobs_list(
+    state: Annotated[
+        str | None, typer.Option(help="STARTED, SUCCEEDED, FAILED, EXPIRED or CANCELLED")
+    ] = None,
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Long-running jobs, newest first."""
+    chosen = state.upper() if state else None
+    listing = _call(db, url, token, lambda source: source.jobs(chosen, limit))
+    columns = ["job_id", "tool_name", "state", "session_id", "resume_run_id", "deadline_at"]
+    _listing("job(s)", listing, columns, as_json)
+
+
+@jobs_app.command("complete")
+def jobs_complete(
+    job_id: Annotated[str, typer.Argument(help="The job.")],
+    result: Annotated[str, typer.Option(help="The result, as JSON.")] = "{}",
+    state: Annotated[str, typer.Option(help="SUCCEEDED, FAILED or CANCELLED")] = "SUCCEEDED",
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ends a job with its result, as its webhook would; the first result wins."""
+    try:
+        value = json.loads(result)
+    except json.JSONDecodeError as exc:
+        _fail(f"--result is not JSON: {exc}")
+    done = _call(db, url, token, lambda source: source.complete_job(job_id, state.upper(), value))
+    if as_json:
+        _print_json(done)
+        return
+    what = "completed" if done["changed"] else "already had its result (nothing changed)"
+    console.print(f"job {done['job_id']} {what}: {done['state']}")
+
+
+@sagas_app.command("list")
+def sagas_list(
+    status: Annotated[
+        str | None, typer.Option(help="RUNNING, COMPENSATING, COMMITTED, ...")
+    ] = None,
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sagas, newest first."""
+    chosen = status.upper() if status else None
+    listing = _call(db, url, token, lambda source: source.sagas(chosen, limit))
+    columns = ["saga_id", "name", "status", "session_id", "reason", "updated_at"]
+    _listing("saga(s)", listing, columns, as_json)
+
+
+@letters_app.command("list")
+def dead_letters_list(
+    run_id: Annotated[str | None, typer.Option(help="Only this run's.")] = None,
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Dead letters (what needs a person), newest first."""
+    letters = _call(db, url, token, lambda source: source.dead_letters(run_id, limit))
+    if as_json:
+        _print_json(letters)
+        return
+    rows = [
+        [
+            _when(d["created_at"]),
+            d["kind"],
+            d["run_id"] or "",
+            d["classification"] or "",
+            _short(d["error"], 90),
+        ]
+        for d in letters
+    ]
+    console.print(
+        _table(f"{len(letters)} dead letter(s)", ["when", "kind", "run", "class", "error"], rows)
+    )

@@ -1,0 +1,302 @@
+"""The worker's HTTP API: runs, the event stream, reconnect and operations.
+
+Every route under ``/v1`` and ``/metrics`` needs the bearer token; without it
+the answer is 401 and carries no data. ``/healthz``, the dashboard's static
+page (which asks for the token itself) and the OpenAPI spec are open. Request
+bodies are capped (413). Errors are ``{"error": {"code", "message"}}``.
+
+Sessions named in paths belong to the app this worker serves. Reads come from
+the store, so every worker answers for every run, including one in progress on
+another worker (see :mod:`durable_adk.service.follow`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Response
+from fastapi.responses import StreamingResponse
+from google.genai import types
+from pydantic import ValidationError
+
+import durable_adk
+from durable_adk import errors
+from durable_adk.ledger import RunStatus
+from durable_adk.service import dashboard, features
+from durable_adk.service.follow import follow, sse
+from durable_adk.service.guards import (
+    BodyLimit,
+    bearer_guard,
+    install_error_handlers,
+)
+from durable_adk.service.ops import MAX_PAGE, SessionKey
+from durable_adk.service.schemas import (
+    ID_PATTERN,
+    DeadLetterListOut,
+    ErrorOut,
+    EventsOut,
+    HealthOut,
+    RunCountsOut,
+    RunDetailOut,
+    RunListOut,
+    RunOut,
+    StartRunIn,
+    StartRunOut,
+    StatsOut,
+    detail_out,
+    events_out,
+    letter_out,
+    run_out,
+)
+from durable_adk.service.worker import Worker
+
+UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
+SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
+RunId = Annotated[str, Path(pattern=ID_PATTERN, description="The run.")]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
+After = Annotated[
+    int, Query(ge=0, le=2**62, description="Only events with a greater sequence number.")
+]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": text}
+    for code, text in (
+        (400, "Malformed request (a body that cannot be parsed)."),
+        (401, "Missing or wrong bearer token."),
+        (413, "Request body too large."),
+        (422, "Invalid request."),
+    )
+}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "Unknown."}}
+
+
+def message_of(body: StartRunIn, max_chars: int) -> types.Content:
+    """The user's message as genai Content, or InvalidArgument.
+
+    Only text and media parts are accepted: function calls and responses are
+    the runner's and the job resumer's business, not a client's.
+    """
+    if (body.message is None) == (body.content is None):
+        raise errors.InvalidArgument("give exactly one of 'message' and 'content'")
+    if body.message is not None:
+        if len(body.message) > max_chars or "\x00" in body.message:
+            raise errors.InvalidArgument(f"message must be 1..{max_chars} characters, no NUL")
+        return types.Content(role="user", parts=[types.Part(text=body.message)])
+    try:
+        content = types.Content.model_validate(body.content)
+    except ValidationError as exc:
+        raise errors.InvalidArgument(f"content is not a genai Content: {exc}") from None
+    if content.role not in (None, "user") or not content.parts:
+        raise errors.InvalidArgument("content must have role 'user' and at least one part")
+    for part in content.parts:
+        if not (part.text or part.inline_data or part.file_data) or (
+            part.function_call or part.function_response
+        ):
+            raise errors.InvalidArgument("each part must be text or media, without function calls")
+    content.role = "user"
+    return content
+
+
+def create_app(worker: Worker) -> FastAPI:
+    """The HTTP app of one worker (the caller runs ``worker.running()``).
+
+    The bearer token and the body limit come from ``worker.settings``.
+
+    Args:
+        worker: The worker it fronts.
+    """
+    token = worker.settings.token
+    app = FastAPI(
+        title="durable-adk worker",
+        version=durable_adk.__version__,
+        description=__doc__,
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    guarded = APIRouter(
+        prefix="/v1", dependencies=[Depends(bearer_guard(token))], responses=_ERRORS
+    )
+    ops = worker.ops
+    settings = worker.settings
+
+    def key(user_id: str, session_id: str) -> SessionKey:
+        return SessionKey(worker.app_name, user_id, session_id)
+
+    @app.get("/healthz", response_model=HealthOut, tags=["worker"])
+    async def healthz() -> HealthOut:
+        """This worker: its id, its app, whether it drains."""
+        return HealthOut.model_validate(worker.describe())
+
+    @app.get(
+        "/metrics",
+        tags=["worker"],
+        dependencies=[Depends(bearer_guard(token))],
+        responses={**_ERRORS, 200: {"content": {"text/plain": {}}}},
+    )
+    async def metrics() -> Response:
+        """Prometheus metrics of this worker (runs by status sampled from the ledger)."""
+        await worker.refresh_gauges()
+        return Response(
+            worker.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    @guarded.post(
+        "/users/{user_id}/sessions/{session_id}/runs",
+        status_code=202,
+        response_model=StartRunOut,
+        tags=["runs"],
+        responses={503: {"model": ErrorOut, "description": "Draining: use another worker."}},
+    )
+    async def start_run(user_id: UserId, session_id: SessionId, body: StartRunIn) -> StartRunOut:
+        """Starts a run on a session (created if missing); follow it at ``events_url``."""
+        message = message_of(body, settings.max_message_chars)
+        session = key(user_id, session_id)
+        try:
+            after = await ops.last_seq(session)
+        except errors.NotFound:
+            after = 0
+        run = await worker.start_run(user_id=user_id, session_id=session_id, message=message)
+        return StartRunOut(
+            run=run_out(run),
+            after_seq=after,
+            events_url=(
+                f"/v1/users/{user_id}/sessions/{session_id}/stream"
+                f"?after={after}&run_id={run.run_id}"
+            ),
+        )
+
+    @guarded.get(
+        "/users/{user_id}/sessions/{session_id}/events",
+        response_model=EventsOut,
+        tags=["sessions"],
+        responses=_NOT_FOUND,
+    )
+    async def session_events(
+        user_id: UserId, session_id: SessionId, after: After = 0, limit: Limit = 500
+    ) -> EventsOut:
+        """A slice of the session's log after a sequence number (JSON)."""
+        session = key(user_id, session_id)
+        await ops.last_seq(session)
+        events = await ops.events_after(session, after, limit=limit)
+        return EventsOut(events=events_out(events), last_seq=events[-1].seq if events else after)
+
+    @guarded.get(
+        "/users/{user_id}/sessions/{session_id}/stream",
+        tags=["sessions"],
+        responses={**_NOT_FOUND, 200: {"content": {"text/event-stream": {}}}},
+    )
+    async def session_stream(
+        user_id: UserId,
+        session_id: SessionId,
+        after: After = 0,
+        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+        last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    ) -> StreamingResponse:
+        """Server-Sent Events of the session from a sequence number, live, until its runs end.
+
+        Reconnect with ``Last-Event-ID`` (or ``after``) on any worker: the log
+        is read from the store. The stream ends with an ``end`` event.
+        """
+        session = key(user_id, session_id)
+        await ops.last_seq(session)
+        if run_id is not None:
+            run = await ops.get_run(run_id)
+            if (run.app_name, run.user_id, run.session_id) != (
+                session.app_name,
+                user_id,
+                session_id,
+            ):
+                raise errors.NotFound(f"run {run_id!r} is not a run of session {session_id!r}")
+        if last_event_id is not None and last_event_id.isdigit():
+            after = max(after, int(last_event_id))
+
+        async def body() -> AsyncIterator[str]:
+            async for item in follow(
+                ops,
+                session,
+                after=after,
+                run_id=run_id,
+                poll=settings.poll_interval,
+                keepalive=settings.keepalive,
+                stop=worker.draining,
+            ):
+                yield sse(item)
+
+        return StreamingResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @guarded.get(
+        "/users/{user_id}/sessions/{session_id}/runs",
+        response_model=RunListOut,
+        tags=["sessions"],
+    )
+    async def session_runs(
+        user_id: UserId, session_id: SessionId, limit: Limit = 100
+    ) -> RunListOut:
+        """The session's runs, newest first."""
+        runs = await ops.session_runs(key(user_id, session_id), limit=limit)
+        return RunListOut(runs=[run_out(r) for r in runs])
+
+    @guarded.get("/runs", response_model=RunListOut, tags=["operations"])
+    async def list_runs(status: RunStatus | None = None, limit: Limit = 100) -> RunListOut:
+        """Runs of every app on the store, newest first, optionally of one status."""
+        runs = await ops.list_runs(status=status, limit=limit)
+        return RunListOut(runs=[run_out(r) for r in runs])
+
+    @guarded.get("/runs-by-status", response_model=RunCountsOut, tags=["operations"])
+    async def run_counts() -> RunCountsOut:
+        """How many runs stand in each status."""
+        return RunCountsOut(counts=await ops.run_counts())
+
+    @guarded.get(
+        "/runs/{run_id}", response_model=RunDetailOut, tags=["operations"], responses=_NOT_FOUND
+    )
+    async def get_run(run_id: RunId) -> RunDetailOut:
+        """One run with its classification, its events and its dead letters."""
+        return detail_out(await ops.run_detail(run_id))
+
+    @guarded.post(
+        "/runs/{run_id}/retry",
+        response_model=RunOut,
+        tags=["operations"],
+        responses={
+            **_NOT_FOUND,
+            409: {"model": ErrorOut, "description": "The run is not parked."},
+        },
+    )
+    async def retry_run(run_id: RunId) -> RunOut:
+        """Puts a parked run back in its session's queue; a sweeper recovers it."""
+        return run_out(await ops.retry(run_id))
+
+    @guarded.get("/dead-letters", response_model=DeadLetterListOut, tags=["operations"])
+    async def dead_letters(
+        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None, limit: Limit = 100
+    ) -> DeadLetterListOut:
+        """Dead letters, newest first, optionally of one run."""
+        letters = await ops.dead_letters(run_id=run_id, limit=limit)
+        return DeadLetterListOut(dead_letters=[letter_out(d) for d in letters])
+
+    @guarded.get("/stats", response_model=StatsOut, tags=["operations"])
+    async def stats() -> StatsOut:
+        """Totals over the whole store."""
+        return StatsOut.model_validate(await ops.stats(), from_attributes=True)
+
+    features.add_routes(guarded, worker.store, worker.metrics)
+    app.include_router(guarded)
+    features.mount_webhooks(app, worker.store, worker.metrics, settings.webhook_secret)
+    dashboard.add_routes(app)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:
+        return Response(status_code=307, headers={"Location": "/dashboard/"})
+
+    app.add_middleware(BodyLimit, limit=worker.settings.max_body_bytes)
+    return app
+
+
+__all__ = ["create_app", "message_of"]

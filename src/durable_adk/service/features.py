@@ -1,0 +1,190 @@
+"""The operations and routes of long-running jobs and sagas, and the job webhook.
+
+Jobs (:mod:`durable_adk.jobs`) and sagas (:mod:`durable_adk.sagas`) keep their
+own ledgers; this module only reads them for operators and passes a job's
+completion to :meth:`~durable_adk.jobs.JobTable.complete`, whose conditional
+update makes the first terminal result win (a duplicate or late completion
+changes nothing and is still answered 200).
+
+The webhook (``POST /webhooks/jobs``) is authenticated by its HMAC signature
+(:mod:`durable_adk.webhooks`), not by the bearer token, and exists only when
+the worker has a webhook secret. Every refusal (bad signature, stale
+timestamp, malformed body, unknown job) happens before anything is written.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from enum import StrEnum
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from durable_adk import errors, webhooks
+from durable_adk.jobs import JobNotFound, JobState, JobTable
+from durable_adk.metrics import Metrics
+from durable_adk.sagas import SagaLedger, SagaStatus
+from durable_adk.service.guards import error_response
+from durable_adk.service.ops import MAX_PAGE
+from durable_adk.service.schemas import ErrorOut, ListOut
+from durable_adk.store.base import Store
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,255}$"
+"""Job ids the API accepts (business identities such as ``report:2026-Q3:EMEA``)."""
+
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
+JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job.")]
+
+_WEBHOOK_CODES: tuple[tuple[type[webhooks.WebhookError], str], ...] = (
+    (webhooks.BadSignature, "bad_signature"),
+    (webhooks.StaleTimestamp, "stale_timestamp"),
+    (webhooks.UnknownJob, "not_found"),
+    (webhooks.MalformedBody, "malformed_body"),
+)
+
+
+class CompleteJobIn(BaseModel):
+    """A job's result, reported by an operator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: JobState
+    result: Any = None
+
+
+class CompletionOut(BaseModel):
+    """What a completion did: ``changed`` is false for a duplicate or late result."""
+
+    job_id: str
+    state: str
+    changed: bool
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    """A record as JSON-ready values (enums as their names)."""
+    return {k: (str(v) if isinstance(v, StrEnum) else v) for k, v in asdict(record).items()}
+
+
+def completion_outcome(changed: bool, state: JobState) -> str:
+    """The job-completions metric's label: applied, late (after expiry) or duplicate."""
+    if changed:
+        return "applied"
+    return "late" if state is JobState.EXPIRED else "duplicate"
+
+
+async def list_jobs(store: Store, *, state: str | None, limit: int) -> ListOut:
+    """Jobs, newest first, optionally of one state."""
+    chosen = JobState(state) if state else None
+    jobs = await JobTable(store).list_jobs(state=chosen, limit=limit)
+    return ListOut(available=True, items=[_plain(j) for j in jobs])
+
+
+async def complete_job(
+    store: Store, job_id: str, *, state: str, result: Any, metrics: Metrics | None = None
+) -> dict[str, Any]:
+    """Ends a job with its result (the first terminal result wins).
+
+    Raises:
+        NotFound: No such job (nothing was written).
+        InvalidArgument: A state other than SUCCEEDED, FAILED or CANCELLED.
+    """
+    try:
+        done = await JobTable(store).complete(job_id, state, result)
+    except JobNotFound as exc:
+        raise errors.NotFound(str(exc)) from exc
+    if metrics is not None:
+        metrics.job_completion(completion_outcome(done.changed, done.job.state))
+    return {"job_id": job_id, "state": done.job.state.value, "changed": done.changed}
+
+
+async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut:
+    """Sagas, newest first, optionally of one status."""
+    chosen = SagaStatus(status) if status else None
+    sagas = await SagaLedger(store).list_sagas(status=chosen, limit=limit)
+    return ListOut(available=True, items=[_plain(s) for s in sagas])
+
+
+def add_routes(router: APIRouter, store: Store, metrics: Metrics) -> None:
+    """Adds the jobs and sagas routes to the guarded router."""
+
+    @router.get("/jobs", response_model=ListOut, tags=["jobs"])
+    async def jobs_route(state: JobState | None = None, limit: Limit = 100) -> ListOut:
+        """Long-running jobs, newest first, optionally of one state."""
+        return await list_jobs(store, state=state.value if state else None, limit=limit)
+
+    @router.post(
+        "/jobs/{job_id}/complete",
+        response_model=CompletionOut,
+        tags=["jobs"],
+        responses={404: {"model": ErrorOut, "description": "Unknown job."}},
+    )
+    async def complete_route(job_id: JobId, body: CompleteJobIn) -> CompletionOut:
+        """Ends a job with its result, as a webhook would; the first result wins."""
+        done = await complete_job(
+            store, job_id, state=body.state.value, result=body.result, metrics=metrics
+        )
+        return CompletionOut.model_validate(done)
+
+    @router.get("/sagas", response_model=ListOut, tags=["sagas"])
+    async def sagas_route(status: SagaStatus | None = None, limit: Limit = 100) -> ListOut:
+        """Sagas, newest first, optionally of one status."""
+        return await list_sagas(store, status=status.value if status else None, limit=limit)
+
+
+def mount_webhooks(app: FastAPI, store: Store, metrics: Metrics, secret: str | None) -> None:
+    """Adds ``POST /webhooks/jobs`` when the worker has a webhook secret."""
+    if not secret:
+        return
+    jobs = JobTable(store)
+
+    @app.post(
+        "/webhooks/jobs",
+        response_model=CompletionOut,
+        tags=["jobs"],
+        responses={
+            code: {"model": ErrorOut, "description": text}
+            for code, text in (
+                (400, "Malformed completion."),
+                (401, "Bad signature or stale timestamp."),
+                (404, "Unknown job."),
+                (413, "Body too large."),
+            )
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["job_id", "state", "result"],
+                            "properties": {
+                                "job_id": {"type": "string"},
+                                "state": {"enum": ["SUCCEEDED", "FAILED", "CANCELLED"]},
+                                "result": {},
+                            },
+                        }
+                    }
+                },
+            }
+        },
+    )
+    async def job_webhook(request: Request) -> JSONResponse:
+        """A signed job completion (``X-Durable-Timestamp``, ``X-Durable-Signature``).
+
+        The signature is HMAC-SHA256 over ``"<timestamp>.<raw body>"`` with the
+        shared secret; see :mod:`durable_adk.webhooks`.
+        """
+        body = await request.body()
+        try:
+            done = await webhooks.handle_job_webhook(
+                jobs, secret, dict(request.headers), body, time.time()
+            )
+        except webhooks.WebhookError as exc:
+            code = next((c for kind, c in _WEBHOOK_CODES if isinstance(exc, kind)), "bad_request")
+            return error_response(exc.status, code, str(exc))
+        metrics.job_completion(completion_outcome(done.changed, done.state))
+        return JSONResponse(done.body(), status_code=done.status)

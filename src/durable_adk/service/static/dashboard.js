@@ -1,0 +1,244 @@
+// durable-adk dashboard: plain JavaScript over the worker's guarded /v1 API.
+// Everything shown is built with DOM text nodes (never innerHTML): event text,
+// tool arguments and error messages may hold hostile strings.
+"use strict";
+
+const STATUSES = ["QUEUED", "RUNNING", "PAUSED", "DONE", "FAILED", "PARKED"];
+const REFRESH_MS = 2000;
+const TOKEN_KEY = "durable-adk-token";
+
+const state = { status: "", selected: null, timer: null };
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "class") node.className = value;
+    else if (name === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child ?? "")));
+  }
+  return node;
+}
+
+function when(seconds) {
+  if (!seconds) return "";
+  return new Date(seconds * 1000).toLocaleTimeString();
+}
+
+function short(text, size) {
+  const value = String(text ?? "");
+  return value.length > size ? value.slice(0, size - 1) + "…" : value;
+}
+
+// ------------------------------------------------------------------ token
+
+function takeTokenFromHash() {
+  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (match) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+function showLogin(message) {
+  clearTimeout(state.timer);
+  $("main").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+}
+
+class Unauthorized extends Error {}
+
+async function api(path, options) {
+  const response = await fetch(path, {
+    ...(options || {}),
+    headers: { Authorization: "Bearer " + token(), Accept: "application/json" },
+  });
+  if (response.status === 401) throw new Unauthorized("wrong or missing token");
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    const error = body.error || {};
+    throw new Error((error.code || response.status) + ": " + (error.message || response.statusText));
+  }
+  return body;
+}
+
+// ----------------------------------------------------------------- render
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function statusCell(status) {
+  return el("td", { class: "status status-" + status }, status);
+}
+
+function renderCounts(counts) {
+  const tiles = STATUSES.map((status) =>
+    el("button", {
+      class: "tile" + (state.status === status ? " sel" : ""),
+      "data-status": status,
+      type: "button",
+      onclick: () => { state.status = state.status === status ? "" : status; $("status-filter").value = state.status; refresh(); },
+    }, el("b", {}, counts[status] ?? 0), status));
+  $("counts").replaceChildren(...tiles);
+}
+
+function renderParked(runs) {
+  const rows = runs.map((run) => el("tr", { "data-run-id": run.run_id },
+    el("td", { class: "id" }, run.run_id),
+    el("td", { class: "id" }, run.user_id + "/" + run.session_id),
+    el("td", {}, run.classification || ""),
+    el("td", { class: "reason" }, run.last_error || ""),
+    el("td", {}, run.attempts),
+    el("td", {}, when(run.finished_at || run.updated_at)),
+    el("td", {}, el("button", {
+      class: "retry", type: "button", "data-run-id": run.run_id,
+      onclick: (event) => retry(run.run_id, event.target),
+    }, "Retry"))));
+  fill($("parked").tBodies[0], rows);
+  $("parked-empty").hidden = runs.length > 0;
+}
+
+function renderRuns(runs) {
+  const rows = runs.map((run) => el("tr", {
+    class: "pick", "data-run-id": run.run_id, onclick: () => select(run),
+  },
+    el("td", { class: "id" }, run.run_id),
+    el("td", { class: "id" }, run.user_id + "/" + run.session_id),
+    statusCell(run.status),
+    el("td", {}, run.classification || ""),
+    el("td", {}, run.attempts),
+    el("td", { class: "id" }, short(run.owner, 28)),
+    el("td", {}, when(run.updated_at))));
+  fill($("runs").tBodies[0], rows);
+}
+
+function renderList(id, listing) {
+  const table = $(id);
+  $(id + "-note").textContent = listing.available ? (listing.items.length ? "" : "None.") : (listing.note || "Not available.");
+  const items = listing.items || [];
+  const columns = items.length ? Object.keys(items[0]).filter((k) => !["request", "result", "record", "progress"].includes(k)).slice(0, 8) : [];
+  table.tHead.replaceChildren(el("tr", {}, ...columns.map((c) => el("th", {}, c))));
+  fill(table.tBodies[0], items.map((item) => el("tr", {},
+    ...columns.map((c) => el("td", { class: c.endsWith("_id") ? "id" : "" },
+      c.endsWith("_at") ? when(item[c]) : short(typeof item[c] === "object" && item[c] !== null ? JSON.stringify(item[c]) : item[c], 60))))));
+}
+
+function describe(event) {
+  const parts = (event.content && event.content.parts) || [];
+  const out = [];
+  for (const part of parts) {
+    if (part.text) out.push(["text", part.text]);
+    if (part.function_call) out.push(["call", part.function_call.name + "(" + JSON.stringify(part.function_call.args || {}) + ")"]);
+    if (part.function_response) out.push(["response", part.function_response.name + " → " + JSON.stringify(part.function_response.response || {})]);
+  }
+  if (!out.length) {
+    const actions = event.actions || {};
+    const delta = actions.state_delta || {};
+    const marks = Object.keys(actions).filter((k) => actions[k] === true);
+    if (Object.keys(delta).length) out.push(["state", JSON.stringify(delta)]);
+    else out.push(["marker", marks.length ? marks.join(", ") : "(no content)"]);
+  }
+  return out;
+}
+
+function renderTimeline(run, detail, events) {
+  $("timeline-title").textContent = run.user_id + "/" + run.session_id;
+  const finding = detail.finding;
+  $("finding").textContent = "run " + run.run_id + " is " + detail.run.status +
+    (finding ? "; the classifier reads " + finding.cls + ": " + finding.reason : "");
+  const items = [];
+  for (const { seq, event } of events) {
+    for (const [kind, text] of describe(event)) {
+      items.push(el("li", { "data-seq": seq, class: event.invocation_id === run.invocation_id ? "mine" : "" },
+        el("span", { class: "id" }, "#" + seq),
+        el("span", {}, event.author, " ", el("span", { class: "kind" }, kind)),
+        el("span", { class: "reason" }, short(text, 400))));
+    }
+  }
+  $("timeline").replaceChildren(...items);
+}
+
+// ---------------------------------------------------------------- actions
+
+async function retry(runId, button) {
+  button.disabled = true;
+  try {
+    const run = await api("/v1/runs/" + encodeURIComponent(runId) + "/retry", { method: "POST" });
+    $("action-message").textContent = "Run " + run.run_id + " is " + run.status + ": a worker will recover it.";
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("action-message").textContent = "Retry failed: " + error.message;
+    button.disabled = false;
+  }
+  refresh();
+}
+
+async function select(run) {
+  state.selected = run;
+  await loadTimeline();
+}
+
+async function loadTimeline() {
+  const run = state.selected;
+  if (!run) return;
+  const base = "/v1/users/" + encodeURIComponent(run.user_id) + "/sessions/" + encodeURIComponent(run.session_id);
+  const [detail, events] = await Promise.all([
+    api("/v1/runs/" + encodeURIComponent(run.run_id)),
+    api(base + "/events?limit=1000"),
+  ]);
+  renderTimeline(run, detail, events.events);
+}
+
+async function refresh() {
+  clearTimeout(state.timer);
+  try {
+    const filter = state.status ? "&status=" + state.status : "";
+    const [health, stats, counts, parked, runs, jobs, sagas] = await Promise.all([
+      fetch("/healthz").then((r) => r.json()),
+      api("/v1/stats"),
+      api("/v1/runs-by-status"),
+      api("/v1/runs?status=PARKED&limit=200"),
+      api("/v1/runs?limit=50" + filter),
+      api("/v1/jobs?limit=50"),
+      api("/v1/sagas?limit=50"),
+    ]);
+    $("login").hidden = true;
+    $("main").hidden = false;
+    $("worker").textContent = "worker " + health.worker_id + " · app " + health.app_name + (health.draining ? " · draining" : "");
+    $("stats").textContent = stats.sessions + " sessions · " + stats.events + " events · " + stats.runs + " runs · " + stats.dead_letters + " dead letters";
+    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    renderCounts(counts.counts);
+    renderParked(parked.runs);
+    renderRuns(runs.runs);
+    renderList("jobs", jobs);
+    renderList("sagas", sagas);
+    await loadTimeline();
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("updated").textContent = "refresh failed: " + error.message;
+  }
+  state.timer = setTimeout(refresh, REFRESH_MS);
+}
+
+function start() {
+  takeTokenFromHash();
+  const filter = $("status-filter");
+  for (const status of STATUSES) filter.append(el("option", { value: status }, status));
+  filter.addEventListener("change", () => { state.status = filter.value; refresh(); });
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+    refresh();
+  });
+  if (token()) refresh(); else showLogin("");
+}
+
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,116 @@
+"""The operators' commands, straight on the database (both backends) and
+through a running worker; the same answers either way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from svc_support import TOKEN, settings_for, threaded_worker
+from typer.testing import CliRunner
+
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.cli import app
+from durable_adk.jobs import JobTable
+from durable_adk.ledger import RunLedger
+from durable_adk.store import open_store
+
+runner = CliRunner()
+
+
+async def prepare(url: str) -> str:
+    """A parked run with a dead letter, and an open job."""
+    async with open_store(url) as store:
+        await DurableSessionService(store).create_session(
+            app_name="stock_assistant", user_id="ann", session_id="order-7"
+        )
+        ledger = RunLedger(store)
+        run = await ledger.submit(
+            app_name="stock_assistant",
+            user_id="ann",
+            session_id="order-7",
+            request={"role": "user", "parts": [{"text": "lamps"}]},
+            owner="dead-worker",
+        )
+        claimed = await ledger.claim_queued(run.run_id, "dead-worker")
+        assert claimed is not None
+        await ledger.park(
+            claimed.lease, error="outcome unknown: charge may have acted", classification="X"
+        )
+        await JobTable(store).create("report:Q3", tool_name="build_report", deadline=600)
+        return run.run_id
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.output
+
+
+def test_operations_on_the_database(store_url: str) -> None:
+    run_id = asyncio.run(prepare(store_url))
+    db = ["--db", store_url]
+    code, out = cli("runs", "list", "--status", "parked", *db)
+    assert code == 0 and run_id in out and "PARKED" in out and "charge may have acted" in out
+    code, out = cli("runs", "show", run_id, *db)
+    assert code == 0 and "ann/order-7" in out and "outcome unknown" in out and "dead letters" in out
+    code, out = cli("dead-letters", "list", "--json", *db)
+    assert code == 0 and [d["run_id"] for d in json.loads(out)] == [run_id]
+    code, out = cli("runs", "retry", run_id, *db)
+    assert code == 0 and "QUEUED" in out
+    code, out = cli("runs", "retry", run_id, *db)
+    assert code == 1 and "not PARKED" in out
+    code, out = cli("runs", "show", "run-nope", *db)
+    assert code == 1 and "no run 'run-nope'" in out
+    code, out = cli("runs", "list", "--status", "sideways", *db)
+    assert code == 2
+    code, out = cli("jobs", "list", *db)
+    assert code == 0 and "report:Q3" in out and "STARTED" in out
+    code, out = cli("jobs", "complete", "report:Q3", "--result", '{"url": "q3.pdf"}', *db)
+    assert code == 0 and "completed: SUCCEEDED" in out
+    code, out = cli("jobs", "complete", "report:Q3", "--state", "FAILED", *db)
+    assert code == 0 and "nothing changed" in out
+    code, out = cli("sagas", "list", "--json", *db)
+    assert code == 0 and json.loads(out) == {"available": True, "note": None, "items": []}
+
+
+def test_operations_through_a_running_worker(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/cli.db"
+    run_id = asyncio.run(prepare(url))
+    with threaded_worker(settings_for(url, sweep_interval=60)) as worker:
+        remote = ["--url", worker.base_url, "--token", TOKEN]
+        code, out = cli("runs", "list", "--json", *remote)
+        assert code == 0 and [r["run_id"] for r in json.loads(out)] == [run_id]
+        code, direct = cli("runs", "show", run_id, "--json", "--db", url)
+        code_remote, through = cli("runs", "show", run_id, "--json", *remote)
+        assert code == code_remote == 0
+        from_db, from_worker = json.loads(direct), json.loads(through)
+        assert from_worker["finding"]["cls"] == "NOT_STARTED"  # the worker knows the agent
+        assert from_db["finding"] is None  # a bare database does not
+        from_db.pop("finding"), from_worker.pop("finding")
+        assert from_db == from_worker
+        code, out = cli("runs", "list", "--url", worker.base_url, "--token", "wrong-token")
+        assert code == 1 and "bearer token" in out and run_id not in out
+        code, out = cli("runs", "retry", run_id, *remote)
+        assert code == 0 and "QUEUED" in out
+        code, out = cli("jobs", "list", "--json", *remote)
+        assert code == 0 and json.loads(out)["items"][0]["job_id"] == "report:Q3"
+        code, out = cli("jobs", "complete", "report:Q3", *remote)
+        assert code == 0 and "completed" in out
+    code, out = cli("runs", "list", "--url", worker.base_url, "--token", TOKEN)
+    assert code == 1 and "cannot reach the worker" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("no_colon", "expected MODULE:APP"),
+        ("durable_adk.nope:app", "cannot import"),
+        ("durable_adk.demo.service_app:missing", "has no attribute"),
+        ("durable_adk.demo.service_app:APP_NAME", "expected an ADK App"),
+    ],
+)
+def test_serve_refuses_what_is_not_an_app(spec: str, reason: str, tmp_path: Path) -> None:
+    code, out = cli("serve", spec, "--db", f"sqlite:///{tmp_path}/x.db")
+    assert code == 2 and reason in out

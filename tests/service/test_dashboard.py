@@ -1,0 +1,168 @@
+"""The dashboard end to end in headless Chromium (Debian's, driven by Playwright).
+
+A worker serves the page; the test logs in with the token, finds the parked
+run with its reason, clicks Retry, watches the run leave the parked list and
+finish, opens its session's timeline, and checks a screenshot. Without
+Chromium the test skips, unless DURABLE_ADK_REQUIRE_BROWSER=1 (as .ci/run
+sets) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from svc_support import TOKEN, ThreadedWorker, settings_for, threaded_worker
+
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.ledger import RunLedger
+from durable_adk.store import open_store
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+SCREENSHOTS = (
+    Path(os.environ.get("DURABLE_ADK_SCREENSHOTS", ""))
+    if os.environ.get("DURABLE_ADK_SCREENSHOTS")
+    else None
+)
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        found = None
+    if found is None:
+        if os.environ.get("DURABLE_ADK_REQUIRE_BROWSER") == "1":
+            pytest.fail("Chromium and Playwright are required (DURABLE_ADK_REQUIRE_BROWSER=1)")
+        pytest.skip("Chromium or Playwright is not installed")
+    return found
+
+
+async def park_a_run(url: str) -> str:
+    async with open_store(url) as store:
+        await DurableSessionService(store).create_session(
+            app_name="stock_assistant", user_id="ann", session_id="order-7"
+        )
+        ledger = RunLedger(store)
+        run = await ledger.submit(
+            app_name="stock_assistant",
+            user_id="ann",
+            session_id="order-7",
+            request={"role": "user", "parts": [{"text": "lamps"}]},
+            owner="dead-worker",
+        )
+        claimed = await ledger.claim_queued(run.run_id, "dead-worker")
+        assert claimed is not None
+        await ledger.park(
+            claimed.lease,
+            error="outcome unknown: <script>alert('x')</script> may have acted",
+            classification="TOOL_UNANSWERED",
+        )
+        return run.run_id
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[ThreadedWorker]:
+    url = f"sqlite:///{tmp_path}/dashboard.db"
+    run_id = asyncio.run(park_a_run(url))
+    with threaded_worker(settings_for(url)) as running:
+        running.parked_run = run_id  # type: ignore[attr-defined]
+        yield running
+
+
+def test_dashboard_shows_a_parked_run_and_retries_it(
+    worker: ThreadedWorker, tmp_path: Path
+) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    run_id: str = worker.parked_run  # type: ignore[attr-defined]
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(f"{worker.base_url}/dashboard/")
+            expect(page.locator("#login")).to_be_visible()
+            page.fill("#token", "wrong-token")
+            page.click("#connect")
+            expect(page.locator("#login-error")).to_contain_text("token")
+            page.fill("#token", TOKEN)
+            page.click("#connect")
+
+            expect(page.locator("#login")).to_be_hidden()
+            row = page.locator(f"#parked tr[data-run-id='{run_id}']")
+            expect(row).to_be_visible()
+            expect(row).to_contain_text("TOOL_UNANSWERED")
+            expect(row).to_contain_text("<script>alert('x')</script> may have acted")
+            parked_tile = page.locator(".tile[data-status='PARKED']")
+            expect(parked_tile).to_have_text("1PARKED")
+            assert parked_tile.evaluate("t => getComputedStyle(t).color") != "rgb(255, 255, 255)"
+            shot = tmp_path / "parked.png"
+            page.screenshot(path=str(shot), full_page=True)
+            check_screenshot(shot)
+            if SCREENSHOTS:
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(shot, SCREENSHOTS / "dashboard-parked.png")
+
+            row.locator("button.retry").click()
+            expect(page.locator("#action-message")).to_contain_text("QUEUED")
+            expect(row).to_have_count(0, timeout=20_000)
+            runs_row = page.locator(f"#runs tr[data-run-id='{run_id}']")
+            expect(runs_row.locator(".status")).to_have_text("DONE", timeout=20_000)
+
+            runs_row.click()
+            expect(page.locator("#timeline-title")).to_have_text("ann/order-7")
+            timeline = page.locator("#timeline li")
+            expect(timeline.first).to_contain_text("lamps")
+            expect(page.locator("#timeline")).to_contain_text("7 in stock for 'lamps'.")
+            expect(page.locator("#finding")).to_contain_text("ACTUALLY_DONE")
+            expect(page.locator("#jobs-note")).to_have_text("None.")
+            expect(page.locator("#sagas-note")).to_have_text("None.")
+            assert dialogs == []  # the hostile reason was shown, not run
+            after = tmp_path / "retried.png"
+            page.screenshot(path=str(after), full_page=True)
+            check_screenshot(after)
+            if SCREENSHOTS:
+                shutil.copy(after, SCREENSHOTS / "dashboard-retried.png")
+        finally:
+            browser.close()
+
+
+def check_screenshot(path: Path) -> None:
+    """The screenshot is a real page: a PNG of the viewport's width whose pixels vary.
+
+    The image data is inflated with zlib (no imaging library needed). A blank
+    page, once PNG-filtered, is almost all zero bytes of one or two values; a
+    page with tables and text has hundreds of distinct bytes and many non-zero.
+    """
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width == 1400 and height >= 600, (width, height)
+    chunks, offset = [], 8
+    while offset < len(data):
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        kind = data[offset + 4 : offset + 8]
+        if kind == b"IDAT":
+            chunks.append(data[offset + 8 : offset + 8 + length])
+        offset += 12 + length
+    pixels = zlib.decompress(b"".join(chunks))
+    distinct = len(set(pixels))
+    busy = sum(1 for byte in pixels[::97] if byte) / len(pixels[::97])
+    assert distinct > 100 and busy > 0.01, f"the screenshot looks blank ({distinct}, {busy:.3f})"
