@@ -25,6 +25,7 @@ from rich.table import Table
 
 from durable_adk import errors
 from durable_adk.cli_ops import register as register_service_commands
+from durable_adk.demo.saga_demo import run_saga_demo
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
 from durable_adk.testing.crash import EXIT_CODE, arm
@@ -145,6 +146,7 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
     )
     _recovery_demo(db)
     _invoicing_demo(db)
+    run_saga_demo(console)
 
 
 def _recovery_demo(db: str) -> None:
