@@ -22,6 +22,7 @@ import re
 import sqlite3
 import statistics
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,6 +122,95 @@ def machine_note(extra: str = "") -> str:
         f"google-adk {google.adk.__version__}; {platform.system()} {platform.release()}"
     )
     return note + (f"; {extra}" if extra else "")
+
+
+# ------------------------------------------------------------- CPU (/proc)
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (after the command name), or None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def postgres_cpu_seconds(data_dir: Path) -> float:
+    """CPU seconds of a PostgreSQL server so far (NaN if unknown).
+
+    The postmaster's own time and that of its reaped children (cutime, cstime:
+    backends that exited), plus every live child: backends, WAL writer,
+    checkpointer.
+    """
+    try:
+        postmaster = int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return math.nan
+    fields = _stat_fields(postmaster)
+    if fields is None:
+        return math.nan
+    ticks = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                child = _stat_fields(entry.name)
+                if child is not None and int(child[1]) == postmaster:
+                    ticks += int(child[11]) + int(child[12])
+    return ticks / _TICK
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, from /proc/stat."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return math.nan, math.nan
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in first[1:9])
+    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
+
+
+class OtherLoad:
+    """How busy the machine was with other work while a bench ran.
+
+    ``with OtherLoad(pg_data_dir) as load: ...`` then ``load.note()``: the
+    machine's busy CPU minus this process's and the PostgreSQL server's,
+    in cores (CPU seconds per wall second).
+    """
+
+    def __init__(self, pg_data_dir: Path | None = None) -> None:
+        self.pg_data_dir = pg_data_dir
+        self.wall = self.machine = self.own = self.server = math.nan
+
+    def _server(self) -> float:
+        return postgres_cpu_seconds(self.pg_data_dir) if self.pg_data_dir else 0.0
+
+    def __enter__(self) -> OtherLoad:
+        self._t0 = time.perf_counter()
+        self._m0 = machine_cpu_seconds()[0]
+        self._p0 = time.process_time()
+        self._s0 = self._server()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._t0
+        self.machine = machine_cpu_seconds()[0] - self._m0
+        self.own = time.process_time() - self._p0
+        self.server = self._server() - self._s0
+
+    @property
+    def others_cores(self) -> float:
+        return max(0.0, self.machine - self.own - self.server) / self.wall
+
+    def note(self) -> str:
+        cores = os.cpu_count() or 0
+        return (
+            f"while it ran, the machine was {self.machine / self.wall:.2f} of {cores} cores "
+            f"busy, {self.others_cores:.2f} of them with other processes (not this bench "
+            "or its PostgreSQL server)"
+        )
 
 
 # ------------------------------------------------------------------- profiles

@@ -145,6 +145,7 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
         cpu0 = time.process_time()
         recovered = 0
         passes = 0
+        largest = 0  # the most runs one pass claimed (the batch asks for at most `batch`)
         end = start
         outcomes: Counter[str] = Counter()
         while True:
@@ -153,6 +154,7 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
                 break
             passes += 1
             recovered += len(done)
+            largest = max(largest, len(done))
             outcomes.update(f"{r.found.value}->{r.status.value}" for r in done)
             end = time.time()
         cpu = time.process_time() - cpu0
@@ -162,6 +164,7 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
                     "worker": worker_id,
                     "recovered": recovered,
                     "passes": passes,
+                    "largest_pass": largest,
                     "start": start,
                     "end": end,
                     "cpu": cpu,

@@ -2,8 +2,8 @@
 
 Run from the repository root (``make bench`` does the same)::
 
-    .venv/bin/python -m bench.run_all            # full (about 9 minutes)
-    .venv/bin/python -m bench.run_all --quick    # smaller (about 2-3 minutes)
+    .venv/bin/python -m bench.run_all            # full (about 12 minutes)
+    .venv/bin/python -m bench.run_all --quick    # smaller (about 4 minutes)
 
 Each bench module has ``collect(quick) -> str`` returning its Markdown section;
 sections sit between ``<!-- bench:NAME:begin/end -->`` markers, so text outside
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from bench.common import machine_note, write_section
 
-MODULES = ["sessions", "driver_choice"]
+MODULES = ["sessions", "driver_choice", "runner", "recovery"]
 
 INTRO = """# Benchmarks
 
@@ -29,14 +29,18 @@ own private cluster with `durable_adk.testing.pg_cluster.TempPostgres`, also as 
 
 ```sh
 .venv/bin/python -m bench.run_all              # every bench, full run; rewrites this file
-.venv/bin/python -m bench.run_all --quick      # smaller run (about 2-3 minutes)
+.venv/bin/python -m bench.run_all --quick      # smaller run (about 4 minutes)
 .venv/bin/python -m bench.sessions [--quick] [--write]  # one bench; --write: its section
 .venv/bin/python -m bench.driver_choice [--quick] [--write]
+.venv/bin/python -m bench.runner [--quick] [--write]
+.venv/bin/python -m bench.recovery [--quick] [--write]  # starts bench.recovery_worker processes
 ```
 
 `--quick` measures less: 100 appends per contender per round instead of 300, no
 10,000-event read, 100 Runner turns instead of 200 (so its growth compares turns
-81-100 with turns 1-20), 3 driver rounds instead of 8.
+81-100 with turns 1-20), 3 driver rounds instead of 8, 3 x 30 DurableRunner runs per
+contender instead of 5 x 60, and 2 recovery rounds of 500 orphans (one worker, then
+two) instead of 4 rounds of 1,000.
 
 Machine: {machine}. The machine is shared with other work and noisy: absolute times
 move by tens of percent from one minute to the next. So every comparison here is a

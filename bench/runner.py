@@ -54,6 +54,7 @@ from google.adk.sessions.database_session_service import DatabaseSessionService
 from google.genai import types
 
 from bench.common import (
+    OtherLoad,
     argv_flags,
     fmt_ms,
     fmt_ratio,
@@ -516,7 +517,8 @@ async def run(quick: bool = False) -> str:
     with tempfile.TemporaryDirectory(prefix="dadk-bench-runner-") as tmp, TempPostgres() as pg:
         pg_version = await _server_version(pg)
         async with open_contenders(Path(tmp), pg) as contenders:
-            result = await measure(contenders, p)
+            with OtherLoad(pg.data_dir) as load:
+                result = await measure(contenders, p)
             for c in contenders:
                 if isinstance(c, DurableContender):
                     breakdowns[c.backend] = await breakdown(c, p.breakdown_runs)
@@ -544,6 +546,7 @@ async def run(quick: bool = False) -> str:
     print(f"\n{table}\n\n{target_table}\n", flush=True)
     for backend, text in breakdowns.items():
         print(f"[{backend}] DurableRunner store calls per run\n{text}\n", flush=True)
+    print(f"timed rounds: {load.note()}", flush=True)
     print(f"runner bench finished in {elapsed:.0f} s", flush=True)
 
     mode = "quick (`--quick`)" if quick else "full"
@@ -551,7 +554,8 @@ async def run(quick: bool = False) -> str:
     out.append("## DurableRunner (`bench/runner.py`)")
     out.append(
         f"Run: {mode}, {time.strftime('%Y-%m-%d %H:%M %Z')}, {elapsed:.0f} s. "
-        f"Machine: {machine_note(f'PostgreSQL {pg_version} (TempPostgres, fsync on)')}."
+        f"Machine: {machine_note(f'PostgreSQL {pg_version} (TempPostgres, fsync on)')}. "
+        f"Timed rounds: {load.note()}."
     )
     out.append("### Headline")
     out.append(md_table(["ratio", "measured", "verdict"], headline))
@@ -571,7 +575,15 @@ async def run(quick: bool = False) -> str:
         f"interleaved between contenders with the order rotated every block; {p.warmup} "
         "warm-up runs first. Ratios are the median over rounds of the ratio of round medians. "
         "ADK's DatabaseSessionService runs as shipped (on SQLite: the default rollback "
-        "journal); ours uses WAL + synchronous=FULL, and PostgreSQL runs with fsync on."
+        "journal); ours uses WAL + synchronous=FULL, and PostgreSQL runs with fsync on. "
+        "*floor* rows: as many single-row INSERT + COMMITs as one DurableRunner run makes "
+        "(counted: `create_session`, `run_submit`, `run_claim_queued`, one `append_event` "
+        "per stored event, `run_finish`), through the raw baselines of `bench/sessions.py` "
+        "(same driver and execution pattern as our store), interleaved like the others: "
+        "*in-memory + floor* is what a runner whose only cost is its commits would take, "
+        "which bounds both targets (last column of the targets table). *process CPU per run*: "
+        "`time.process_time()` over the run (every thread of the process; the PostgreSQL "
+        "server's CPU is not in it)."
     )
     out.append(table)
     out.append("Targets:\n\n" + target_table)

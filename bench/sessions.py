@@ -309,7 +309,9 @@ class RawAsyncpgAppender(Appender):
         self._pool: Any = None
 
     async def open(self) -> None:
-        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=10)
+        # PostgresStore passes a reset that sends nothing (no second round trip
+        # per pool call); the baseline does the same.
+        self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=10, reset=_no_reset)
         await self._pool.execute(
             "CREATE TABLE IF NOT EXISTS raw (id bigserial PRIMARY KEY, x text NOT NULL)"
         )
@@ -322,6 +324,10 @@ class RawAsyncpgAppender(Appender):
 
     async def close(self) -> None:
         await self._pool.close()
+
+
+async def _no_reset(connection: Any) -> None:
+    return None
 
 
 async def _open_appenders(backend: Backend, stack: contextlib.AsyncExitStack) -> list[Appender]:
