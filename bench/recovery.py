@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.recovery            # full run (~4 minutes)
+    .venv/bin/python -m bench.recovery            # full run (~3 minutes)
     .venv/bin/python -m bench.recovery --quick    # 500 orphans, 2 rounds (~1.5 minutes)
     .venv/bin/python -m bench.recovery --write    # also rewrite its BENCHMARKS.md section
 

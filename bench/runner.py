@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.runner            # full run (~2 minutes)
-    .venv/bin/python -m bench.runner --quick    # smaller run (~1 minute)
+    .venv/bin/python -m bench.runner            # full run (~1-2 minutes)
+    .venv/bin/python -m bench.runner --quick    # smaller run (~30 s)
     .venv/bin/python -m bench.runner --write    # also rewrite its BENCHMARKS.md section
 
 One run = a new session, the user's message, the model calls a Python tool,

@@ -208,3 +208,16 @@ async def test_a_worker_recovers_only_its_own_apps_runs(store: Store) -> None:
     taken = await ledger.claim_expired("shop-worker", app_name="shop")
     assert [r.app_name for r in taken] == ["shop"]
     assert [r.app_name for r in await ledger.claim_expired("crm-worker", app_name="crm")] == ["crm"]
+
+
+async def test_a_recovery_claim_never_exceeds_its_limit(store: Store) -> None:
+    """On a fresh (unanalysed) table PostgreSQL may re-run a LIMIT subquery per row."""
+    ledger = RunLedger(store)
+    for i in range(200):
+        run = await ledger.submit(
+            app_name="a", user_id="u", session_id=f"s{i}", request={}, owner="dead"
+        )
+        assert await ledger.claim_queued(run.run_id, "dead") is not None
+        await ledger.backdate(run.run_id, 3600)
+    sizes = [len(await ledger.claim_expired("sweeper", limit=n)) for n in (20, 20, 5, 1)]
+    assert sizes == [20, 20, 5, 1]

@@ -65,19 +65,23 @@ RETURNING job_id;
 -- name: job_claim_progress
 -- Progress to deliver: changed since last delivered, and the last delivery at
 -- least :interval seconds ago. The claim marks it delivered (at most once).
+-- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
+-- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
+    SELECT q.job_id FROM jobs q
+     WHERE q.state = 'STARTED' AND q.progress IS NOT NULL
+       AND q.progress IS DISTINCT FROM q.progress_sent
+       AND q.function_call_id IS NOT NULL AND q.session_id IS NOT NULL
+       AND q.invocation_id IS NOT NULL AND q.user_id IS NOT NULL AND q.app_name IS NOT NULL
+       AND (q.progress_sent_at IS NULL
+            OR q.progress_sent_at <= extract(epoch FROM clock_timestamp()) - :interval::float8)
+     ORDER BY q.progress_at
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
 UPDATE jobs
    SET progress_sent = progress, progress_sent_at = extract(epoch FROM clock_timestamp())
- WHERE job_id IN (
-        SELECT q.job_id FROM jobs q
-         WHERE q.state = 'STARTED' AND q.progress IS NOT NULL
-           AND q.progress IS DISTINCT FROM q.progress_sent
-           AND q.function_call_id IS NOT NULL AND q.session_id IS NOT NULL
-           AND q.invocation_id IS NOT NULL AND q.user_id IS NOT NULL AND q.app_name IS NOT NULL
-           AND (q.progress_sent_at IS NULL
-                OR q.progress_sent_at <= extract(epoch FROM clock_timestamp()) - :interval::float8)
-         ORDER BY q.progress_at
-         LIMIT :limit::int
-         FOR UPDATE SKIP LOCKED)
+ WHERE job_id IN (SELECT job_id FROM picked)
    AND state = 'STARTED' AND progress IS DISTINCT FROM progress_sent
 RETURNING *;
 
@@ -86,25 +90,29 @@ RETURNING *;
 -- whose invocation still has an open sibling waits :gather seconds for it, so
 -- calls of one turn that finish close together are answered together. SKIP
 -- LOCKED: two resumers never claim one row.
+-- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
+-- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
+    SELECT q.job_id FROM jobs q
+     WHERE q.state <> 'STARTED' AND q.resumed_at IS NULL
+       AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
+       AND q.function_call_id IS NOT NULL AND q.session_id IS NOT NULL
+       AND q.invocation_id IS NOT NULL AND q.user_id IS NOT NULL AND q.app_name IS NOT NULL
+       AND (q.resume_until IS NULL
+            OR q.resume_until < extract(epoch FROM clock_timestamp()))
+       AND (q.completed_at <= extract(epoch FROM clock_timestamp()) - :gather::float8
+            OR NOT EXISTS (SELECT 1 FROM jobs s
+                            WHERE s.invocation_id = q.invocation_id
+                              AND s.session_id = q.session_id AND s.state = 'STARTED'))
+     ORDER BY q.invocation_id, q.completed_at
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
 UPDATE jobs
    SET resume_owner = :owner::text, resume_epoch = resume_epoch + 1,
        resume_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
        updated_at = extract(epoch FROM clock_timestamp())
- WHERE job_id IN (
-        SELECT q.job_id FROM jobs q
-         WHERE q.state <> 'STARTED' AND q.resumed_at IS NULL
-           AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
-           AND q.function_call_id IS NOT NULL AND q.session_id IS NOT NULL
-           AND q.invocation_id IS NOT NULL AND q.user_id IS NOT NULL AND q.app_name IS NOT NULL
-           AND (q.resume_until IS NULL
-                OR q.resume_until < extract(epoch FROM clock_timestamp()))
-           AND (q.completed_at <= extract(epoch FROM clock_timestamp()) - :gather::float8
-                OR NOT EXISTS (SELECT 1 FROM jobs s
-                                WHERE s.invocation_id = q.invocation_id
-                                  AND s.session_id = q.session_id AND s.state = 'STARTED'))
-         ORDER BY q.invocation_id, q.completed_at
-         LIMIT :limit::int
-         FOR UPDATE SKIP LOCKED)
+ WHERE job_id IN (SELECT job_id FROM picked)
    AND state <> 'STARTED' AND resumed_at IS NULL
    AND (resume_until IS NULL OR resume_until < extract(epoch FROM clock_timestamp()))
 RETURNING *;
@@ -131,16 +139,20 @@ RETURNING job_id;
 
 -- name: job_expire
 -- Open jobs past their deadline become EXPIRED with the explicit result given.
+-- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
+-- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
+    SELECT q.job_id FROM jobs q
+     WHERE q.state = 'STARTED' AND q.deadline_at < extract(epoch FROM clock_timestamp())
+     ORDER BY q.deadline_at
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
 UPDATE jobs
    SET state = 'EXPIRED', result = :result::text,
        completed_at = extract(epoch FROM clock_timestamp()),
        updated_at = extract(epoch FROM clock_timestamp())
- WHERE job_id IN (
-        SELECT q.job_id FROM jobs q
-         WHERE q.state = 'STARTED' AND q.deadline_at < extract(epoch FROM clock_timestamp())
-         ORDER BY q.deadline_at
-         LIMIT :limit::int
-         FOR UPDATE SKIP LOCKED)
+ WHERE job_id IN (SELECT job_id FROM picked)
    AND state = 'STARTED'
 RETURNING *;
 

@@ -54,29 +54,33 @@ RETURNING status;
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
 -- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
 -- two sweepers never wait on, or both take, the same row.
+-- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
+-- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
+    SELECT q.pk FROM runs q
+     WHERE q.lease_until < extract(epoch FROM clock_timestamp())
+       AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
+       AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
+       AND (q.status = 'RUNNING'
+            OR (q.status = 'QUEUED'
+                AND NOT EXISTS (SELECT 1 FROM runs r
+                                 WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                   AND r.session_id = q.session_id AND r.status = 'RUNNING')
+                AND NOT EXISTS (SELECT 1 FROM runs r
+                                 WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                   AND r.session_id = q.session_id AND r.status = 'QUEUED'
+                                   AND r.pk < q.pk)))
+     ORDER BY q.pk
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
 UPDATE runs
    SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,
        lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
        next_attempt_at = extract(epoch FROM clock_timestamp()) + :lease::float8
                          + :backoff::float8 * (1::bigint << LEAST(attempts, 20)),
        updated_at = extract(epoch FROM clock_timestamp())
- WHERE pk IN (
-        SELECT q.pk FROM runs q
-         WHERE q.lease_until < extract(epoch FROM clock_timestamp())
-           AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
-           AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
-           AND (q.status = 'RUNNING'
-                OR (q.status = 'QUEUED'
-                    AND NOT EXISTS (SELECT 1 FROM runs r
-                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
-                                       AND r.session_id = q.session_id AND r.status = 'RUNNING')
-                    AND NOT EXISTS (SELECT 1 FROM runs r
-                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
-                                       AND r.session_id = q.session_id AND r.status = 'QUEUED'
-                                       AND r.pk < q.pk)))
-         ORDER BY q.pk
-         LIMIT :limit::int
-         FOR UPDATE SKIP LOCKED)
+ WHERE pk IN (SELECT pk FROM picked)
    AND lease_until < extract(epoch FROM clock_timestamp())
    AND status IN ('RUNNING', 'QUEUED')
 RETURNING *;

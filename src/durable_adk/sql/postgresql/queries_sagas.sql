@@ -82,22 +82,26 @@ RETURNING *;
 -- whose run (if any) is not live or waiting on a long-running call (PAUSED),
 -- and that no other sweeper holds. SKIP LOCKED: two sweepers
 -- never take the same saga.
+-- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
+-- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
+    SELECT s.saga_id FROM sagas s
+     WHERE s.status IN ('RUNNING', 'COMPENSATING')
+       AND s.name = :name::text AND s.app_name = :app_name::text
+       AND s.updated_at < extract(epoch FROM clock_timestamp()) - :timeout::float8
+       AND s.lease_until < extract(epoch FROM clock_timestamp())
+       AND NOT EXISTS (SELECT 1 FROM runs r
+                        WHERE r.invocation_id = s.invocation_id
+                          AND r.status IN ('RUNNING', 'QUEUED', 'PAUSED'))
+     ORDER BY s.updated_at
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
 UPDATE sagas
    SET owner = :owner::text,
        lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
        updated_at = extract(epoch FROM clock_timestamp())
- WHERE saga_id IN (
-        SELECT s.saga_id FROM sagas s
-         WHERE s.status IN ('RUNNING', 'COMPENSATING')
-           AND s.name = :name::text AND s.app_name = :app_name::text
-           AND s.updated_at < extract(epoch FROM clock_timestamp()) - :timeout::float8
-           AND s.lease_until < extract(epoch FROM clock_timestamp())
-           AND NOT EXISTS (SELECT 1 FROM runs r
-                            WHERE r.invocation_id = s.invocation_id
-                              AND r.status IN ('RUNNING', 'QUEUED', 'PAUSED'))
-         ORDER BY s.updated_at
-         LIMIT :limit::int
-         FOR UPDATE SKIP LOCKED)
+ WHERE saga_id IN (SELECT saga_id FROM picked)
    AND lease_until < extract(epoch FROM clock_timestamp())
 RETURNING *;
 
