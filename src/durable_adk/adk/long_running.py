@@ -29,10 +29,8 @@ the same start from the stored arguments (nothing is submitted twice).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
-import string
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
@@ -44,6 +42,7 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
 from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.tools import as_async, template_fields
 from durable_adk.jobs import Job, JobTable
 from durable_adk.testing.crash import crash_point
 
@@ -51,26 +50,6 @@ logger = logging.getLogger("durable_adk.long_running")
 
 JobHook = Callable[[Job], Any]
 """``submit`` and ``cancel`` hooks: sync or async functions of the job."""
-
-
-def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    if inspect.iscoroutinefunction(fn):
-        return fn
-
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    return call
-
-
-def _key_fields(template: str) -> set[str]:
-    fields = set()
-    for _, field, _, _ in string.Formatter().parse(template):
-        if field is not None:
-            if not field.isidentifier():
-                raise errors.InvalidArgument(f"job_key field {field!r} must be a parameter name")
-            fields.add(field)
-    return fields
 
 
 def jobs_of(tool_context: ToolContext) -> JobTable | None:
@@ -102,9 +81,9 @@ class DurableLongRunningTool(LongRunningFunctionTool):
         self.cancel = cancel
         self.jobs = jobs
         self.tool_name = name
-        self._validate = _as_async(func)
-        self._submit = _as_async(submit) if submit is not None else None
-        self._cancel = _as_async(cancel) if cancel is not None else None
+        self._validate = as_async(func)
+        self._submit = as_async(submit) if submit is not None else None
+        self._cancel = as_async(cancel) if cancel is not None else None
         super().__init__(func=self._entry_point(func))
 
     def _entry_point(self, func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -305,7 +284,7 @@ def long_running_tool(
     if seconds <= 0:
         raise errors.InvalidArgument("deadline must be positive")
     params = set(inspect.signature(func).parameters)
-    unknown = _key_fields(job_key) - params
+    unknown = template_fields(job_key, what="job_key") - params
     if unknown:
         raise errors.InvalidArgument(f"job_key names unknown parameters {sorted(unknown)}")
     return DurableLongRunningTool(

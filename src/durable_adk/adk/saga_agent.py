@@ -26,10 +26,8 @@ the session.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from google.adk.agents import BaseAgent, LlmAgent
@@ -43,7 +41,7 @@ from typing_extensions import override
 
 from durable_adk import errors
 from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.adk.tools import attempt_in
+from durable_adk.adk.tools import as_async, attempt_in
 from durable_adk.metrics import NO_METRICS
 from durable_adk.sagas import Compensation, Saga, SagaLedger, SagaStatus, Undo
 from durable_adk.testing.crash import crash_point
@@ -52,16 +50,6 @@ ABORT_KEY = "saga_abort"
 COMP_PREFIX = "comp:"
 STATUS_KEY = "saga_status"
 REASON_KEY = "saga_reason"
-
-
-def _awaitable(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    if inspect.iscoroutinefunction(fn):
-        return fn
-
-    async def call(*args: Any) -> Any:
-        return await asyncio.to_thread(fn, *args)
-
-    return call
 
 
 class SagaFailed(errors.DurableError):
@@ -107,8 +95,8 @@ class SagaStage(BaseAgent):
         action_key, comp_key = await ledger.step_pending(saga_id, self.name)
         journal, attempt = attempt_in(ctx, self.name)
         assert journal is not None  # _store_of() already required a durable session service
-        act = _awaitable(self.action)
-        find = _awaitable(self.find) if self.find is not None else None
+        act = as_async(self.action)
+        find = as_async(self.find) if self.find is not None else None
         record = await journal.execute(action_key, attempt, lambda key: act(state, key), find)
         crash_point(f"saga.{self.name}.after_call")
         undo = self.record_of(record)
@@ -232,8 +220,8 @@ class SagaSequence(BaseAgent):
         for step in _acting_stages(self):
             compensator = self.compensators.get(step.name)
             undo[step.name] = Undo(
-                compensate=_awaitable(compensator) if compensator is not None else None,
-                find=_awaitable(step.find) if step.find is not None else None,
+                compensate=as_async(compensator) if compensator is not None else None,
+                find=as_async(step.find) if step.find is not None else None,
                 record_of=step.record_of,
             )
         return undo

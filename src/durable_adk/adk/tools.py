@@ -40,7 +40,8 @@ KEY_PARAM = "idempotency_key"
 JOURNALED_MARK = "__durable_adk_journaled__"
 
 
-def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+def as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """``fn`` itself if it is a coroutine function, else ``fn`` run in a worker thread."""
     if inspect.iscoroutinefunction(fn):
         return fn
 
@@ -50,14 +51,18 @@ def _as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return call
 
 
-def _template_fields(template: str) -> set[str]:
+def template_fields(template: str, *, what: str = "key template") -> set[str]:
+    """The parameter names a ``str.format`` key template uses.
+
+    Raises:
+        durable_adk.errors.InvalidArgument: A field is not a plain name; the
+            message calls the template ``what``.
+    """
     fields = set()
     for _, field, _, _ in string.Formatter().parse(template):
         if field is not None:
             if not field.isidentifier():
-                raise errors.InvalidArgument(
-                    f"key template field {field!r} must be a parameter name"
-                )
+                raise errors.InvalidArgument(f"{what} field {field!r} must be a parameter name")
             fields.add(field)
     return fields
 
@@ -109,7 +114,7 @@ def journaled(
             ``idempotency_key`` parameter, or the template names a parameter
             it does not have.
     """
-    fields = _template_fields(key)
+    fields = template_fields(key)
 
     def decorate(fn: Callable[..., Any]) -> FunctionTool:
         signature = inspect.signature(fn)
@@ -120,8 +125,8 @@ def journaled(
         if unknown:
             raise errors.InvalidArgument(f"key template names unknown parameters {sorted(unknown)}")
         tool_name = name or fn.__name__
-        act_fn = _as_async(fn)
-        find = _as_async(lookup) if lookup is not None else None
+        act_fn = as_async(fn)
+        find = as_async(lookup) if lookup is not None else None
         passes_context = "tool_context" in params
 
         async def tool(tool_context: ToolContext, **kwargs: Any) -> Any:
