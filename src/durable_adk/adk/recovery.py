@@ -22,7 +22,6 @@ pass at start-up and then periodically.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -37,6 +36,7 @@ from durable_adk.adk.classify import Classification, OrphanClass, classify, reco
 from durable_adk.adk.runner import LAST_EVENTS_KEPT, DurableRunner
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
+from durable_adk.loops import periodically
 from durable_adk.metrics import Metrics
 
 logger = logging.getLogger("durable_adk.recovery")
@@ -200,18 +200,7 @@ class Sweeper:
     async def serve(self) -> AsyncIterator[Sweeper]:
         """Runs a pass now, then one every ``interval`` seconds, until the block exits."""
         await self.recover_once()
-        task = asyncio.create_task(self._loop())
-        try:
+        async with periodically(
+            self.interval, self.recover_once, "recovery", first_after=self.interval
+        ):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.recover_once()
-            except Exception:  # a bad row must not end recovery for every other run
-                logger.exception("recovery pass failed; retrying at the next interval")

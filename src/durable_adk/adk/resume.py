@@ -43,6 +43,7 @@ from durable_adk.adk.long_running import DurableLongRunningTool, long_running_to
 from durable_adk.adk.runner import INTERIM_KEY, DurableRunner
 from durable_adk.jobs import DEFAULT_EXPIRED_RESULT, Job, JobTable
 from durable_adk.ledger import RunStatus
+from durable_adk.loops import periodically
 from durable_adk.testing.crash import crash_point
 
 logger = logging.getLogger("durable_adk.resume")
@@ -193,13 +194,8 @@ class Resumer:
     @contextlib.asynccontextmanager
     async def serve(self) -> AsyncIterator[Resumer]:
         """Runs a pass every ``interval`` seconds until the block exits."""
-        task = asyncio.create_task(_every(self.interval, self.resume_once, "resume"))
-        try:
+        async with periodically(self.interval, self.resume_once, "resume"):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 class ProgressSender:
@@ -262,13 +258,8 @@ class ProgressSender:
     @contextlib.asynccontextmanager
     async def serve(self, *, every: float = 1.0) -> AsyncIterator[ProgressSender]:
         """Looks for due progress every ``every`` seconds until the block exits."""
-        task = asyncio.create_task(_every(every, self.send_once, "progress"))
-        try:
+        async with periodically(every, self.send_once, "progress"):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 class ExpirySweeper:
@@ -322,13 +313,8 @@ class ExpirySweeper:
     @contextlib.asynccontextmanager
     async def serve(self) -> AsyncIterator[ExpirySweeper]:
         """Runs a pass every ``interval`` seconds until the block exits."""
-        task = asyncio.create_task(_every(self.interval, self.expire_once, "expiry"))
-        try:
+        async with periodically(self.interval, self.expire_once, "expiry"):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def reattach_open_calls(
@@ -361,12 +347,3 @@ async def reattach_open_calls(
             )
         )
     return found
-
-
-async def _every(interval: float, work: Callable[[], Awaitable[Any]], what: str) -> None:
-    while True:
-        try:
-            await work()
-        except errors.StoreError:
-            logger.exception("%s pass failed; retrying at the next interval", what)
-        await asyncio.sleep(interval)
