@@ -284,6 +284,34 @@ class DurableRunner:
             durable_adk.errors.InvalidArgument: ``invocation_id`` with a
                 message that is not made of function responses.
         """
+        run, content = await self.submit(
+            user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
+        )
+        claimed = await self.wait_for_turn(run)
+        crash_point("runner.before_first_event")
+        # Closed here, not by whoever drops this generator: an early exit of the
+        # caller ends the drive (and its heartbeat) at once.
+        driven = self.drive(claimed, content, resume=invocation_id is not None)
+        async with contextlib.aclosing(driven) as events:
+            async for event in events:
+                yield event
+
+    async def submit(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: types.Content | str,
+        invocation_id: str | None = None,
+    ) -> tuple[Run, types.Content]:
+        """Puts a run on the ledger (QUEUED), creating the session if missing.
+
+        The first step of :meth:`run`, for callers that must know the run id
+        before its turn comes (the HTTP service). Arguments as for :meth:`run`.
+
+        Returns:
+            The run as recorded and the message as a Content.
+        """
         content = (
             types.Content(role="user", parts=[types.Part(text=message)])
             if isinstance(message, str)
@@ -312,14 +340,7 @@ class DurableRunner:
             owner=self.worker_id,
             invocation_id=invocation_id,
         )
-        claimed = await self.wait_for_turn(run)
-        crash_point("runner.before_first_event")
-        # Closed here, not by whoever drops this generator: an early exit of the
-        # caller ends the drive (and its heartbeat) at once.
-        driven = self.drive(claimed, content, resume=invocation_id is not None)
-        async with contextlib.aclosing(driven) as events:
-            async for event in events:
-                yield event
+        return run, content
 
     async def wait_for_turn(self, run: Run) -> Run:
         """Waits until our QUEUED run heads its session's queue, then claims it.

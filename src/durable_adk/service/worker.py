@@ -29,7 +29,6 @@ from typing import Any
 
 from google.adk.agents import BaseAgent
 from google.adk.apps import App
-from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 from google.genai import types
@@ -264,8 +263,9 @@ class Worker:
     async def start_run(self, *, user_id: str, session_id: str, message: types.Content) -> Run:
         """Puts a run on the ledger and drives it in the background.
 
-        The steps are DurableRunner.run's, split so that the caller learns the
-        run id as soon as the row is written, before the run's turn comes.
+        DurableRunner.run's steps, split (``submit``, then ``wait_for_turn`` and
+        ``drive`` in a task) so that the caller learns the run id as soon as the
+        row is written, before the run's turn comes.
 
         Args:
             user_id: The session's user.
@@ -280,23 +280,8 @@ class Worker:
         """
         if self.draining.is_set():
             raise errors.Draining()
-        if not message.parts:
-            raise errors.InvalidArgument("message has no parts")
-        existing = await self.sessions.get_session(
-            app_name=self.app_name, user_id=user_id, session_id=session_id
-        )
-        if existing is None:
-            # Another caller may create it at the same moment; either way it exists.
-            with contextlib.suppress(AlreadyExistsError):
-                await self.sessions.create_session(
-                    app_name=self.app_name, user_id=user_id, session_id=session_id
-                )
-        run = await self.runner.ledger.submit(
-            app_name=self.app_name,
-            user_id=user_id,
-            session_id=session_id,
-            request=message.model_dump(mode="json", exclude_none=True),
-            owner=self.worker_id,
+        run, message = await self.runner.submit(
+            user_id=user_id, session_id=session_id, message=message
         )
         task = asyncio.create_task(self._drive(run, message), name=f"durable-adk-{run.run_id}")
         self._runs[run.run_id] = task
