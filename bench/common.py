@@ -12,8 +12,10 @@ drift by tens of percent between minutes):
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
+import logging
 import math
 import os
 import platform
@@ -23,7 +25,8 @@ import sqlite3
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -285,3 +288,36 @@ def argv_flags(argv: Sequence[str] | None) -> tuple[bool, bool]:
     if unknown:
         raise SystemExit(f"unknown arguments {unknown}; use [--quick] [--write]")
     return "--quick" in args, "--write" in args
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silences warnings and log records below ERROR (ADK warns on every run)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(previous)
+
+
+async def server_version(admin_url: str) -> str:
+    """The PostgreSQL server's version, for the machine note."""
+    import asyncpg  # only the benches that start PostgreSQL need it
+
+    conn = await asyncpg.connect(admin_url)
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
+
+
+def bench_main(name: str, collect: Callable[[bool], str], argv: Sequence[str] | None) -> None:
+    """A bench's command line: run it (``--quick``), and with ``--write`` rewrite its section."""
+    quick, write = argv_flags(argv)
+    body = collect(quick)
+    if write:
+        write_section(name, body)
+        print(f"BENCHMARKS.md: section {name!r} rewritten")

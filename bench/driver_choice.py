@@ -31,7 +31,7 @@ from typing import Any
 import asyncpg
 
 from bench.common import (
-    argv_flags,
+    bench_main,
     fmt_ms,
     fmt_ratio,
     machine_note,
@@ -39,7 +39,6 @@ from bench.common import (
     median,
     percentile,
     rotate,
-    write_section,
 )
 from durable_adk.testing.pg_cluster import TempPostgres
 
@@ -282,11 +281,7 @@ def collect(quick: bool = False) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    quick, write = argv_flags(argv)
-    body = collect(quick)
-    if write:
-        write_section("driver_choice", body)
-        print("BENCHMARKS.md: section 'driver_choice' rewritten")
+    bench_main("driver_choice", collect, argv)
 
 
 if __name__ == "__main__":

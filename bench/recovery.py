@@ -40,7 +40,6 @@ each configuration, to tell whether a miss is the 2 cores running out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -48,18 +47,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 from bench.common import (
     ROOT,
-    argv_flags,
+    bench_main,
     fmt_ms,
     fmt_ratio,
     machine_cpu_seconds,
@@ -68,9 +64,10 @@ from bench.common import (
     median,
     postgres_cpu_seconds,
     profile_async,
+    quiet,
     rotate,
+    server_version,
     verdict,
-    write_section,
 )
 from bench.recovery_worker import (
     AGENT,
@@ -476,26 +473,6 @@ def cpu_per_run(runs: Sequence[ConfigRun], workers: int) -> tuple[float, float]:
 # ==================================================================== driver
 
 
-@contextlib.contextmanager
-def _quiet() -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        previous = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-        try:
-            yield
-        finally:
-            logging.disable(previous)
-
-
-async def _server_version(pg: TempPostgres) -> str:
-    conn = await asyncpg.connect(pg.admin_url)
-    try:
-        return str(await conn.fetchval("SHOW server_version"))
-    finally:
-        await conn.close()
-
-
 async def run(quick: bool = False) -> str:
     """Runs the bench; prints its tables; returns the Markdown section."""
     p = Params.for_mode(quick)
@@ -503,7 +480,7 @@ async def run(quick: bool = False) -> str:
     results: list[ConfigRun] = []
     with tempfile.TemporaryDirectory(prefix="dadk-bench-recovery-") as tmp, TempPostgres() as pg:
         logs = Path(tmp)
-        pg_version = await _server_version(pg)
+        pg_version = await server_version(pg.admin_url)
         fixture_url = pg.create_database("rec_fixture")
         timings = await build_fixture(fixture_url, p.orphans)
         print(
@@ -692,16 +669,12 @@ async def run(quick: bool = False) -> str:
 
 def collect(quick: bool = False) -> str:
     """Runs the bench (printing its tables) and returns its BENCHMARKS.md section."""
-    with _quiet():
+    with quiet():
         return asyncio.run(run(quick))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    quick, write = argv_flags(argv)
-    body = collect(quick)
-    if write:
-        write_section("recovery", body)
-        print("BENCHMARKS.md: section 'recovery' rewritten")
+    bench_main("recovery", collect, argv)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from google.adk.agents import LlmAgent
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.runners import Runner
@@ -55,7 +54,7 @@ from google.genai import types
 
 from bench.common import (
     OtherLoad,
-    argv_flags,
+    bench_main,
     fmt_ms,
     fmt_ratio,
     machine_note,
@@ -63,9 +62,10 @@ from bench.common import (
     median,
     percentile,
     profile_async,
+    quiet,
     rotate,
+    server_version,
     verdict,
-    write_section,
 )
 from bench.sessions import (
     Appender,
@@ -487,27 +487,6 @@ def target_rows(
 # ==================================================================== driver
 
 
-@contextlib.contextmanager
-def _quiet() -> Any:
-    """ADK warns about experimental features on every run."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        previous = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-        try:
-            yield
-        finally:
-            logging.disable(previous)
-
-
-async def _server_version(pg: TempPostgres) -> str:
-    conn = await asyncpg.connect(pg.admin_url)
-    try:
-        return str(await conn.fetchval("SHOW server_version"))
-    finally:
-        await conn.close()
-
-
 async def run(quick: bool = False) -> str:
     """Runs the bench; prints its tables; returns the Markdown section."""
     p = Params.for_mode(quick)
@@ -515,7 +494,7 @@ async def run(quick: bool = False) -> str:
     profiles: dict[str, str] = {}
     breakdowns: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="dadk-bench-runner-") as tmp, TempPostgres() as pg:
-        pg_version = await _server_version(pg)
+        pg_version = await server_version(pg.admin_url)
         async with open_contenders(Path(tmp), pg) as contenders:
             with OtherLoad(pg.data_dir) as load:
                 result = await measure(contenders, p)
@@ -610,16 +589,12 @@ async def run(quick: bool = False) -> str:
 
 def collect(quick: bool = False) -> str:
     """Runs the bench (printing its tables) and returns its BENCHMARKS.md section."""
-    with _quiet():
+    with quiet():
         return asyncio.run(run(quick))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    quick, write = argv_flags(argv)
-    body = collect(quick)
-    if write:
-        write_section("runner", body)
-        print("BENCHMARKS.md: section 'runner' rewritten")
+    bench_main("runner", collect, argv)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import logging
 import sqlite3
 import tempfile
 import time
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.genai import types
 
 from bench.common import (
-    argv_flags,
+    bench_main,
     fmt_ms,
     fmt_ratio,
     machine_note,
@@ -63,9 +62,10 @@ from bench.common import (
     median,
     percentile,
     profile_async,
+    quiet,
     rotate,
+    server_version,
     verdict,
-    write_section,
 )
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.store import Store, open_store
@@ -914,19 +914,6 @@ def turn_table(r: TurnResult) -> tuple[str, list[tuple[str, str, str]]]:
 # ================================================================== driver
 
 
-@contextlib.contextmanager
-def _quiet() -> Any:
-    """ADK warns about experimental features and app-name mismatches on every run."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        previous = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-        try:
-            yield
-        finally:
-            logging.disable(previous)
-
-
 async def run(quick: bool = False) -> str:
     """Runs every section on both backends; prints tables; returns the Markdown section."""
     p = Params.for_mode(quick)
@@ -936,7 +923,7 @@ async def run(quick: bool = False) -> str:
         sqlite.tmp.mkdir()
         postgres = Backend("postgresql", Path(tmp) / "pg", pg)
         backends = [sqlite, postgres]
-        pg_version = await _server_version(pg)
+        pg_version = await server_version(pg.admin_url)
 
         print("== (a) append_event latency", flush=True)
         appends: list[AppendResult] = []
@@ -996,14 +983,6 @@ async def run(quick: bool = False) -> str:
             f"6 Runner turns after turn {p.turns}, ours on sqlite": turn_profile,
         },
     )
-
-
-async def _server_version(pg: TempPostgres) -> str:
-    conn = await asyncpg.connect(pg.admin_url)
-    try:
-        return str(await conn.fetchval("SHOW server_version"))
-    finally:
-        await conn.close()
 
 
 def _markdown(
@@ -1091,16 +1070,12 @@ def _markdown(
 
 def collect(quick: bool = False) -> str:
     """Runs the bench (printing its tables) and returns its BENCHMARKS.md section."""
-    with _quiet():
+    with quiet():
         return asyncio.run(run(quick))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    quick, write = argv_flags(argv)
-    body = collect(quick)
-    if write:
-        write_section("sessions", body)
-        print("BENCHMARKS.md: section 'sessions' rewritten")
+    bench_main("sessions", collect, argv)
 
 
 if __name__ == "__main__":
