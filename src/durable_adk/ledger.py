@@ -115,6 +115,30 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """What :meth:`RunLedger.start` recorded.
+
+    Attributes:
+        run: The run, RUNNING (claimed) or QUEUED.
+        created_session_pk: The session row's key when the start made it (its
+            state is empty and it has no events), else None.
+        app_state: The app's shared state (JSON), read in the same unit.
+        user_state: The user's shared state (JSON), read in the same unit.
+    """
+
+    run: Run
+    created_session_pk: int | None
+    app_state: str | None
+    user_state: str | None
+
+
+def _check_names(**names: object) -> None:
+    for name, value in names.items():
+        if not isinstance(value, str) or not value:
+            raise errors.InvalidArgument(f"{name} must be a non-empty string")
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """The right to write for a run: valid while ``(owner, epoch)`` match the row.
 
@@ -206,14 +230,7 @@ class RunLedger:
         run_id: str | None = None,
     ) -> Run:
         """Records a run (QUEUED, leased by ``owner``) before anything drives it."""
-        for name, value in (
-            ("app_name", app_name),
-            ("user_id", user_id),
-            ("session_id", session_id),
-            ("owner", owner),
-        ):
-            if not isinstance(value, str) or not value:
-                raise errors.InvalidArgument(f"{name} must be a non-empty string")
+        _check_names(app_name=app_name, user_id=user_id, session_id=session_id, owner=owner)
         row = await self.store.fetchrow(
             "run_submit",
             {
@@ -229,6 +246,61 @@ class RunLedger:
         )
         assert row is not None
         return Run.from_row(row)
+
+    async def start(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        request: Mapping[str, Any],
+        owner: str,
+        invocation_id: str | None = None,
+        now: float,
+    ) -> Started | None:
+        """Records a run and claims it at once when its session is free, in one unit of work.
+
+        Also makes the session's row (empty state) if it is missing, so a new
+        conversation costs one commit before ADK is called instead of four
+        round trips (read the session, create it, submit, claim).
+
+        Args:
+            now: The session's creation time if it is made here (the caller's
+                clock, as for any session).
+
+        Returns:
+            The run, RUNNING and held by ``owner`` when the session was free,
+            else QUEUED behind the session's other runs; or None when another
+            worker started a run of the same session at the same instant (the
+            caller then submits and waits its turn).
+        """
+        _check_names(app_name=app_name, user_id=user_id, session_id=session_id, owner=owner)
+        try:
+            row = await self.store.fetchrow(
+                "run_start",
+                {
+                    "run_id": f"run-{uuid.uuid4().hex}",
+                    "app_name": app_name,
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "invocation_id": invocation_id or f"e-{uuid.uuid4()}",
+                    "request": json.dumps(request),
+                    "owner": owner,
+                    "lease": self.lease_seconds,
+                    "backoff": self.backoff_seconds,
+                    "now": now,
+                },
+            )
+        except errors.UniqueViolation:
+            return None
+        assert row is not None
+        created = row["created_session_pk"]
+        return Started(
+            run=Run.from_row(row),
+            created_session_pk=None if created is None else int(created),
+            app_state=row["app_state"],
+            user_state=row["user_state"],
+        )
 
     async def claim_queued(self, run_id: str, owner: str) -> Run | None:
         """Starts our own queued run if it heads its session's queue and the session is free."""

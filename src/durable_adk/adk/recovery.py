@@ -22,6 +22,7 @@ pass at start-up and then periodically.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -81,6 +82,7 @@ class Sweeper:
         batch: int = 10,
         interval: float = 5.0,
         metrics: Metrics | None = None,
+        concurrency: int = 4,
     ) -> None:
         """Creates a sweeper that recovers through ``runner``.
 
@@ -90,7 +92,11 @@ class Sweeper:
             interval: Seconds between passes in :meth:`serve`.
             metrics: Where recoveries, parkings and recovery spans go
                 (default: the runner's).
+            concurrency: How many of a pass's runs are recovered at a time.
         """
+        if batch < 1 or concurrency < 1 or interval <= 0:
+            raise errors.InvalidArgument("batch and concurrency must be >= 1, interval > 0")
+        self.concurrency = concurrency
         self.runner = runner
         self.metrics = metrics if metrics is not None else runner.metrics
         self.ledger = runner.ledger
@@ -102,25 +108,38 @@ class Sweeper:
         claimed = await self.ledger.claim_expired(
             self.runner.worker_id, limit=self.batch, app_name=self.runner.app_name
         )
-        done = []
-        for run in claimed:
-            try:
-                with self.metrics.span(
-                    "durable_adk.recovery",
-                    {
-                        "durable_adk.run_id": run.run_id,
-                        "durable_adk.session_id": run.session_id,
-                        "durable_adk.attempt": run.attempts,
-                    },
-                ) as span:
-                    recovery = await self._recover(run)
-                    span.set_attribute("durable_adk.found", recovery.found.value)
-                    span.set_attribute("durable_adk.action", recovery.action)
-                self.metrics.recovered(recovery.found.value, recovery.action)
-                done.append(recovery)
-            except errors.Fenced:
-                logger.warning("run %s was taken over during its recovery", run.run_id)
-        return done
+        if not claimed:
+            return []
+        # The claimed runs belong to different sessions (one RUNNING run per
+        # session): they are recovered side by side, so one run's round trips
+        # overlap another's work.
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one(run: Run) -> Recovery | None:
+            async with slots:
+                return await self._recover_in_span(run)
+
+        results = await asyncio.gather(*(one(run) for run in claimed))
+        return [r for r in results if r is not None]
+
+    async def _recover_in_span(self, run: Run) -> Recovery | None:
+        try:
+            with self.metrics.span(
+                "durable_adk.recovery",
+                {
+                    "durable_adk.run_id": run.run_id,
+                    "durable_adk.session_id": run.session_id,
+                    "durable_adk.attempt": run.attempts,
+                },
+            ) as span:
+                recovery = await self._recover(run)
+                span.set_attribute("durable_adk.found", recovery.found.value)
+                span.set_attribute("durable_adk.action", recovery.action)
+        except errors.Fenced:
+            logger.warning("run %s was taken over during its recovery", run.run_id)
+            return None
+        self.metrics.recovered(recovery.found.value, recovery.action)
+        return recovery
 
     async def _recover(self, run: Run) -> Recovery:
         session = await self.runner.sessions.get_session(
@@ -166,8 +185,14 @@ class Sweeper:
                     f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted",
                 )
         resume = found.cls is not OrphanClass.NOT_STARTED
+        # This worker holds the run and has just read its session: ADK's read,
+        # next, is served from that.
+        self.runner.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
+        ended: list[RunStatus] = []
         try:
-            driven = self.runner.drive(run, message, resume=resume, classification=found.cls.value)
+            driven = self.runner.drive(
+                run, message, resume=resume, classification=found.cls.value, outcome=ended
+            )
             async for _event in driven:
                 pass
         except errors.Fenced:
@@ -177,8 +202,7 @@ class Sweeper:
         except Exception as exc:  # the run is FAILED on the ledger by drive()
             logger.warning("run %s failed on re-drive: %s", run.run_id, exc)
             return Recovery(run.run_id, found.cls, "redrive", RunStatus.FAILED, str(exc))
-        after = await self.ledger.get(run.run_id)
-        status = after.status if after else RunStatus.DONE
+        status = ended[0] if ended else RunStatus.DONE
         return Recovery(run.run_id, found.cls, "redrive", status, found.reason)
 
     async def _finish(self, run: Run, status: RunStatus, found: Classification) -> None:

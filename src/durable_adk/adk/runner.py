@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Iterable
@@ -52,6 +53,7 @@ from google.adk.sessions.session import Session
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk import optional_imports
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
@@ -61,6 +63,8 @@ from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.testing.crash import crash_point
 
 logger = logging.getLogger("durable_adk.runner")
+
+optional_imports.remember_missing()
 
 LAST_EVENTS_KEPT = 20
 """How many of an invocation's last events a dead letter keeps."""
@@ -304,10 +308,13 @@ class DurableRunner:
         message: types.Content | str,
         invocation_id: str | None = None,
     ) -> tuple[Run, types.Content]:
-        """Puts a run on the ledger (QUEUED), creating the session if missing.
+        """Puts a run on the ledger, creating the session if missing.
 
         The first step of :meth:`run`, for callers that must know the run id
-        before its turn comes (the HTTP service). Arguments as for :meth:`run`.
+        before its turn comes (the HTTP service). A new run whose session is
+        free is claimed at once (RUNNING, held by this worker); otherwise it
+        waits QUEUED. Either way :meth:`wait_for_turn` comes next. Arguments
+        as for :meth:`run`.
 
         Returns:
             The run as recorded and the message as a Content.
@@ -323,6 +330,29 @@ class DurableRunner:
             raise errors.InvalidArgument(
                 "a message continuing an invocation must be made only of function responses"
             )
+        request = content.model_dump(mode="json", exclude_none=True)
+        if invocation_id is None:
+            # The common case in one unit of work: session made if missing, run
+            # recorded and, if the session is free, claimed.
+            now = time.time()
+            started = await self.ledger.start(
+                app_name=self.app_name,
+                user_id=user_id,
+                session_id=session_id,
+                request=request,
+                owner=self.worker_id,
+                now=now,
+            )
+            if started is not None:
+                if started.created_session_pk is not None:
+                    self.sessions.adopt_created(
+                        (self.app_name, user_id, session_id),
+                        pk=started.created_session_pk,
+                        app_state=started.app_state,
+                        user_state=started.user_state,
+                        created_at=now,
+                    )
+                return started.run, content
         existing = await self.sessions.get_session(
             app_name=self.app_name, user_id=user_id, session_id=session_id
         )
@@ -336,7 +366,7 @@ class DurableRunner:
             app_name=self.app_name,
             user_id=user_id,
             session_id=session_id,
-            request=content.model_dump(mode="json", exclude_none=True),
+            request=request,
             owner=self.worker_id,
             invocation_id=invocation_id,
         )
@@ -348,6 +378,8 @@ class DurableRunner:
         Raises:
             durable_adk.errors.Fenced: The queued run was taken by another worker.
         """
+        if run.status is RunStatus.RUNNING and run.owner == self.worker_id:
+            return run  # claimed when it was submitted
         renew_every = self.lease_seconds / 3
         waited = 0.0
         while True:
@@ -368,6 +400,7 @@ class DurableRunner:
         *,
         resume: bool,
         classification: str | None = None,
+        outcome: list[RunStatus] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
 
@@ -385,7 +418,9 @@ class DurableRunner:
                 "durable_adk.resume": resume,
             },
         ):
-            driven = self._drive(run, message, resume=resume, classification=classification)
+            driven = self._drive(
+                run, message, resume=resume, classification=classification, outcome=outcome
+            )
             async with contextlib.aclosing(driven) as events:
                 async for event in events:
                     yield event
@@ -397,6 +432,7 @@ class DurableRunner:
         *,
         resume: bool,
         classification: str | None = None,
+        outcome: list[RunStatus] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease.
 
@@ -406,14 +442,19 @@ class DurableRunner:
             resume: Re-drive the invocation id on the ledger (recovery, or an
                 answer to its long-running calls) rather than start it.
             classification: What recovery found, recorded on the row when it ends.
+            outcome: Receives the status the run ended with (DONE or PAUSED)
+                once it is on the ledger.
         """
         lease = run.lease
+        key = (run.app_name, run.user_id, run.session_id)
         new_message: types.Content | None = message
         if resume and any(p.function_response for p in message.parts or ()):
             before = await self.sessions.get_session(
                 app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
             )
             new_message = _unanswered(before.events if before else [], message, run.run_id)
+            # We hold the session's run and have just read it: ADK's read, next, need not.
+            self.sessions.trust_next_read(key)
         lost = asyncio.Event()
         heartbeat = asyncio.create_task(self._heartbeat(run, lost))
         run_config = RunConfig(
@@ -454,23 +495,27 @@ class DurableRunner:
             self.metrics.run_finished(RunStatus.FAILED.value)
             raise
         finally:
+            self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
         crash_point("runner.before_finish")
-        session = await self.sessions.get_session(
-            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-        )
-        verdict = classify(
-            session.events if session else seen,
-            run.invocation_id,
-            root_agent_name=self.root_agent_name,
-        )
+        # The cache holds every event this run appended (we hold the session);
+        # read only when it was dropped.
+        events = self.sessions.cached_events(key)
+        if events is None:
+            session = await self.sessions.get_session(
+                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+            events = session.events if session else seen
+        verdict = classify(events, run.invocation_id, root_agent_name=self.root_agent_name)
         status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
         if not await self.ledger.finish(lease, status, classification=classification):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
         self.metrics.run_finished(status.value)
+        if outcome is not None:
+            outcome.append(status)
 
     async def _park_unknown(self, run: Run, unknown: OutcomeUnknown) -> None:
         """Parks a run whose outside effect cannot be confirmed either way."""

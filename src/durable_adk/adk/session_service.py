@@ -58,12 +58,21 @@ _Key = tuple[str, str, str]
 
 @dataclass(slots=True)
 class _Cached:
-    """A session's full log as of ``seq``, and its folded session-scoped state."""
+    """A session's full log as of ``seq``, and its folded session-scoped state.
+
+    ``app_state``, ``user_state`` and ``update_time`` are as last read or
+    written; ``trusted`` lets the next read serve this entry without a round
+    trip (see :meth:`DurableSessionService.trust_next_read`).
+    """
 
     pk: int
     seq: int
     events: list[Event]
     state: dict[str, Any]
+    app_state: str | None = None
+    user_state: str | None = None
+    update_time: float = 0.0
+    trusted: bool = False
 
 
 def _dumps(value: Any) -> str:
@@ -156,6 +165,66 @@ class DurableSessionService(BaseSessionService):
     def _forget(self, key: _Key) -> None:
         self._cache.pop(key, None)
 
+    def adopt_created(
+        self,
+        key: _Key,
+        *,
+        pk: int,
+        app_state: str | None,
+        user_state: str | None,
+        created_at: float,
+    ) -> None:
+        """Caches a session that was just created (empty) outside this service.
+
+        DurableRunner creates a new conversation's session in the same unit of
+        work as its run (:meth:`durable_adk.ledger.RunLedger.start`) and holds
+        it; the next read is served from here (see :meth:`trust_next_read`).
+        """
+        self._remember(
+            key,
+            _Cached(
+                pk=pk,
+                seq=0,
+                events=[],
+                state={},
+                app_state=app_state,
+                user_state=user_state,
+                update_time=created_at,
+                trusted=True,
+            ),
+        )
+
+    def trust_next_read(self, key: _Key) -> bool:
+        """Lets the next :meth:`get_session` of ``key`` answer from the cache, without reading.
+
+        For a caller that holds the session's run (so no other run writes to
+        it) and has just read or written it through this service: DurableRunner
+        before it hands the session to ADK, which reads it again at once. The
+        permission is used up by that read and withdrawn by
+        :meth:`distrust`. Returns False when the session is not cached.
+        """
+        cached = self._cache.get(key)
+        if cached is None:
+            return False
+        cached.trusted = True
+        return True
+
+    def distrust(self, key: _Key) -> None:
+        """Withdraws an unused :meth:`trust_next_read`."""
+        cached = self._cache.get(key)
+        if cached is not None:
+            cached.trusted = False
+
+    def cached_events(self, key: _Key) -> list[Event] | None:
+        """The cached log of ``key`` (every event up to the last read or write), if cached.
+
+        DurableRunner classifies the end of a run from it: while the run holds
+        the session, the cache has every event the run appended (an append
+        that finds the log moved on fails as stale and drops the entry).
+        """
+        cached = self._cache.get(key)
+        return None if cached is None else list(cached.events)
+
     # ------------------------------------------------------------- sessions
 
     @override
@@ -242,6 +311,18 @@ class DurableSessionService(BaseSessionService):
         key = (_check_id("app_name", app_name), _check_id("user_id", user_id), session_id)
         _check_id("session_id", session_id)
         cached = self._cache.get(key)
+        if cached is not None and cached.trusted:
+            cached.trusted = False
+            return self._build(
+                key,
+                pk=cached.pk,
+                seq=cached.seq,
+                events=_select(cached.events, config) if config else list(cached.events),
+                state=cached.state,
+                app_state=_loads_state(cached.app_state),
+                user_state=_loads_state(cached.user_state),
+                update_time=cached.update_time,
+            )
         partial = config is not None and (
             config.num_recent_events is not None or bool(config.after_timestamp)
         )
@@ -279,6 +360,8 @@ class DurableSessionService(BaseSessionService):
                 events=entry.events + tail,
                 state=fold(entry.state, (split_delta(e.actions.state_delta)[0] for e in tail)),
             )
+        entry.app_state, entry.user_state = head["app_state"], head["user_state"]
+        entry.update_time = float(head["update_time"])
         if entry.seq != last_seq:
             raise errors.StoreError(
                 f"session {session_id!r} log has a gap: read up to {entry.seq}, row says {last_seq}"
@@ -461,6 +544,7 @@ class DurableSessionService(BaseSessionService):
             if session_delta:
                 cached.state.update(session_delta)
             cached.seq = new_seq
+            cached.update_time = event.timestamp
             self._cache.move_to_end(key)
         elif cached is not None:
             self._forget(key)

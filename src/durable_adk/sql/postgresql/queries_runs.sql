@@ -14,6 +14,38 @@ VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invo
         extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
 RETURNING *;
 
+-- name: run_start
+-- A new run in one statement, for the common case: the session row is made if
+-- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
+-- session has no run RUNNING or QUEUED, else QUEUED behind them. Two starts that
+-- both find the session free trip the partial unique index: the caller then
+-- submits QUEUED and waits its turn.
+WITH sess AS (
+    INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
+    VALUES (:app_name::text, :user_id::text, :session_id::text, '{}', :now::float8, :now::float8)
+    ON CONFLICT (app_name, user_id, session_id) DO NOTHING
+    RETURNING pk
+), busy AS (
+    SELECT EXISTS (SELECT 1 FROM runs
+                    WHERE app_name = :app_name::text AND user_id = :user_id::text
+                      AND session_id = :session_id::text AND status IN ('RUNNING', 'QUEUED')) AS b,
+           extract(epoch FROM clock_timestamp()) AS now
+), ins AS (
+    INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                      owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at)
+    SELECT :run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
+           :request::text, CASE WHEN b THEN 'QUEUED' ELSE 'RUNNING' END, :owner::text,
+           now + :lease::float8, CASE WHEN b THEN 0 ELSE 1 END, CASE WHEN b THEN 0 ELSE 1 END,
+           CASE WHEN b THEN 0 ELSE now + :lease::float8 + :backoff::float8 END, now, now
+      FROM busy
+    RETURNING *
+)
+SELECT ins.*, (SELECT pk FROM sess) AS created_session_pk,
+       (SELECT state::text FROM app_state WHERE app_name = :app_name::text) AS app_state,
+       (SELECT state::text FROM user_state
+         WHERE app_name = :app_name::text AND user_id = :user_id::text) AS user_state
+  FROM ins;
+
 -- name: run_claim_queued
 -- Starts our own queued run when it heads its session's queue and the session is
 -- free. A concurrent claim for the same session trips the partial unique index.

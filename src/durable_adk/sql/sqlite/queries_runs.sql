@@ -13,6 +13,33 @@ VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QU
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 RETURNING *;
 
+-- name: run_start
+-- A new run in one unit of work, for the common case: the session row is made if
+-- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
+-- session has no run RUNNING or QUEUED, else QUEUED behind them. The run goes in
+-- first so that changes() in the last statement tells whether the session was
+-- made here; the caller then knows its (empty) state without reading it.
+INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                  owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at)
+SELECT :run_id, :app_name, :user_id, :session_id, :invocation_id, :request,
+       CASE WHEN busy THEN 'QUEUED' ELSE 'RUNNING' END, :owner,
+       (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       CASE WHEN busy THEN 0 ELSE 1 END, CASE WHEN busy THEN 0 ELSE 1 END,
+       CASE WHEN busy THEN 0 ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease + :backoff END,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+  FROM (SELECT EXISTS (SELECT 1 FROM runs
+                        WHERE app_name = :app_name AND user_id = :user_id
+                          AND session_id = :session_id AND status IN ('RUNNING', 'QUEUED')) AS busy);
+INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
+VALUES (:app_name, :user_id, :session_id, '{}', :now, :now)
+ON CONFLICT (app_name, user_id, session_id) DO NOTHING;
+SELECT r.*, CASE WHEN changes() > 0 THEN s.pk END AS created_session_pk,
+       (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
+       (SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id) AS user_state
+  FROM runs r
+  JOIN sessions s ON s.app_name = r.app_name AND s.user_id = r.user_id AND s.session_id = r.session_id
+ WHERE r.run_id = :run_id;
+
 -- name: run_claim_queued
 -- Starts our own queued run when it heads its session's queue and the session is free.
 UPDATE runs
