@@ -133,9 +133,12 @@ class Started:
 
 
 def _check_names(**names: object) -> None:
+    # The session service's rule for ids, so a run never names a session it refuses.
     for name, value in names.items():
-        if not isinstance(value, str) or not value:
-            raise errors.InvalidArgument(f"{name} must be a non-empty string")
+        if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
+            raise errors.InvalidArgument(
+                f"{name} must be a non-empty string of at most 512 characters without NUL"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,3 +221,83 @@ async def test_a_recovery_claim_never_exceeds_its_limit(store: Store) -> None:
         await ledger.backdate(run.run_id, 3600)
     sizes = [len(await ledger.claim_expired("sweeper", limit=n)) for n in (20, 20, 5, 1)]
     assert sizes == [20, 20, 5, 1]
+
+
+async def test_a_sweep_recovers_its_claimed_runs_side_by_side_in_claim_order(
+    store: Store,
+) -> None:
+    in_flight, peaks, finished = 0, [], []
+
+    async def slow_lookup(q: str, tool_context) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        """Looks something up, slowly."""
+        nonlocal in_flight
+        session_id = tool_context.session.id
+        in_flight += 1
+        peaks.append(in_flight)
+        try:
+            # Runs claimed earlier take longer: they finish after later ones.
+            await asyncio.sleep(0.1 + 0.1 * (6 - int(session_id[1:])))
+        finally:
+            in_flight -= 1
+        finished.append(session_id)
+        return {"q": q}
+
+    script = [Call("slow_lookup", {"q": "x"}), Say("found it")]
+    agent = LlmAgent(
+        name="assistant", model=ScriptedModel({"assistant": script}), tools=[slow_lookup]
+    )
+    runner = DurableRunner(
+        app=agent, app_name="shop", store=store, worker_id="w1", idempotent_tools=["slow_lookup"]
+    )
+    for bad in ({"batch": 0}, {"concurrency": 0}, {"concurrency": -1}, {"interval": 0.0}):
+        with pytest.raises(errors.InvalidArgument):
+            Sweeper(runner, **bad)  # type: ignore[arg-type]
+    # Six runs started by a worker that died before ADK stored anything.
+    orphans = []
+    for i in range(6):
+        message = types.Content(role="user", parts=[types.Part(text=f"question {i}")])
+        started = await runner.ledger.start(
+            app_name="shop",
+            user_id="u",
+            session_id=f"s{i}",
+            request=message.model_dump(mode="json", exclude_none=True),
+            owner="dead",
+            now=await store.now(),
+        )
+        assert started is not None and started.run.status is RunStatus.RUNNING
+        await runner.ledger.backdate(started.run.run_id, 3600)
+        orphans.append(started.run.run_id)
+
+    first = await Sweeper(runner, batch=4, concurrency=2).recover_once()
+    assert finished[:2] == ["s1", "s0"]  # s1 overtook s0 ...
+    assert [r.run_id for r in first] == orphans[:4]  # ... yet results come in claim order
+    assert max(peaks) == 2  # side by side, never more than the concurrency
+    peaks.clear()
+    second = await Sweeper(runner, batch=10, concurrency=1).recover_once()
+    assert [r.run_id for r in second] == orphans[4:]
+    assert max(peaks) == 1
+    for recovery in first + second:
+        assert (recovery.found.value, recovery.action, recovery.status) == (
+            "NOT_STARTED",
+            "redrive",
+            RunStatus.DONE,
+        )
+    assert await Sweeper(runner).recover_once() == []
+    runs = {r.run_id: r for r in await runner.ledger.list_runs()}
+    assert sorted(runs) == sorted(orphans)
+    for i, run_id in enumerate(orphans):
+        run = runs[run_id]
+        assert (run.status, run.owner, run.epoch, run.attempts, run.classification) == (
+            RunStatus.DONE,
+            "w1",
+            2,
+            2,
+            "NOT_STARTED",
+        )
+        session = await DurableSessionService(store).get_session(
+            app_name="shop", user_id="u", session_id=f"s{i}"
+        )
+        assert session is not None
+        assert {e.invocation_id for e in session.events} == {run.invocation_id}
+        texts = [e.content.parts[0].text for e in session.events if e.content and e.content.parts]
+        assert texts == [f"question {i}", None, None, "found it"]

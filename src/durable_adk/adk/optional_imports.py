@@ -27,7 +27,7 @@ def remember_missing() -> list[str]:
         return []
     marked = []
     for name in _NEEDS_A2A:
-        if sys.modules.get(name, None) is None:
+        if name not in sys.modules:
             sys.modules[name] = None  # type: ignore[assignment]
             marked.append(name)
     return marked

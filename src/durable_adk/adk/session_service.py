@@ -220,7 +220,7 @@ class DurableSessionService(BaseSessionService):
 
         DurableRunner classifies the end of a run from it: while the run holds
         the session, the cache has every event the run appended (an append
-        that finds the log moved on fails as stale and drops the entry).
+        that finds the log moved on fails as stale, and the run with it).
         """
         cached = self._cache.get(key)
         return None if cached is None else list(cached.events)
@@ -545,6 +545,10 @@ class DurableSessionService(BaseSessionService):
                 cached.state.update(session_delta)
             cached.seq = new_seq
             cached.update_time = event.timestamp
+            if app_delta:
+                cached.app_state = _dumps({**_loads_state(cached.app_state), **app_delta})
+            if user_delta:
+                cached.user_state = _dumps({**_loads_state(cached.user_state), **user_delta})
             self._cache.move_to_end(key)
         elif cached is not None:
             self._forget(key)

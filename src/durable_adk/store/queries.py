@@ -11,6 +11,11 @@ statement). ``-- name: x guarded`` marks a unit whose first statement is a check
 returning a ``status`` column: the remaining statements run, in the same
 transaction, only when that status is ``'ok'``. The result is the check's row
 when it refused, else the rows of the last statement that returns rows.
+
+``-- name: x inline`` marks a small unit on the hot path of a run (an append, a
+ledger write) that SQLite may run on the caller's thread instead of handing it
+to the database thread (see :mod:`durable_adk.store.sqlite`); PostgreSQL
+ignores it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Query:
         params: Parameter names in positional order (PostgreSQL) or as written.
         guarded: Whether the first statement is a check that gates the rest.
         writes: Whether the unit modifies the database.
+        inline: Whether the unit is small enough to run on the caller's thread.
     """
 
     name: str
@@ -43,6 +49,7 @@ class Query:
     params: tuple[str, ...]
     guarded: bool
     writes: bool
+    inline: bool = False
 
 
 def _split_statements(body: str) -> list[str]:
@@ -124,7 +131,11 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             params=tuple(order),
             guarded="guarded" in flags,
             writes=_writes(statements),
+            inline="inline" in flags,
         )
+        unknown = flags - {"guarded", "inline"}
+        if unknown:
+            raise ValueError(f"query {current!r} has unknown flags {sorted(unknown)}")
 
     for line in text.splitlines():
         match = _NAME_LINE.match(line.strip())

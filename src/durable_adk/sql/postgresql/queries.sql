@@ -8,7 +8,7 @@ SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
 
 -- ---------------------------------------------------------------- sessions
 
--- name: create_session
+-- name: create_session inline
 WITH ins AS (
     INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
     VALUES (:app_name::text, :user_id::text, :session_id::text, :initial_state::text,
@@ -97,7 +97,7 @@ SELECT s.pk, s.last_seq, e.seq
  WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text
    AND s.session_id = :session_id::text;
 
--- name: append_event
+-- name: append_event inline
 -- The fence: the caller names the last sequence number it saw. The session row
 -- is locked, so concurrent appenders queue; anything but an exact match (a newer
 -- append by someone, a deleted session, a replayed event id) writes nothing. An

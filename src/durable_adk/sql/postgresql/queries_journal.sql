@@ -7,7 +7,7 @@
 -- name: journal_get
 SELECT * FROM journal WHERE key = :key::text;
 
--- name: journal_intent
+-- name: journal_intent inline
 WITH verdict AS (
     SELECT CASE
              WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key::text) THEN 'exists'
@@ -30,7 +30,7 @@ SELECT CASE WHEN v.status = 'ok' AND NOT EXISTS (SELECT 1 FROM ins) THEN 'exists
             ELSE v.status END AS status
   FROM verdict v;
 
--- name: journal_done
+-- name: journal_done inline
 WITH verdict AS (
     SELECT CASE
              WHEN NOT EXISTS (SELECT 1 FROM journal WHERE key = :key::text) THEN 'missing'

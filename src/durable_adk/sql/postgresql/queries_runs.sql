@@ -5,7 +5,7 @@
 -- token) and 'attempts', and sets the earliest next recovery:
 -- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
 
--- name: run_submit
+-- name: run_submit inline
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
                   owner, lease_until, created_at, updated_at)
 VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
@@ -14,7 +14,7 @@ VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invo
         extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
 RETURNING *;
 
--- name: run_start
+-- name: run_start inline
 -- A new run in one statement, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
 -- session has no run RUNNING or QUEUED, else QUEUED behind them. Two starts that
@@ -46,7 +46,7 @@ SELECT ins.*, (SELECT pk FROM sess) AS created_session_pk,
          WHERE app_name = :app_name::text AND user_id = :user_id::text) AS user_state
   FROM ins;
 
--- name: run_claim_queued
+-- name: run_claim_queued inline
 -- Starts our own queued run when it heads its session's queue and the session is
 -- free. A concurrent claim for the same session trips the partial unique index.
 UPDATE runs
@@ -64,7 +64,7 @@ UPDATE runs
                       AND r.session_id = runs.session_id AND r.status = 'QUEUED' AND r.pk < runs.pk)
 RETURNING *;
 
--- name: run_renew
+-- name: run_renew inline
 UPDATE runs
    SET lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
        updated_at = extract(epoch FROM clock_timestamp())
@@ -72,7 +72,7 @@ UPDATE runs
    AND status IN ('QUEUED', 'RUNNING')
 RETURNING lease_until;
 
--- name: run_finish
+-- name: run_finish inline
 UPDATE runs
    SET status = :status::text, last_error = :error::text,
        classification = COALESCE(:classification::text, classification),

@@ -8,7 +8,7 @@ SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
 
 -- ---------------------------------------------------------------- sessions
 
--- name: create_session guarded
+-- name: create_session guarded inline
 SELECT CASE WHEN EXISTS (
            SELECT 1 FROM sessions
             WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id)
@@ -81,7 +81,7 @@ SELECT s.pk, s.last_seq, e.seq
   LEFT JOIN events e ON e.session_pk = s.pk AND e.event_id = :event_id
  WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
 
--- name: append_event guarded
+-- name: append_event guarded inline
 -- The fence: the caller names the last sequence number it saw. Anything else
 -- (a newer append by someone, a deleted session, a replayed event id) writes
 -- nothing. An event written for a run also names the run's epoch: a worker

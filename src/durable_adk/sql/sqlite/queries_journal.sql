@@ -7,7 +7,7 @@
 -- name: journal_get
 SELECT * FROM journal WHERE key = :key;
 
--- name: journal_intent guarded
+-- name: journal_intent guarded inline
 SELECT CASE
          WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key) THEN 'exists'
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
@@ -21,7 +21,7 @@ VALUES (:key, :tool_name, 'INTENT', :run_id, :run_epoch, :invocation_id, :functi
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0);
 SELECT 'ok' AS status;
 
--- name: journal_done guarded
+-- name: journal_done guarded inline
 SELECT CASE
          WHEN NOT EXISTS (SELECT 1 FROM journal WHERE key = :key) THEN 'missing'
          WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key AND status = 'DONE') THEN 'done'

@@ -5,7 +5,7 @@
 -- token) and 'attempts', and sets the earliest next recovery:
 -- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
 
--- name: run_submit
+-- name: run_submit inline
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
                   owner, lease_until, created_at, updated_at)
 VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
@@ -13,7 +13,7 @@ VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QU
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 RETURNING *;
 
--- name: run_start
+-- name: run_start inline
 -- A new run in one unit of work, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
 -- session has no run RUNNING or QUEUED, else QUEUED behind them. The run goes in
@@ -40,7 +40,7 @@ SELECT r.*, CASE WHEN changes() > 0 THEN s.pk END AS created_session_pk,
   JOIN sessions s ON s.app_name = r.app_name AND s.user_id = r.user_id AND s.session_id = r.session_id
  WHERE r.run_id = :run_id;
 
--- name: run_claim_queued
+-- name: run_claim_queued inline
 -- Starts our own queued run when it heads its session's queue and the session is free.
 UPDATE runs
    SET status = 'RUNNING', epoch = epoch + 1, attempts = attempts + 1,
@@ -57,14 +57,14 @@ UPDATE runs
                       AND r.session_id = runs.session_id AND r.status = 'QUEUED' AND r.pk < runs.pk)
 RETURNING *;
 
--- name: run_renew
+-- name: run_renew inline
 UPDATE runs
    SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status IN ('QUEUED', 'RUNNING')
 RETURNING lease_until;
 
--- name: run_finish
+-- name: run_finish inline
 UPDATE runs
    SET status = :status, last_error = :error, classification = COALESCE(:classification, classification),
        finished_at = (julianday('now') - 2440587.5) * 86400.0,
