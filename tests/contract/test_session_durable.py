@@ -255,8 +255,12 @@ async def test_rebuild_rewrites_snapshots_from_the_log(store: Store) -> None:
 # --------------------------------------------------------------- Hypothesis
 
 keys = st.sampled_from(["a", "b", "c", "d", "app:x", "user:y", "temp:z"])
+# No NUL: app: and user: state refuse it (test_nul_in_shared_state_is_refused).
 values = st.one_of(
-    st.none(), st.integers(-5, 5), st.text(max_size=3), st.lists(st.integers(), max_size=2)
+    st.none(),
+    st.integers(-5, 5),
+    st.text(st.characters(blacklist_characters="\x00"), max_size=3),
+    st.lists(st.integers(), max_size=2),
 )
 deltas = st.dictionaries(keys, values, max_size=3)
 
@@ -357,3 +361,28 @@ async def test_replayed_event_of_a_finished_run_is_a_no_op(store: Store) -> None
     assert texts(
         await DurableSessionService(store).get_session(app_name="a", user_id="u", session_id="s")
     ) == ["stamped"]
+
+
+async def test_nul_in_shared_state_is_refused(store: Store) -> None:
+    # PostgreSQL's jsonb cannot hold NUL; both backends refuse it alike, and
+    # the refusal writes nothing.
+    svc = DurableSessionService(store)
+    with pytest.raises(errors.InvalidArgument, match="NUL"):
+        await svc.create_session(
+            app_name="a", user_id="u", session_id="s0", state={"app:k": "x\x00"}
+        )
+    assert await svc.get_session(app_name="a", user_id="u", session_id="s0") is None
+    s = await svc.create_session(app_name="a", user_id="u", session_id="s")
+    for delta in ({"app:k": ["ok", "x\x00"]}, {"user:k\x00": 1}):
+        with pytest.raises(errors.InvalidArgument, match="NUL"):
+            await svc.append_event(s, ev("bad", **delta))
+    await svc.append_event(s, ev("ok", **{"k": "x\x00", "app:k": "back\\u0000slash"}))
+    fresh = await DurableSessionService(store).get_session(
+        app_name="a", user_id="u", session_id="s"
+    )
+    assert fresh is not None
+    assert texts(fresh) == ["ok"]
+    # Session-scoped state lives in the event log (text): a NUL is kept there.
+    assert fresh.state == {"k": "x\x00", "app:k": "back\\u0000slash"}
+    assert await svc.get_user_state(app_name="a", user_id="u") == {}
+

@@ -83,6 +83,32 @@ def _dumps(value: Any) -> str:
         raise errors.InvalidArgument(f"state values must be JSON-serializable: {exc}") from exc
 
 
+def _shared_json(delta: Mapping[str, Any] | None, scope: str) -> str | None:
+    """An ``app:`` or ``user:`` delta as JSON for the shared-state tables, or None if empty.
+
+    Those tables are ``jsonb`` on PostgreSQL, which cannot hold a NUL
+    character; the delta is refused on every backend alike.
+    """
+    if not delta:
+        return None
+    text = _dumps(delta)
+    if "\\u0000" in text and _holds_nul(json.loads(text)):
+        raise errors.InvalidArgument(
+            f"{scope}: state cannot hold a NUL character (\\x00) in a key or value"
+        )
+    return text
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
+
+
 def _loads_state(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
@@ -254,8 +280,8 @@ class DurableSessionService(BaseSessionService):
                 "session_id": session_id,
                 "initial_state": _dumps(initial),
                 "now": now,
-                "app_delta": _dumps(app_part) if app_part else None,
-                "user_delta": _dumps(user_part) if user_part else None,
+                "app_delta": _shared_json(app_part, "app"),
+                "user_delta": _shared_json(user_part, "user"),
             },
         )
         if row is None or row["status"] != "ok":
@@ -512,8 +538,8 @@ class DurableSessionService(BaseSessionService):
                 "data": data,
                 "app_name": session.app_name,
                 "user_id": session.user_id,
-                "app_delta": _dumps(app_delta) if app_delta else None,
-                "user_delta": _dumps(user_delta) if user_delta else None,
+                "app_delta": _shared_json(app_delta, "app"),
+                "user_delta": _shared_json(user_delta, "user"),
                 "snapshot": snapshot,
                 **run_fence_of(event),
             },

@@ -110,6 +110,7 @@ class SqliteStore(Store):
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
         self._fast: sqlite3.Connection | None = None
+        self._fast_thread: int | None = None
         self._closed = False
         self._thread_id: int | None = None
 
@@ -118,13 +119,17 @@ class SqliteStore(Store):
         await self._call(self._connect)
         if self.path != ":memory:":
             try:
-                self._fast = self._connection(busy_timeout_ms=0)
+                # Used only from the thread that opened the store (an event loop
+                # in another thread goes through the database thread), but
+                # closable from any.
+                self._fast = self._connection(busy_timeout_ms=0, same_thread=False)
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
+            self._fast_thread = threading.get_ident()
         return self
 
-    def _connection(self, *, busy_timeout_ms: int) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+    def _connection(self, *, busy_timeout_ms: int, same_thread: bool = True) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=same_thread)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
@@ -192,7 +197,12 @@ class SqliteStore(Store):
 
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         q = self._query(query)
-        if q.inline and self._fast is not None and not self._closed:
+        if (
+            q.inline
+            and self._fast is not None
+            and not self._closed
+            and threading.get_ident() == self._fast_thread
+        ):
             try:
                 return self._run_on(self._fast, q, params or {})
             except sqlite3.Error as exc:

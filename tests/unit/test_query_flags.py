@@ -1,0 +1,85 @@
+"""The flags of named queries (``-- name: x guarded inline``) and their use in the packaged SQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_adk.store.queries import load_queries, parse_queries
+
+DIALECTS = ["sqlite", "postgresql"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_unknown_flag_is_rejected_by_name(dialect: str) -> None:
+    text = "-- name: fine inline\nSELECT 1;\n\n-- name: odd inline frobnicate\nSELECT 2;\n"
+    with pytest.raises(ValueError, match=r"'odd'.*frobnicate"):
+        parse_queries(text, dialect)
+
+
+def test_a_misspelt_flag_is_not_taken_for_another() -> None:
+    with pytest.raises(ValueError, match="inlined"):
+        parse_queries("-- name: q inlined\nSELECT 1;\n", "sqlite")
+
+
+def test_flags_are_parsed_in_any_order() -> None:
+    text = """
+-- name: plain
+SELECT 1 AS one;
+
+-- name: fast inline
+INSERT INTO t (x) VALUES (:x);
+
+-- name: checked guarded
+SELECT 'ok' AS status;
+DELETE FROM t WHERE x = :x;
+
+-- name: both guarded inline
+SELECT 'ok' AS status;
+INSERT INTO t (x) VALUES (:x);
+
+-- name: reversed inline guarded
+SELECT 'ok' AS status;
+INSERT INTO t (x) VALUES (:x);
+"""
+    queries = parse_queries(text, "sqlite")
+    flags = {name: (q.guarded, q.inline) for name, q in queries.items()}
+    assert flags == {
+        "plain": (False, False),
+        "fast": (False, True),
+        "checked": (True, False),
+        "both": (True, True),
+        "reversed": (True, True),
+    }
+    assert queries["both"].statements == ("SELECT 'ok' AS status", "INSERT INTO t (x) VALUES (:x)")
+    assert queries["fast"].writes and not queries["plain"].writes
+
+
+def test_postgresql_keeps_the_inline_flag_and_rewrites_parameters() -> None:
+    queries = parse_queries(
+        "-- name: fast inline\nINSERT INTO t (x, y) VALUES (:x, :y);\n", "postgresql"
+    )
+    fast = queries["fast"]
+    assert fast.inline and not fast.guarded
+    assert fast.statements == ("INSERT INTO t (x, y) VALUES ($1, $2)",)
+    assert fast.params == ("x", "y")
+
+
+def test_inline_queries_are_the_same_in_both_dialects() -> None:
+    by_dialect = {dialect: load_queries(dialect) for dialect in DIALECTS}
+    inline = {
+        dialect: {name for name, q in queries.items() if q.inline}
+        for dialect, queries in by_dialect.items()
+    }
+    assert {"append_event", "run_submit", "run_start", "run_finish", "journal_intent"} <= inline[
+        "sqlite"
+    ]
+    for dialect, other in [("sqlite", "postgresql"), ("postgresql", "sqlite")]:
+        for name in inline[dialect]:
+            assert name in by_dialect[other], f"{dialect} {name!r} is missing from {other}"
+            assert by_dialect[other][name].inline, f"{name!r} is inline in {dialect} only"
+
+
+def test_every_sqlite_inline_query_is_a_write() -> None:
+    # Reads stay on the database thread (docs/store.md): one may be large.
+    reads = [name for name, q in load_queries("sqlite").items() if q.inline and not q.writes]
+    assert reads == []
