@@ -385,4 +385,3 @@ async def test_nul_in_shared_state_is_refused(store: Store) -> None:
     # Session-scoped state lives in the event log (text): a NUL is kept there.
     assert fresh.state == {"k": "x\x00", "app:k": "back\\u0000slash"}
     assert await svc.get_user_state(app_name="a", user_id="u") == {}
-
