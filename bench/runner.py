@@ -20,8 +20,8 @@ resumability on, as DurableRunner requires):
 
 Timed: everything a caller does for one run on a new session. ADK's Runner
 needs the session to exist (``create_session``, then ``run_async`` drained);
-DurableRunner's ``run`` creates it itself (``get_session``, ``create_session``,
-then the ledger). Targets, per backend: DurableRunner at most 1.5x the
+DurableRunner's ``run`` creates it itself, in the unit of work that records and
+claims the run (``run_start``). Targets, per backend: DurableRunner at most 1.5x the
 in-memory run, and DatabaseSessionService at least 5x DurableRunner.
 
 Contenders run interleaved in small blocks with the order rotated every
@@ -232,7 +232,15 @@ class RawCommitsContender(Contender):
 
 IN_MEMORY = "ADK Runner + InMemorySessionService"
 WRITE_QUERIES = frozenset(
-    {"create_session", "run_submit", "run_claim_queued", "run_renew", "append_event", "run_finish"}
+    {
+        "create_session",
+        "run_start",
+        "run_submit",
+        "run_claim_queued",
+        "run_renew",
+        "append_event",
+        "run_finish",
+    }
 )
 
 
@@ -547,17 +555,17 @@ async def run(quick: bool = False) -> str:
         "requires), each with its own database file (SQLite, same directory) or database "
         "(same PostgreSQL server). Timed: all a caller does for one run on a new session: "
         "ADK's Runner needs the session first (`create_session`, then `run_async` drained); "
-        "`DurableRunner.run` creates it itself (`get_session`, `create_session`), writes and "
-        "claims the ledger row, starts the lease heartbeat, appends fenced events, reads the "
-        "session back to classify the end and finishes the row. "
+        "`DurableRunner.run` creates it itself in the unit that writes and claims the ledger "
+        "row (`run_start`), starts the lease heartbeat, appends fenced events, classifies "
+        "the end (from its session cache) and finishes the row. "
         f"{p.rounds} rounds of {p.runs_per_round} runs per contender, in blocks of {p.block} "
         f"interleaved between contenders with the order rotated every block; {p.warmup} "
         "warm-up runs first. Ratios are the median over rounds of the ratio of round medians. "
         "ADK's DatabaseSessionService runs as shipped (on SQLite: the default rollback "
         "journal); ours uses WAL + synchronous=FULL, and PostgreSQL runs with fsync on. "
         "*floor* rows: as many single-row INSERT + COMMITs as one DurableRunner run makes "
-        "(counted: `create_session`, `run_submit`, `run_claim_queued`, one `append_event` "
-        "per stored event, `run_finish`), through the raw baselines of `bench/sessions.py` "
+        "(counted: `run_start`, one `append_event` per stored event, `run_finish`), through "
+        "the raw baselines of `bench/sessions.py` "
         "(same driver and execution pattern as our store), interleaved like the others: "
         "*in-memory + floor* is what a runner whose only cost is its commits would take, "
         "which bounds both targets (last column of the targets table). *process CPU per run*: "
