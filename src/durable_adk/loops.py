@@ -17,16 +17,38 @@ logger = logging.getLogger("durable_adk.loops")
 
 
 async def every(
-    interval: float, work: Callable[[], Awaitable[Any]], what: str, *, first_after: float = 0.0
+    interval: float,
+    work: Callable[[], Awaitable[Any]],
+    what: str,
+    *,
+    first_after: float = 0.0,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Runs ``work`` every ``interval`` seconds (first after ``first_after``), forever."""
-    await asyncio.sleep(first_after)
+    """Runs ``work`` every ``interval`` seconds (first after ``first_after``).
+
+    Forever, or until ``stop`` is set: then it returns at once, also from a
+    wait between passes (a pass in progress is finished first).
+    """
+    if await _stopped_within(first_after, stop):
+        return
     while True:
         try:
             await work()
         except Exception:  # logged, and retried at the next interval
             logger.exception("%s pass failed; retrying at the next interval", what)
-        await asyncio.sleep(interval)
+        if await _stopped_within(interval, stop):
+            return
+
+
+async def _stopped_within(seconds: float, stop: asyncio.Event | None) -> bool:
+    """Waits ``seconds``, or less if ``stop`` is set meanwhile; True if it is set."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return False
+    if not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
 
 
 @contextlib.asynccontextmanager

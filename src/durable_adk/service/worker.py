@@ -34,7 +34,7 @@ from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
-from durable_adk import errors
+from durable_adk import errors, loops
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer
 from durable_adk.adk.runner import DurableRunner
@@ -230,33 +230,23 @@ class Worker:
         return handed
 
     async def _sweep_loop(self) -> None:
-        while not self.draining.is_set():
-            try:
-                for done in await self.sweeper.recover_once():
-                    logger.info(
-                        "recovered run %s: found %s, %s -> %s",
-                        done.run_id,
-                        done.found.value,
-                        done.action,
-                        done.status.value,
-                    )
-            except errors.StoreError:
-                logger.exception("recovery pass failed; retrying at the next interval")
-            await self._pause(self.settings.sweep_interval)
+        await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
+
+    async def _sweep_once(self) -> None:
+        for done in await self.sweeper.recover_once():
+            logger.info(
+                "recovered run %s: found %s, %s -> %s",
+                done.run_id,
+                done.found.value,
+                done.action,
+                done.status.value,
+            )
 
     async def _every(
         self, interval: float, work: Callable[[], Awaitable[object]], what: str
     ) -> None:
-        while not self.draining.is_set():
-            try:
-                await work()
-            except errors.StoreError:
-                logger.exception("%s pass failed; retrying at the next interval", what)
-            await self._pause(interval)
-
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.draining.wait(), seconds)
+        # Any failing pass is logged and retried; draining ends the loop.
+        await loops.every(interval, work, what, stop=self.draining)
 
     # ----------------------------------------------------------------- runs
 
