@@ -1,0 +1,301 @@
+"""The request logic of a fake service: routing, parsing, checks; no sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.message import Message
+from typing import Any
+
+from durable_adk.testing.fakes.protocol import FailMode, JsonObject, key_problem
+from durable_adk.testing.fakes.specs import Field, Rejected, Resource, ServiceSpec, json_type
+from durable_adk.testing.fakes.storage import NotFound, Store, StoreClosed
+
+__all__ = ["HttpError", "Request", "Response", "ServiceApp", "bad_request"]
+
+
+class HttpError(Exception):
+    """An answer other than 2xx: ``{"error": message, "reason": reason}``."""
+
+    def __init__(
+        self, status: int, message: str, reason: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.headers = dict(headers or {})
+
+
+def bad_request(message: str) -> HttpError:
+    """A 400 answer with reason ``bad_request``."""
+    return HttpError(400, message, "bad_request")
+
+
+@dataclass
+class Response:
+    """An answer: its status, JSON body and extra headers."""
+
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Request:
+    """A request as :class:`ServiceApp` sees it; ``read_body`` reads its body."""
+
+    method: str
+    target: str
+    headers: Message
+    read_body: Callable[[], bytes]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicate_members(pairs: list[tuple[str, Any]]) -> JsonObject:
+    result: JsonObject = {}
+    for name, value in pairs:
+        if name in result:
+            raise ValueError(f"member {name!r} appears twice")
+        result[name] = value
+    return result
+
+
+def _parse_object(body: bytes, *, empty_means: JsonObject | None = None) -> JsonObject:
+    if not body.strip() and empty_means is not None:
+        return dict(empty_means)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise bad_request("the body is not UTF-8") from err
+    try:
+        value = json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_members
+        )
+    except (ValueError, RecursionError) as err:
+        raise bad_request(f"the body is not valid JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise bad_request(f"the body must be a JSON object, not {json_type(value)}")
+    return value
+
+
+def _check_fields(fields: Sequence[Field], payload: JsonObject) -> JsonObject:
+    names = [f.name for f in fields]
+    unknown = sorted(set(payload) - set(names))
+    if unknown:
+        raise bad_request(f"unknown field(s) {', '.join(map(repr, unknown))}; expected {names}")
+    values: JsonObject = {}
+    for f in fields:
+        value = payload.get(f.name)
+        if value is None:
+            if f.required:
+                raise bad_request(f"missing field {f.name!r}")
+            values[f.name] = None
+            continue
+        problem = f.problem(value)
+        if problem is not None:
+            raise bad_request(f"field {f.name!r} {problem}")
+        values[f.name] = value
+    return values
+
+
+def _split_path(target: str) -> list[str]:
+    path = urllib.parse.urlsplit(target).path
+    if not path.startswith("/"):
+        raise HttpError(404, f"no such path: {target!r}", "no_route")
+    parts = path[1:].split("/")
+    if parts and parts[-1] == "":
+        parts.pop()
+    try:
+        return [urllib.parse.unquote(p, errors="strict") for p in parts]
+    except UnicodeDecodeError as err:
+        raise bad_request("the path is not valid percent-encoded UTF-8") from err
+
+
+def _only(method: str, *allowed: str) -> None:
+    if method not in allowed:
+        raise HttpError(
+            405,
+            f"method {method} is not allowed here; use {' or '.join(allowed)}",
+            "method_not_allowed",
+            {"Allow": ", ".join(allowed)},
+        )
+
+
+class ServiceApp:
+    """The request logic of one service, independent of the socket handling.
+
+    Args:
+        spec: The service.
+        store: Its open database.
+        lookup: Whether ``GET /<collection>/by-key/<key>`` is offered (else 501).
+        fail_times: How many create requests fail on purpose.
+        fail_mode: ``before`` (nothing written) or ``after`` (written) the commit.
+        fail_actions: How many action requests (``POST /<c>/<id>/<action>``)
+            fail on purpose with 503, before anything is applied.
+        db_path: Shown by ``GET /``.
+    """
+
+    def __init__(
+        self,
+        spec: ServiceSpec,
+        store: Store,
+        *,
+        lookup: bool = True,
+        fail_times: int = 0,
+        fail_mode: FailMode = "before",
+        fail_actions: int = 0,
+        db_path: str = "",
+    ) -> None:
+        self.spec = spec
+        self.store = store
+        self.lookup = lookup
+        self.fail_mode: FailMode = fail_mode
+        self.db_path = db_path
+        self._failures_left = fail_times
+        self._action_failures_left = fail_actions
+        self._fail_lock = threading.Lock()
+        self._resources = {r.collection: r for r in spec.resources}
+
+    def _take_action_failure(self) -> bool:
+        with self._fail_lock:
+            if self._action_failures_left <= 0:
+                return False
+            self._action_failures_left -= 1
+            return True
+
+    def _take_failure(self) -> bool:
+        with self._fail_lock:
+            if self._failures_left <= 0:
+                return False
+            self._failures_left -= 1
+            return True
+
+    def handle(self, request: Request) -> Response:
+        """Answers one request; never raises for bad input."""
+        try:
+            return self._route(request)
+        except HttpError as err:
+            return Response(err.status, {"error": err.message, "reason": err.reason}, err.headers)
+        except Rejected as err:
+            return Response(err.status, {"error": err.message, "reason": err.reason})
+        except StoreClosed:
+            return Response(503, {"error": "the service is shutting down", "reason": "shutdown"})
+
+    def _route(self, request: Request) -> Response:
+        method = request.method
+        segments = _split_path(request.target)
+        if not segments:
+            _only(method, "GET")
+            return Response(200, self._info())
+        resource = self._resources.get(segments[0])
+        if resource is None:
+            known = sorted(self._resources)
+            raise HttpError(
+                404, f"no such collection {segments[0]!r}; this service has {known}", "no_route"
+            )
+        rest = segments[1:]
+        if not rest:
+            _only(method, "GET", "POST")
+            if method == "POST":
+                return self._create(request, resource)
+            return Response(200, self.store.items(resource.collection))
+        if rest == ["count"]:
+            _only(method, "GET")
+            return Response(200, {"count": self.store.count(resource.collection)})
+        if rest[0] == "by-key" and len(rest) == 2:
+            _only(method, "GET")
+            return self._by_key(resource, rest[1])
+        if len(rest) == 1 and rest[0] != "by-key":
+            _only(method, "GET")
+            item = self.store.get(resource.collection, rest[0])
+            if item is None:
+                raise HttpError(404, f"no {resource.noun} with id {rest[0]!r}", "not_found")
+            return Response(200, item)
+        if len(rest) == 2 and resource.action(rest[1]) is not None:
+            _only(method, "POST")
+            return self._act(request, resource, rest[0], rest[1])
+        raise HttpError(404, f"no such path: {request.target!r}", "no_route")
+
+    def _info(self) -> JsonObject:
+        return {
+            "service": self.spec.name,
+            "collections": [r.collection for r in self.spec.resources],
+            "lookup": self.lookup,
+            "pid": os.getpid(),
+            "db": self.db_path,
+        }
+
+    @staticmethod
+    def _key_from(request: Request) -> str:
+        keys = request.headers.get_all("Idempotency-Key") or []
+        if not keys:
+            raise bad_request("the Idempotency-Key header is required")
+        if len(keys) > 1:
+            raise bad_request("send exactly one Idempotency-Key header")
+        key = str(keys[0])
+        problem = key_problem(key)
+        if problem is not None:
+            raise bad_request(problem)
+        return key
+
+    def _create(self, request: Request, resource: Resource) -> Response:
+        body = request.read_body()  # first, so that no answer leaves a body unread
+        key = self._key_from(request)
+        values = _check_fields(resource.fields, _parse_object(body))
+        if resource.validate is not None:
+            resource.validate(values)
+        fail = self._take_failure()
+        if fail and self.fail_mode == "before":
+            return Response(
+                503, {"error": "injected failure before the write", "reason": "injected_failure"}
+            )
+        item, created = self.store.create(
+            resource.collection, key, lambda: resource.new_item(values, key)
+        )
+        if fail:
+            return Response(
+                503, {"error": "injected failure after the write", "reason": "injected_failure"}
+            )
+        replayed = {"Idempotent-Replayed": "false" if created else "true"}
+        return Response(201 if created else 200, item, replayed)
+
+    def _by_key(self, resource: Resource, key: str) -> Response:
+        if not self.lookup:
+            raise HttpError(
+                501,
+                f"this service offers no lookup of {resource.collection} by idempotency key",
+                "lookup_unavailable",
+            )
+        problem = key_problem(key)
+        if problem is not None:
+            raise bad_request(problem)
+        item = self.store.by_key(resource.collection, key)
+        if item is None:
+            raise HttpError(404, f"no {resource.noun} with this idempotency key", "not_found")
+        return Response(200, item)
+
+    def _act(self, request: Request, resource: Resource, item_id: str, name: str) -> Response:
+        body = request.read_body()
+        key = self._key_from(request)
+        action = resource.action(name)
+        assert action is not None
+        values = _check_fields(action.fields, _parse_object(body, empty_means={}))
+        if self._take_action_failure():
+            return Response(
+                503, {"error": "injected failure before the action", "reason": "injected_failure"}
+            )
+        try:
+            answer, applied = self.store.act(
+                resource.collection, item_id, name, key, lambda item: action.apply(item, values)
+            )
+        except NotFound:
+            raise HttpError(404, f"no {resource.noun} with id {item_id!r}", "not_found") from None
+        return Response(200, answer, {"Idempotent-Replayed": "false" if applied else "true"})

@@ -1,0 +1,292 @@
+"""Clients of the fake services: what an agent's tools (and the tests) call.
+
+Synchronous ``urllib``, short timeouts, never through a proxy.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from email.message import Message
+from typing import Any
+
+from durable_adk.testing.fakes.protocol import JsonObject, key_problem
+
+__all__ = [
+    "BillingClient",
+    "LookupUnavailable",
+    "NotificationClient",
+    "ResourceClient",
+    "ServiceError",
+    "ServiceUnreachable",
+    "as_object",
+    "request_json",
+]
+
+
+class ServiceError(Exception):
+    """A service answered with a status other than 2xx, or did not answer.
+
+    Attributes:
+        status: The HTTP status, or None if no answer arrived.
+        body: The answer's JSON (usually ``{"error": ..., "reason": ...}``), its
+            text if it was not JSON, or a description of the transport error.
+        request: ``"METHOD url"`` of the failed request.
+    """
+
+    def __init__(self, status: int | None, body: Any, *, request: str = "") -> None:
+        self.status = status
+        self.body = body
+        self.request = request
+        what = "no answer" if status is None else f"HTTP {status}"
+        super().__init__(f"{request}: {what}: {body}" if request else f"{what}: {body}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.status, self.body), {"request": self.request})
+
+    @property
+    def reason(self) -> str | None:
+        """The answer's ``reason`` code, if it had one."""
+        if isinstance(self.body, dict):
+            value = self.body.get("reason")
+            return value if isinstance(value, str) else None
+        return None
+
+
+class ServiceUnreachable(ServiceError):
+    """No answer arrived (refused, reset, timed out): a create may or may not have happened."""
+
+
+class LookupUnavailable(ServiceError):
+    """The service offers no lookup by idempotency key (it answered 501)."""
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def _decode(data: bytes) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return data.decode("utf-8", errors="replace")
+
+
+def request_json(
+    method: str,
+    url: str,
+    *,
+    payload: JsonObject | None = None,
+    idempotency_key: str | None = None,
+    timeout: float = 5.0,
+) -> tuple[int, Any, Message]:
+    """Sends one JSON request and returns the status, decoded body and headers.
+
+    Any HTTP answer is returned, whatever its status.
+
+    Raises:
+        ServiceUnreachable: No answer arrived.
+    """
+    data = None if payload is None else json.dumps(payload, allow_nan=True).encode("utf-8")
+    headers = {"Accept": "application/json"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with _OPENER.open(request, timeout=timeout) as answer:
+            return int(answer.status), _decode(answer.read()), answer.headers
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, _decode(err.read()), err.headers
+    except (OSError, http.client.HTTPException) as err:
+        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+        raise ServiceUnreachable(None, str(reason), request=f"{method} {url}") from err
+
+
+def as_object(body: Any, request: str) -> JsonObject:
+    """``body`` if it is a JSON object; else :class:`ServiceError` naming ``request``."""
+    if not isinstance(body, dict):
+        raise ServiceError(200, body, request=f"{request} (expected a JSON object)")
+    return body
+
+
+class ResourceClient:
+    """Calls one collection of a fake service; the typed clients build on it.
+
+    Args:
+        base_url: The service's URL, e.g. ``http://127.0.0.1:8123``.
+        collection: The collection, e.g. ``invoices``.
+        timeout: Seconds to wait for each answer.
+    """
+
+    def __init__(self, base_url: str, collection: str, *, timeout: float = 5.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.collection = collection
+        self.timeout = timeout
+
+    def _url(self, *segments: str) -> str:
+        quoted = [urllib.parse.quote(s, safe="") for s in (self.collection, *segments)]
+        return f"{self.base_url}/{'/'.join(quoted)}"
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        problem = key_problem(key)
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _post(self, url: str, payload: JsonObject, key: str) -> JsonObject:
+        self._check_key(key)
+        status, body, _ = request_json(
+            "POST", url, payload=payload, idempotency_key=key, timeout=self.timeout
+        )
+        if not 200 <= status < 300:
+            raise ServiceError(status, body, request=f"POST {url}")
+        return as_object(body, f"POST {url}")
+
+    def _get_optional(self, url: str) -> JsonObject | None:
+        status, body, _ = request_json("GET", url, timeout=self.timeout)
+        if status == 404 and isinstance(body, dict) and body.get("reason") == "not_found":
+            return None
+        if status == 501:
+            raise LookupUnavailable(status, body, request=f"GET {url}")
+        if not 200 <= status < 300:
+            raise ServiceError(status, body, request=f"GET {url}")
+        return as_object(body, f"GET {url}")
+
+    def create(self, payload: JsonObject, idempotency_key: str) -> JsonObject:
+        """Creates an item (or gets the one already made under this key).
+
+        Raises:
+            ValueError: The key is not acceptable (nothing was sent).
+            ServiceError: The answer was not 2xx.
+            ServiceUnreachable: No answer; the item may or may not exist.
+        """
+        return self._post(self._url(), payload, idempotency_key)
+
+    def find(self, idempotency_key: str) -> JsonObject | None:
+        """The item created under this key, or None if there is none.
+
+        Raises:
+            LookupUnavailable: The service offers no lookup by key.
+            ServiceError: Any other non-2xx answer.
+        """
+        self._check_key(idempotency_key)
+        return self._get_optional(self._url("by-key", idempotency_key))
+
+    def get(self, item_id: str) -> JsonObject | None:
+        """The item with this generated id, or None."""
+        return self._get_optional(self._url(item_id))
+
+    def act(
+        self, item_id: str, action: str, idempotency_key: str, payload: JsonObject | None = None
+    ) -> JsonObject:
+        """Applies an action to an item once per key; returns the changed item."""
+        return self._post(self._url(item_id, action), payload or {}, idempotency_key)
+
+    def count(self) -> int:
+        """How many items the collection holds."""
+        url = self._url("count")
+        status, body, _ = request_json("GET", url, timeout=self.timeout)
+        if status != 200 or not isinstance(body, dict) or not isinstance(body.get("count"), int):
+            raise ServiceError(status, body, request=f"GET {url}")
+        return int(body["count"])
+
+    def items(self) -> list[JsonObject]:
+        """Every item of the collection, oldest first."""
+        url = self._url()
+        status, body, _ = request_json("GET", url, timeout=self.timeout)
+        if status != 200 or not isinstance(body, list):
+            raise ServiceError(status, body, request=f"GET {url}")
+        return [as_object(item, f"GET {url}") for item in body]
+
+
+class BillingClient:
+    """The billing service as an agent's tool sees it.
+
+    Args:
+        base_url: The service's URL.
+        timeout: Seconds to wait for each answer.
+    """
+
+    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
+        self.invoices = ResourceClient(base_url, "invoices", timeout=timeout)
+
+    def create_invoice(
+        self,
+        invoice_id: str,
+        customer: str,
+        amount: float,
+        idempotency_key: str,
+        summary: str | None = None,
+    ) -> JsonObject:
+        """Creates an invoice, or returns the one already made under this key.
+
+        Returns:
+            The invoice: ``id``, ``invoice_id``, ``customer``, ``amount``,
+            ``summary``, ``status``, ``idempotency_key``, ``created_at``.
+
+        Raises:
+            ServiceError: The answer was not 2xx (e.g. 400 for bad input).
+            ServiceUnreachable: No answer; the invoice may or may not exist.
+        """
+        payload: JsonObject = {"invoice_id": invoice_id, "customer": customer, "amount": amount}
+        if summary is not None:
+            payload["summary"] = summary
+        return self.invoices.create(payload, idempotency_key)
+
+    def find_invoice(self, idempotency_key: str) -> JsonObject | None:
+        """The invoice created under this key, or None.
+
+        Raises:
+            LookupUnavailable: The service offers no lookup by key.
+            ServiceError: Any other non-2xx answer.
+        """
+        return self.invoices.find(idempotency_key)
+
+    def get_invoice(self, id: str) -> JsonObject | None:
+        """The invoice with this generated id, or None."""
+        return self.invoices.get(id)
+
+    def void_invoice(self, id: str, idempotency_key: str, reason: str | None = None) -> JsonObject:
+        """Voids an invoice (a saga's compensation); returns it with ``status: void``.
+
+        Raises:
+            ServiceError: 404 if there is no such invoice, 409 if it was already
+                voided under another key.
+        """
+        payload: JsonObject = {} if reason is None else {"reason": reason}
+        return self.invoices.act(id, "void", idempotency_key, payload)
+
+
+class NotificationClient:
+    """The notifications service as an agent's tool sees it.
+
+    Args:
+        base_url: The service's URL.
+        timeout: Seconds to wait for each answer.
+    """
+
+    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
+        self.notifications = ResourceClient(base_url, "notifications", timeout=timeout)
+
+    def send(self, to: str, message: str, idempotency_key: str) -> JsonObject:
+        """Sends a notification, or returns the one already sent under this key.
+
+        Raises:
+            ServiceError: The answer was not 2xx.
+            ServiceUnreachable: No answer; it may or may not have been sent.
+        """
+        return self.notifications.create({"to": to, "message": message}, idempotency_key)
+
+    def find(self, idempotency_key: str) -> JsonObject | None:
+        """The notification sent under this key, or None.
+
+        Raises:
+            LookupUnavailable: The service offers no lookup by key.
+            ServiceError: Any other non-2xx answer.
+        """
+        return self.notifications.find(idempotency_key)
