@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 from google.genai import types
 
@@ -419,6 +420,42 @@ async def test_submit_claims_a_new_run_at_once_and_queues_behind_a_busy_one(
     monkeypatch.undo()
     assert texts(await load(store, "shop")) == ["first", "one", "second", "two"]
     assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE] * 2
+
+
+async def test_a_session_made_for_a_queued_run_is_read_when_its_turn_comes(
+    store: Store,
+) -> None:
+    """A queued run must not trust the session it made: others write before its turn."""
+    runner = two_turn_runner(store, "w1")
+    # A run of the session is RUNNING although the session row is gone (deleted
+    # while its run was live): the next start makes the row, but must wait.
+    ahead, ahead_content = await runner.submit(user_id="u", session_id="s", message="first")
+    await DurableSessionService(store).delete_session(app_name="shop", user_id="u", session_id="s")
+    runner.sessions.distrust(("shop", "u", "s"))
+    second, second_content = await runner.submit(user_id="u", session_id="s", message="second")
+    assert second.status is RunStatus.QUEUED
+    key = ("shop", "u", "s")
+    cached = runner.sessions._cache.get(key)
+    assert cached is None or not cached.trusted
+    # Meanwhile another service writes to the new row: our cache cannot know.
+    reader = DurableSessionService(store)
+    fresh = await reader.get_session(app_name="shop", user_id="u", session_id="s")
+    assert fresh is not None
+    await reader.append_event(
+        fresh,
+        Event(
+            author="user",
+            invocation_id="inv-x",
+            content=types.Content(role="user", parts=[types.Part(text="meanwhile")]),
+        ),
+    )
+    assert await runner.ledger.finish(ahead.lease, RunStatus.DONE)
+    claimed = await runner.wait_for_turn(second)
+    async for _ in runner.drive(claimed, second_content, resume=False):
+        pass
+    # ADK saw the event written meanwhile: the turn's read went to the store.
+    assert texts(await load(store, "shop")) == ["meanwhile", "second", "one"]
+    assert ahead_content.parts and ahead_content.parts[0].text == "first"
 
 
 async def test_wait_for_turn_claims_a_running_run_of_another_worker_only_by_queue(

@@ -344,7 +344,12 @@ class DurableRunner:
                 now=now,
             )
             if started is not None:
-                if started.created_session_pk is not None:
+                # Trusted only while this run holds the new session: a run that
+                # waits QUEUED reads it when its turn comes.
+                if (
+                    started.created_session_pk is not None
+                    and started.run.status is RunStatus.RUNNING
+                ):
                     self.sessions.adopt_created(
                         (self.app_name, user_id, session_id),
                         pk=started.created_session_pk,
