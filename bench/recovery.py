@@ -356,7 +356,8 @@ async def profile_recovery(
     url = pg.create_database("rec_profile", template=template)
     async with open_store(url) as store:
         runner = make_runner(store, "profiler")
-        sweeper = Sweeper(runner, batch=p.batch)
+        # One run at a time, so a query's time is its own, not its neighbours' too.
+        sweeper = Sweeper(runner, batch=p.batch, concurrency=1)
         await sweeper.recover_once()  # warm-up
         with StoreCalls(store) as calls:
             t0 = time.perf_counter()
@@ -618,7 +619,8 @@ async def run(quick: bool = False) -> str:
         f"order ({p.rounds} round{'s' if p.rounds > 1 else ''}). A worker "
         "(`python -m bench.recovery_worker URL WORKER_ID`) imports, opens its store, makes "
         "one warm-up run, waits for the start signal, then loops "
-        f"`Sweeper(runner, batch={p.batch}).recover_once()` until a pass claims nothing. "
+        f"`Sweeper(runner, batch={p.batch}).recover_once()` (default concurrency: 4 runs of a "
+        "pass recovered side by side) until a pass claims nothing. "
         "*runs/s* = runs / (last worker's end - first worker's start); per worker = its runs "
         "/ its own span. CPU: the workers' own process time; the server's from /proc "
         "(postmaster with reaped children, plus live children: backends, WAL writer, "
@@ -641,23 +643,32 @@ async def run(quick: bool = False) -> str:
         "CPU per recovered run (median over rounds). A recovery is CPU work in the worker "
         "(ADK re-driving the invocation, our session service and ledger, the driver) plus "
         f"CPU in the PostgreSQL server ({calls_per_run:.1f} statements per run, most of them "
-        f"commits). One worker keeps {one_worker_cores:.2f} of a core busy: the rest of the "
-        "time it waits for its round trips, one at a time, and the machine has a core to "
-        "spare, which a second worker fills (its waits overlap the first one's work). Per "
-        f"worker, the rate cannot exceed 1 / worker CPU per run = 1 / {fmt_ms(w1_cpu)} = "
-        f"**{1 / w1_cpu:.0f} runs/s** even with a whole core and no wait, so >= 100 runs/s "
-        f"per worker needs the worker's CPU per run below 10 ms. With {cores} cores shared "
-        "by the workers and the server, the machine cannot exceed cores / total CPU per run "
-        f"(two-worker figures) = {cores} / {fmt_ms(w2_cpu + s2_cpu)} = "
-        f"**{cpu_bound:.0f} runs/s**, **{cpu_bound / one_rate:.2f}x** the one-worker rate: "
-        "a third worker would add little on this machine."
+        f"commits). One worker keeps {one_worker_cores:.2f} of a core busy"
+        + (
+            " (it recovers several runs of a pass side by side, so one run's round trips "
+            "overlap another's work): it is bound by its own CPU."
+            if one_worker_cores > 0.85
+            else ": the rest of the time it waits for its round trips."
+        )
+        + " Per worker, the rate cannot exceed 1 / worker CPU per run = 1 / "
+        f"{fmt_ms(w1_cpu)} = **{1 / w1_cpu:.0f} runs/s** even with a whole core and no "
+        "wait, so >= 100 runs/s per worker needs the worker's CPU per run below 10 ms. With "
+        f"{cores} cores shared by the workers and the server, the machine cannot exceed "
+        "cores / total CPU per run (two-worker figures) = "
+        f"{cores} / {fmt_ms(w2_cpu + s2_cpu)} = **{cpu_bound:.0f} runs/s**, "
+        f"**{cpu_bound / one_rate:.2f}x** the one-worker rate: that bounds the two-worker "
+        "ratio on this machine, whatever the code. The faster one worker is, the lower this "
+        "bound: one worker and its share of the server already use "
+        f"{one_worker_cores + s1_cpu * one_rate:.2f} of the {cores} cores."
     )
     out.append(cpu_table)
     out.append("### Where a recovery spends its time")
     out.append(
-        f"In-process (no subprocess), on another copy of the fixture: store round trips per "
-        f"recovered run over {p.profile_passes} passes of {p.batch}, by named query; then a "
-        f"cProfile of {p.profile_passes} more passes ({profiled} runs). Event-loop thread only."
+        f"In-process (no subprocess), on another copy of the fixture, with one run at a time "
+        f"(`concurrency=1`, so a query's time is not shared with its neighbours): store round "
+        f"trips per recovered run over {p.profile_passes} passes of {p.batch}, by named query; "
+        f"then a cProfile of {p.profile_passes} more passes ({profiled} runs). Event-loop "
+        "thread only."
     )
     out.append(breakdown)
     out.append(

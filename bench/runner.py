@@ -584,8 +584,9 @@ async def run(quick: bool = False) -> str:
     for backend, text in breakdowns.items():
         out.append(f"**{backend}**\n\n{text}")
     out.append(
-        "cProfile of DurableRunner runs (event-loop thread only: a SQLite hop's time on the "
-        "database thread appears as `select.epoll.poll`). Paths shortened."
+        "cProfile of DurableRunner runs (event-loop thread only; SQLite's appends and ledger "
+        "writes run on that thread, as `inline` units, so their commits show up as "
+        "`sqlite3.Connection.execute`). Paths shortened."
     )
     for backend, text in profiles.items():
         out.append(

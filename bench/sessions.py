@@ -1050,8 +1050,9 @@ def _markdown(
     out.append(turn_tab)
     out.append("### Where ours spends time (cProfile)")
     out.append(
-        "Event-loop thread only: a SQLite hop's time on the database thread appears as "
-        "`select.epoll.poll` (waiting). Paths shortened."
+        "Event-loop thread only. SQLite appends run on that thread (`inline` units: their "
+        "commits show up as `sqlite3.Connection.execute`); a read's time on the database "
+        "thread appears as `select.epoll.poll` (waiting). Paths shortened."
     )
     for title, text in profiles.items():
         out.append(f"<details><summary>{title}</summary>\n\n```\n{text}\n```\n\n</details>")
