@@ -259,7 +259,7 @@ keys = st.sampled_from(["a", "b", "c", "d", "app:x", "user:y", "temp:z"])
 values = st.one_of(
     st.none(),
     st.integers(-5, 5),
-    st.text(st.characters(blacklist_characters="\x00"), max_size=3),
+    st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=3),
     st.lists(st.integers(), max_size=2),
 )
 deltas = st.dictionaries(keys, values, max_size=3)

@@ -12,6 +12,7 @@ import pytest
 from svc_support import Service, parse_sse
 
 from durable_adk import webhooks
+from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobTable
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.sagas import SagaLedger
@@ -298,6 +299,17 @@ async def test_metrics_count_runs_recoveries_and_lost_leases(
     monkeypatch.setenv("DURABLE_ADK_DEMO_TOOL_SECONDS", "3")
     slow = await start(service, "m3")
     await wait_status(service, slow["run"]["run_id"], "RUNNING")
+    # RUNNING from the moment it is recorded: wait until its tool is at work.
+    reader = DurableSessionService(service.store)
+    deadline = time.monotonic() + 10
+    while True:
+        session = await reader.get_session(
+            app_name="stock_assistant", user_id="u1", session_id="m3"
+        )
+        if session is not None and any(e.get_function_calls() for e in session.events):
+            break
+        assert time.monotonic() < deadline, "the slow run never called its tool"
+        await asyncio.sleep(0.05)
     await ledger.backdate(slow["run"]["run_id"], 3600)
     stolen = await RunLedger(service.store, lease_seconds=60).claim_expired("thief")
     assert [r.run_id for r in stolen] == [slow["run"]["run_id"]]
