@@ -233,22 +233,35 @@ class RunLedger:
         run_id: str | None = None,
     ) -> Run:
         """Records a run (QUEUED, leased by ``owner``) before anything drives it."""
-        _check_names(app_name=app_name, user_id=user_id, session_id=session_id, owner=owner)
         row = await self.store.fetchrow(
             "run_submit",
-            {
-                "run_id": run_id or f"run-{uuid.uuid4().hex}",
-                "app_name": app_name,
-                "user_id": user_id,
-                "session_id": session_id,
-                "invocation_id": invocation_id or f"e-{uuid.uuid4()}",
-                "request": json.dumps(request),
-                "owner": owner,
-                "lease": self.lease_seconds,
-            },
+            self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id),
         )
         assert row is not None
         return Run.from_row(row)
+
+    def _new_run(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        request: Mapping[str, Any],
+        owner: str,
+        invocation_id: str | None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The checked columns of a new run (ids chosen here when not given)."""
+        _check_names(app_name=app_name, user_id=user_id, session_id=session_id, owner=owner)
+        return {
+            "run_id": run_id or f"run-{uuid.uuid4().hex}",
+            "app_name": app_name,
+            "user_id": user_id,
+            "session_id": session_id,
+            "invocation_id": invocation_id or f"e-{uuid.uuid4()}",
+            "request": json.dumps(request),
+            "owner": owner,
+            "lease": self.lease_seconds,
+        }
 
     async def start(
         self,
@@ -277,22 +290,10 @@ class RunLedger:
             worker started a run of the same session at the same instant (the
             caller then submits and waits its turn).
         """
-        _check_names(app_name=app_name, user_id=user_id, session_id=session_id, owner=owner)
+        params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id)
         try:
             row = await self.store.fetchrow(
-                "run_start",
-                {
-                    "run_id": f"run-{uuid.uuid4().hex}",
-                    "app_name": app_name,
-                    "user_id": user_id,
-                    "session_id": session_id,
-                    "invocation_id": invocation_id or f"e-{uuid.uuid4()}",
-                    "request": json.dumps(request),
-                    "owner": owner,
-                    "lease": self.lease_seconds,
-                    "backoff": self.backoff_seconds,
-                    "now": now,
-                },
+                "run_start", {**params, "backoff": self.backoff_seconds, "now": now}
             )
         except errors.UniqueViolation:
             return None
