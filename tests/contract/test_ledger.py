@@ -15,11 +15,11 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.recovery import Recovery, Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.demo import recovery_demo as demo
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
 
@@ -301,3 +301,40 @@ async def test_a_sweep_recovers_its_claimed_runs_side_by_side_in_claim_order(
         assert {e.invocation_id for e in session.events} == {run.invocation_id}
         texts = [e.content.parts[0].text for e in session.events if e.content and e.content.parts]
         assert texts == [f"question {i}", None, None, "found it"]
+
+
+async def test_a_failing_recovery_fails_the_pass_only_after_the_others_end(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One run's recovery raising must not leave the pass's other recoveries running unseen."""
+    agent = LlmAgent(name="assistant", model=ScriptedModel({"assistant": [Say("hello")]}))
+    runner = DurableRunner(app=agent, app_name="shop", store=store, worker_id="w1")
+    orphans = []
+    for i in range(3):
+        message = types.Content(role="user", parts=[types.Part(text=f"hi {i}")])
+        started = await runner.ledger.start(
+            app_name="shop",
+            user_id="u",
+            session_id=f"s{i}",
+            request=message.model_dump(mode="json", exclude_none=True),
+            owner="dead",
+            now=await store.now(),
+        )
+        assert started is not None
+        await runner.ledger.backdate(started.run.run_id, 3600)
+        orphans.append(started.run.run_id)
+    sweeper = Sweeper(runner, batch=3, concurrency=3)
+    recover = sweeper._recover
+
+    async def first_one_breaks(run: Run) -> Recovery:
+        if run.run_id == orphans[0]:
+            raise errors.StoreUnavailable("the database went away")
+        await asyncio.sleep(0.2)  # still at work when the first one fails
+        return await recover(run)
+
+    monkeypatch.setattr(sweeper, "_recover", first_one_breaks)
+    with pytest.raises(errors.StoreUnavailable):
+        await sweeper.recover_once()
+    runs = {r.run_id: r for r in await runner.ledger.list_runs()}
+    assert runs[orphans[0]].status is RunStatus.RUNNING  # claimed; retried after its lease
+    assert [runs[r].status for r in orphans[1:]] == [RunStatus.DONE, RunStatus.DONE]

@@ -119,8 +119,13 @@ class Sweeper:
             async with slots:
                 return await self._recover_in_span(run)
 
-        results = await asyncio.gather(*(one(run) for run in claimed))
-        return [r for r in results if r is not None]
+        # Every claimed run's recovery ends before the pass does; a failure
+        # (the store going away, say) is raised once they all have.
+        results = await asyncio.gather(*(one(run) for run in claimed), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [r for r in results if isinstance(r, Recovery)]
 
     async def _recover_in_span(self, run: Run) -> Recovery | None:
         try:
