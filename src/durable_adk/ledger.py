@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from durable_adk import errors
+from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
 
 
@@ -130,15 +131,6 @@ class Started:
     created_session_pk: int | None
     app_state: str | None
     user_state: str | None
-
-
-def _check_names(**names: object) -> None:
-    # The session service's rule for ids, so a run never names a session it refuses.
-    for name, value in names.items():
-        if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
-            raise errors.InvalidArgument(
-                f"{name} must be a non-empty string of at most 512 characters without NUL"
-            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +243,13 @@ class RunLedger:
         run_id: str | None = None,
     ) -> dict[str, Any]:
         """The checked columns of a new run (ids chosen here when not given)."""
-        _check_names(app_name=app_name, user_id=user_id, session_id=session_id, owner=owner)
+        for name, value in (
+            ("app_name", app_name),
+            ("user_id", user_id),
+            ("session_id", session_id),
+            ("owner", owner),
+        ):
+            check_id(name, value)
         return {
             "run_id": run_id or f"run-{uuid.uuid4().hex}",
             "app_name": app_name,

@@ -51,6 +51,7 @@ from typing_extensions import override
 from durable_adk import errors
 from durable_adk.adk.events import open_invocation_id
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
+from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
 
 _Key = tuple[str, str, str]
@@ -137,15 +138,6 @@ def _parse_marker(marker: str | None) -> tuple[int, int] | None:
     # DatabaseSessionService stores a timestamp) falls back to the events.
     match = re.fullmatch(r"(\d+):(\d+)", marker or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def _check_id(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
-        raise errors.InvalidArgument(
-            f"{name} must be a non-empty string of at most 512 characters without NUL, "
-            f"got {value!r:.80}"
-        )
-    return value
 
 
 class DurableSessionService(BaseSessionService):
@@ -262,11 +254,11 @@ class DurableSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
-        _check_id("app_name", app_name)
-        _check_id("user_id", user_id)
+        check_id("app_name", app_name)
+        check_id("user_id", user_id)
         if session_id is None or (isinstance(session_id, str) and not session_id.strip()):
             session_id = uuid.uuid4().hex
-        _check_id("session_id", session_id)
+        check_id("session_id", session_id)
         if state is not None and not isinstance(state, Mapping):
             raise errors.InvalidArgument(f"state must be a dict, got {type(state).__name__}")
         session_part, app_part, user_part = split_delta(state)
@@ -334,8 +326,8 @@ class DurableSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        key = (_check_id("app_name", app_name), _check_id("user_id", user_id), session_id)
-        _check_id("session_id", session_id)
+        key = (check_id("app_name", app_name), check_id("user_id", user_id), session_id)
+        check_id("session_id", session_id)
         cached = self._cache.get(key)
         if cached is not None and cached.trusted:
             cached.trusted = False
@@ -447,9 +439,9 @@ class DurableSessionService(BaseSessionService):
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
-        _check_id("app_name", app_name)
+        check_id("app_name", app_name)
         if user_id is not None:
-            _check_id("user_id", user_id)
+            check_id("user_id", user_id)
         rows = await self.store.fetch("list_sessions", {"app_name": app_name, "user_id": user_id})
         app_state = _loads_state(await self.store.fetchval("get_app_state", {"app_name": app_name}))
         user_states = {
@@ -488,7 +480,7 @@ class DurableSessionService(BaseSessionService):
             ("user_id", user_id),
             ("session_id", session_id),
         ):
-            _check_id(name, value)
+            check_id(name, value)
         await self.store.execute(
             "delete_session", {"app_name": app_name, "user_id": user_id, "session_id": session_id}
         )
