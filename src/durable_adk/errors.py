@@ -61,6 +61,10 @@ class Fenced(DurableError):
     """The write was refused: this worker no longer owns the run (its fencing epoch is old)."""
 
 
+class RunInterrupted(DurableError):
+    """The run met a transient fault and was handed back: recovery finishes it after a back-off."""
+
+
 class LookupUnavailable(DurableError):
     """The outside system cannot be asked whether an effect happened (it offers no lookup)."""
 
