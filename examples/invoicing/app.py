@@ -39,11 +39,15 @@ from google.adk.runners import Runner
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
-from durable_adk import errors
-from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.adk.tools import attempt_of, journaled
-from durable_adk.store import Store, open_store
+from durable_adk import (
+    DurableRunner,
+    DurableSessionService,
+    Store,
+    attempt_of,
+    errors,
+    journaled,
+    open_store,
+)
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from durable_adk.testing.scripted_model import Turn

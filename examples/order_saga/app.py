@@ -36,11 +36,16 @@ from google.adk.runners import Runner
 from google.genai import types
 from typing_extensions import override
 
-from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.saga_agent import SagaSequence, SagaStage, SagaSweeper
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.adk.tools import attempt_in
-from durable_adk.store import Store, open_store
+from durable_adk import (
+    DurableRunner,
+    DurableSessionService,
+    SagaSequence,
+    SagaStage,
+    SagaSweeper,
+    Store,
+    attempt_in,
+    open_store,
+)
 from durable_adk.testing import Say, ScriptedModel
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from durable_adk.testing.services import ResourceClient, ServiceError

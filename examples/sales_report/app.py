@@ -43,12 +43,19 @@ from google.adk.agents import BaseAgent, LlmAgent, SequentialAgent
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 
-from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
-from durable_adk.adk.resume import ExpirySweeper, Resumer, reattach_open_calls
-from durable_adk.adk.runner import DurableRunner
-from durable_adk.jobs import Job, JobTable
-from durable_adk.ledger import RunStatus
-from durable_adk.store import Store, open_store
+from durable_adk import (
+    DurableLongRunningTool,
+    DurableRunner,
+    ExpirySweeper,
+    Job,
+    JobTable,
+    Resumer,
+    RunStatus,
+    Store,
+    long_running_tool,
+    open_store,
+    reattach_open_calls,
+)
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient

@@ -1,5 +1,213 @@
-"""durable-adk: Google ADK agents that survive crashes."""
+"""durable-adk: Google ADK agents that survive crashes.
+
+The public API is what this module exports (``__all__``, snapshot-tested in
+tests/unit/test_public_api.py); everything else is internal and may change.
+Names are imported lazily, on first use: ``import durable_adk`` needs no ADK,
+and the framework-agnostic core (the store, the run ledger, the journal, the
+job table, the saga ledger, the errors) works without it. The ADK layer
+(``DurableRunner``, ``DurableSessionService``, the tool decorators, the saga
+agents and the background loops) imports ``google.adk`` when one of its names
+is first used.
+
+Example::
+
+    from durable_adk import DurableRunner, journaled, open_store
+
+Errors are exported here too; ``durable_adk.errors`` holds every class.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# name -> "module" that defines it, or "module:attribute" where the public
+# name differs from the defining one. Core modules first (no ADK import), then the
+# ADK layer. Kept as data so the lazy loader, ``dir()`` and the snapshot test
+# read one list.
+_EXPORTS: dict[str, str] = {
+    # store
+    "open_store": "durable_adk.store",
+    "Store": "durable_adk.store",
+    "DEFAULT_URL": "durable_adk.store",
+    # run ledger
+    "RunLedger": "durable_adk.ledger",
+    "Run": "durable_adk.ledger",
+    "RunStatus": "durable_adk.ledger",
+    "DeadLetter": "durable_adk.ledger",
+    # journal
+    "Journal": "durable_adk.journal",
+    "JournalEntry": "durable_adk.journal",
+    "OutcomeUnknown": "durable_adk.journal",
+    # jobs
+    "JobTable": "durable_adk.jobs",
+    "Job": "durable_adk.jobs",
+    "JobState": "durable_adk.jobs",
+    "JobNotFound": "durable_adk.jobs",
+    # sagas (ledger half)
+    "SagaLedger": "durable_adk.sagas",
+    "SagaStatus": "durable_adk.sagas",
+    # webhooks
+    "webhooks": "durable_adk.webhooks",
+    "handle_job_webhook": "durable_adk.webhooks",
+    "WebhookError": "durable_adk.webhooks",
+    # errors
+    "errors": "durable_adk.errors",
+    "DurableError": "durable_adk.errors",
+    "InvalidArgument": "durable_adk.errors",
+    "StoreError": "durable_adk.errors",
+    "DatabaseBusy": "durable_adk.errors",
+    "StoreUnavailable": "durable_adk.errors",
+    "SchemaBehind": "durable_adk.errors",
+    "SchemaAhead": "durable_adk.errors",
+    "UnsupportedUrl": "durable_adk.errors",
+    "Fenced": "durable_adk.errors",
+    "RunInterrupted": "durable_adk.errors",
+    "LookupUnavailable": "durable_adk.errors",
+    "NotFound": "durable_adk.errors",
+    "Conflict": "durable_adk.errors",
+    "Draining": "durable_adk.errors",
+    # ADK layer (imports google.adk on first use)
+    "DurableRunner": "durable_adk.adk.runner",
+    "DurableSessionService": "durable_adk.adk.session_service",
+    "journaled": "durable_adk.adk.tools",
+    "attempt_of": "durable_adk.adk.tools",
+    "attempt_in": "durable_adk.adk.tools",
+    "long_running_tool": "durable_adk.adk.long_running",
+    "DurableLongRunningTool": "durable_adk.adk.long_running",
+    "reattach_open_calls": "durable_adk.adk.resume",
+    "register_session_uris": "durable_adk.adk.service_uri:register",
+    "SagaSequence": "durable_adk.adk.saga_agent",
+    "SagaStage": "durable_adk.adk.saga_agent",
+    "SagaSweeper": "durable_adk.adk.saga_agent",
+    "SagaFailed": "durable_adk.adk.saga_agent",
+    "SagaAborted": "durable_adk.adk.saga_agent",
+    "Sweeper": "durable_adk.adk.recovery",
+    "Recovery": "durable_adk.adk.recovery",
+    "OrphanClass": "durable_adk.adk.classify",
+    "Resumer": "durable_adk.adk.resume",
+    "ProgressSender": "durable_adk.adk.resume",
+    "ExpirySweeper": "durable_adk.adk.resume",
+}
+
+__all__ = [  # literal, so linters and type checkers read it; kept equal to _EXPORTS by a test
+    "DEFAULT_URL",
+    "Conflict",
+    "DatabaseBusy",
+    "DeadLetter",
+    "Draining",
+    "DurableError",
+    "DurableLongRunningTool",
+    "DurableRunner",
+    "DurableSessionService",
+    "ExpirySweeper",
+    "Fenced",
+    "InvalidArgument",
+    "Job",
+    "JobNotFound",
+    "JobState",
+    "JobTable",
+    "Journal",
+    "JournalEntry",
+    "LookupUnavailable",
+    "NotFound",
+    "OrphanClass",
+    "OutcomeUnknown",
+    "ProgressSender",
+    "Recovery",
+    "Resumer",
+    "Run",
+    "RunInterrupted",
+    "RunLedger",
+    "RunStatus",
+    "SagaAborted",
+    "SagaFailed",
+    "SagaLedger",
+    "SagaSequence",
+    "SagaStage",
+    "SagaStatus",
+    "SagaSweeper",
+    "SchemaAhead",
+    "SchemaBehind",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Sweeper",
+    "UnsupportedUrl",
+    "WebhookError",
+    "__version__",
+    "attempt_in",
+    "attempt_of",
+    "errors",
+    "handle_job_webhook",
+    "journaled",
+    "long_running_tool",
+    "open_store",
+    "reattach_open_calls",
+    "register_session_uris",
+    "webhooks",
+]
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'durable_adk' has no attribute {name!r}")
+    module, _, attribute = target.partition(":")
+    loaded = importlib.import_module(module)
+    # A module exported by name ("errors", "webhooks") is the module itself.
+    value = loaded if module.rsplit(".", 1)[-1] == name else getattr(loaded, attribute or name)
+    globals()[name] = value  # the next access skips this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
+    from durable_adk import errors, webhooks
+    from durable_adk.adk.classify import OrphanClass
+    from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
+    from durable_adk.adk.recovery import Recovery, Sweeper
+    from durable_adk.adk.resume import (
+        ExpirySweeper,
+        ProgressSender,
+        Resumer,
+        reattach_open_calls,
+    )
+    from durable_adk.adk.runner import DurableRunner
+    from durable_adk.adk.saga_agent import (
+        SagaAborted,
+        SagaFailed,
+        SagaSequence,
+        SagaStage,
+        SagaSweeper,
+    )
+    from durable_adk.adk.service_uri import register as register_session_uris
+    from durable_adk.adk.session_service import DurableSessionService
+    from durable_adk.adk.tools import attempt_in, attempt_of, journaled
+    from durable_adk.errors import (
+        Conflict,
+        DatabaseBusy,
+        Draining,
+        DurableError,
+        Fenced,
+        InvalidArgument,
+        LookupUnavailable,
+        NotFound,
+        RunInterrupted,
+        SchemaAhead,
+        SchemaBehind,
+        StoreError,
+        StoreUnavailable,
+        UnsupportedUrl,
+    )
+    from durable_adk.jobs import Job, JobNotFound, JobState, JobTable
+    from durable_adk.journal import Journal, JournalEntry, OutcomeUnknown
+    from durable_adk.ledger import DeadLetter, Run, RunLedger, RunStatus
+    from durable_adk.sagas import SagaLedger, SagaStatus
+    from durable_adk.store import DEFAULT_URL, Store, open_store
+    from durable_adk.webhooks import WebhookError, handle_job_webhook
