@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from durable_adk import errors
 from durable_adk.store.base import Params, Row, Store
 from durable_adk.store.migrate import check_schema, latest_version, upgrade
-from durable_adk.store.postgres import PostgresStore
 from durable_adk.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from durable_adk.store.postgres import PostgresStore
 
 DEFAULT_URL = "sqlite:///durable_adk.db"
 
@@ -54,7 +57,7 @@ async def connect(url: str = DEFAULT_URL, **options: int) -> Store:
             raise errors.UnsupportedUrl(f"{url!r} names no file: use sqlite:///path.db")
         return await SqliteStore(path, **options).open()
     if url.startswith(("postgresql://", "postgres://")):
-        return await PostgresStore(url, **options).open()
+        return await _postgres_store_class()(url, **options).open()
     raise errors.UnsupportedUrl(
         f"unsupported store URL {url!r}: use sqlite:///path or postgresql://..."
     )
@@ -76,3 +79,20 @@ async def open_store(
         yield store
     finally:
         await store.close()
+
+
+def _postgres_store_class() -> type[PostgresStore]:
+    """PostgresStore, imported on first use: asyncpg is the ``postgresql`` extra."""
+    try:
+        from durable_adk.store.postgres import PostgresStore
+    except ImportError as exc:  # asyncpg missing
+        raise errors.UnsupportedUrl(
+            f"PostgreSQL needs the asyncpg driver: pip install 'durable-adk[postgresql]' ({exc})"
+        ) from exc
+    return PostgresStore
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresStore":
+        return _postgres_store_class()
+    raise AttributeError(f"module 'durable_adk.store' has no attribute {name!r}")
