@@ -335,7 +335,30 @@ async def q6_workflow() -> None:
     )
 
 
+def q9_static_children() -> None:
+    from google.adk.tools.agent_tool import AgentTool
+    from google.adk.workflow import Workflow
+
+    from durable_adk.adk import agent_tree
+
+    m = ScriptedModel([Say("ok")])
+    child = LlmAgent(name="child", model=m, tools=[approve])
+    node = LlmAgent(name="node", model=m, tools=[charge, AgentTool(agent=child)])
+    flow = Workflow(name="flow", edges=[("START", node)])
+    assert [n.name for n in flow._iter_static_children()] == ["node"]
+    assert {agent_tree.tool_name(f.item) for f in agent_tree.tools(flow)} == {
+        "charge",
+        "child",
+        "approve",
+    }
+    ok(
+        "Q9 BaseNode._iter_static_children lists a Workflow's graph nodes; the agent-tree "
+        "walk reaches their tools and an AgentTool child's tools"
+    )
+
+
 async def main() -> None:
+    q9_static_children()
     await q1()
     await q2_q3_q4_q5()
     await q6()
