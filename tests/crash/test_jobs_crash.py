@@ -3,8 +3,9 @@
 The report builder is a real process that posts signed webhooks (twice) to a
 receiver in this test process; the worker and the resumer are child processes
 killed with ``os._exit(137)`` at named crash points; the fresh worker runs
-here. Each case asserts on the outside world: the builder's submission count
-and the session's stored answers.
+here. Each case asserts on the outside world: the builder's submission count,
+the submit requests it received (its request log counts repeats and refused
+ones too) and which worker sent them, and the session's stored answers.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class World:
         assert session is not None
         return list(session.events)
 
+    def submitters(self) -> list[str | None]:
+        """The workers whose submit requests reached the builder, in order."""
+        return [r.caller.get("worker") for r in self.client.requests("submit")]
+
     async def assert_answered_once(self) -> None:
         events = await self.events()
         answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
@@ -93,6 +98,9 @@ class World:
         runs = await RunLedger(self.store).list_runs()
         assert not [r for r in runs if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)]
         assert self.client.stats()["submissions"] == 1
+        # One submit request in all, for this job, and no cancel: a second
+        # submit of the same job would still be one build.
+        assert self.client.acts("submit", JOB_ID) == 1 and self.client.acts() == 1
 
 
 @pytest.fixture
@@ -125,6 +133,7 @@ async def test_the_resumer_killed_mid_resume_is_recovered_and_answers_once(
         assert report["resumed"] == [[JOB_ID]]
     # The builder's second webhook changed nothing.
     assert [r["changed"] for r in world.receiver.received].count(True) == 1
+    assert world.submitters() == ["worker-A"]  # submitted in the user's turn, never again
 
 
 @pytest.mark.parametrize("point", ["long_running.after_create", "long_running.after_submit"])
@@ -144,3 +153,6 @@ async def test_the_worker_killed_while_the_job_runs_outside_is_reattached_and_re
     await world.assert_answered_once()
     build = world.client.build(JOB_ID)
     assert build is not None and build["submissions"] == 1
+    # Killed before the submit, the fresh worker submitted; killed after it, nobody again.
+    expected = ["worker-B"] if point.endswith("create") else ["worker-A"]
+    assert world.submitters() == expected
