@@ -17,7 +17,7 @@ from durable_adk.store.queries import list_migrations, load_sql_file
 
 def latest_version(dialect: str) -> int:
     """The schema version this package expects."""
-    return len(list_migrations(dialect))
+    return list_migrations(dialect)[-1][0]
 
 
 async def create_schema(store: Store) -> None:
