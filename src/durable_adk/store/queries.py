@@ -200,6 +200,6 @@ def list_migrations(dialect: str) -> list[tuple[int, str, str]]:
     versions = [v for v, _, _ in found]
     # Numbers only grow and never repeat. Gaps are allowed while branches that
     # each reserved a number are merged (their migrations land one by one).
-    if not versions or versions[0] != 1 or any(b <= a for a, b in zip(versions, versions[1:])):
+    if not versions or versions[0] != 1 or versions != sorted(set(versions)):
         raise ValueError(f"migrations of {dialect} must be numbered 1, then increasing: {versions}")
     return found
