@@ -177,6 +177,27 @@ async def test_a_frozen_backend_times_out_as_store_unavailable(pg_url: str) -> N
         await store.close()
 
 
+async def test_a_query_cancelled_on_a_frozen_backend_ends_at_once(pg_url: str) -> None:
+    store = await connect(pg_url, min_size=1, max_size=1, command_timeout=30.0)
+    assert isinstance(store, PostgresStore)
+    try:
+        frozen = await backend_pid(store)
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            query = asyncio.create_task(store.now())
+            await asyncio.sleep(0.2)  # the statement is on the wire, unanswered
+            started = time.monotonic()
+            query.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await query
+            assert time.monotonic() - started < 2.0  # not the acquire or command timeout
+            assert await backend_pid(store) != frozen  # the connection was dropped
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+    finally:
+        await store.close()
+
+
 async def test_a_frozen_server_times_out_on_connect_as_store_unavailable(
     private_pg: TempPostgres, pg_url: str
 ) -> None:

@@ -29,6 +29,7 @@ retrying it changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -186,8 +187,8 @@ class PostgresStore(Store):
     async def _with_connection(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """Runs ``work`` on a pooled connection, bounded in time, errors translated.
 
-        A connection whose statement timed out or failed at the connection
-        level is terminated before it goes back, so the pool makes a new one
+        A connection whose statement timed out, failed at the connection
+        level or was cancelled is terminated before it goes back, so the pool makes a new one
         instead of reusing a connection in an unknown state.
         """
         pool = self._open_pool()
@@ -197,6 +198,12 @@ class PostgresStore(Store):
             raise translate(exc) from exc
         try:
             return await work(conn)
+        except asyncio.CancelledError:
+            # The caller gave up (a drive cancelled on lease loss, a timeout
+            # around us): drop the connection now rather than wait, inside the
+            # release, for a cancel that a frozen server would never confirm.
+            conn.terminate()
+            raise
         except Exception as exc:
             error = translate(exc)
             if isinstance(error, errors.StoreUnavailable) and not isinstance(
