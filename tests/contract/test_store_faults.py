@@ -17,11 +17,13 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from durable_adk import errors
 from durable_adk.store import PostgresStore, connect, open_store
 from durable_adk.store.postgres import split_url_options
+from durable_adk.store.postgres import translate as translate_pg
 from durable_adk.store.sqlite import translate as translate_sqlite
 from durable_adk.testing.pg_cluster import TempPostgres
 
@@ -248,6 +250,35 @@ async def test_timeouts_come_from_the_url_and_are_checked(pg_url: str) -> None:
     for bad in ("command_timeout=0", "acquire_timeout=soon", "command_timeout=-1"):
         with pytest.raises(errors.InvalidArgument):
             PostgresStore(f"{pg_url}?{bad}")
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (asyncpg.InternalClientError("x"), errors.StoreUnavailable),
+        (asyncpg.exceptions.ProtocolError("x"), errors.StoreUnavailable),
+        (asyncpg.InterfaceError("another operation is in progress"), errors.StoreUnavailable),
+        (asyncpg.ConnectionDoesNotExistError("x"), errors.StoreUnavailable),
+        (asyncpg.exceptions.CannotConnectNowError("x"), errors.StoreUnavailable),
+        (asyncpg.exceptions.AdminShutdownError("x"), errors.StoreUnavailable),
+        (asyncpg.exceptions.QueryCanceledError("x"), errors.StoreUnavailable),
+        (asyncpg.exceptions.TooManyConnectionsError("x"), errors.StoreUnavailable),
+        (ConnectionResetError("x"), errors.StoreUnavailable),
+        (ConnectionRefusedError("x"), errors.StoreUnavailable),
+        (TimeoutError(), errors.StoreUnavailable),
+        (asyncpg.exceptions.SerializationError("x"), errors.DatabaseBusy),
+        (asyncpg.exceptions.DeadlockDetectedError("x"), errors.DatabaseBusy),
+        (asyncpg.UniqueViolationError("x"), errors.UniqueViolation),
+        (asyncpg.ForeignKeyViolationError("x"), errors.ForeignKeyViolation),
+        # Deterministic: retrying changes nothing, so not "unavailable".
+        (asyncpg.DataError("invalid input for query argument $1"), errors.StoreError),
+        (asyncpg.exceptions.UndefinedTableError("x"), errors.StoreError),
+    ],
+)
+def test_asyncpg_errors_map_by_type_and_sqlstate(
+    exc: BaseException, expected: type[Exception]
+) -> None:
+    assert type(translate_pg(exc)) is expected
 
 
 @pytest.mark.parametrize(
