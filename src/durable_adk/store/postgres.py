@@ -262,6 +262,8 @@ class PostgresStore(Store):
         if self._pool is not None:
             pool, self._pool = self._pool, None
             try:
-                await pool.close()
-            except Exception:  # a dead server: drop what is left
+                # Bounded: a connection stuck on a frozen server would hold a
+                # graceful close forever.
+                await asyncio.wait_for(pool.close(), self.command_timeout + self.acquire_timeout)
+            except Exception:  # a dead or frozen server: drop what is left
                 pool.terminate()
