@@ -157,8 +157,12 @@ def build_agent(builder: Builder, *, minute: float, root: str = "llm") -> BaseAg
 def make_runner(
     store: Store, worker: str, builder_url: str, *, minute: float = 0.1, root: str = "llm"
 ) -> DurableRunner:
-    """The DurableRunner every process of this example uses."""
-    agent = build_agent(ReportBuilderClient(builder_url), minute=minute, root=root)
+    """The DurableRunner every process of this example uses.
+
+    Its requests to the builder carry ``X-Caller-Worker: <worker>``.
+    """
+    client = ReportBuilderClient(builder_url, caller={"worker": worker})
+    agent = build_agent(client, minute=minute, root=root)
     return DurableRunner(app=agent, app_name=APP_NAME, store=store, worker_id=worker, lease=5.0)
 
 

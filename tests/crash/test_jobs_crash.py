@@ -3,8 +3,9 @@
 The report builder is a real process that posts signed webhooks (twice) to a
 receiver in this test process; the worker and the resumer are child processes
 killed with ``os._exit(137)`` at named crash points; the fresh worker runs
-here. Each case asserts on the outside world: the builder's submission count
-and the session's stored answers.
+here. Each case asserts on the outside world: the builder's submission count,
+the submit requests it received (its request log counts repeats and refused
+ones too) and which worker sent them, and the session's stored answers.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class World:
         assert session is not None
         return list(session.events)
 
+    def submitters(self) -> list[str | None]:
+        """The workers whose submit requests reached the builder, in order."""
+        return [r.caller.get("worker") for r in self.client.requests("submit")]
+
     async def assert_answered_once(self) -> None:
         events = await self.events()
         answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
@@ -93,6 +98,9 @@ class World:
         runs = await RunLedger(self.store).list_runs()
         assert not [r for r in runs if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)]
         assert self.client.stats()["submissions"] == 1
+        # One submit request in all, for this job, and no cancel: a second
+        # submit of the same job would still be one build.
+        assert self.client.acts("submit", JOB_ID) == 1 and self.client.acts() == 1
 
 
 @pytest.fixture
@@ -125,6 +133,7 @@ async def test_the_resumer_killed_mid_resume_is_recovered_and_answers_once(
         assert report["resumed"] == [[JOB_ID]]
     # The builder's second webhook changed nothing.
     assert [r["changed"] for r in world.receiver.received].count(True) == 1
+    assert world.submitters() == ["worker-A"]  # submitted in the user's turn, never again
 
 
 @pytest.mark.parametrize("point", ["long_running.after_create", "long_running.after_submit"])
@@ -144,6 +153,9 @@ async def test_the_worker_killed_while_the_job_runs_outside_is_reattached_and_re
     await world.assert_answered_once()
     build = world.client.build(JOB_ID)
     assert build is not None and build["submissions"] == 1
+    # Killed before the submit, the fresh worker submitted; killed after it, nobody again.
+    expected = ["worker-B"] if point.endswith("create") else ["worker-A"]
+    assert world.submitters() == expected
 
 
 async def submit_pass(world: World) -> list[str]:
@@ -168,9 +180,14 @@ async def test_a_refused_submission_is_retried_and_the_build_runs_once(store_url
             assert await submit_pass(world) == []  # accepted: nothing more to do
             await world.wait_for_job()
             await Resumer(make_runner(store, "worker-B", world.builder), gather=0.0).resume_once()
-            await world.assert_answered_once()  # one accepted submission, one answer
+            events = await world.events()
+            answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
+            assert len(answers) == 1 and texts_of(events).count(READY) == 1
             stats = world.client.stats()
             assert (stats["refused"], stats["submissions"], stats["builds"]) == (1, 1, 1)
+            # Two submit requests in all: refused in the user's turn, accepted on the retry.
+            assert world.client.acts("submit", JOB_ID) == 2 and world.client.acts() == 2
+            assert world.submitters() == ["worker-A", "worker-B"]
 
 
 @pytest.fixture
@@ -210,3 +227,5 @@ async def test_the_worker_killed_around_the_submission_is_submitted_by_a_fresh_p
     # recorded: the retry repeats it and the job id (the idempotency key) dedupes it.
     assert build["submissions"] == (2 if point.endswith("confirm") else 1)
     assert [r["changed"] for r in world.receiver.received].count(True) == 1
+    expected = ["worker-A", "worker-B"] if point.endswith("confirm") else ["worker-B"]
+    assert world.submitters() == expected and world.client.acts() == len(expected)

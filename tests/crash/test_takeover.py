@@ -1,6 +1,12 @@
 """A worker frozen past its lease is taken over and, thawed, writes nothing;
 a run killed after pausing on a long-running call is recovered as PAUSED.
-Both backends; leases are expired by moving them back in the database."""
+Both backends; leases are expired by moving them back in the database.
+
+The tools call real outside processes (a fake inventory service, the report
+builder) tagged with their process id, and each case counts those calls: who
+made them, and none by the frozen worker after the takeover. The environment
+that points the worker's tools at them is set in this process too, so a tool
+run by the fresh worker here is counted the same way."""
 
 from __future__ import annotations
 
@@ -12,14 +18,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
+from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient
+from durable_adk.testing.services import FakeService, RequestRecord
 
 WORKER = Path(__file__).with_name("worker.py")
 
@@ -42,8 +53,28 @@ async def session_events(url: str, session_id: str) -> list[str]:
     return [e.id for e in session.events]
 
 
+@pytest.fixture
+def inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeService]:
+    with FakeService("inventory", tmp_path / "inventory.db") as service:
+        monkeypatch.setenv("DADK_INVENTORY_URL", service.url)
+        yield service
+
+
+@pytest.fixture
+def builder(monkeypatch: pytest.MonkeyPatch) -> Iterator[ReportBuilderClient]:
+    # No webhook is ever sent: nothing listens on port 9, and the delay is long.
+    with ReportBuilder("http://127.0.0.1:9/hook", "secret", delay=3600) as process:
+        monkeypatch.setenv("DADK_BUILDER_URL", process.url)
+        yield ReportBuilderClient(process.url)
+
+
+def callers(records: list[RequestRecord]) -> list[str]:
+    """The process ids the requests came from, in order."""
+    return [r.caller.get("pid", "?") for r in records]
+
+
 async def test_frozen_worker_is_taken_over_and_writes_nothing(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path, inventory: FakeService
 ) -> None:
     async with open_store(store_url):
         pass
@@ -63,6 +94,7 @@ async def test_frozen_worker_is_taken_over_and_writes_nothing(
             assert time.monotonic() < deadline, "the worker never reached its tool"
             await asyncio.sleep(0.05)
         os.kill(child.pid, signal.SIGSTOP)
+        frozen_at = inventory.requests()[-1].seq
         worker = load_worker()
         async with open_store(store_url) as store:
             runner = worker.build_runner(store, "slow", "fresh-worker")
@@ -71,6 +103,7 @@ async def test_frozen_worker_is_taken_over_and_writes_nothing(
             (recovery,) = await Sweeper(runner).recover_once()
             assert (recovery.found.value, recovery.status) == ("TOOL_UNANSWERED", RunStatus.DONE)
         after_takeover = await session_events(store_url, "s1")
+        taken_over_at = inventory.requests()[-1].seq
         os.kill(child.pid, signal.SIGCONT)
         _, err = child.communicate(timeout=120)
     finally:
@@ -83,9 +116,20 @@ async def test_frozen_worker_is_taken_over_and_writes_nothing(
     async with open_store(store_url) as store:
         (run,) = await RunLedger(store).list_runs()
     assert run.status is RunStatus.DONE and run.owner == "fresh-worker" and run.epoch == 2
+    # The outside world: the frozen worker read once, before it was frozen; the
+    # fresh worker ran the idempotent tool again (one more read, expected: the
+    # call had no answer); the thawed worker made no call after the takeover.
+    me, frozen = str(os.getpid()), str(child.pid)
+    lookups = inventory.requests("reservations", "lookup")
+    assert callers(lookups) == [frozen, me]
+    assert lookups[0].seq <= frozen_at < lookups[1].seq <= taken_over_at
+    assert inventory.requests(caller={"pid": frozen}, since=taken_over_at) == []
+    assert inventory.acts() == 0  # a read-only tool
 
 
-async def test_run_killed_after_pausing_is_recovered_as_paused(store_url: str) -> None:
+async def test_run_killed_after_pausing_is_recovered_as_paused(
+    store_url: str, builder: ReportBuilderClient
+) -> None:
     async with open_store(store_url):
         pass
     crashed = subprocess.run(
@@ -111,9 +155,16 @@ async def test_run_killed_after_pausing_is_recovered_as_paused(store_url: str) -
         assert await Sweeper(runner).recover_once() == []
         (run,) = await runner.ledger.list_runs()
         assert run.status is RunStatus.PAUSED and run.classification == "PAUSED"
+    # The report was submitted once, by the killed worker; recovering the paused
+    # run did not start it again.
+    (submit,) = builder.requests("submit")
+    assert submit.key == "report:2026-Q3" and submit.caller["pid"] != str(os.getpid())
+    assert builder.acts() == 1
 
 
-async def test_uncrashed_long_running_run_ends_paused(store_url: str) -> None:
+async def test_uncrashed_long_running_run_ends_paused(
+    store_url: str, builder: ReportBuilderClient
+) -> None:
     done = subprocess.run(
         [sys.executable, str(WORKER), "paused", store_url, "p2"],
         capture_output=True,
@@ -126,3 +177,4 @@ async def test_uncrashed_long_running_run_ends_paused(store_url: str) -> None:
         (run,) = await RunLedger(store).list_runs()
     assert run.status is RunStatus.PAUSED
     assert json.loads(run.request)["parts"][0]["text"] == "go"
+    assert builder.acts("submit", "report:2026-Q3") == 1 and builder.acts() == 1

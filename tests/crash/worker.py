@@ -1,10 +1,14 @@
 """A worker process for the crash tests: drives one run and can be frozen or killed.
 
 Usage: python tests/crash/worker.py MODE DB SESSION
-  slow   -- one tool (read-only, declared idempotent) that announces itself by
-            creating $DADK_TOOL_MARKER, then sleeps $DADK_TOOL_SLEEP seconds
-  paused -- a long-running tool that returns a pending answer
-Crash points come from the environment (durable_adk.testing.arm).
+  slow   -- one tool (read-only, declared idempotent) that reads the fake
+            inventory service at $DADK_INVENTORY_URL (if set), announces itself
+            by creating $DADK_TOOL_MARKER, then sleeps $DADK_TOOL_SLEEP seconds
+  paused -- a long-running tool that submits the report to the report builder
+            at $DADK_BUILDER_URL (if set) and returns a pending answer
+Crash points come from the environment (durable_adk.testing.arm). The outside
+calls carry ``X-Caller-Pid``, so a test can tell this process's calls from
+those of the fresh worker it runs itself.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
+from durable_adk.testing.report_builder import ReportBuilderClient
+from durable_adk.testing.services import ResourceClient
 
 APP = "crashlab"
 USER = "u"
@@ -30,6 +36,9 @@ USER = "u"
 
 def slow_lookup(item: str) -> dict[str, Any]:
     """Reads something slowly (safe to run again)."""
+    if os.environ.get("DADK_INVENTORY_URL"):
+        caller = {"pid": str(os.getpid())}
+        ResourceClient(os.environ["DADK_INVENTORY_URL"], "reservations", caller=caller).find(item)
     marker = os.environ.get("DADK_TOOL_MARKER")
     if marker:
         Path(marker).write_text(str(os.getpid()))
@@ -39,7 +48,13 @@ def slow_lookup(item: str) -> dict[str, Any]:
 
 def start_report(quarter: str) -> dict[str, Any]:
     """Starts a long report; the result arrives later."""
-    return {"status": "pending", "job": f"report:{quarter}"}
+    job = f"report:{quarter}"
+    if os.environ.get("DADK_BUILDER_URL"):
+        caller = {"pid": str(os.getpid())}
+        ReportBuilderClient(os.environ["DADK_BUILDER_URL"], caller=caller).submit(
+            job, quarter, "EMEA"
+        )
+    return {"status": "pending", "job": job}
 
 
 def build_runner(store: Store, mode: str, worker: str) -> DurableRunner:
