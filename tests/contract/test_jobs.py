@@ -344,3 +344,43 @@ async def test_a_submission_is_not_attempted_past_the_deadline_or_for_other_tool
     assert [j.job_id for j in await jobs.claim_submit(tools=["u", "v"], lease=30)] == ["other"]
     with pytest.raises(errors.InvalidArgument):
         await jobs.claim_submit(lease=0)
+
+
+async def test_concurrent_attaches_keep_one_call_on_the_row_and_every_other_beside(
+    store_url: str,
+) -> None:
+    async with open_store(store_url) as one, open_store(store_url) as two:
+        tables = [JobTable(one), JobTable(two)]
+        await tables[0].create("j", tool_name="t", deadline=60)
+        await asyncio.gather(
+            *(
+                tables[i % 2].attach("j", **{**CALL, "function_call_id": f"call-{i}"})
+                for i in range(6)
+            )
+        )
+        job = await tables[0].get("j")
+        assert job is not None and job.function_call_id is not None
+        others = {c.function_call_id for c in await tables[0].calls("j")}
+        assert others | {job.function_call_id} == {f"call-{i}" for i in range(6)}
+        assert job.function_call_id not in others and len(others) == 5
+
+
+async def test_two_resumers_racing_over_two_calls_of_one_job_claim_each_once(
+    store_url: str,
+) -> None:
+    async with open_store(store_url) as one, open_store(store_url) as two:
+        first, second = JobTable(one), JobTable(two)
+        for i in range(20):
+            job_id = f"race-{i}"
+            await started(first, job_id, function_call_id=f"call-{i}", invocation_id=f"e-{i}")
+            other = {**CALL, "session_id": f"s-{i}", "invocation_id": f"f-{i}"}
+            await first.attach(job_id, **{**other, "function_call_id": f"other-{i}"})
+            await first.complete(job_id, JobState.SUCCEEDED, {"i": i})
+            a, b = await asyncio.gather(
+                first.claim_for_resume("r1", gather=0), second.claim_for_resume("r2", gather=0)
+            )
+            claimed = sorted(j.function_call_id or "" for j in a + b)
+            assert claimed == [f"call-{i}", f"other-{i}"], f"round {i}: {claimed}"
+            for owner, table, mine in (("r1", first, a), ("r2", second, b)):
+                if mine:
+                    assert await table.mark_resumed(owner, mine, f"run-{owner}-{i}") == {job_id}
