@@ -253,6 +253,10 @@ async def test_timeouts_come_from_the_url_and_are_checked(pg_url: str) -> None:
     for bad in ("command_timeout=0", "acquire_timeout=soon", "command_timeout=-1"):
         with pytest.raises(errors.InvalidArgument):
             PostgresStore(f"{pg_url}?{bad}")
+    with pytest.raises(errors.InvalidArgument):
+        PostgresStore(pg_url, command_timeout=0)
+    with pytest.raises(errors.InvalidArgument):
+        PostgresStore(pg_url, acquire_timeout=-1.0)
 
 
 @pytest.mark.parametrize(

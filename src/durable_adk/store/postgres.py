@@ -153,8 +153,11 @@ class PostgresStore(Store):
         """
         self.url = url
         self._dsn, from_url = split_url_options(url)
-        command = command_timeout or from_url.get("command_timeout", DEFAULT_COMMAND_TIMEOUT)
-        acquire = acquire_timeout or from_url.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT)
+        if command_timeout is None:
+            command_timeout = from_url.get("command_timeout", DEFAULT_COMMAND_TIMEOUT)
+        if acquire_timeout is None:
+            acquire_timeout = from_url.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT)
+        command, acquire = command_timeout, acquire_timeout
         if not (command > 0 and acquire > 0):
             raise errors.InvalidArgument("command_timeout and acquire_timeout must be > 0")
         self.command_timeout = float(command)
@@ -188,8 +191,8 @@ class PostgresStore(Store):
         """Runs ``work`` on a pooled connection, bounded in time, errors translated.
 
         A connection whose statement timed out, failed at the connection
-        level or was cancelled is terminated before it goes back, so the pool makes a new one
-        instead of reusing a connection in an unknown state.
+        level or was cancelled is terminated before it goes back, so the pool
+        makes a new one instead of reusing a connection in an unknown state.
         """
         pool = self._open_pool()
         try:
