@@ -272,7 +272,15 @@ async def demo(db: str, *, minute: float = 0.1, root: str = "llm") -> dict[str, 
                         if len(build.get("webhooks", [])) >= 2 and job and job.resumed_at:
                             break
                         await asyncio.sleep(minute / 2)
-                    await asyncio.sleep(minute)  # let the resume run finish
+                    for _ in range(int(60 / minute)):  # let the resume run finish
+                        live = [
+                            r
+                            for r in await runner.ledger.list_runs()
+                            if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+                        ]
+                        if not live:
+                            break
+                        await asyncio.sleep(minute / 2)
                 stats = client.stats()
                 build = client.build(JOB_ID) or {}
         job = await jobs.get(JOB_ID)
