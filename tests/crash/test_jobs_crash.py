@@ -192,12 +192,12 @@ async def test_a_refused_submission_is_retried_and_the_build_runs_once(store_url
 
 @pytest.fixture
 async def slow_world(store_url: str) -> AsyncIterator[World]:
-    """A builder whose webhook comes 2 s after a submission: later than a fresh worker's retry."""
+    """A builder whose webhook comes 3 s after a submission: later than a fresh worker's retry."""
     async with (
         open_store(store_url) as store,
         WebhookReceiver(JobTable(store), SECRET) as receiver,
     ):
-        with ReportBuilder(receiver.url, SECRET, delay=2.0, repeat_after=0.1) as builder:
+        with ReportBuilder(receiver.url, SECRET, delay=3.0, repeat_after=0.1) as builder:
             yield World(store_url, store, receiver, builder.url)
 
 
