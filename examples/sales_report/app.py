@@ -24,6 +24,7 @@ Command line::
 JSON summary. ``run`` (the user's first turn) and ``resume`` (one resumer
 pass) are what crash tests kill at an armed crash point
 (``DURABLE_ADK_CRASH_AT``): ``long_running.after_create``,
+``long_running.before_submit``, ``long_running.before_confirm``,
 ``long_running.after_submit``, ``resume.after_claim``, ``resume.after_submit``,
 ``resume.after_mark`` or ``sales_report.final_model`` (the model's final
 answer, after the result was stored). :func:`recover` is the fresh worker.
@@ -52,6 +53,7 @@ from durable_adk import (
     Resumer,
     RunStatus,
     Store,
+    Submitter,
     long_running_tool,
     open_store,
     reattach_open_calls,
@@ -201,10 +203,11 @@ async def resume(db: str, builder_url: str) -> list[str]:
 
 
 async def recover(store: Store, builder_url: str, *, worker: str = "worker-B") -> dict[str, Any]:
-    """A fresh worker takes over: recovers runs, re-attaches open calls, resumes ready jobs.
+    """A fresh worker takes over: recovers runs, re-attaches open calls, submits, resumes.
 
-    Other workers' leases and resume claims are moved back on the database
-    clock instead of waited out (they are dead: the test killed them).
+    Other workers' leases, submission attempts and resume claims are moved
+    back on the database clock instead of waited out (they are dead: the test
+    killed them).
     """
     runner = make_runner(store, worker, builder_url)
     jobs = JobTable(store)
@@ -217,12 +220,17 @@ async def recover(store: Store, builder_url: str, *, worker: str = "worker-B") -
             )
             reattached.extend(j.job_id for j in found)
     for job in await jobs.list_jobs(limit=1000):
+        if job.submitted_at is None and job.submit_after is not None:
+            await jobs.backdate_submit(job.job_id, 3600)
+    submitted = await Submitter(jobs, runner=runner).submit_once()
+    for job in await jobs.list_jobs(limit=1000):
         if job.resume_owner not in (None, worker) and job.resumed_at is None:
             await jobs.backdate(job.job_id, 3600)
     resumed = await Resumer(runner, jobs, gather=0.0).resume_once()
     return {
         "recovered": report,
         "reattached": reattached,
+        "submitted": [j.job_id for j in submitted],
         "resumed": [list(r.job_ids) for r in resumed],
     }
 
@@ -272,7 +280,15 @@ async def demo(db: str, *, minute: float = 0.1, root: str = "llm") -> dict[str, 
                         if len(build.get("webhooks", [])) >= 2 and job and job.resumed_at:
                             break
                         await asyncio.sleep(minute / 2)
-                    await asyncio.sleep(minute)  # let the resume run finish
+                    for _ in range(int(60 / minute)):  # let the resume run finish
+                        live = [
+                            r
+                            for r in await runner.ledger.list_runs()
+                            if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+                        ]
+                        if not live:
+                            break
+                        await asyncio.sleep(minute / 2)
                 stats = client.stats()
                 build = client.build(JOB_ID) or {}
         job = await jobs.get(JOB_ID)

@@ -90,6 +90,7 @@ _EXPORTS: dict[str, str] = {
     "Resumer": "durable_adk.adk.resume",
     "ProgressSender": "durable_adk.adk.resume",
     "ExpirySweeper": "durable_adk.adk.resume",
+    "Submitter": "durable_adk.adk.resume",
 }
 
 __all__ = [  # literal, so linters and type checkers read it; kept equal to _EXPORTS by a test
@@ -134,6 +135,7 @@ __all__ = [  # literal, so linters and type checkers read it; kept equal to _EXP
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "Submitter",
     "Sweeper",
     "UnsupportedUrl",
     "WebhookError",
@@ -176,6 +178,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         ExpirySweeper,
         ProgressSender,
         Resumer,
+        Submitter,
         reattach_open_calls,
     )
     from durable_adk.adk.runner import DurableRunner

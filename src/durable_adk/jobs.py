@@ -10,15 +10,22 @@ no ADK import here):
 * :meth:`JobTable.create` is idempotent: the first call creates the row, later
   ones return it unchanged.
 * :meth:`JobTable.attach` fills only empty columns: a replayed or late attach
-  never overwrites the call a job already answers.
-* :meth:`JobTable.mark_submitted` is won by exactly one caller, so the work is
-  handed to the outside system at most once.
+  never overwrites the call a job already answers. Another call that attaches
+  to the same job (a second call with the same business identity, maybe in
+  another invocation or session) is kept beside it (:meth:`JobTable.calls`)
+  and answered too, once.
+* Submission is retried until the outside system accepts it:
+  :meth:`JobTable.claim_submit` hands the next attempt of a job to one
+  submitter at a time (under a lease, only before the deadline),
+  :meth:`JobTable.submit_failed` backs it off, :meth:`JobTable.mark_submitted`
+  records the acceptance (once). The job id is the idempotency key
+  downstream, so an attempt repeated after a crash is harmless.
 * :meth:`JobTable.complete` is one conditional update: the first terminal
   result wins; a duplicate or late one changes nothing and still succeeds for
   its sender. A completion that arrives before the call is attached is kept
   and the job becomes ready once both halves exist.
-* :meth:`JobTable.claim_for_resume` hands each ready job (terminal and
-  attached) to one resumer at a time, under a lease on the database clock
+* :meth:`JobTable.claim_for_resume` hands each ready call (its job terminal)
+  to one resumer at a time, under a lease on the database clock
   (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite). A
   resumer records the run that carries the answer with
   :meth:`JobTable.mark_resumed`; a claim whose resumer died before that is
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -94,8 +101,14 @@ class Job:
         progress_sent: The last progress handed out for delivery.
         progress_sent_at: When it was handed out.
         deadline_at: After this the expiry sweep ends the job.
-        submitted_at: When the work was handed to the outside system.
-        resume_owner: The resumer holding (or last holding) the resume claim.
+        submitted_at: When the outside system accepted the work (None until then).
+        submit_attempts: Submission attempts started so far.
+        submit_after: When the next submission attempt may start (the running
+            attempt's lease, or the back-off after a failed one).
+        submit_error: The last failed attempt's error.
+        resume_owner: The resumer holding (or last holding) the resume claim
+            (of this call: a record from :meth:`JobTable.claim_for_resume`
+            describes one call, the job row's own or another one).
         resume_epoch: Bumped by every resume claim; names the claim.
         resume_until: The resume claim's lease expiry.
         resume_run_id: The run that carries the answer.
@@ -129,6 +142,9 @@ class Job:
     created_at: float
     updated_at: float
     completed_at: float | None
+    submit_attempts: int = 0
+    submit_after: float | None = None
+    submit_error: str | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> Job:
@@ -158,6 +174,9 @@ class Job:
             created_at=float(row["created_at"]),
             updated_at=float(row["updated_at"]),
             completed_at=_float(row["completed_at"]),
+            submit_attempts=int(row["submit_attempts"]),
+            submit_after=_float(row["submit_after"]),
+            submit_error=row["submit_error"],
         )
 
     @property
@@ -174,6 +193,73 @@ class Job:
             self.session_id,
             self.invocation_id,
             self.function_call_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobCall:
+    """Another call attached to a job (the job row holds the first one).
+
+    Attributes:
+        job_id: The job.
+        app_name: The call's ADK app.
+        user_id: The session's user.
+        session_id: The call's session.
+        invocation_id: The invocation that made the call.
+        function_call_id: The call's id, repeated in its answer.
+        resume_owner: The resumer holding (or last holding) its resume claim.
+        resume_epoch: Bumped by every resume claim of this call.
+        resume_until: The claim's lease expiry.
+        resume_run_id: The run that carries its answer.
+        resumed_at: When its answer was handed to that run.
+        created_at: When the call attached.
+    """
+
+    job_id: str
+    app_name: str
+    user_id: str
+    session_id: str
+    invocation_id: str
+    function_call_id: str
+    resume_owner: str | None
+    resume_epoch: int
+    resume_until: float | None
+    resume_run_id: str | None
+    resumed_at: float | None
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Row) -> JobCall:
+        """Maps a ``job_calls`` row."""
+        return cls(
+            job_id=row["job_id"],
+            app_name=row["app_name"],
+            user_id=row["user_id"],
+            session_id=row["session_id"],
+            invocation_id=row["invocation_id"],
+            function_call_id=row["function_call_id"],
+            resume_owner=row["resume_owner"],
+            resume_epoch=int(row["resume_epoch"]),
+            resume_until=_float(row["resume_until"]),
+            resume_run_id=row["resume_run_id"],
+            resumed_at=_float(row["resumed_at"]),
+            created_at=float(row["created_at"]),
+        )
+
+    def answering(self, job: Job) -> Job:
+        """The job as this call sees it: the job's result, this call and its claim."""
+        return replace(
+            job,
+            app_name=self.app_name,
+            user_id=self.user_id,
+            session_id=self.session_id,
+            invocation_id=self.invocation_id,
+            function_call_id=self.function_call_id,
+            resume_owner=self.resume_owner,
+            resume_epoch=self.resume_epoch,
+            resume_until=self.resume_until,
+            resume_run_id=self.resume_run_id,
+            resumed_at=self.resumed_at,
         )
 
 
@@ -198,7 +284,17 @@ def _dumps(value: Any, what: str) -> str:
 
 
 def _claims(jobs: Sequence[Job]) -> str:
-    return json.dumps([{"job_id": j.job_id, "epoch": j.resume_epoch} for j in jobs])
+    return json.dumps(
+        [
+            {
+                "job_id": j.job_id,
+                "epoch": j.resume_epoch,
+                "session_id": j.session_id,
+                "call": j.function_call_id,
+            }
+            for j in jobs
+        ]
+    )
 
 
 class JobTable:
@@ -275,8 +371,65 @@ class JobTable:
         return Job.from_row(row)
 
     async def mark_submitted(self, job_id: str) -> bool:
-        """Takes the right to hand the work over; True for exactly one caller."""
+        """Records that the outside system accepted the work; True for exactly one caller."""
         return await self.store.fetchrow("job_mark_submitted", {"job_id": job_id}) is not None
+
+    async def claim_submit(
+        self,
+        job_id: str | None = None,
+        *,
+        tools: Sequence[str] | None = None,
+        lease: float = 30.0,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Takes the next submission attempt of open jobs whose work is not accepted yet.
+
+        A job is due when no attempt holds it (the last one's lease ran out, or
+        its back-off passed) and its deadline has not passed. Each attempt is
+        handed to one caller; the returned job's ``submit_attempts`` names it.
+
+        Args:
+            job_id: Only this job (None: any due job).
+            tools: Only jobs of these tools (None: any tool).
+            lease: Seconds the attempt holds the job before another may start.
+            limit: Most jobs claimed.
+        """
+        if lease <= 0:
+            raise errors.InvalidArgument("lease must be > 0 seconds")
+        rows = await self.store.fetch(
+            "job_claim_submit",
+            {
+                "job_id": job_id,
+                "tools": None if tools is None else json.dumps(list(tools)),
+                "lease": float(lease),
+                "limit": limit,
+            },
+        )
+        return [Job.from_row(r) for r in rows]
+
+    async def submit_failed(
+        self, job_id: str, attempt: int, error: str, *, retry_in: float
+    ) -> bool:
+        """Records a failed attempt; the next one may start ``retry_in`` seconds from now.
+
+        Only the current attempt (``attempt`` is its ``submit_attempts``) sets
+        the back-off: a late failure of an older attempt changes nothing.
+        """
+        row = await self.store.fetchrow(
+            "job_submit_failed",
+            {
+                "job_id": job_id,
+                "attempt": int(attempt),
+                "error": error[:2000],
+                "retry_in": max(0.0, float(retry_in)),
+            },
+        )
+        return row is not None
+
+    async def calls(self, job_id: str) -> list[JobCall]:
+        """The other calls attached to a job (not the one on its row), oldest first."""
+        rows = await self.store.fetch("job_calls_of", {"job_id": job_id})
+        return [JobCall.from_row(r) for r in rows]
 
     async def complete(self, job_id: str, state: JobState | str, result: Any) -> Completion:
         """Ends a job with its result; the first terminal result wins.
@@ -341,7 +494,13 @@ class JobTable:
         gather: float = 0.0,
         limit: int = 100,
     ) -> list[Job]:
-        """Claims ready jobs (terminal and attached, not yet handed to a run).
+        """Claims ready calls: their job terminal, not yet handed to a run.
+
+        Every call attached to a job is one record: the job row's own call,
+        and each other call with the same business identity
+        (:meth:`calls`), as the job seen by that call
+        (:meth:`JobCall.answering`). Each is claimed, marked and released on
+        its own, so each is answered once.
 
         Args:
             owner: The resumer's name.
@@ -349,22 +508,30 @@ class JobTable:
             lease: Seconds the claim holds; after that another resumer may claim.
             gather: Seconds a job waits for a still-open sibling (same
                 invocation) so both are answered in one message.
-            limit: Most jobs claimed.
+            limit: Most job rows claimed (and as many other calls).
 
         Returns:
-            The claimed jobs, grouped by invocation.
+            The claimed calls, grouped by invocation.
         """
-        rows = await self.store.fetch(
-            "job_claim_resume",
-            {
-                "owner": owner,
-                "app_name": app_name,
-                "lease": float(lease),
-                "gather": float(gather),
-                "limit": limit,
-            },
-        )
-        jobs = [Job.from_row(r) for r in rows]
+        params = {
+            "owner": owner,
+            "app_name": app_name,
+            "lease": float(lease),
+            "gather": float(gather),
+            "limit": limit,
+        }
+        jobs = [Job.from_row(r) for r in await self.store.fetch("job_claim_resume", params)]
+        others = [
+            JobCall.from_row(r) for r in await self.store.fetch("job_claim_resume_calls", params)
+        ]
+        # A terminal job's result never changes, so reading it after the claim is safe.
+        finished: dict[str, Job | None] = {}
+        for call in others:
+            if call.job_id not in finished:
+                finished[call.job_id] = await self.get(call.job_id)
+            job = finished[call.job_id]
+            if job is not None:
+                jobs.append(call.answering(job))
         return sorted(jobs, key=lambda j: (j.invocation_id or "", j.completed_at or 0.0))
 
     async def mark_resumed(self, owner: str, jobs: Sequence[Job], run_id: str) -> set[str]:
@@ -373,16 +540,20 @@ class JobTable:
         Returns:
             The ids of the jobs marked (claims this owner still held).
         """
-        rows = await self.store.fetch(
-            "job_mark_resumed", {"claims": _claims(jobs), "owner": owner, "run_id": run_id}
-        )
+        params = {"claims": _claims(jobs), "owner": owner, "run_id": run_id}
+        rows = [
+            *await self.store.fetch("job_mark_resumed", params),
+            *await self.store.fetch("job_mark_resumed_calls", params),
+        ]
         return {r["job_id"] for r in rows}
 
     async def release(self, owner: str, jobs: Sequence[Job]) -> set[str]:
         """Gives resume claims back at once (the answers could not be handed over)."""
-        rows = await self.store.fetch(
-            "job_release_resume", {"claims": _claims(jobs), "owner": owner}
-        )
+        params = {"claims": _claims(jobs), "owner": owner}
+        rows = [
+            *await self.store.fetch("job_release_resume", params),
+            *await self.store.fetch("job_release_resume_calls", params),
+        ]
         return {r["job_id"] for r in rows}
 
     async def expire(
@@ -418,5 +589,11 @@ class JobTable:
         return [Job.from_row(r) for r in rows]
 
     async def backdate(self, job_id: str, seconds: float) -> None:
-        """Moves a job's deadline, claim lease and progress clock ``seconds`` back."""
+        """Moves a job's deadline, claim leases, submission back-off and progress clock back."""
         await self.store.execute("job_backdate", {"job_id": job_id, "seconds": float(seconds)})
+
+    async def backdate_submit(self, job_id: str, seconds: float) -> None:
+        """Moves only a job's submission attempt lease (or back-off) ``seconds`` back."""
+        await self.store.execute(
+            "job_backdate_submit", {"job_id": job_id, "seconds": float(seconds)}
+        )

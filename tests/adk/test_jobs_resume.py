@@ -27,7 +27,7 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
 from durable_adk.adk.long_running import long_running_tool
-from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer
+from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.jobs import JobState, JobTable
 from durable_adk.ledger import RunStatus
@@ -196,6 +196,10 @@ async def test_a_resume_during_a_user_turn_waits_then_runs(store: Store) -> None
     order = texts(events)
     assert order.index("Q2 revenue in EMEA was 4.2M EUR.") < order.index(READY)
     assert len(user_answers(events)) == 1
+    # The live run was not broken by the resume (no stale append, no failure):
+    # the user's turn and the resume both ended DONE, one after the other.
+    runs = await runner.ledger.list_runs()
+    assert sorted(r.status.value for r in runs) == ["DONE", "DONE", "PAUSED"]
 
 
 async def test_two_calls_of_one_turn_are_answered_in_one_message(store: Store) -> None:
@@ -323,3 +327,119 @@ async def test_outside_a_durable_run_the_tool_answers_with_an_error() -> None:
     events = [e async for e in runner.run_async(user_id="u", session_id="s", new_message=message)]
     answers = [r.response for e in events for r in e.get_function_responses()]
     assert answers and answers[0] is not None and answers[0]["status"] == "error"
+
+
+# ------------------------------------------- a second call with the same identity
+
+
+async def test_two_sessions_calling_one_job_get_one_submission_and_one_answer_each(
+    store: Store,
+) -> None:
+    recorder = Recorder()
+    runner = runner_for(store, build_agent(recorder, minute=1.0))
+    jobs = JobTable(store)
+    call_a = the_call(await turn(runner, "a"))
+    call_b = the_call(await turn(runner, "b"))  # same quarter and region: the same job
+    assert recorder.submitted == [(JOB_ID, "2026-Q3", "EMEA")]  # handed over once
+    assert [c.function_call_id for c in await jobs.calls(JOB_ID)] == [call_b.id]
+    await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
+    resumer = Resumer(runner, gather=0.0)
+    done = await resumer.resume_once()
+    assert sorted((r.session_id, r.status) for r in done) == [
+        ("a", RunStatus.DONE),
+        ("b", RunStatus.DONE),
+    ]
+    assert await resumer.resume_once() == []
+    for session, call in (("a", call_a), ("b", call_b)):
+        events = await events_of(runner, session)
+        answers = user_answers(events)
+        assert [(r.id, r.name) for r in answers] == [(call.id, "start_sales_report")]
+        assert answers[0].response == {**DONE, "job_id": JOB_ID}
+        assert texts(events).count(READY) == 1
+
+
+async def test_two_identical_calls_of_one_turn_are_both_answered_once(store: Store) -> None:
+    same = {"quarter": "2026-Q3", "region": "EMEA"}
+    model = ScriptedModel(
+        {
+            "reports": [
+                (Call("start_sales_report", same), Call("start_sales_report", same)),
+                reply_to_report,
+            ]
+        }
+    )
+    recorder = Recorder()
+    agent = LlmAgent(name="reports", model=model, tools=[report_tool(recorder, minute=1.0)])
+    runner = runner_for(store, agent)
+    await turn(runner, "s")
+    assert recorder.submitted == [(JOB_ID, "2026-Q3", "EMEA")]
+    await JobTable(store).complete(JOB_ID, JobState.SUCCEEDED, DONE)
+    done = await Resumer(runner, gather=0.0).resume_once()
+    assert [(len(r.job_ids), r.status) for r in done] == [(2, RunStatus.DONE)]
+    events = await events_of(runner, "s")
+    calls = {c.id for e in events for c in e.get_function_calls()}
+    answer_events = [e for e in events if e.author == "user" and e.get_function_responses()]
+    assert len(answer_events) == 1
+    assert sorted(r.id or "" for r in answer_events[0].get_function_responses()) == sorted(
+        c or "" for c in calls
+    )
+    assert texts(events).count(READY) == 1
+
+
+# ---------------------------------------------------- a submission that fails
+
+
+class FlakyRecorder(Recorder):
+    """A builder whose first ``failures`` submissions fail (a 503, say)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.attempts = 0
+
+    def submit(self, job_id: str, quarter: str, region: str) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise ConnectionError("503 Service Unavailable")
+        super().submit(job_id, quarter, region)
+
+
+async def test_a_failed_submission_is_retried_until_accepted_then_answered(store: Store) -> None:
+    recorder = FlakyRecorder(failures=2)
+    runner = runner_for(store, build_agent(recorder, minute=1.0))
+    jobs = JobTable(store)
+    events = await turn(runner, "s")
+    call = the_call(events)
+    # The call still gets its pending answer; the work is not handed over yet.
+    assert [
+        r.response and r.response["status"] for e in events for r in e.get_function_responses()
+    ] == ["pending"]
+    job = await jobs.get(JOB_ID)
+    assert job is not None and job.submitted_at is None and job.submit_attempts == 1
+    assert job.submit_error == "ConnectionError: 503 Service Unavailable"
+    submitter = Submitter(jobs, runner=runner)
+    assert await submitter.submit_once() == []  # backing off: nothing attempted
+    assert recorder.attempts == 1
+    await jobs.backdate_submit(JOB_ID, 3600)
+    assert await submitter.submit_once() == []  # the second attempt fails too
+    await jobs.backdate_submit(JOB_ID, 3600)
+    assert [j.job_id for j in await submitter.submit_once()] == [JOB_ID]
+    await jobs.backdate_submit(JOB_ID, 3600)
+    assert await submitter.submit_once() == []  # accepted: never again
+    assert recorder.attempts == 3 and recorder.submitted == [(JOB_ID, "2026-Q3", "EMEA")]
+    job = await jobs.get(JOB_ID)
+    assert job is not None and job.submitted_at is not None and job.submit_attempts == 3
+    await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
+    await Resumer(runner, gather=0.0).resume_once()
+    answers = user_answers(await events_of(runner, "s"))
+    assert [(r.id, r.response and r.response["status"]) for r in answers] == [(call.id, "done")]
+
+
+async def test_no_submission_is_attempted_past_the_deadline(store: Store) -> None:
+    recorder = FlakyRecorder(failures=1)
+    runner = runner_for(store, build_agent(recorder, minute=1.0))
+    jobs = JobTable(store)
+    await turn(runner, "s")
+    await jobs.backdate(JOB_ID, 3600)  # past the deadline (and the back-off)
+    assert await Submitter(jobs, runner=runner).submit_once() == []
+    assert recorder.attempts == 1 and recorder.submitted == []

@@ -31,7 +31,7 @@ from examples.sales_report.app import (
 from examples.sales_report.app import texts as texts_of
 from google.adk.events.event import Event
 
-from durable_adk.adk.resume import Resumer
+from durable_adk.adk.resume import Resumer, Submitter
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobState, JobTable
 from durable_adk.ledger import RunLedger, RunStatus
@@ -156,3 +156,76 @@ async def test_the_worker_killed_while_the_job_runs_outside_is_reattached_and_re
     # Killed before the submit, the fresh worker submitted; killed after it, nobody again.
     expected = ["worker-B"] if point.endswith("create") else ["worker-A"]
     assert world.submitters() == expected
+
+
+async def submit_pass(world: World) -> list[str]:
+    """A fresh worker's submitter pass (dead attempts' leases moved back on the database clock)."""
+    await world.jobs.backdate_submit(JOB_ID, 3600)
+    runner = make_runner(world.store, "worker-B", world.builder)
+    return [j.job_id for j in await Submitter(world.jobs, runner=runner).submit_once()]
+
+
+async def test_a_refused_submission_is_retried_and_the_build_runs_once(store_url: str) -> None:
+    async with (
+        open_store(store_url) as store,
+        WebhookReceiver(JobTable(store), SECRET) as receiver,
+    ):
+        with ReportBuilder(receiver.url, SECRET, delay=0.3, repeat_after=0.1, fail_first=1) as b:
+            world = World(store_url, store, receiver, b.url)
+            assert await run(world.url, SESSION_ID, world.builder) == "PAUSED"
+            job = await world.jobs.get(JOB_ID)
+            assert job is not None and job.submitted_at is None and job.submit_error
+            assert world.client.stats()["refused"] == 1 and world.client.build(JOB_ID) is None
+            assert await submit_pass(world) == [JOB_ID]
+            assert await submit_pass(world) == []  # accepted: nothing more to do
+            await world.wait_for_job()
+            await Resumer(make_runner(store, "worker-B", world.builder), gather=0.0).resume_once()
+            events = await world.events()
+            answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
+            assert len(answers) == 1 and texts_of(events).count(READY) == 1
+            stats = world.client.stats()
+            assert (stats["refused"], stats["submissions"], stats["builds"]) == (1, 1, 1)
+            # Two submit requests in all: refused in the user's turn, accepted on the retry.
+            assert world.client.acts("submit", JOB_ID) == 2 and world.client.acts() == 2
+            assert world.submitters() == ["worker-A", "worker-B"]
+
+
+@pytest.fixture
+async def slow_world(store_url: str) -> AsyncIterator[World]:
+    """A builder whose webhook comes 3 s after a submission: later than a fresh worker's retry."""
+    async with (
+        open_store(store_url) as store,
+        WebhookReceiver(JobTable(store), SECRET) as receiver,
+    ):
+        with ReportBuilder(receiver.url, SECRET, delay=3.0, repeat_after=0.1) as builder:
+            yield World(store_url, store, receiver, builder.url)
+
+
+@pytest.mark.parametrize("point", ["long_running.before_submit", "long_running.before_confirm"])
+async def test_the_worker_killed_around_the_submission_is_submitted_by_a_fresh_process(
+    slow_world: World, point: str
+) -> None:
+    world = slow_world
+    killed = await example("run", "--db", world.url, "--builder", world.builder, crash_at=point)
+    assert killed.returncode == 137, killed.stderr
+    job = await world.jobs.get(JOB_ID)
+    assert job is not None and job.submitted_at is None and job.submit_attempts == 1
+    reached = world.client.build(JOB_ID)
+    assert (reached is not None) == (point.endswith("confirm"))  # killed after the request?
+    # The dead attempt's lease runs out; a fresh process's pass submits it.
+    assert await submit_pass(world) == [JOB_ID]
+    assert await submit_pass(world) == []
+    await world.wait_for_job()
+    report = await recover(world.store, world.builder)
+    assert report["resumed"] == [[JOB_ID]]
+    events = await world.events()
+    answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
+    assert len(answers) == 1 and texts_of(events).count(READY) == 1
+    build = world.client.build(JOB_ID)
+    assert build is not None and world.client.stats()["builds"] == 1
+    # Killed before the request: one submission. Killed after it but before it was
+    # recorded: the retry repeats it and the job id (the idempotency key) dedupes it.
+    assert build["submissions"] == (2 if point.endswith("confirm") else 1)
+    assert [r["changed"] for r in world.receiver.received].count(True) == 1
+    expected = ["worker-A", "worker-B"] if point.endswith("confirm") else ["worker-B"]
+    assert world.submitters() == expected and world.client.acts() == len(expected)

@@ -103,3 +103,36 @@ async def test_a_webhook_completion_resumes_the_paused_run(store_url: str) -> No
             )
             assert texts(later) == ["Your report is ready: q3.pdf"]
             assert runs[0]["invocation_id"] == runs[1]["invocation_id"]
+
+
+async def test_the_worker_retries_a_refused_submission_until_accepted(store_url: str) -> None:
+    attempts: list[str] = []
+
+    def submit(job: Any) -> None:
+        attempts.append(job.job_id)
+        if len(attempts) == 1:
+            raise ConnectionError("503 from the builder")
+
+    tool = long_running_tool(
+        start_report, job_key="report:{quarter}", deadline=600, submit=submit, submit_backoff=0.0
+    )
+    model = ScriptedModel({"reporter": [Call("start_report", {"quarter": "Q3"}), _reply, _reply]})
+    agent = LlmAgent(name="reporter", model=model, tools=[tool])
+    async with open_store(store_url) as store:
+        worker = Worker(app=agent, store=store, settings=settings_for(store_url))
+        transport = httpx.ASGITransport(app=create_app(worker))
+        async with (
+            worker.running(),
+            httpx.AsyncClient(transport=transport, base_url="http://w", headers=AUTH) as client,
+        ):
+            started = await client.post(
+                "/v1/users/ann/sessions/q3/runs", json={"message": "Build the Q3 report"}
+            )
+            await client.get(started.json()["events_url"])  # the turn ends PAUSED
+            deadline = time.monotonic() + 30
+            while (job := await worker.jobs.get("report:Q3")) is None or job.submitted_at is None:
+                assert time.monotonic() < deadline, job  # the worker's submitter loop retries
+                await asyncio.sleep(0.05)
+            assert job.submit_attempts == 2 and attempts == ["report:Q3", "report:Q3"]
+            await asyncio.sleep(3 * settings_for(store_url).resume_interval)
+            assert len(attempts) == 2  # accepted: never submitted again

@@ -52,6 +52,7 @@ EXPECTED = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "Submitter",
     "Sweeper",
     "UnsupportedUrl",
     "WebhookError",

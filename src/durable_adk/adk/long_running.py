@@ -11,10 +11,15 @@ work. Each call:
 * creates the job idempotently, its id formatted from the arguments (the
   work's business identity, the same for a repeated or re-driven call);
 * attaches the call (app, user, session, invocation, function call id), which
-  fills only empty columns, so a replay never re-points a job;
-* submits the work through ``submit(job)`` only if this call won
-  :meth:`~durable_adk.jobs.JobTable.mark_submitted`: the work is handed over
-  at most once (a crash between the two leaves a job the deadline ends);
+  fills only empty columns, so a replay never re-points a job; a second call
+  with the same business identity attaches beside the first and is answered
+  too when the job ends;
+* submits the work through ``submit(job)`` until the outside system accepts
+  it: the call makes the first attempt if no other attempt holds the job; an
+  attempt that fails (or a process that died before or during it) is retried
+  with back-off by :class:`~durable_adk.adk.resume.Submitter` passes until
+  the deadline. The job id is the idempotency key downstream, so a repeated
+  attempt is harmless;
 * returns a small pending answer, ``{"status": "pending", "job_id": ...,
   "message": ...}``; the message is ``func``'s ``"message"`` if it returned
   one, so the model has something true to tell the user.
@@ -74,8 +79,14 @@ class DurableLongRunningTool(LongRunningFunctionTool):
         cancel: JobHook | None,
         name: str,
         jobs: JobTable | None,
+        submit_lease: float = 30.0,
+        submit_backoff: float = 1.0,
+        submit_backoff_max: float = 60.0,
     ) -> None:
         self.job_key = job_key
+        self.submit_lease = submit_lease
+        self.submit_backoff = submit_backoff
+        self.submit_backoff_max = submit_backoff_max
         self.deadline = deadline
         self.submit = submit
         self.cancel = cancel
@@ -163,7 +174,7 @@ class DurableLongRunningTool(LongRunningFunctionTool):
         invocation_id: str,
         function_call_id: str,
     ) -> Job:
-        """Creates (idempotently), attaches and submits (at most once) one job."""
+        """Creates (idempotently), attaches and submits (first attempt, if due) one job."""
         if not function_call_id:
             raise errors.InvalidArgument(f"{self.tool_name}: the call has no id to answer")
         await jobs.create(
@@ -179,17 +190,58 @@ class DurableLongRunningTool(LongRunningFunctionTool):
             function_call_id=function_call_id,
         )
         if job.function_call_id != function_call_id:
-            logger.warning(
-                "job %s already answers call %s; call %s gets no answer from it",
+            logger.info(
+                "job %s already answers call %s; call %s is answered from it too",
                 job_id,
                 job.function_call_id,
                 function_call_id,
             )
-        if self._submit is not None and await jobs.mark_submitted(job_id):
-            crash_point("long_running.before_submit")
-            await self._submit(job)
-            crash_point("long_running.after_submit")
+        await self.submit_due(jobs, job_id)
         return job
+
+    async def submit_due(self, jobs: JobTable, job_id: str) -> bool:
+        """Makes the job's next submission attempt if one is due; True if it was accepted.
+
+        Nothing happens when the work was accepted already, another attempt
+        holds the job, a failed attempt is backing off, or the deadline passed.
+        """
+        if self._submit is None:  # nothing to hand over
+            await jobs.mark_submitted(job_id)
+            return False
+        claimed = await jobs.claim_submit(job_id, lease=self.submit_lease, limit=1)
+        return bool(claimed) and await self.attempt_submit(jobs, claimed[0])
+
+    async def attempt_submit(self, jobs: JobTable, job: Job) -> bool:
+        """Runs one claimed submission attempt; True if the outside system accepted it.
+
+        A failing ``submit`` is logged and backed off (``submit_backoff``
+        doubled per attempt, at most ``submit_backoff_max``); the next
+        attempt is a :class:`~durable_adk.adk.resume.Submitter` pass's.
+        """
+        assert self._submit is not None
+        crash_point("long_running.before_submit")
+        try:
+            await self._submit(job)
+        except Exception as exc:
+            retry_in = min(
+                self.submit_backoff_max,
+                self.submit_backoff * 2 ** max(0, job.submit_attempts - 1),
+            )
+            logger.warning(
+                "submitting job %s failed (attempt %d), retrying in %.1f s: %r",
+                job.job_id,
+                job.submit_attempts,
+                retry_in,
+                exc,
+            )
+            await jobs.submit_failed(
+                job.job_id, job.submit_attempts, f"{type(exc).__name__}: {exc}", retry_in=retry_in
+            )
+            return False
+        crash_point("long_running.before_confirm")
+        await jobs.mark_submitted(job.job_id)
+        crash_point("long_running.after_submit")
+        return True
 
     async def cancel_job(self, job: Job) -> None:
         """Asks the outside system to stop the work (the ``cancel`` hook), if there is one."""
@@ -259,6 +311,9 @@ def long_running_tool(
     cancel: JobHook | None = None,
     name: str | None = None,
     jobs: JobTable | None = None,
+    submit_lease: float = 30.0,
+    submit_backoff: float = 1.0,
+    submit_backoff_max: float = 60.0,
 ) -> DurableLongRunningTool:
     """Makes a function a long-running ADK tool backed by the job table.
 
@@ -270,11 +325,20 @@ def long_running_tool(
             ``"report:{quarter}:{region}"``: the job's id.
         deadline: How long the job may take before the expiry sweep ends it
             (seconds or a timedelta).
-        submit: Hands the work to the outside system; called with the job at
-            most once per job. Pass the job id downstream as its idempotency key.
+        submit: Hands the work to the outside system; called with the job
+            until one call returns (an exception is a failed attempt, retried
+            with back-off until the deadline). It may run more than once for
+            one job (a retry, a crash before the acceptance was recorded):
+            pass the job id downstream as its idempotency key.
         cancel: Asks the outside system to stop; called by the expiry sweep.
         name: The tool's name for the model (default: ``func``'s).
         jobs: The job table (default: the durable run's store).
+        submit_lease: Seconds one submission attempt holds the job; a process
+            that dies mid-attempt is retried after it. Make it longer than
+            ``submit`` takes.
+        submit_backoff: Seconds before retrying a failed attempt, doubled per
+            attempt.
+        submit_backoff_max: The longest back-off.
 
     Raises:
         durable_adk.errors.InvalidArgument: The template names a parameter
@@ -283,6 +347,10 @@ def long_running_tool(
     seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else float(deadline)
     if seconds <= 0:
         raise errors.InvalidArgument("deadline must be positive")
+    if submit_lease <= 0 or submit_backoff < 0 or submit_backoff_max < submit_backoff:
+        raise errors.InvalidArgument(
+            "submit_lease must be > 0 and 0 <= submit_backoff <= submit_backoff_max"
+        )
     params = set(inspect.signature(func).parameters)
     unknown = template_fields(job_key, what="job_key") - params
     if unknown:
@@ -295,6 +363,9 @@ def long_running_tool(
         cancel=cancel,
         name=name or func.__name__,
         jobs=jobs,
+        submit_lease=submit_lease,
+        submit_backoff=submit_backoff,
+        submit_backoff_max=submit_backoff_max,
     )
 
 

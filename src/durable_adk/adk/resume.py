@@ -1,11 +1,17 @@
-"""Answering long-running calls: the resumer, the progress sender, the expiry sweep.
+"""Answering long-running calls: the submitter, the resumer, progress, the expiry sweep.
 
 The job table (:mod:`durable_adk.jobs`) knows when a call's job has its result;
 this module turns that into the call's answer, through :class:`DurableRunner`,
 so the invocation that made the call continues. Guarantees:
 
-* **Once.** :class:`Resumer` claims ready jobs atomically (no two resumers
-  hold one job), puts the answer on the run ledger as a run of the calling
+* **Submitted.** :class:`Submitter` retries the submission of every open job
+  whose work the outside system has not accepted yet (a failed first attempt,
+  a process that died between creating the job and submitting it), with
+  back-off, until it is accepted or the deadline passes; one attempt at a
+  time per job.
+* **Once.** :class:`Resumer` claims ready calls atomically (no two resumers
+  hold one call; every call attached to a job is one, including a second call
+  with the same business identity), puts the answer on the run ledger as a run of the calling
   invocation, then records that run on the job. From then on the ledger and
   the recovery sweeper own delivery: a resume whose worker dies is re-driven
   with its answer. The runner drops an answer the session already holds, so a
@@ -195,6 +201,54 @@ class Resumer:
     async def serve(self) -> AsyncIterator[Resumer]:
         """Runs a pass every ``interval`` seconds until the block exits."""
         async with periodically(self.interval, self.resume_once, "resume"):
+            yield self
+
+
+class Submitter:
+    """Retries submissions the outside system has not accepted yet."""
+
+    def __init__(
+        self,
+        jobs: JobTable,
+        *,
+        tools: Mapping[str, DurableLongRunningTool] | None = None,
+        runner: DurableRunner | None = None,
+        batch: int = 100,
+        interval: float = 1.0,
+    ) -> None:
+        """Creates the submitter.
+
+        Args:
+            jobs: The job table.
+            tools: The tools whose ``submit`` hooks to call, by name (default:
+                the long-running tools of ``runner``'s app). Jobs of other
+                tools are left to the workers that have them.
+            runner: Where to find the tools when ``tools`` is not given.
+            batch: Most attempts per pass.
+            interval: Seconds between passes in :meth:`serve`.
+        """
+        if tools is None and runner is not None:
+            tools = long_running_tools(runner.app.root_agent)
+        self.jobs = jobs
+        self.tools = {n: t for n, t in (tools or {}).items() if t.submit is not None}
+        self.batch = batch
+        self.interval = interval
+
+    async def submit_once(self) -> list[Job]:
+        """Makes every submission attempt due now; returns the jobs accepted."""
+        accepted: list[Job] = []
+        for name, tool in self.tools.items():  # each tool's attempts under its own lease
+            claimed = await self.jobs.claim_submit(
+                tools=[name], lease=tool.submit_lease, limit=self.batch
+            )
+            results = await asyncio.gather(*(tool.attempt_submit(self.jobs, j) for j in claimed))
+            accepted.extend(j for j, ok in zip(claimed, results, strict=True) if ok)
+        return accepted
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[Submitter]:
+        """Runs a pass every ``interval`` seconds until the block exits."""
+        async with periodically(self.interval, self.submit_once, "submit"):
             yield self
 
 

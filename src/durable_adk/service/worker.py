@@ -36,7 +36,7 @@ from typing_extensions import override
 
 from durable_adk import errors, loops
 from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer
+from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
@@ -128,6 +128,8 @@ class Worker:
         self.ops = Operations(store, root_agent_name=self.runner.root_agent_name)
         self.jobs = JobTable(store)
         self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
+        # Submissions not accepted yet are retried on the resumer's cadence.
+        self.submitter = Submitter(self.jobs, runner=self.runner, interval=settings.resume_interval)
         self.expiry = ExpirySweeper(
             self.jobs, resumer=self.resumer, interval=settings.expiry_interval
         )
@@ -162,7 +164,8 @@ class Worker:
     async def running(self) -> AsyncIterator[Worker]:
         """Runs the background loops; drains and hands back leases on exit.
 
-        The loops: the recovery sweeper, the job resumer (answers the calls of
+        The loops: the recovery sweeper, the job submitter (retries
+        submissions not accepted yet), the job resumer (answers the calls of
         finished jobs), the job deadline sweep, the progress sender, and a saga
         sweeper per SagaSequence of the app.
         """
@@ -181,6 +184,7 @@ class Worker:
                     name=f"durable-adk-saga-{saga.name}",
                 )
             )
+        await self._job_loops.enter_async_context(self.submitter.serve())
         await self._job_loops.enter_async_context(self.resumer.serve())
         await self._job_loops.enter_async_context(self.expiry.serve())
         self._loops.append(

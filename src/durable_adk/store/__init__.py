@@ -38,14 +38,17 @@ __all__ = [
 ]
 
 
-async def connect(url: str = DEFAULT_URL, **options: int) -> Store:
+async def connect(url: str = DEFAULT_URL, **options: Any) -> Store:
     """Opens a store without checking its schema (for ``db upgrade`` and tools).
 
     Args:
         url: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
             ``sqlite:///:memory:`` or ``postgresql://user@host:port/db``.
         **options: Backend options (``busy_timeout_ms`` for SQLite;
-            ``min_size``/``max_size`` for the PostgreSQL pool).
+            ``min_size``/``max_size``, ``command_timeout`` (seconds, default
+            10) and ``acquire_timeout`` (seconds, default 5) for PostgreSQL,
+            whose URL may also carry the two timeouts:
+            ``postgresql://u@h/db?command_timeout=5&acquire_timeout=2``).
 
     Raises:
         UnsupportedUrl: The URL names another kind of database.
@@ -65,7 +68,7 @@ async def connect(url: str = DEFAULT_URL, **options: int) -> Store:
 
 @asynccontextmanager
 async def open_store(
-    url: str = DEFAULT_URL, *, create_if_empty: bool = True, **options: int
+    url: str = DEFAULT_URL, *, create_if_empty: bool = True, **options: Any
 ) -> AsyncIterator[Store]:
     """Opens a store, verifies its schema and closes it on exit.
 

@@ -56,6 +56,10 @@ _UNIQUE_CODES = {1555, 2067}  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
 _FOREIGN_KEY_CODE = 787  # SQLITE_CONSTRAINT_FOREIGNKEY
 _BUSY_CODES = {5, 6, 261, 517}  # SQLITE_BUSY, _LOCKED, _BUSY_RECOVERY, _BUSY_SNAPSHOT
 _CANTOPEN_CODE = 14
+# The database or its disk failed under us, not the statement: SQLITE_NOMEM,
+# SQLITE_IOERR (and its extended codes), SQLITE_FULL, SQLITE_CANTOPEN,
+# SQLITE_PROTOCOL (a WAL lock race). A retry later may succeed.
+_UNAVAILABLE_PRIMARY = {7, 10, 13, _CANTOPEN_CODE, 15}
 
 
 def merge_json(state: str | None, delta: str | None) -> str | None:
@@ -73,7 +77,14 @@ def merge_json(state: str | None, delta: str | None) -> str | None:
 
 
 def translate(exc: sqlite3.Error) -> errors.StoreError:
-    """Maps a sqlite3 error to ours by its extended result code."""
+    """Maps a sqlite3 error to ours by its extended result code.
+
+    SQLITE_BUSY and SQLITE_LOCKED (with their extended codes) are
+    :class:`~durable_adk.errors.DatabaseBusy`; I/O, disk-full, out-of-memory,
+    cannot-open and WAL-protocol errors are
+    :class:`~durable_adk.errors.StoreUnavailable`; anything else (a constraint,
+    a bad statement) is a plain :class:`~durable_adk.errors.StoreError`.
+    """
     code = getattr(exc, "sqlite_errorcode", None)
     message = f"{exc} (sqlite code {code})"
     if code in _UNIQUE_CODES:
@@ -82,7 +93,7 @@ def translate(exc: sqlite3.Error) -> errors.StoreError:
         return errors.ForeignKeyViolation(message)
     if code is not None and (code in _BUSY_CODES or code & 0xFF in {5, 6}):
         return errors.DatabaseBusy(message)
-    if code is not None and code & 0xFF == _CANTOPEN_CODE:
+    if code is not None and code & 0xFF in _UNAVAILABLE_PRIMARY:
         return errors.StoreUnavailable(message)
     return errors.StoreError(message)
 

@@ -10,21 +10,24 @@ included, so a test can assert that a job was never submitted twice; and every
 request is logged when it arrives, before it is handled, like the fake
 services' (``GET /_requests``, :meth:`ReportBuilderClient.requests` and
 :meth:`ReportBuilderClient.acts`): a submit that was refused or repeated
-still counts as an act.
+still counts as an act. ``--fail-first N`` refuses the first N submissions
+with 503 (counted as ``refused``, no build made), so a test can check that a
+failed submission is retried.
 
 Run it with::
 
     python -m durable_adk.testing.report_builder --webhook URL --secret S
-        [--delay 1.9] [--repeat-after 0.2] [--port 0] [--parent-pid PID]
+        [--delay 1.9] [--repeat-after 0.2] [--fail-first 0] [--port 0] [--parent-pid PID]
 
 It prints ``READY <port>`` once it accepts connections, binds 127.0.0.1 only,
 and exits on SIGTERM or when the ``--parent-pid`` process is gone.
 :class:`ReportBuilder` does all this for a test or an example.
 
 HTTP interface: ``POST /builds`` (202 and the build; 200 and the build for a
-repeat), ``POST /builds/<job_id>/cancel`` (200), ``GET /builds/<job_id>``
-(the build: its submissions, webhooks sent and their answers, cancelled),
-``GET /stats`` (``submissions``, ``builds``, ``webhooks``), ``GET
+repeat; 503 while refusing), ``POST /builds/<job_id>/cancel`` (200), ``GET
+/builds/<job_id>`` (the build: its submissions, webhooks sent and their
+answers, cancelled), ``GET /stats`` (``submissions``, ``builds``,
+``webhooks``, ``refused``), ``GET
 /_requests?since=SEQ`` (the request log, in memory: it starts empty with each
 process). In the log a build is collection ``builds``; ``submit`` and
 ``cancel`` are the acts, ``get`` and ``stats`` the reads; the key is the job id
@@ -65,8 +68,12 @@ from durable_adk.webhooks import sign
 class Builder:
     """The builds and their webhook timers (thread-safe)."""
 
-    def __init__(self, webhook: str, secret: str, delay: float, repeat_after: float) -> None:
+    def __init__(
+        self, webhook: str, secret: str, delay: float, repeat_after: float, fail_first: int = 0
+    ) -> None:
         self.webhook = webhook
+        self.fail_first = fail_first
+        self.refused = 0
         self.secret = secret
         self.delay = delay
         self.repeat_after = repeat_after
@@ -80,6 +87,9 @@ class Builder:
         if not isinstance(job_id, str) or not job_id:
             return 400, {"error": "job_id must be a non-empty string"}
         with self.lock:
+            if self.refused < self.fail_first:
+                self.refused += 1
+                return 503, {"error": "the builder is overloaded; try again later"}
             self.submissions += 1
             build = self.builds.get(job_id)
             if build is not None:
@@ -148,6 +158,7 @@ class Builder:
                 "submissions": self.submissions,
                 "builds": len(self.builds),
                 "webhooks": self.webhooks,
+                "refused": self.refused,
             }
 
 
@@ -274,10 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--secret", required=True)
     parser.add_argument("--delay", type=float, default=1.9)
     parser.add_argument("--repeat-after", type=float, default=0.2)
+    parser.add_argument("--fail-first", type=int, default=0)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)
-    server = _Server(args.port, Builder(args.webhook, args.secret, args.delay, args.repeat_after))
+    builder = Builder(args.webhook, args.secret, args.delay, args.repeat_after, args.fail_first)
+    server = _Server(args.port, builder)
 
     def stop(signum: int, frame: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -303,7 +316,13 @@ class ReportBuilder:
     """
 
     def __init__(
-        self, webhook: str, secret: str, *, delay: float = 1.9, repeat_after: float = 0.2
+        self,
+        webhook: str,
+        secret: str,
+        *,
+        delay: float = 1.9,
+        repeat_after: float = 0.2,
+        fail_first: int = 0,
     ) -> None:
         self.args = [
             "--webhook",
@@ -314,6 +333,8 @@ class ReportBuilder:
             str(delay),
             "--repeat-after",
             str(repeat_after),
+            "--fail-first",
+            str(fail_first),
             "--parent-pid",
             str(os.getpid()),
         ]
@@ -398,7 +419,7 @@ class ReportBuilderClient:
             raise
 
     def stats(self) -> dict[str, int]:
-        """Submissions (repeats included), builds and webhooks sent."""
+        """Submissions accepted (repeats included), builds, webhooks sent, submissions refused."""
         return dict(self._call("GET", "/stats"))
 
     def requests(

@@ -21,22 +21,79 @@ SELECT false AS created, j.* FROM jobs j
 
 -- name: job_attach
 -- Fills only the empty columns: a replayed or late attach never overwrites.
-UPDATE jobs
-   SET app_name = COALESCE(app_name, :app_name::text),
-       user_id = COALESCE(user_id, :user_id::text),
-       session_id = COALESCE(session_id, :session_id::text),
-       invocation_id = COALESCE(invocation_id, :invocation_id::text),
-       function_call_id = COALESCE(function_call_id, :function_call_id::text),
-       updated_at = extract(epoch FROM clock_timestamp())
- WHERE job_id = :job_id::text
-RETURNING *;
+-- A call other than the one on the row (another call id with the same
+-- business identity) is kept in job_calls, once, to be answered too.
+WITH upd AS (
+    UPDATE jobs
+       SET app_name = COALESCE(app_name, :app_name::text),
+           user_id = COALESCE(user_id, :user_id::text),
+           session_id = COALESCE(session_id, :session_id::text),
+           invocation_id = COALESCE(invocation_id, :invocation_id::text),
+           function_call_id = COALESCE(function_call_id, :function_call_id::text),
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE job_id = :job_id::text
+    RETURNING *
+), extra AS (
+    INSERT INTO job_calls (job_id, app_name, user_id, session_id, invocation_id,
+                           function_call_id, created_at)
+    SELECT upd.job_id, :app_name::text, :user_id::text, :session_id::text,
+           :invocation_id::text, :function_call_id::text, extract(epoch FROM clock_timestamp())
+      FROM upd
+     WHERE (upd.app_name, upd.user_id, upd.session_id, upd.function_call_id)
+           IS DISTINCT FROM (:app_name::text, :user_id::text, :session_id::text,
+                             :function_call_id::text)
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+)
+SELECT upd.* FROM upd;
 
 -- name: job_mark_submitted
--- The first caller wins the right to hand the work over.
+-- Records that the outside system accepted the work; the first caller wins.
 UPDATE jobs
-   SET submitted_at = extract(epoch FROM clock_timestamp()),
-       updated_at = extract(epoch FROM clock_timestamp())
+   SET submitted_at = extract(epoch FROM clock_timestamp()), submit_after = NULL,
+       submit_error = NULL, updated_at = extract(epoch FROM clock_timestamp())
  WHERE job_id = :job_id::text AND submitted_at IS NULL
+RETURNING job_id;
+
+-- name: job_claim_submit
+-- Takes the next submission attempt of open jobs whose work is not accepted
+-- yet (one job, or any of the :tools, a JSON array of tool names): no attempt
+-- running or backing off (submit_after passed), deadline not passed. The claim
+-- holds the attempt for :lease seconds. SKIP LOCKED: two submitters never take
+-- one attempt.
+WITH picked AS MATERIALIZED (
+    SELECT q.job_id FROM jobs q
+     WHERE q.state = 'STARTED' AND q.submitted_at IS NULL
+       AND (:job_id::text IS NULL OR q.job_id = :job_id::text)
+       AND (:tools::jsonb IS NULL
+            OR q.tool_name IN (SELECT jsonb_array_elements_text(:tools::jsonb)))
+       AND (q.submit_after IS NULL OR q.submit_after <= extract(epoch FROM clock_timestamp()))
+       AND q.deadline_at > extract(epoch FROM clock_timestamp())
+     ORDER BY q.submit_after NULLS FIRST, q.created_at
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs
+   SET submit_attempts = submit_attempts + 1,
+       submit_after = extract(epoch FROM clock_timestamp()) + :lease::float8,
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE job_id IN (SELECT job_id FROM picked) AND submitted_at IS NULL
+RETURNING *;
+
+-- name: job_submit_failed
+-- An attempt failed: keep the error, back off :retry_in seconds. Only the
+-- attempt that is current (:attempt) sets the back-off.
+UPDATE jobs
+   SET submit_error = :error::text,
+       submit_after = extract(epoch FROM clock_timestamp()) + :retry_in::float8,
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE job_id = :job_id::text AND submitted_at IS NULL AND submit_attempts = :attempt::bigint
+RETURNING job_id;
+
+-- name: job_backdate_submit
+-- Moves a job's submission attempt or back-off into the past, nothing else.
+UPDATE jobs SET submit_after = submit_after - :seconds::float8
+ WHERE job_id = :job_id::text
 RETURNING job_id;
 
 -- name: job_complete
@@ -101,9 +158,12 @@ WITH picked AS MATERIALIZED (
        AND (q.resume_until IS NULL
             OR q.resume_until < extract(epoch FROM clock_timestamp()))
        AND (q.completed_at <= extract(epoch FROM clock_timestamp()) - :gather::float8
-            OR NOT EXISTS (SELECT 1 FROM jobs s
-                            WHERE s.invocation_id = q.invocation_id
-                              AND s.session_id = q.session_id AND s.state = 'STARTED'))
+            OR (NOT EXISTS (SELECT 1 FROM jobs s
+                             WHERE s.invocation_id = q.invocation_id
+                               AND s.session_id = q.session_id AND s.state = 'STARTED')
+                AND NOT EXISTS (SELECT 1 FROM job_calls sc JOIN jobs sj ON sj.job_id = sc.job_id
+                                 WHERE sc.invocation_id = q.invocation_id
+                                   AND sc.session_id = q.session_id AND sj.state = 'STARTED')))
      ORDER BY q.invocation_id, q.completed_at
      LIMIT :limit::int
      FOR UPDATE SKIP LOCKED
@@ -117,14 +177,58 @@ UPDATE jobs
    AND (resume_until IS NULL OR resume_until < extract(epoch FROM clock_timestamp()))
 RETURNING *;
 
+-- name: job_claim_resume_calls
+-- The same for the other calls of finished jobs (job_calls): each call not yet
+-- handed to a run, with no live claim, is held by one claimer under a lease.
+WITH picked AS MATERIALIZED (
+    SELECT c.job_id, c.app_name, c.user_id, c.session_id, c.function_call_id
+      FROM job_calls c JOIN jobs j ON j.job_id = c.job_id
+     WHERE j.state <> 'STARTED' AND c.resumed_at IS NULL
+       AND (:app_name::text IS NULL OR c.app_name = :app_name::text)
+       AND (c.resume_until IS NULL OR c.resume_until < extract(epoch FROM clock_timestamp()))
+       AND (j.completed_at <= extract(epoch FROM clock_timestamp()) - :gather::float8
+            OR (NOT EXISTS (SELECT 1 FROM jobs s
+                             WHERE s.invocation_id = c.invocation_id
+                               AND s.session_id = c.session_id AND s.state = 'STARTED')
+                AND NOT EXISTS (SELECT 1 FROM job_calls sc JOIN jobs sj ON sj.job_id = sc.job_id
+                                 WHERE sc.invocation_id = c.invocation_id
+                                   AND sc.session_id = c.session_id AND sj.state = 'STARTED')))
+     ORDER BY c.invocation_id, j.completed_at
+     LIMIT :limit::int
+     FOR UPDATE OF c SKIP LOCKED
+)
+UPDATE job_calls c
+   SET resume_owner = :owner::text, resume_epoch = c.resume_epoch + 1,
+       resume_until = extract(epoch FROM clock_timestamp()) + :lease::float8
+  FROM picked p
+ WHERE c.job_id = p.job_id AND c.app_name = p.app_name AND c.user_id = p.user_id
+   AND c.session_id = p.session_id AND c.function_call_id = p.function_call_id
+   AND c.resumed_at IS NULL
+RETURNING c.*;
+
 -- name: job_mark_resumed
 -- Records the run that carries the answers, for claims still held
--- (:claims is a JSON array of {"job_id", "epoch"}).
+-- (:claims is a JSON array of {"job_id", "epoch", "session_id", "call"}):
+-- the job row's own call here, the other calls in job_mark_resumed_calls.
 UPDATE jobs
    SET resumed_at = extract(epoch FROM clock_timestamp()), resume_run_id = :run_id::text,
        resume_until = NULL, updated_at = extract(epoch FROM clock_timestamp())
- WHERE job_id IN (SELECT c.job_id FROM jsonb_to_recordset(:claims::jsonb) AS c(job_id text, epoch bigint)
-                   WHERE c.epoch = jobs.resume_epoch)
+ WHERE job_id IN (SELECT c.job_id
+                    FROM jsonb_to_recordset(:claims::jsonb)
+                         AS c(job_id text, epoch bigint, session_id text, call text)
+                   WHERE c.epoch = jobs.resume_epoch AND c.session_id = jobs.session_id
+                     AND c.call = jobs.function_call_id)
+   AND resume_owner = :owner::text AND resumed_at IS NULL
+RETURNING job_id;
+
+-- name: job_mark_resumed_calls
+UPDATE job_calls
+   SET resumed_at = extract(epoch FROM clock_timestamp()), resume_run_id = :run_id::text,
+       resume_until = NULL
+ WHERE (job_id, session_id, function_call_id, resume_epoch) IN (
+         SELECT c.job_id, c.session_id, c.call, c.epoch
+           FROM jsonb_to_recordset(:claims::jsonb)
+                AS c(job_id text, epoch bigint, session_id text, call text))
    AND resume_owner = :owner::text AND resumed_at IS NULL
 RETURNING job_id;
 
@@ -132,10 +236,27 @@ RETURNING job_id;
 -- Gives claims back at once (the resumer could not hand them over).
 UPDATE jobs
    SET resume_until = NULL, updated_at = extract(epoch FROM clock_timestamp())
- WHERE job_id IN (SELECT c.job_id FROM jsonb_to_recordset(:claims::jsonb) AS c(job_id text, epoch bigint)
-                   WHERE c.epoch = jobs.resume_epoch)
+ WHERE job_id IN (SELECT c.job_id
+                    FROM jsonb_to_recordset(:claims::jsonb)
+                         AS c(job_id text, epoch bigint, session_id text, call text)
+                   WHERE c.epoch = jobs.resume_epoch AND c.session_id = jobs.session_id
+                     AND c.call = jobs.function_call_id)
    AND resume_owner = :owner::text AND resumed_at IS NULL
 RETURNING job_id;
+
+-- name: job_release_resume_calls
+UPDATE job_calls
+   SET resume_until = NULL
+ WHERE (job_id, session_id, function_call_id, resume_epoch) IN (
+         SELECT c.job_id, c.session_id, c.call, c.epoch
+           FROM jsonb_to_recordset(:claims::jsonb)
+                AS c(job_id text, epoch bigint, session_id text, call text))
+   AND resume_owner = :owner::text AND resumed_at IS NULL
+RETURNING job_id;
+
+-- name: job_calls_of
+-- The other calls attached to a job, oldest first.
+SELECT * FROM job_calls WHERE job_id = :job_id::text ORDER BY created_at, function_call_id;
 
 -- name: job_expire
 -- Open jobs past their deadline become EXPIRED with the explicit result given.
@@ -167,10 +288,17 @@ SELECT * FROM jobs
 
 -- name: job_backdate
 -- Moves a job's times into the past: how tests (and an operator) pass a
--- deadline, a resume claim's lease or a progress interval without waiting.
+-- deadline, a resume claim's lease (its other calls' too), a submission
+-- back-off or a progress interval without waiting.
+WITH calls AS (
+    UPDATE job_calls SET resume_until = resume_until - :seconds::float8
+     WHERE job_id = :job_id::text
+    RETURNING job_id
+)
 UPDATE jobs
    SET deadline_at = deadline_at - :seconds::float8,
        resume_until = resume_until - :seconds::float8,
+       submit_after = submit_after - :seconds::float8,
        progress_sent_at = progress_sent_at - :seconds::float8,
        completed_at = completed_at - :seconds::float8
  WHERE job_id = :job_id::text

@@ -16,6 +16,8 @@ SELECT changes() > 0 AS created, * FROM jobs WHERE job_id = :job_id;
 
 -- name: job_attach
 -- Fills only the empty columns: a replayed or late attach never overwrites.
+-- A call other than the one on the row (another call id with the same
+-- business identity) is kept in job_calls, once, to be answered too.
 UPDATE jobs
    SET app_name = COALESCE(app_name, :app_name),
        user_id = COALESCE(user_id, :user_id),
@@ -23,15 +25,60 @@ UPDATE jobs
        invocation_id = COALESCE(invocation_id, :invocation_id),
        function_call_id = COALESCE(function_call_id, :function_call_id),
        updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE job_id = :job_id;
+INSERT OR IGNORE INTO job_calls (job_id, app_name, user_id, session_id, invocation_id,
+                                 function_call_id, created_at)
+SELECT job_id, :app_name, :user_id, :session_id, :invocation_id, :function_call_id,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM jobs
  WHERE job_id = :job_id
-RETURNING *;
+   AND NOT (app_name IS :app_name AND user_id IS :user_id AND session_id IS :session_id
+            AND function_call_id IS :function_call_id);
+SELECT * FROM jobs WHERE job_id = :job_id;
 
 -- name: job_mark_submitted
--- The first caller wins the right to hand the work over.
+-- Records that the outside system accepted the work; the first caller wins.
 UPDATE jobs
-   SET submitted_at = (julianday('now') - 2440587.5) * 86400.0,
-       updated_at = (julianday('now') - 2440587.5) * 86400.0
+   SET submitted_at = (julianday('now') - 2440587.5) * 86400.0, submit_after = NULL,
+       submit_error = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE job_id = :job_id AND submitted_at IS NULL
+RETURNING job_id;
+
+-- name: job_claim_submit
+-- Takes the next submission attempt of open jobs whose work is not accepted
+-- yet (one job, or any of the :tools, a JSON array of tool names): no attempt
+-- running or backing off (submit_after passed), deadline not passed. The claim
+-- holds the attempt for :lease seconds. The write lock serializes claimers.
+UPDATE jobs
+   SET submit_attempts = submit_attempts + 1,
+       submit_after = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE job_id IN (
+        SELECT q.job_id FROM jobs q
+         WHERE q.state = 'STARTED' AND q.submitted_at IS NULL
+           AND (:job_id IS NULL OR q.job_id = :job_id)
+           AND (:tools IS NULL OR q.tool_name IN (SELECT value FROM json_each(:tools)))
+           AND (q.submit_after IS NULL
+                OR q.submit_after <= (julianday('now') - 2440587.5) * 86400.0)
+           AND q.deadline_at > (julianday('now') - 2440587.5) * 86400.0
+         ORDER BY q.submit_after IS NOT NULL, q.submit_after, q.created_at
+         LIMIT :limit)
+RETURNING *;
+
+-- name: job_submit_failed
+-- An attempt failed: keep the error, back off :retry_in seconds. Only the
+-- attempt that is current (:attempt) sets the back-off.
+UPDATE jobs
+   SET submit_error = :error,
+       submit_after = (julianday('now') - 2440587.5) * 86400.0 + :retry_in,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE job_id = :job_id AND submitted_at IS NULL AND submit_attempts = :attempt
+RETURNING job_id;
+
+-- name: job_backdate_submit
+-- Moves a job's submission attempt or back-off into the past, nothing else.
+UPDATE jobs SET submit_after = submit_after - :seconds
+ WHERE job_id = :job_id
 RETURNING job_id;
 
 -- name: job_complete
@@ -87,21 +134,66 @@ UPDATE jobs
            AND (q.resume_until IS NULL
                 OR q.resume_until < (julianday('now') - 2440587.5) * 86400.0)
            AND (q.completed_at <= (julianday('now') - 2440587.5) * 86400.0 - :gather
-                OR NOT EXISTS (SELECT 1 FROM jobs s
-                                WHERE s.invocation_id = q.invocation_id
-                                  AND s.session_id = q.session_id AND s.state = 'STARTED'))
+                OR (NOT EXISTS (SELECT 1 FROM jobs s
+                                 WHERE s.invocation_id = q.invocation_id
+                                   AND s.session_id = q.session_id AND s.state = 'STARTED')
+                    AND NOT EXISTS (SELECT 1 FROM job_calls sc
+                                      JOIN jobs sj ON sj.job_id = sc.job_id
+                                     WHERE sc.invocation_id = q.invocation_id
+                                       AND sc.session_id = q.session_id
+                                       AND sj.state = 'STARTED')))
          ORDER BY q.invocation_id, q.completed_at
+         LIMIT :limit)
+RETURNING *;
+
+-- name: job_claim_resume_calls
+-- The same for the other calls of finished jobs (job_calls): each call not yet
+-- handed to a run, with no live claim, is held by one claimer under a lease.
+UPDATE job_calls
+   SET resume_owner = :owner, resume_epoch = resume_epoch + 1,
+       resume_until = (julianday('now') - 2440587.5) * 86400.0 + :lease
+ WHERE rowid IN (
+        SELECT c.rowid FROM job_calls c JOIN jobs j ON j.job_id = c.job_id
+         WHERE j.state <> 'STARTED' AND c.resumed_at IS NULL
+           AND (:app_name IS NULL OR c.app_name = :app_name)
+           AND (c.resume_until IS NULL
+                OR c.resume_until < (julianday('now') - 2440587.5) * 86400.0)
+           AND (j.completed_at <= (julianday('now') - 2440587.5) * 86400.0 - :gather
+                OR (NOT EXISTS (SELECT 1 FROM jobs s
+                                 WHERE s.invocation_id = c.invocation_id
+                                   AND s.session_id = c.session_id AND s.state = 'STARTED')
+                    AND NOT EXISTS (SELECT 1 FROM job_calls sc
+                                      JOIN jobs sj ON sj.job_id = sc.job_id
+                                     WHERE sc.invocation_id = c.invocation_id
+                                       AND sc.session_id = c.session_id
+                                       AND sj.state = 'STARTED')))
+         ORDER BY c.invocation_id, j.completed_at
          LIMIT :limit)
 RETURNING *;
 
 -- name: job_mark_resumed
 -- Records the run that carries the answers, for claims still held
--- (:claims is a JSON array of {"job_id", "epoch"}).
+-- (:claims is a JSON array of {"job_id", "epoch", "session_id", "call"}):
+-- the job row's own call here, the other calls in job_mark_resumed_calls.
 UPDATE jobs
    SET resumed_at = (julianday('now') - 2440587.5) * 86400.0, resume_run_id = :run_id,
        resume_until = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE job_id IN (SELECT json_extract(c.value, '$.job_id') FROM json_each(:claims) c
-                   WHERE json_extract(c.value, '$.epoch') = jobs.resume_epoch)
+                   WHERE json_extract(c.value, '$.epoch') = jobs.resume_epoch
+                     AND json_extract(c.value, '$.session_id') = jobs.session_id
+                     AND json_extract(c.value, '$.call') = jobs.function_call_id)
+   AND resume_owner = :owner AND resumed_at IS NULL
+RETURNING job_id;
+
+-- name: job_mark_resumed_calls
+UPDATE job_calls
+   SET resumed_at = (julianday('now') - 2440587.5) * 86400.0, resume_run_id = :run_id,
+       resume_until = NULL
+ WHERE EXISTS (SELECT 1 FROM json_each(:claims) c
+                WHERE json_extract(c.value, '$.job_id') = job_calls.job_id
+                  AND json_extract(c.value, '$.session_id') = job_calls.session_id
+                  AND json_extract(c.value, '$.call') = job_calls.function_call_id
+                  AND json_extract(c.value, '$.epoch') = job_calls.resume_epoch)
    AND resume_owner = :owner AND resumed_at IS NULL
 RETURNING job_id;
 
@@ -110,9 +202,26 @@ RETURNING job_id;
 UPDATE jobs
    SET resume_until = NULL, updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE job_id IN (SELECT json_extract(c.value, '$.job_id') FROM json_each(:claims) c
-                   WHERE json_extract(c.value, '$.epoch') = jobs.resume_epoch)
+                   WHERE json_extract(c.value, '$.epoch') = jobs.resume_epoch
+                     AND json_extract(c.value, '$.session_id') = jobs.session_id
+                     AND json_extract(c.value, '$.call') = jobs.function_call_id)
    AND resume_owner = :owner AND resumed_at IS NULL
 RETURNING job_id;
+
+-- name: job_release_resume_calls
+UPDATE job_calls
+   SET resume_until = NULL
+ WHERE EXISTS (SELECT 1 FROM json_each(:claims) c
+                WHERE json_extract(c.value, '$.job_id') = job_calls.job_id
+                  AND json_extract(c.value, '$.session_id') = job_calls.session_id
+                  AND json_extract(c.value, '$.call') = job_calls.function_call_id
+                  AND json_extract(c.value, '$.epoch') = job_calls.resume_epoch)
+   AND resume_owner = :owner AND resumed_at IS NULL
+RETURNING job_id;
+
+-- name: job_calls_of
+-- The other calls attached to a job, oldest first.
+SELECT * FROM job_calls WHERE job_id = :job_id ORDER BY created_at, function_call_id;
 
 -- name: job_expire
 -- Open jobs past their deadline become EXPIRED with the explicit result given.
@@ -138,10 +247,13 @@ SELECT * FROM jobs
 
 -- name: job_backdate
 -- Moves a job's times into the past: how tests (and an operator) pass a
--- deadline, a resume claim's lease or a progress interval without waiting.
+-- deadline, a resume claim's lease (its other calls' too), a submission
+-- back-off or a progress interval without waiting.
+UPDATE job_calls SET resume_until = resume_until - :seconds WHERE job_id = :job_id;
 UPDATE jobs
    SET deadline_at = deadline_at - :seconds,
        resume_until = resume_until - :seconds,
+       submit_after = submit_after - :seconds,
        progress_sent_at = progress_sent_at - :seconds,
        completed_at = completed_at - :seconds
  WHERE job_id = :job_id
