@@ -219,3 +219,13 @@ CREATE INDEX runs_by_invocation ON runs (invocation_id);
 
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (5, 'sagas', extract(epoch FROM clock_timestamp()));
+
+-- Saga fences (migration 6).
+-- The run that recorded a step, and its epoch then.
+ALTER TABLE saga_steps ADD COLUMN run_id text;
+ALTER TABLE saga_steps ADD COLUMN run_epoch bigint;
+-- 1: a saga sweeper finished the saga and still owes its outcome event.
+ALTER TABLE sagas ADD COLUMN unrecorded integer NOT NULL DEFAULT 0;
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (6, 'saga_fences', extract(epoch FROM clock_timestamp()));

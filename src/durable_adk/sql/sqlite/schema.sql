@@ -219,3 +219,13 @@ CREATE INDEX runs_by_invocation ON runs (invocation_id);
 
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (5, 'sagas', (julianday('now') - 2440587.5) * 86400.0);
+
+-- Saga fences (migration 6).
+-- The run that recorded a step, and its epoch then.
+ALTER TABLE saga_steps ADD COLUMN run_id TEXT;
+ALTER TABLE saga_steps ADD COLUMN run_epoch INTEGER;
+-- 1: a saga sweeper finished the saga and still owes its outcome event.
+ALTER TABLE sagas ADD COLUMN unrecorded INTEGER NOT NULL DEFAULT 0;
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (6, 'saga_fences', (julianday('now') - 2440587.5) * 86400.0);
