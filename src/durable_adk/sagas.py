@@ -173,10 +173,11 @@ class Fence:
 
     Attributes:
         run_id: The run writing from inside its drive (with ``run_epoch``):
-            refused unless the run is RUNNING at that epoch with a live lease.
+            refused unless the run is RUNNING at that epoch (the rule of the
+            run's session appends; a takeover bumps the epoch).
         run_epoch: That run's epoch.
-        owner: The saga sweeper writing under its claim: refused unless it still
-            holds the saga's claim.
+        owner: The saga sweeper writing under its claim: refused once the saga
+            is claimed by another sweeper (or was released).
 
     ``Fence()`` (nothing named) is a saga on plain ADK: not fenced.
     """
@@ -209,9 +210,7 @@ def _check(row: Row | None, what: str, fence: Fence) -> Row | None:
             if fence.run_id is not None
             else f"saga sweeper {fence.owner}"
         )
-        raise errors.Fenced(
-            f"{what} refused: {holder} no longer holds it (taken over, finished or expired)"
-        )
+        raise errors.Fenced(f"{what} refused: {holder} no longer holds it (taken over or finished)")
     return row
 
 
@@ -276,7 +275,7 @@ class SagaLedger:
         """Records that a step is about to act; returns its (action, compensation) keys.
 
         Raises:
-            durable_adk.errors.Fenced: ``fence``'s run lost its right to write.
+            durable_adk.errors.Fenced: ``fence``'s run was taken over or has finished.
         """
         action_key, comp_key = keys_for(saga_id, step)
         row = await self.store.fetchrow(
@@ -298,7 +297,7 @@ class SagaLedger:
         """Records that a step acted, with what its compensator needs.
 
         Raises:
-            durable_adk.errors.Fenced: ``fence``'s run lost its right to write.
+            durable_adk.errors.Fenced: ``fence``'s run was taken over or has finished.
         """
         row = await self.store.fetchrow(
             "saga_step_done",

@@ -27,9 +27,9 @@ SELECT * FROM sagas
 SELECT * FROM saga_steps WHERE saga_id = :saga_id::text ORDER BY pk DESC;
 
 -- Fences. A write made from inside a run names (:run_id, :run_epoch): refused
--- ('fenced') unless that run is RUNNING at that epoch with a lease that has not
--- expired, the rule of the run's session appends. A write made by a saga
--- sweeper names its :owner: refused unless it still holds the saga's claim.
+-- ('fenced') unless that run is RUNNING at that epoch, the rule of the run's
+-- session appends (a takeover bumps the epoch). A write made by a saga sweeper
+-- names its :owner: refused once another sweeper claimed the saga.
 -- A write with neither (a saga on plain ADK) is not fenced.
 
 -- name: saga_step_pending inline
@@ -41,10 +41,10 @@ WITH verdict AS (
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING'
-                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                      ) THEN 'fenced'
              WHEN :owner::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM sagas WHERE saga_id = :saga_id::text
-                       AND owner = :owner::text AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                       AND owner = :owner::text) THEN 'fenced'
              ELSE 'ok'
            END AS fence
 ), ins AS (
@@ -72,10 +72,10 @@ WITH verdict AS (
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING'
-                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                      ) THEN 'fenced'
              WHEN :owner::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM sagas WHERE saga_id = :saga_id::text
-                       AND owner = :owner::text AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                       AND owner = :owner::text) THEN 'fenced'
              ELSE 'ok'
            END AS fence
 ), upd AS (
@@ -98,10 +98,10 @@ WITH verdict AS (
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING'
-                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                      ) THEN 'fenced'
              WHEN :owner::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM sagas WHERE saga_id = :saga_id::text
-                       AND owner = :owner::text AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                       AND owner = :owner::text) THEN 'fenced'
              ELSE 'ok'
            END AS fence
 ), upd AS (
@@ -134,10 +134,10 @@ WITH verdict AS (
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING'
-                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                      ) THEN 'fenced'
              WHEN :owner::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM sagas WHERE saga_id = :saga_id::text
-                       AND owner = :owner::text AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                       AND owner = :owner::text) THEN 'fenced'
              ELSE 'ok'
            END AS fence
 ), upd AS (
@@ -159,10 +159,10 @@ WITH verdict AS (
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING'
-                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                      ) THEN 'fenced'
              WHEN :owner::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM sagas WHERE saga_id = :saga_id::text
-                       AND owner = :owner::text AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+                       AND owner = :owner::text) THEN 'fenced'
              ELSE 'ok'
            END AS fence
 ), upd AS (
@@ -194,7 +194,7 @@ RETURNING saga_id;
 -- The saga sweeper's heartbeat: extends a claim it still holds, while the saga
 -- needs compensating or its outcome event is owed.
 UPDATE sagas SET lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8
- WHERE saga_id = :saga_id::text AND owner = :owner::text AND lease_until >= extract(epoch FROM clock_timestamp())
+ WHERE saga_id = :saga_id::text AND owner = :owner::text
    AND (status IN ('RUNNING', 'COMPENSATING') OR unrecorded = 1)
 RETURNING lease_until;
 

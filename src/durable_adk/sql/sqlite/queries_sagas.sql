@@ -21,9 +21,9 @@ SELECT * FROM sagas
 SELECT * FROM saga_steps WHERE saga_id = :saga_id ORDER BY pk DESC;
 
 -- Fences. A write made from inside a run names (:run_id, :run_epoch): refused
--- ('fenced') unless that run is RUNNING at that epoch with a lease that has not
--- expired, the rule of the run's session appends. A write made by a saga
--- sweeper names its :owner: refused unless it still holds the saga's claim.
+-- ('fenced') unless that run is RUNNING at that epoch, the rule of the run's
+-- session appends (a takeover bumps the epoch). A write made by a saga sweeper
+-- names its :owner: refused once another sweeper claimed the saga.
 -- A write with neither (a saga on plain ADK) is not fenced.
 
 -- name: saga_step_pending guarded inline
@@ -33,11 +33,10 @@ SELECT * FROM saga_steps WHERE saga_id = :saga_id ORDER BY pk DESC;
 SELECT CASE
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                                     AND status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                                     AND status = 'RUNNING')
               THEN 'fenced'
          WHEN :owner IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner
-                                      AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner)
               THEN 'fenced'
          ELSE 'ok'
        END AS status;
@@ -56,11 +55,10 @@ SELECT 'ok' AS status;
 SELECT CASE
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                                     AND status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                                     AND status = 'RUNNING')
               THEN 'fenced'
          WHEN :owner IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner
-                                      AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner)
               THEN 'fenced'
          ELSE 'ok'
        END AS status;
@@ -75,11 +73,10 @@ SELECT 'ok' AS status;
 SELECT CASE
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                                     AND status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                                     AND status = 'RUNNING')
               THEN 'fenced'
          WHEN :owner IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner
-                                      AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner)
               THEN 'fenced'
          ELSE 'ok'
        END AS status;
@@ -104,11 +101,10 @@ SELECT EXISTS (SELECT 1 FROM saga_steps st
 SELECT v AS status, v AS fence FROM (SELECT CASE
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                                     AND status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                                     AND status = 'RUNNING')
               THEN 'fenced'
          WHEN :owner IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner
-                                      AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner)
               THEN 'fenced'
          ELSE 'ok'
        END AS v);
@@ -125,11 +121,10 @@ SELECT 'ok' AS fence, s.* FROM sagas s WHERE s.saga_id = :saga_id AND changes() 
 SELECT v AS status, v AS fence FROM (SELECT CASE
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                                     AND status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                                     AND status = 'RUNNING')
               THEN 'fenced'
          WHEN :owner IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner
-                                      AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+                SELECT 1 FROM sagas WHERE saga_id = :saga_id AND owner = :owner)
               THEN 'fenced'
          ELSE 'ok'
        END AS v);
@@ -158,7 +153,7 @@ RETURNING saga_id;
 -- The saga sweeper's heartbeat: extends a claim it still holds, while the saga
 -- needs compensating or its outcome event is owed.
 UPDATE sagas SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease
- WHERE saga_id = :saga_id AND owner = :owner AND lease_until >= (julianday('now') - 2440587.5) * 86400.0
+ WHERE saga_id = :saga_id AND owner = :owner
    AND (status IN ('RUNNING', 'COMPENSATING') OR unrecorded = 1)
 RETURNING lease_until;
 
