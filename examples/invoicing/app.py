@@ -99,8 +99,13 @@ def notify_tools(notify: NotificationClient) -> Any:
     return notify_customer
 
 
-def build_agent(billing_url: str, notify_url: str) -> SequentialAgent:
-    """draft -> billing -> notify, each with its scripted model."""
+def build_agent(billing_url: str, notify_url: str, worker: str = "") -> SequentialAgent:
+    """draft -> billing -> notify, each with its scripted model.
+
+    ``worker`` tags the services' requests (``X-Caller-Worker``), so a test can
+    tell which process made each outside call.
+    """
+    caller = {"worker": worker} if worker else None
     model = ScriptedModel(
         {
             "draft": [_draft],
@@ -121,13 +126,13 @@ def build_agent(billing_url: str, notify_url: str) -> SequentialAgent:
         name="billing",
         model=model,
         instruction="Send the invoice.",
-        tools=[billing_tools(BillingClient(billing_url))],
+        tools=[billing_tools(BillingClient(billing_url, caller=caller))],
     )
     notify = LlmAgent(
         name="notify",
         model=model,
         instruction="Tell the customer.",
-        tools=[notify_tools(NotificationClient(notify_url))],
+        tools=[notify_tools(NotificationClient(notify_url, caller=caller))],
     )
     with warnings.catch_warnings():  # deprecated in ADK 2.x, yet the root whose re-drive is exact
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -137,7 +142,7 @@ def build_agent(billing_url: str, notify_url: str) -> SequentialAgent:
 def make_runner(store: Store, worker: str, billing_url: str, notify_url: str) -> DurableRunner:
     """The DurableRunner every process of this example uses."""
     return DurableRunner(
-        app=build_agent(billing_url, notify_url),
+        app=build_agent(billing_url, notify_url, worker),
         app_name=APP_NAME,
         store=store,
         worker_id=worker,

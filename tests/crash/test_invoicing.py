@@ -3,6 +3,12 @@
 Each case kills the invoicing flow's process at one window, lets a fresh
 process recover it, and counts invoices and notifications in the fake billing
 and notification services (separate processes with their own SQLite files).
+
+Records alone prove little: the services dedupe by key, so a tool re-run with
+the same key leaves one invoice. Each case therefore also counts the acts, the
+create requests the services received (deduplicated or not), and which worker
+sent them (the example tags its requests with ``X-Caller-Worker``): the
+crashed ``worker-A`` or the recovering ``worker-B``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
 from durable_adk.testing.children import run_module
-from durable_adk.testing.services import FakeService
+from durable_adk.testing.services import FakeService, RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +49,15 @@ def no_lookup_billing(tmp_path: Path) -> Iterator[FakeService]:
 def example(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
     return run_module("examples.invoicing.app", args, env=env, cwd=ROOT)
+
+
+def calls(service: FakeService) -> list[tuple[str | None, str | None, str | None]]:
+    """Every request but the test's own reads: (worker, action, outcome), in order."""
+    return [(r.caller.get("worker"), r.action, r.outcome) for r in service.requests() if _tool(r)]
+
+
+def _tool(record: RequestRecord) -> bool:
+    return "worker" in record.caller
 
 
 async def ledger_status(url: str) -> list[RunStatus]:
@@ -80,12 +95,32 @@ async def test_every_window_ends_with_one_invoice_one_notification_done(
     assert crashed.returncode == 137, crashed.stderr
     if window == "W4":
         assert billing.count("invoices") == 1  # the invoice went out before the crash
+        assert billing.acts("invoices", "create") == 1
     report: list[dict[str, Any]] = json.loads(
         example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1]
     )
     assert [(r["found"], r["status"]) for r in report] == [(expected_class, "DONE")]
     assert billing.count("invoices") == 1
     assert notify.count("notifications") == 1
+    # One create request per effect, whoever sent it: a second send_invoice with
+    # the same key would leave one invoice, but not one act.
+    assert billing.acts() == 1 and notify.acts() == 1, (calls(billing), calls(notify))
+    if window == "W4":
+        # The invoice went out before the crash; the fresh worker found it by
+        # its key (one lookup that answered) instead of sending it again.
+        assert calls(billing) == [
+            ("worker-A", "create", "created"),
+            ("worker-B", "lookup", "found"),
+        ]
+    elif window == "W5":
+        # Both effects went out before the crash; the fresh worker called nothing.
+        assert calls(billing) == [("worker-A", "create", "created")]
+        assert calls(notify) == [("worker-A", "create", "created")]
+    else:
+        # The crash came before the invoice: only the fresh worker sent it, once.
+        assert calls(billing) == [("worker-B", "create", "created")]
+    if window != "W5":
+        assert calls(notify) == [("worker-B", "create", "created")]
     (invoice,) = billing.items("invoices")
     assert invoice["invoice_id"] == "INV-77" and invoice["idempotency_key"] == "send-invoice:INV-77"
     assert await ledger_status(url) == [RunStatus.DONE]
@@ -105,6 +140,13 @@ async def test_billing_without_lookup_parks_the_run_at_w4(
     assert "outcome unknown" in report[0]["reason"]
     assert no_lookup_billing.count("invoices") == 1  # never a second guess
     assert notify.count("notifications") == 0
+    # One create (before the crash), one lookup the service could not answer,
+    # and no second create: the run was parked instead of guessing.
+    assert calls(no_lookup_billing) == [
+        ("worker-A", "create", "created"),
+        ("worker-B", "lookup", "error"),
+    ]
+    assert no_lookup_billing.acts() == 1 and notify.acts() == 0
     async with open_store(url) as store:
         (letter,) = await RunLedger(store).dead_letters()
     assert "outcome unknown" in letter.error and "send-invoice:INV-77" in letter.error
@@ -118,8 +160,13 @@ async def test_control_keyed_by_call_id_sends_a_second_invoice(
     crashed = example("control-crash", *args, crash_at="journal.after_act")
     assert crashed.returncode == 137, crashed.stderr
     assert billing.count("invoices") == 1
+    assert billing.acts("invoices", "create") == 1
     redriven = example("control-redrive", *args)
     assert redriven.returncode == 0, redriven.stderr
     # The re-asked model made a new call id, so the call-id key missed: twice.
     assert billing.count("invoices") == 2
     assert len({i["idempotency_key"] for i in billing.items("invoices")}) == 2
+    # Two create requests under two keys: the double act the call-id key let through.
+    assert billing.acts("invoices", "create") == 2
+    keys = [r.key for r in billing.requests("invoices", "create")]
+    assert len(set(keys)) == 2

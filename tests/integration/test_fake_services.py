@@ -21,16 +21,21 @@ from typing import Any
 
 import pytest
 
+from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient
 from durable_adk.testing.services import (
     MAX_BODY_BYTES,
     MAX_KEY_LENGTH,
+    Action,
     BillingClient,
     FakeService,
     LookupUnavailable,
     NotificationClient,
+    Resource,
     ServiceError,
+    ServiceSpec,
     ServiceStartError,
     ServiceUnreachable,
+    register,
     request_json,
 )
 
@@ -482,3 +487,247 @@ def test_data_survives_restarts(tmp_path: Path) -> None:
 def test_start_failure_is_reported(tmp_path: Path, notifications: FakeService) -> None:
     with pytest.raises(ServiceStartError, match="belongs to service 'notifications'"):
         FakeService("billing", notifications.db_path, log_path=tmp_path / "b.log").start()
+
+
+# --------------------------------------------------------------------------- the request log
+#
+# A service dedupes by key, so its records cannot show a second attempt; the
+# log can. These tests use keys of their own and filter by them, so the shared
+# services' other traffic does not matter.
+
+
+def test_a_repeated_key_is_one_record_and_two_acts(billing: FakeService) -> None:
+    key = new_key()
+    since = _last_seq(billing)
+    assert post_invoice(billing, key)[0] == 201
+    assert post_invoice(billing, key)[0] == 200  # deduplicated by the key
+
+    assert billing.by_key("invoices", key) is not None
+    assert sum(i["idempotency_key"] == key for i in billing.items("invoices")) == 1
+    assert billing.acts("invoices", "create", key) == 2
+    assert billing.acts(key=key) == 2  # the lookup above is a read, not an act
+    creates = billing.requests("invoices", "create", key)
+    assert [(r.outcome, r.status, r.mutating) for r in creates] == [
+        ("created", 201, True),
+        ("replayed", 200, True),
+    ]
+    assert creates[0].seq < creates[1].seq and creates[0].seq > since
+    assert all(r.method == "POST" and r.path == "/invoices" for r in creates)
+    assert creates[0].received_at <= (creates[0].answered_at or 0) <= creates[1].received_at
+    (lookup,) = billing.requests("invoices", "lookup", key)
+    assert (lookup.mutating, lookup.outcome, lookup.status) == (False, "found", 200)
+
+
+def test_the_log_holds_reads_and_what_each_request_addressed(billing: FakeService) -> None:
+    client = BillingClient(billing.url)
+    key, void_key = new_key(), new_key()
+    since = _last_seq(billing)
+    invoice = client.create_invoice("INV-L", "acme", 1, key)
+    client.void_invoice(invoice["id"], void_key)
+    client.get_invoice(invoice["id"])
+    client.find_invoice(new_key())
+    raw(billing, "GET", "/nowhere")
+    seen = [
+        (r.method, r.collection, r.action, r.item_id, r.mutating, r.outcome)
+        for r in billing.requests(since=since)
+    ]
+    assert seen == [
+        ("POST", "invoices", "create", None, True, "created"),
+        ("POST", "invoices", "void", invoice["id"], True, "applied"),
+        ("GET", "invoices", "get", invoice["id"], False, "found"),
+        ("GET", "invoices", "lookup", None, False, "not_found"),
+        ("GET", None, None, None, False, "error"),
+    ]
+    assert billing.acts("invoices", "void", void_key) == 1
+    assert billing.acts(since=since) == 2
+
+
+def test_refused_requests_are_acts_too(billing: FakeService) -> None:
+    key = new_key()
+    since = _last_seq(billing)
+    assert post_invoice(billing, key, {**INVOICE, "amount": "ten"})[0] == 400
+    assert post_invoice(billing, None)[0] == 400  # no key at all
+    assert raw(billing, "PUT", "/invoices", body=GOOD, headers=[JSON])[0] == 405
+    assert billing.by_key("invoices", key) is None
+    refused = billing.requests(since=since)[:3]
+    assert [(r.action, r.key, r.mutating, r.outcome, r.status, r.reason) for r in refused] == [
+        ("create", key, True, "error", 400, "bad_request"),
+        ("create", None, True, "error", 400, "bad_request"),
+        ("list", None, False, "error", 405, "method_not_allowed"),  # PUT is no create
+    ]
+    assert billing.acts("invoices", "create", key) == 1
+
+
+def test_injected_failures_are_counted(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    with FakeService("billing", db, fail_times=1, fail_mode="before", fail_actions=1) as service:
+        client = BillingClient(service.url)
+        key, void_key = new_key(), new_key()
+        with pytest.raises(ServiceError):
+            client.create_invoice("INV-F", "acme", 1, key)
+        assert service.count("invoices") == 0
+        assert service.acts("invoices", "create", key) == 1  # failed, nothing made: still an act
+        invoice = client.create_invoice("INV-F", "acme", 1, key)
+        with pytest.raises(ServiceError):
+            client.void_invoice(invoice["id"], void_key)
+        client.void_invoice(invoice["id"], void_key)
+        assert service.count("invoices") == 1
+        assert [(r.action, r.outcome, r.status, r.reason) for r in service.requests(key=key)] == [
+            ("create", "error", 503, "injected_failure"),
+            ("create", "created", 201, None),
+        ]
+        assert [r.outcome for r in service.requests("invoices", "void")] == ["error", "applied"]
+        assert service.acts() == 4
+
+    with FakeService("billing", tmp_path / "a.db", fail_times=1, fail_mode="after") as service:
+        key = new_key()
+        with pytest.raises(ServiceError):
+            BillingClient(service.url).create_invoice("INV-A", "acme", 1, key)
+        BillingClient(service.url).create_invoice("INV-A", "acme", 1, key)
+        # The first one wrote the invoice, though its answer was an error.
+        assert [(r.outcome, r.status) for r in service.requests("invoices", "create")] == [
+            ("created", 503),
+            ("replayed", 200),
+        ]
+        assert service.count("invoices") == 1 and service.acts() == 2
+
+
+def test_concurrent_requests_are_all_counted(billing: FakeService) -> None:
+    shared = new_key()
+    own = [new_key() for _ in range(12)]
+    since = _last_seq(billing)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def create(key: str) -> None:
+        status, _, _ = request_json(
+            "POST", f"{billing.url}/invoices", payload=INVOICE, idempotency_key=key
+        )
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=create, args=(shared,)) for _ in range(12)]
+    threads += [threading.Thread(target=create, args=(key,)) for key in own]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(statuses) == [200] * 11 + [201] * 13
+    assert billing.acts("invoices", "create", shared) == 12
+    assert [r.outcome for r in billing.requests(key=shared)].count("created") == 1
+    assert all(billing.acts(key=key) == 1 for key in own)
+    seqs = [r.seq for r in billing.requests("invoices", "create", since=since)]
+    assert len(seqs) == len(set(seqs)) == 24 and seqs == sorted(seqs)
+
+
+def test_caller_headers_are_recorded(billing: FakeService) -> None:
+    key = new_key()
+    epochs = iter(["1", "2"])
+    tagged = BillingClient(billing.url, caller=lambda: {"worker": "w1", "epoch": next(epochs)})
+    tagged.create_invoice("INV-C", "acme", 1, key)
+    tagged.create_invoice("INV-C", "acme", 1, key)
+    headers = [JSON, ("Idempotency-Key", key), ("x-caller-RUN", "r-9"), ("X-Caller-Run", "r-10")]
+    headers += [("X-Other", "not logged"), ("X-Caller-", "no name")]
+    raw(billing, "POST", "/invoices", body=GOOD, headers=headers)
+
+    assert [r.caller for r in billing.requests(key=key)] == [
+        {"worker": "w1", "epoch": "1"},
+        {"worker": "w1", "epoch": "2"},
+        {"run": "r-9, r-10"},
+    ]
+    assert billing.acts(key=key, caller={"worker": "w1"}) == 2
+    assert billing.acts(key=key, caller={"Worker": "w1", "epoch": "2"}) == 1
+    assert billing.acts(key=key, caller={"worker": "w2"}) == 0
+    with pytest.raises(ValueError, match="caller name"):
+        BillingClient(billing.url, caller={"bad name": "x"})
+    with pytest.raises(ValueError, match="printable ASCII"):
+        NotificationClient(billing.url, caller={"run": "line\nbreak"})
+
+
+def test_the_log_is_paged_and_checks_its_query(billing: FakeService) -> None:
+    keys = [new_key() for _ in range(3)]
+    since = _last_seq(billing)
+    for key in keys:
+        post_invoice(billing, key)
+    status, page, _ = raw(billing, "GET", f"/_requests?since={since}&limit=2")
+    assert status == 200 and page["more"] is True
+    assert [r["key"] for r in page["requests"]] == keys[:2]
+    after = page["requests"][-1]["seq"]
+    status, page, _ = raw(billing, "GET", f"/_requests?since={after}&limit=2")
+    assert [r["key"] for r in page["requests"]][:1] == keys[2:]
+    last = _last_seq(billing)
+    assert billing.requests(since=since)[-1].key == keys[2]
+    for query in ("since=-1", "since=x", "limit=0", "limit=1001", "sort=seq", "since"):
+        status, body, _ = raw(billing, "GET", f"/_requests?{query}")
+        assert status == 400 and body["reason"] == "bad_request", query
+    assert raw(billing, "POST", "/_requests", body=b"{}", headers=[JSON])[0] == 405
+    assert _last_seq(billing) == last  # reading the log, also badly, does not add to it
+
+
+def test_the_log_survives_a_kill_and_keeps_an_unanswered_request(tmp_path: Path) -> None:
+    service = FakeService("billing", tmp_path / "b.db", quiet=True)
+    with service:
+        key, hanging_key = new_key(), new_key()
+        post_invoice(service, key)
+        post_invoice(service, key)
+        # A create whose body never finishes arriving: logged on arrival, then
+        # the service is killed while it waits for the rest.
+        conn = socket.create_connection(("127.0.0.1", service.port), timeout=10)
+        head = (
+            "POST /invoices HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Idempotency-Key: {hanging_key}\r\nX-Caller-Worker: doomed\r\n"
+            "Content-Length: 500\r\n\r\n{"
+        )
+        conn.sendall(head.encode())
+        deadline = time.monotonic() + 30
+        while not service.requests(key=hanging_key):
+            assert time.monotonic() < deadline, "the hanging request was never logged"
+            time.sleep(0.05)
+        service.restart(hard=True)
+        conn.close()
+        assert service.acts("invoices", "create", key) == 2
+        (hanging,) = service.requests(key=hanging_key)
+        assert (hanging.mutating, hanging.outcome, hanging.status) == (True, None, None)
+        assert hanging.caller == {"worker": "doomed"} and hanging.answered_at is None
+        assert service.by_key("invoices", hanging_key) is None
+        assert service.acts() == 3
+
+
+def test_reserved_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="must not start with '_'"):
+        register(ServiceSpec("logclash", (Resource("_requests", "x", ()),)))
+    action = Action("create", lambda item, values: item)
+    with pytest.raises(ValueError, match="no action may be named 'create'"):
+        register(ServiceSpec("actionclash", (Resource("things", "t", (), actions=(action,)),)))
+
+
+def test_the_report_builder_counts_submit_requests(tmp_path: Path) -> None:
+    # The webhook goes nowhere (nothing listens on port 9); the delay keeps it from trying.
+    with ReportBuilder("http://127.0.0.1:9/hook", "s", delay=600) as builder:
+        client = ReportBuilderClient(builder.url, caller={"worker": "w1"})
+        client.submit("job-1", "2026-Q3", "EMEA")
+        client.submit("job-1", "2026-Q3", "EMEA")  # the same job: one build
+        status, _, _ = request_json("POST", f"{builder.url}/builds", payload={"job_id": ""})
+        assert status == 400
+        client.cancel("job-1")
+        assert client.build("job-1") is not None
+        assert client.stats()["builds"] == 1
+        assert client.acts("submit", "job-1") == 2
+        assert client.acts("submit") == 3  # the refused one too
+        assert client.acts() == 4
+        seen = [(r.action, r.key, r.outcome, r.status) for r in client.requests(mutating=True)]
+        assert seen == [
+            ("submit", "job-1", "created", 202),
+            ("submit", "job-1", "replayed", 200),
+            ("submit", "", "error", 400),  # the key as the builder read it
+            ("cancel", "job-1", "applied", 200),
+        ]
+        assert [r.caller for r in client.requests("submit")] == [{"worker": "w1"}] * 2 + [{}]
+        assert [r.action for r in client.requests(mutating=False)] == ["get", "stats"]
+
+
+def _last_seq(service: FakeService) -> int:
+    """The newest seq in the service's log (0 if empty), read without adding to it."""
+    records = service.requests()
+    return records[-1].seq if records else 0
