@@ -183,12 +183,13 @@ async def test_saga_sweeper_beside_a_live_run(store: Store, inventory: FakeServi
     assert texts[-1][0] == "order" and texts[-1][1].startswith("order: compensated")
     assert session.events[-1].invocation_id == OLD
     assert session.state["saga_status"] == "compensated"
-    # Acts: one compensation call, one release applied.
+    # Acts: one compensation call, one release request, one release applied.
     assert len(release.calls) == 1
+    assert inventory.acts("reservations", "release") == 1
     (reservation,) = inventory.items("reservations")
     assert reservation["releases"] == 1
     assert await sweeper.sweep_once() == []  # nothing owed any more
-    assert len(release.calls) == 1
+    assert len(release.calls) == 1 and inventory.acts("reservations", "release") == 1
 
 
 async def test_outcome_owed_by_a_dead_sweeper_is_recorded_once(
@@ -207,6 +208,7 @@ async def test_outcome_owed_by_a_dead_sweeper_is_recorded_once(
     (ended,) = await sweeper.sweep_once()
     assert ended.status is SagaStatus.COMPENSATED
     assert len(release.calls) == 1  # not compensated again
+    assert inventory.acts("reservations", "release") == 1
     sessions = DurableSessionService(store)
     session = await sessions.get_session(app_name=APP, user_id=USER, session_id=SESSION)
     assert session is not None and session.state["saga_status"] == "compensated"
@@ -325,6 +327,7 @@ async def test_a_zombie_stage_acts_not(store: Store, inventory: FakeService) -> 
         async for _ in runner.run(user_id=USER, session_id=SESSION, message="go"):
             pass
     assert inventory.count("reservations") == 0  # refused before it called out
+    assert inventory.acts() == 0
     assert release.calls == []  # and it did not roll back either
     (row,) = await SagaLedger(store).list_sagas()
     assert row.status is SagaStatus.RUNNING and await SagaLedger(store).steps(row.saga_id) == []
@@ -363,6 +366,7 @@ async def test_two_sweepers_and_a_slow_compensator(store: Store, inventory: Fake
     assert ended.status is SagaStatus.COMPENSATED
     assert len(second_tries) >= 5 and all(t == [] for t in second_tries)
     assert len(first_release.calls) == 1 and second_release.calls == []
+    assert inventory.acts("reservations", "release") == 1  # one compensation request in all
     (reservation,) = inventory.items("reservations")
     assert reservation["status"] == "released" and reservation["releases"] == 1
 
@@ -411,7 +415,7 @@ async def test_a_pending_step_waits_while_its_run_may_act(
     assert done.status is SagaStatus.COMPENSATED and done.waiting == ()
     (step,) = await ledger.steps(SAGA_ID)
     assert (step.status, step.last_error) == (StepStatus.COMPENSATED, "the action never happened")
-    assert release.calls == [] and inventory.count("reservations") == 0
+    assert release.calls == [] and inventory.acts() == 0
 
 
 async def test_the_sweeper_leaves_a_waiting_saga_for_a_later_pass(
@@ -441,3 +445,4 @@ async def test_the_sweeper_leaves_a_waiting_saga_for_a_later_pass(
     assert ended.status is SagaStatus.COMPENSATED
     (step,) = await ledger.steps(SAGA_ID)
     assert step.last_error == "the action never happened" and release.calls == []
+    assert inventory.acts() == 0
