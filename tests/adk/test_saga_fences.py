@@ -343,8 +343,9 @@ async def test_two_sweepers_and_a_slow_compensator(store: Store, inventory: Fake
     second: list[SagaSweeper] = []
 
     async def slow() -> None:
-        # Longer than a whole claim: only the heartbeat keeps it. Meanwhile the
-        # second sweeper keeps trying.
+        # Longer than a whole claim, and the saga is quiet long enough for the
+        # second sweeper (quiet_for=0.5): only the heartbeat keeps the claim.
+        # Meanwhile the second sweeper keeps trying.
         deadline = time.monotonic() + lease * 1.6
         while time.monotonic() < deadline:
             second_tries.append(await second[0].sweep_once())
@@ -355,11 +356,21 @@ async def test_two_sweepers_and_a_slow_compensator(store: Store, inventory: Fake
     await dead_saga(store, client)
     sessions = DurableSessionService(store)
     first = SagaSweeper(
-        order_saga(client, first_release), sessions, app_name=APP, owner="A", lease=lease
+        order_saga(client, first_release),
+        sessions,
+        app_name=APP,
+        owner="A",
+        lease=lease,
+        quiet_for=0.5,
     )
     second.append(
         SagaSweeper(
-            order_saga(client, second_release), sessions, app_name=APP, owner="B", lease=lease
+            order_saga(client, second_release),
+            sessions,
+            app_name=APP,
+            owner="B",
+            lease=lease,
+            quiet_for=0.5,
         )
     )
     (ended,) = await first.sweep_once()
