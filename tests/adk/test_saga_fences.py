@@ -8,6 +8,7 @@ calls the service, and at the service's records.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.adk.agents import BaseAgent, LlmAgent
+from google.adk.agents import BaseAgent, LlmAgent, ParallelAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events.event import Event
 from google.genai import types
@@ -457,3 +458,45 @@ async def test_the_sweeper_leaves_a_waiting_saga_for_a_later_pass(
     (step,) = await ledger.steps(SAGA_ID)
     assert step.last_error == "the action never happened" and release.calls == []
     assert inventory.acts() == 0
+
+
+# ---------------------------------------------------------------- parallel branches
+
+
+async def test_a_branch_cancelled_mid_call_is_compensated(
+    store: Store, inventory: FakeService
+) -> None:
+    """One branch fails while the other's call is out: that call ends, then it is undone."""
+    client = ResourceClient(inventory.url, "reservations")
+    release = Releases(client)
+    failed = threading.Event()
+
+    def fail(state: Any, key: str) -> Any:
+        failed.set()
+        raise RuntimeError("the desk is out of stock")
+
+    def slow_lamp(state: Any, key: str) -> Any:
+        assert failed.wait(30)
+        time.sleep(0.5)  # still out when ParallelAgent cancels this branch
+        return client.create({"order_id": "O-1", "sku": "LAMP", "quantity": 1}, key)
+
+    lamp = SagaStage(
+        name="lamp",
+        action=slow_lamp,
+        find=client.find,
+        undo_of=lambda r: {"reservation_id": r["id"]},
+    )
+    desk = SagaStage(name="desk", action=fail, find=client.find, uncompensatable=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        both = ParallelAgent(name="both", sub_agents=[lamp, desk])
+    saga = SagaSequence("order", [both], {"lamp": release.__call__})
+    runner = DurableRunner(app=saga, app_name=APP, store=store)
+    async for _ in runner.run(user_id=USER, session_id=SESSION, message="go"):
+        pass
+    session = await runner.sessions.get_session(app_name=APP, user_id=USER, session_id=SESSION)
+    assert session is not None and session.state["saga_status"] == "compensated"
+    (reservation,) = inventory.items("reservations")
+    assert reservation["status"] == "released" and reservation["releases"] == 1
+    assert inventory.acts("reservations", "create") == 1
+    assert inventory.acts("reservations", "release") == 1

@@ -108,7 +108,19 @@ class SagaStage(BaseAgent):
         action_key, comp_key = await ledger.step_pending(saga_id, self.name, fence=fence)
         act = as_async(self.action)
         find = as_async(self.find) if self.find is not None else None
-        record = await journal.execute(action_key, attempt, lambda key: act(state, key), find)
+        call = asyncio.ensure_future(
+            journal.execute(action_key, attempt, lambda key: act(state, key), find)
+        )
+        try:
+            record = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # A sibling stage failed (ParallelAgent cancels the others) or the
+            # drive was stopped. A call already out (a worker thread, which
+            # cancelling cannot stop) ends first, so the compensation that
+            # follows finds its effect instead of concluding it never happened.
+            with contextlib.suppress(Exception):
+                await call
+            raise
         crash_point(f"saga.{self.name}.after_call")
         undo = self.record_of(record)
         await ledger.step_done(saga_id, self.name, undo, fence=fence)
