@@ -19,9 +19,16 @@ What it guarantees:
   can (construction fails unless ``allow_unsafe_order``). An optional apology
   stage runs when the saga ends compensated.
 
+* Its ledger writes carry the run's id and epoch: once the run was taken over
+  or finished they are refused (:class:`durable_adk.errors.Fenced`), so a
+  zombie's stage stops before its outside call and does not roll back. A stage
+  cancelled while its call is out lets the call end first, so a compensation
+  that follows finds the effect.
+
 :class:`SagaSweeper` finishes sagas whose process died and that no run will
-re-drive: after a quiet period it compensates them and records the outcome in
-the session.
+re-drive: after a quiet period it compensates them under a claim it renews,
+and records the outcome in the session through the session's queue (as a run
+on the run ledger), never cutting into a live run of the session.
 """
 
 from __future__ import annotations
@@ -579,7 +586,9 @@ def _request_of(events: list[Event], invocation_id: str) -> dict[str, Any]:
     for event in events:
         if event.invocation_id == invocation_id and event.author == "user" and event.content:
             return event.content.model_dump(mode="json", exclude_none=True)
-    return {"role": "user", "parts": [{"text": ""}]}
+    # No user message stored (its events were rewound): a re-drive of this run
+    # would start from nothing but this note.
+    return {"role": "user", "parts": [{"text": "(record the saga's outcome)"}]}
 
 
 def _outcome_event_id(saga_id: str) -> str:
