@@ -11,9 +11,18 @@ What it guarantees (framework-agnostic: no ADK import here):
   one that keeps failing is recorded COMPENSATION_FAILED with a dead letter
   while the others still run. Compensating twice is harmless: compensated steps
   are skipped and compensators get the same idempotency key every time.
+* A PENDING step that is not found is concluded "never happened" only once the
+  run and epoch that recorded it can no longer act (it finished, or was taken
+  over, or its lease expired: database clock); otherwise the compensation
+  waits and leaves the saga COMPENSATING for a later pass.
+* Writes are fenced (:class:`Fence`): a step or compensation write made from
+  inside a run carries its run id and epoch, one made by the saga sweeper its
+  claim, and the database refuses it (:class:`durable_adk.errors.Fenced`) once
+  that run or claim was lost.
 * A saga ends COMMITTED, COMPENSATED or COMPENSATION_FAILED exactly once; the
   saga sweeper claims stuck sagas (no final status, quiet past a timeout, no
-  live run) atomically, so two sweepers never compensate the same saga.
+  live run) atomically and renews its claim while it works, so two sweepers
+  never compensate the same saga.
 """
 
 from __future__ import annotations
@@ -126,6 +135,8 @@ class SagaStep:
         record: What the compensator needs (set with DONE).
         attempts: Compensation attempts so far.
         last_error: The last compensation error.
+        run_id: The run that recorded the step (None outside a durable run).
+        run_epoch: That run's epoch when it recorded the step.
     """
 
     saga_id: str
@@ -136,6 +147,8 @@ class SagaStep:
     record: dict[str, Any] | None
     attempts: int
     last_error: str | None
+    run_id: str | None = None
+    run_epoch: int | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> SagaStep:
@@ -149,7 +162,56 @@ class SagaStep:
             record=None if row["record"] is None else json.loads(row["record"]),
             attempts=int(row["attempts"]),
             last_error=row["last_error"],
+            run_id=row["run_id"],
+            run_epoch=None if row["run_epoch"] is None else int(row["run_epoch"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Whom a saga write is made for; the database refuses it once that party lost its right.
+
+    Attributes:
+        run_id: The run writing from inside its drive (with ``run_epoch``):
+            refused unless the run is RUNNING at that epoch (the rule of the
+            run's session appends; a takeover bumps the epoch).
+        run_epoch: That run's epoch.
+        owner: The saga sweeper writing under its claim: refused once the saga
+            is claimed by another sweeper (or was released).
+
+    ``Fence()`` (nothing named) is a saga on plain ADK: not fenced.
+    """
+
+    run_id: str | None = None
+    run_epoch: int | None = None
+    owner: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The fence's query parameters."""
+        return {"run_id": self.run_id, "run_epoch": self.run_epoch, "owner": self.owner}
+
+    def wrote(self, step: SagaStep) -> bool:
+        """Whether ``step`` was recorded by this run at this epoch."""
+        return self.run_id is not None and (step.run_id, step.run_epoch) == (
+            self.run_id,
+            self.run_epoch,
+        )
+
+
+UNFENCED = Fence()
+"""The fence of writes made outside any run and any sweeper claim."""
+
+
+def _check(row: Row | None, what: str, fence: Fence) -> Row | None:
+    """Raises Fenced when the database refused a fenced write; else the row."""
+    if row is not None and (row.get("fence") or row.get("status")) == "fenced":
+        holder = (
+            f"run {fence.run_id} at epoch {fence.run_epoch}"
+            if fence.run_id is not None
+            else f"saga sweeper {fence.owner}"
+        )
+        raise errors.Fenced(f"{what} refused: {holder} no longer holds it (taken over or finished)")
+    return row
 
 
 def keys_for(saga_id: str, step: str) -> tuple[str, str]:
@@ -207,20 +269,46 @@ class SagaLedger:
             SagaStep.from_row(r) for r in await self.store.fetch("saga_steps", {"saga_id": saga_id})
         ]
 
-    async def step_pending(self, saga_id: str, step: str) -> tuple[str, str]:
-        """Records that a step is about to act; returns its (action, compensation) keys."""
+    async def step_pending(
+        self, saga_id: str, step: str, *, fence: Fence = UNFENCED
+    ) -> tuple[str, str]:
+        """Records that a step is about to act; returns its (action, compensation) keys.
+
+        Raises:
+            durable_adk.errors.Fenced: ``fence``'s run was taken over or has finished.
+        """
         action_key, comp_key = keys_for(saga_id, step)
-        await self.store.execute(
+        row = await self.store.fetchrow(
             "saga_step_pending",
-            {"saga_id": saga_id, "step": step, "action_key": action_key, "comp_key": comp_key},
+            {
+                "saga_id": saga_id,
+                "step": step,
+                "action_key": action_key,
+                "comp_key": comp_key,
+                **fence.params(),
+            },
         )
+        _check(row, f"step {step} of saga {saga_id}", fence)
         return action_key, comp_key
 
-    async def step_done(self, saga_id: str, step: str, record: Mapping[str, Any]) -> None:
-        """Records that a step acted, with what its compensator needs."""
-        await self.store.execute(
-            "saga_step_done", {"saga_id": saga_id, "step": step, "record": json.dumps(dict(record))}
+    async def step_done(
+        self, saga_id: str, step: str, record: Mapping[str, Any], *, fence: Fence = UNFENCED
+    ) -> None:
+        """Records that a step acted, with what its compensator needs.
+
+        Raises:
+            durable_adk.errors.Fenced: ``fence``'s run was taken over or has finished.
+        """
+        row = await self.store.fetchrow(
+            "saga_step_done",
+            {
+                "saga_id": saga_id,
+                "step": step,
+                "record": json.dumps(dict(record)),
+                **fence.params(),
+            },
         )
+        _check(row, f"step {step} of saga {saga_id}", fence)
 
     async def step_undone(
         self,
@@ -230,9 +318,14 @@ class SagaLedger:
         *,
         attempts: int,
         error: str | None = None,
+        fence: Fence = UNFENCED,
     ) -> None:
-        """Records the end of a step's compensation."""
-        await self.store.execute(
+        """Records the end of a step's compensation.
+
+        Raises:
+            durable_adk.errors.Fenced: ``fence``'s run or claim was lost.
+        """
+        row = await self.store.fetchrow(
             "saga_step_undone",
             {
                 "saga_id": saga_id,
@@ -240,22 +333,77 @@ class SagaLedger:
                 "status": status.value,
                 "attempts": attempts,
                 "error": error,
+                **fence.params(),
             },
         )
+        _check(row, f"compensation of {step} in saga {saga_id}", fence)
 
-    async def compensating(self, saga_id: str, reason: str) -> Saga | None:
-        """Marks a saga as compensating (the first reason and failure time stay)."""
-        row = await self.store.fetchrow("saga_compensating", {"saga_id": saga_id, "reason": reason})
-        return None if row is None else Saga.from_row(row)
+    async def step_can_act(self, saga_id: str, step: str) -> bool:
+        """Whether the run and epoch that recorded a step may still act on it.
+
+        True while that run is RUNNING at that epoch with a live lease (database
+        clock); False once it finished, was taken over (only after its lease
+        expired) or let its lease expire, and for a step recorded outside a run.
+        """
+        return bool(
+            await self.store.fetchval("saga_step_can_act", {"saga_id": saga_id, "step": step})
+        )
+
+    async def compensating(
+        self, saga_id: str, reason: str, *, fence: Fence = UNFENCED
+    ) -> Saga | None:
+        """Marks a saga as compensating (the first reason and failure time stay).
+
+        Raises:
+            durable_adk.errors.Fenced: ``fence``'s run or claim was lost.
+        """
+        row = await self.store.fetchrow(
+            "saga_compensating", {"saga_id": saga_id, "reason": reason, **fence.params()}
+        )
+        row = _check(row, f"saga {saga_id}", fence)
+        return None if row is None or row["saga_id"] is None else Saga.from_row(row)
 
     async def finish(
-        self, saga_id: str, status: SagaStatus, reason: str | None = None
+        self,
+        saga_id: str,
+        status: SagaStatus,
+        reason: str | None = None,
+        *,
+        fence: Fence = UNFENCED,
     ) -> Saga | None:
-        """Gives a saga its final status; None if it already had one."""
+        """Gives a saga its final status; None if it already had one.
+
+        A saga sweeper's finish (``fence.owner``) keeps its claim: the saga owes
+        its outcome event until :meth:`recorded`.
+
+        Raises:
+            durable_adk.errors.Fenced: ``fence``'s run or claim was lost.
+        """
         row = await self.store.fetchrow(
-            "saga_finish", {"saga_id": saga_id, "status": status.value, "reason": reason}
+            "saga_finish",
+            {"saga_id": saga_id, "status": status.value, "reason": reason, **fence.params()},
         )
-        return None if row is None else Saga.from_row(row)
+        row = _check(row, f"saga {saga_id}", fence)
+        return None if row is None or row["saga_id"] is None else Saga.from_row(row)
+
+    async def renew(self, saga_id: str, owner: str, *, lease: float) -> bool:
+        """Extends a sweeper's claim on a saga; False if it was lost or is no longer needed."""
+        row = await self.store.fetchrow(
+            "saga_renew", {"saga_id": saga_id, "owner": owner, "lease": lease}
+        )
+        return row is not None
+
+    async def release(self, saga_id: str, owner: str) -> bool:
+        """Ends a sweeper's claim without finishing the saga (a later pass takes it again)."""
+        return (
+            await self.store.fetchrow("saga_release", {"saga_id": saga_id, "owner": owner})
+            is not None
+        )
+
+    async def recorded(self, saga_id: str, owner: str) -> bool:
+        """The sweeper stored the saga's outcome event: nothing more is owed, the claim ends."""
+        row = await self.store.fetchrow("saga_recorded", {"saga_id": saga_id, "owner": owner})
+        return row is not None
 
     async def claim_stuck(
         self,
@@ -330,14 +478,19 @@ class CompensationResult:
     """How a compensation pass ended.
 
     Attributes:
-        status: COMPENSATED, or COMPENSATION_FAILED when a step could not be undone.
+        status: COMPENSATED, or COMPENSATION_FAILED when a step could not be
+            undone; COMPENSATING when the pass left the saga unfinished because
+            a step that died PENDING may still act (see ``waiting``).
         failed_steps: The steps left for a person (each has a dead letter).
         seconds: From the saga's failure to the end of this pass (database clock).
+        waiting: Steps that died PENDING, were not found, and whose run may still
+            act: not concluded; a later pass decides them.
     """
 
     status: SagaStatus
     failed_steps: tuple[str, ...]
     seconds: float | None
+    waiting: tuple[str, ...] = ()
 
 
 class Compensation:
@@ -372,28 +525,51 @@ class Compensation:
         self.metrics = metrics
         self.sleep = sleep
 
-    async def run(self, saga: Saga, reason: str) -> CompensationResult:
+    async def run(self, saga: Saga, reason: str, *, fence: Fence = UNFENCED) -> CompensationResult:
         """Compensates every step that may have acted, then finishes the saga.
 
         The work is wrapped in a ``durable_adk.compensation`` span.
+
+        Args:
+            saga: The saga.
+            reason: Why it is rolled back.
+            fence: Whom the writes are made for: the run compensating in its own
+                drive, or the saga sweeper's claim. A step this run recorded at
+                this epoch is its own (its call returned before compensation).
+
+        Raises:
+            durable_adk.errors.Fenced: The run or the claim was lost; nothing
+                more was written.
         """
         attributes = {"durable_adk.saga_id": saga.saga_id, "durable_adk.saga": saga.name}
         with self.metrics.span("durable_adk.compensation", attributes) as span:
-            result = await self._run(saga, reason)
+            result = await self._run(saga, reason, fence)
             span.set_attribute("durable_adk.status", result.status.value)
             return result
 
-    async def _run(self, saga: Saga, reason: str) -> CompensationResult:
+    async def _run(self, saga: Saga, reason: str, fence: Fence) -> CompensationResult:
         """Compensates every step that may have acted, then finishes the saga."""
-        marked = await self.ledger.compensating(saga.saga_id, reason)
+        marked = await self.ledger.compensating(saga.saga_id, reason, fence=fence)
         failed: list[str] = []
+        waiting: list[str] = []
         for step in await self.ledger.steps(saga.saga_id):
             if step.status is StepStatus.COMPENSATED:
                 continue
-            if not await self._undo_step(saga, step):
+            undone = await self._undo_step(saga, step, fence)
+            if undone is None:  # not decidable yet
+                waiting.append(step.step)
+            elif not undone:
                 failed.append(step.step)
+        if waiting:
+            logger.info("saga %s: %s may still act; its compensation waits", saga.saga_id, waiting)
+            return CompensationResult(
+                status=SagaStatus.COMPENSATING,
+                failed_steps=tuple(failed),
+                seconds=None,
+                waiting=tuple(waiting),
+            )
         status = SagaStatus.COMPENSATION_FAILED if failed else SagaStatus.COMPENSATED
-        finished = await self.ledger.finish(saga.saga_id, status, reason)
+        finished = await self.ledger.finish(saga.saga_id, status, reason, fence=fence)
         seconds = None
         failed_at = (marked or saga).failed_at
         if finished is not None and finished.finished_at is not None and failed_at is not None:
@@ -402,10 +578,13 @@ class Compensation:
             self.metrics.saga_outcome(status.value.lower(), compensation_seconds=seconds)
         return CompensationResult(status=status, failed_steps=tuple(failed), seconds=seconds)
 
-    async def _undo_step(self, saga: Saga, step: SagaStep) -> bool:
+    async def _undo_step(self, saga: Saga, step: SagaStep, fence: Fence) -> bool | None:
+        """Undoes one step: True when undone, False when given up, None to wait."""
         undo = self.undo.get(step.step)
         if undo is None:
-            return await self._give_up(saga, step, 0, f"no compensator for step {step.step!r}")
+            return await self._give_up(
+                saga, step, 0, f"no compensator for step {step.step!r}", fence
+            )
         record: Mapping[str, Any] | None = step.record
         attempts = 0
         last_error = ""
@@ -415,29 +594,43 @@ class Compensation:
                 if record is None:  # died PENDING: did the action happen at all?
                     if undo.find is None:
                         return await self._give_up(
-                            saga, step, attempts, "step died mid-action and has no lookup"
+                            saga, step, attempts, "step died mid-action and has no lookup", fence
                         )
+                    # Asked before the lookup: a run that may still act could make
+                    # its call land after a negative answer.
+                    may_act = not fence.wrote(step) and await self.ledger.step_can_act(
+                        saga.saga_id, step.step
+                    )
                     found = await undo.find(step.action_key)
                     if found is None:
+                        if may_act:
+                            return None
                         await self.ledger.step_undone(
                             saga.saga_id,
                             step.step,
                             StepStatus.COMPENSATED,
                             attempts=attempts,
                             error="the action never happened",
+                            fence=fence,
                         )
                         return True
                     record = undo.record_of(found)
                 if undo.compensate is None:
                     return await self._give_up(
-                        saga, step, attempts, f"step {step.step!r} acted and cannot be undone"
+                        saga,
+                        step,
+                        attempts,
+                        f"step {step.step!r} acted and cannot be undone",
+                        fence,
                     )
                 await undo.compensate({**record, "key": step.comp_key}, step.comp_key)
                 crash_point(f"saga.undo.{step.step}.after")
                 await self.ledger.step_undone(
-                    saga.saga_id, step.step, StepStatus.COMPENSATED, attempts=attempts
+                    saga.saga_id, step.step, StepStatus.COMPENSATED, attempts=attempts, fence=fence
                 )
                 return True
+            except errors.Fenced:
+                raise  # the run or the claim is gone: this worker writes nothing more
             except Exception as exc:  # any failure of an outside system: retry, then give up
                 last_error = f"{type(exc).__name__}: {exc}"
                 logger.warning(
@@ -445,11 +638,18 @@ class Compensation:
                 )
                 if attempts < self.retries:
                     await self.sleep(self.backoff * 2 ** (attempts - 1))
-        return await self._give_up(saga, step, attempts, last_error)
+        return await self._give_up(saga, step, attempts, last_error, fence)
 
-    async def _give_up(self, saga: Saga, step: SagaStep, attempts: int, error: str) -> bool:
+    async def _give_up(
+        self, saga: Saga, step: SagaStep, attempts: int, error: str, fence: Fence
+    ) -> bool:
         await self.ledger.step_undone(
-            saga.saga_id, step.step, StepStatus.COMPENSATION_FAILED, attempts=attempts, error=error
+            saga.saga_id,
+            step.step,
+            StepStatus.COMPENSATION_FAILED,
+            attempts=attempts,
+            error=error,
+            fence=fence,
         )
         await self.ledger.dead_letter(saga=saga, step=step, error=error)
         return False

@@ -3,7 +3,10 @@
 Real services (inventory, payments, carrier, notifications) run as processes;
 the saga runs in a child process that fails or is killed; a fresh process
 recovers. Whatever happened, the world must be consistent: no charge without a
-shipment, no reservation leaked, every refund and release exactly once.
+shipment, no reservation leaked, every refund and release exactly once. Each
+case also counts the requests that reached the services (acts, from their
+request logs): the records alone cannot tell a second charge request that an
+idempotency key absorbed from none.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.ledger import RunLedger
 from durable_adk.sagas import SagaLedger, SagaStatus
 from durable_adk.store import open_store
@@ -45,6 +49,19 @@ class World:
             "shipments": self.carrier.items("shipments"),
             "notifications": self.notifications.items("notifications"),
         }
+
+    def acts(self) -> dict[str, int]:
+        """The outside requests that reached the services, by kind (reads excluded)."""
+        counted = {
+            "reserve": self.inventory.acts("reservations", "create"),
+            "release": self.inventory.acts("reservations", "release"),
+            "charge": self.payments.acts("charges", "create"),
+            "refund": self.payments.acts("charges", "refund"),
+            "ship": self.carrier.acts("shipments", "create"),
+            "cancel": self.carrier.acts("shipments", "cancel"),
+            "notify": self.notifications.acts("notifications", "create"),
+        }
+        return {kind: n for kind, n in counted.items() if n}
 
     def assert_consistent(self, outcome: str) -> dict[str, list[dict[str, Any]]]:
         world = self.snapshot()
@@ -121,6 +138,15 @@ async def test_order_that_cannot_ship_is_compensated(url: str, world: World) -> 
         "Sorry: order ORD-9 could not ship; you were not charged."
     ]
     assert await saga_status(url) == [SagaStatus.COMPENSATED]
+    # The carrier refused the one shipment request; one refund, one release, one apology.
+    assert world.acts() == {
+        "reserve": 1,
+        "charge": 1,
+        "ship": 1,
+        "refund": 1,
+        "release": 1,
+        "notify": 1,
+    }
 
 
 async def test_deliverable_order_commits(url: str, world: World) -> None:
@@ -128,6 +154,7 @@ async def test_deliverable_order_commits(url: str, world: World) -> None:
     assert outcome == {"saga_status": "committed", "saga_reason": None}
     assert world.assert_consistent("committed")["notifications"] == []  # no apology
     assert await saga_status(url) == [SagaStatus.COMMITTED]
+    assert world.acts() == {"reserve": 1, "charge": 1, "ship": 1}
 
 
 @pytest.mark.parametrize("failing", ["reserve", "charge"])
@@ -140,6 +167,10 @@ async def test_each_stage_failing_in_turn(url: str, tmp_path: Path, failing: str
         assert seen["charges"] == [] and seen["shipments"] == []
         if failing == "reserve":
             assert seen["reservations"] == []
+            # One refused reservation request; its lookup found nothing to undo.
+            assert w.acts() == {"reserve": 1, "notify": 1}
+        else:
+            assert w.acts() == {"reserve": 1, "charge": 1, "release": 1, "notify": 1}
 
 
 @pytest.mark.parametrize("stage", ["reserve", "charge", "ship"])
@@ -155,6 +186,8 @@ async def test_kill_at_every_stage_moment_then_recover(
     assert [r["status"] for r in report] == ["DONE"]
     world.assert_consistent("committed")
     assert await saga_status(url) == [SagaStatus.COMMITTED]
+    # The journal kept the re-drive from calling out again: one request per stage.
+    assert world.acts() == {"reserve": 1, "charge": 1, "ship": 1}
 
 
 async def test_kill_in_the_middle_of_compensation(url: str, world: World) -> None:
@@ -167,6 +200,16 @@ async def test_kill_in_the_middle_of_compensation(url: str, world: World) -> Non
     assert [r["status"] for r in report] == ["DONE"]
     world.assert_consistent("compensated")  # the refund was not repeated
     assert await saga_status(url) == [SagaStatus.COMPENSATED]
+    # The refund was asked for again (its step was not yet COMPENSATED when the
+    # process died) under the same key, so the payments service refunded once.
+    assert world.acts() == {
+        "reserve": 1,
+        "charge": 1,
+        "ship": 1,
+        "refund": 2,
+        "release": 1,
+        "notify": 1,
+    }
 
 
 async def test_compensator_failing_twice_then_succeeding(url: str, tmp_path: Path) -> None:
@@ -174,6 +217,15 @@ async def test_compensator_failing_twice_then_succeeding(url: str, tmp_path: Pat
         outcome = last_json(example("run", url, w))
         assert outcome["saga_status"] == "compensated"
         w.assert_consistent("compensated")
+        # Two refund requests answered 503, the third refunded.
+        assert w.acts() == {
+            "reserve": 1,
+            "charge": 1,
+            "ship": 1,
+            "refund": 3,
+            "release": 1,
+            "notify": 1,
+        }
 
 
 async def test_compensator_that_always_fails_is_dead_lettered(url: str, tmp_path: Path) -> None:
@@ -188,6 +240,8 @@ async def test_compensator_that_always_fails_is_dead_lettered(url: str, tmp_path
         assert [d.kind for d in letters] == ["compensation"]
         assert "charge" in (letters[0].classification or "")
         assert await saga_status(url) == [SagaStatus.COMPENSATION_FAILED]
+        # compensation_retries (3) refund requests, then the dead letter; no apology.
+        assert w.acts() == {"reserve": 1, "charge": 1, "ship": 1, "refund": 3, "release": 1}
 
 
 async def test_saga_sweeper_finishes_a_saga_no_run_will_redrive(url: str, world: World) -> None:
@@ -200,4 +254,15 @@ async def test_saga_sweeper_finishes_a_saga_no_run_will_redrive(url: str, world:
     assert [s["status"] for s in swept] == ["COMPENSATED"]
     world.assert_consistent("compensated")
     assert [s["status"] for s in world.snapshot()["shipments"]] == ["cancelled"]
+    acts = {"reserve": 1, "charge": 1, "ship": 1, "cancel": 1, "refund": 1, "release": 1}
+    assert world.acts() == acts
     assert last_json(example("sweep-sagas", url, world, "--address", DELIVERABLE)) == []
+    assert world.acts() == acts  # the second sweep asked for nothing
+    async with open_store(url) as store:
+        # The outcome went into the session through its queue: one run, DONE.
+        runs = await RunLedger(store).list_runs()
+        assert [r.status.value for r in runs] == ["DONE"]
+        sessions = DurableSessionService(store)
+        session = await sessions.get_session(app_name="shop", user_id="acme", session_id="order-9")
+        assert session is not None and session.state["saga_status"] == "compensated"
+        assert session.events[-1].author == "order_saga"

@@ -19,32 +19,49 @@ What it guarantees:
   can (construction fails unless ``allow_unsafe_order``). An optional apology
   stage runs when the saga ends compensated.
 
+* Its ledger writes carry the run's id and epoch: once the run was taken over
+  or finished they are refused (:class:`durable_adk.errors.Fenced`), so a
+  zombie's stage stops before its outside call and does not roll back. A stage
+  cancelled while its call is out lets the call end first, so a compensation
+  that follows finds the effect.
+
 :class:`SagaSweeper` finishes sagas whose process died and that no run will
-re-drive: after a quiet period it compensates them and records the outcome in
-the session.
+re-drive: after a quiet period it compensates them under a claim it renews,
+and records the outcome in the session through the session's queue (as a run
+on the run ledger), never cutting into a live run of the session.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import uuid
 import warnings
-from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.base_agent import BaseAgentState
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.sessions.session import Session
 from google.genai import types
 from pydantic import Field, model_validator
 from typing_extensions import override
 
 from durable_adk import errors
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import as_async, attempt_in
+from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS
-from durable_adk.sagas import Compensation, Saga, SagaLedger, SagaStatus, Undo
+from durable_adk.sagas import Compensation, Fence, Saga, SagaLedger, SagaStatus, Undo
 from durable_adk.testing.crash import crash_point
+
+logger = logging.getLogger("durable_adk.saga_agent")
+
+T = TypeVar("T")
 
 ABORT_KEY = "saga_abort"
 COMP_PREFIX = "comp:"
@@ -92,15 +109,28 @@ class SagaStage(BaseAgent):
         saga_id = saga.saga_id(ctx)
         state = dict(ctx.session.state)
         crash_point(f"saga.{self.name}.before_call")
-        action_key, comp_key = await ledger.step_pending(saga_id, self.name)
         journal, attempt = attempt_in(ctx, self.name)
         assert journal is not None  # _store_of() already required a durable session service
+        fence = _fence_in(ctx)
+        action_key, comp_key = await ledger.step_pending(saga_id, self.name, fence=fence)
         act = as_async(self.action)
         find = as_async(self.find) if self.find is not None else None
-        record = await journal.execute(action_key, attempt, lambda key: act(state, key), find)
+        call = asyncio.ensure_future(
+            journal.execute(action_key, attempt, lambda key: act(state, key), find)
+        )
+        try:
+            record = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # A sibling stage failed (ParallelAgent cancels the others) or the
+            # drive was stopped. A call already out (a worker thread, which
+            # cancelling cannot stop) ends first, so the compensation that
+            # follows finds its effect instead of concluding it never happened.
+            with contextlib.suppress(Exception):
+                await call
+            raise
         crash_point(f"saga.{self.name}.after_call")
         undo = self.record_of(record)
-        await ledger.step_done(saga_id, self.name, undo)
+        await ledger.step_done(saga_id, self.name, undo, fence=fence)
         delta = dict(self.state_of(record) if self.state_of else {self.name: record})
         delta[COMP_PREFIX + self.name] = {"step": self.name, "key": comp_key, **undo}
         yield Event(
@@ -130,6 +160,12 @@ def _store_of(ctx: InvocationContext) -> Any:
             "a SagaSequence needs DurableSessionService: its ledger lives in the same store"
         )
     return service.store
+
+
+def _fence_in(ctx: InvocationContext) -> Fence:
+    """The run and epoch this invocation is driven for (unfenced on plain ADK)."""
+    _, attempt = attempt_in(ctx, "")
+    return Fence(run_id=attempt.run_id, run_epoch=attempt.run_epoch)
 
 
 def _effects(agent: BaseAgent) -> tuple[bool, bool]:
@@ -248,6 +284,7 @@ class SagaSequence(BaseAgent):
             invocation_id=ctx.invocation_id,
         )
         state = self._load_agent_state(ctx, SagaState)
+        fence = _fence_in(ctx)
         failure: BaseException | None = None
         reason = ""
         if saga.status in (SagaStatus.RUNNING,) and not (state and state.compensating):
@@ -260,7 +297,7 @@ class SagaSequence(BaseAgent):
                 else:
                     yield event
             if failure is None:
-                saga = await ledger.finish(saga.saga_id, SagaStatus.COMMITTED) or saga
+                saga = await ledger.finish(saga.saga_id, SagaStatus.COMMITTED, fence=fence) or saga
                 self.metrics.saga_outcome("committed")
         else:
             reason = (state.reason if state else "") or saga.reason or "compensation resumed"
@@ -270,7 +307,9 @@ class SagaSequence(BaseAgent):
                     self.name, agent_state=SagaState(compensating=True, reason=reason)
                 )
                 yield self._create_agent_state_event(ctx)
-            await self.compensation(ledger).run(saga, reason)
+            # A step whose run may still act leaves the saga COMPENSATING: its
+            # final event says so, and the saga sweeper finishes it later.
+            await self.compensation(ledger).run(saga, reason, fence=fence)
             saga = await ledger.get(saga.saga_id) or saga
         yield _final_event(self.name, ctx.invocation_id, ctx.branch, saga)
         if saga.status is SagaStatus.COMPENSATED and self.apology is not None:
@@ -308,6 +347,8 @@ class SagaSequence(BaseAgent):
                     if abort:
                         yield SagaAborted(str(abort))
                         return
+            except errors.Fenced:
+                raise  # this worker lost the run: it must stop, not roll back
             except Exception as exc:  # a stage failed: the saga rolls back
                 yield exc
                 return
@@ -350,7 +391,15 @@ def _final_event(author: str, invocation_id: str, branch: str | None, saga: Saga
 
 
 class SagaSweeper:
-    """Finishes sagas whose process died and that no live run will re-drive."""
+    """Finishes sagas whose process died and that no live run will re-drive.
+
+    For each saga it claims, it compensates under that claim (renewed by a
+    heartbeat while it works; every write is fenced by it), then records the
+    outcome in the session through the session's queue: it puts a run of the
+    saga's invocation on the run ledger, waits until that run's turn comes
+    (the session's live run, if any, has ended), appends the saga's final
+    event under that run's fence and finishes the run DONE.
+    """
 
     def __init__(
         self,
@@ -361,6 +410,8 @@ class SagaSweeper:
         owner: str,
         quiet_for: float = 300.0,
         batch: int = 10,
+        lease: float = 60.0,
+        queue_poll: float = 0.1,
     ) -> None:
         """Creates the sweeper.
 
@@ -368,46 +419,181 @@ class SagaSweeper:
             saga: The SagaSequence whose sagas it finishes (its compensators).
             sessions: The durable session service (its store holds the ledger).
             app_name: The ADK app whose sagas it finishes.
-            owner: This worker's name.
+            owner: This worker's name (on the saga claims and on the runs it submits).
             quiet_for: Quiet seconds before a saga with no final status counts as stuck;
                 longer than the slowest stage of a saga that runs outside DurableRunner.
             batch: Most sagas per pass.
+            lease: How long a claim (of a saga, or of the run that records its
+                outcome) holds without renewal; renewed every third of it.
+            queue_poll: How often the run that records an outcome checks whether
+                its turn in the session's queue came.
         """
+        if lease <= 0 or queue_poll <= 0:
+            raise errors.InvalidArgument("lease and queue_poll must be > 0")
         self.saga = saga
         self.sessions = sessions
         self.ledger = SagaLedger(sessions.store)
+        self.runs = RunLedger(sessions.store, lease_seconds=lease)
         self.owner = owner
         self.app_name = app_name
         self.quiet_for = quiet_for
         self.batch = batch
+        self.lease = lease
+        self.queue_poll = queue_poll
 
     async def sweep_once(self) -> list[Saga]:
-        """Compensates every stuck saga of this kind; returns them as they ended."""
-        ended = []
+        """Finishes every stuck saga of this kind it can claim; returns them as they ended.
+
+        The claimed sagas are finished side by side (each waits for its own
+        session's turn). A saga whose compensation must wait (a step that died
+        PENDING may still act) is released for a later pass and not returned;
+        one whose claim was lost midway is left to whoever holds it now. A
+        failure of one saga is raised once the others have ended.
+        """
         claimed = await self.ledger.claim_stuck(
             self.owner,
             name=self.saga.name,
             app_name=self.app_name,
             quiet_for=self.quiet_for,
+            lease=self.lease,
             limit=self.batch,
         )
-        for saga in claimed:
+        results = await asyncio.gather(
+            *(self._finish_one(saga) for saga in claimed), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [r for r in results if isinstance(r, Saga)]
+
+    async def _finish_one(self, saga: Saga) -> Saga | None:
+        """Compensates one claimed saga and records its outcome; None if it must wait."""
+        try:
+            return await self._under_lease(
+                self._compensate_and_record(saga),
+                lambda: self.ledger.renew(saga.saga_id, self.owner, lease=self.lease),
+            )
+        except errors.Fenced as exc:
+            logger.warning("saga %s: claim lost, left to its new holder (%s)", saga.saga_id, exc)
+            return None
+
+    async def _compensate_and_record(self, saga: Saga) -> Saga | None:
+        if saga.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
             reason = saga.reason or "the saga's process died before it finished"
-            await self.saga.compensation(self.ledger).run(saga, reason)
-            final = await self.ledger.get(saga.saga_id) or saga
-            await self._record(final)
-            ended.append(final)
-        return ended
+            result = await self.saga.compensation(self.ledger).run(
+                saga, reason, fence=Fence(owner=self.owner)
+            )
+            if result.waiting:
+                await self.ledger.release(saga.saga_id, self.owner)
+                return None
+        final = await self.ledger.get(saga.saga_id) or saga
+        await self._record(final)
+        await self.ledger.recorded(saga.saga_id, self.owner)
+        return final
 
     async def _record(self, saga: Saga) -> None:
-        """Appends the saga's outcome to its session, like the agent's own final event."""
-        session = await self.sessions.get_session(
+        """Appends the saga's outcome to its session, as a run in the session's queue."""
+        key = {"app_name": saga.app_name, "user_id": saga.user_id, "session_id": saga.session_id}
+        before = await self._session_of(saga)
+        if before is None:
+            return  # the session was deleted: there is nothing to tell
+        run = await self.runs.submit(
+            **key,
+            request=_request_of(before.events, saga.invocation_id),
+            owner=self.owner,
+            invocation_id=saga.invocation_id,
+        )
+        held = [run]
+
+        async def renew() -> bool:
+            return await self.runs.renew(held[0].lease)
+
+        async def turn_then_append() -> None:
+            # Polled like DurableRunner.wait_for_turn; the heartbeat renews meanwhile.
+            while (claimed := await self.runs.claim_queued(run.run_id, self.owner)) is None:  # noqa: ASYNC110
+                await asyncio.sleep(self.queue_poll)
+            held[0] = claimed
+            session = await self._session_of(saga)  # read now that no other run holds it
+            if session is not None:
+                event = _final_event(self.saga.name, saga.invocation_id, None, saga)
+                event.id = _outcome_event_id(saga.saga_id)  # stored once, however often sent
+                event.custom_metadata = {
+                    RUN_METADATA_KEY: {"run_id": claimed.run_id, "epoch": claimed.epoch}
+                }
+                await self.sessions.append_event(session, event)
+            if not await self.runs.finish(claimed.lease, RunStatus.DONE):
+                raise errors.Fenced(f"run {claimed.run_id} was taken over before it finished")
+
+        await self._under_lease(turn_then_append(), renew)
+
+    async def _session_of(self, saga: Saga) -> Session | None:
+        return await self.sessions.get_session(
             app_name=saga.app_name, user_id=saga.user_id, session_id=saga.session_id
         )
-        if session is not None:
-            await self.sessions.append_event(
-                session, _final_event(self.saga.name, saga.invocation_id, None, saga)
-            )
+
+    async def _under_lease(self, work: Awaitable[T], renew: Callable[[], Awaitable[bool]]) -> T:
+        """Runs ``work`` while renewing a lease every third of it; cancels it if the lease is lost.
+
+        A renewal that fails with a store error is retried until the lease
+        would have run out (last good renewal + two thirds of the lease); a
+        renewal that finds the claim gone ends the work at once.
+
+        Raises:
+            durable_adk.errors.Fenced: The lease was lost; the work was cancelled.
+        """
+        job = asyncio.ensure_future(work)
+        beat = asyncio.create_task(self._heartbeat(renew))
+        try:
+            await asyncio.wait({job, beat}, return_when=asyncio.FIRST_COMPLETED)
+            if job.done():
+                return job.result()
+            if beat.exception() is not None:
+                raise beat.exception()  # type: ignore[misc]
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+            raise errors.Fenced("the saga sweeper lost its claim; its work was cancelled")
+        finally:
+            for task in (beat, job):
+                task.cancel()
+            for task in (beat, job):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _heartbeat(self, renew: Callable[[], Awaitable[bool]]) -> None:
+        """Returns when the lease is lost: refused, or unrenewable until it would run out."""
+        loop = asyncio.get_running_loop()
+        last_good = loop.time()
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await renew():
+                    return
+                last_good = loop.time()
+            except errors.StoreError as exc:
+                if loop.time() - last_good >= self.lease * 2 / 3:
+                    logger.warning("saga sweeper %s: lease lost (%s)", self.owner, exc)
+                    return
+
+
+def _request_of(events: list[Event], invocation_id: str) -> dict[str, Any]:
+    """The user message that started an invocation, as a stored run request.
+
+    Should run recovery ever take over the run that records a saga's outcome
+    (its sweeper died holding it), it re-drives the saga's invocation with this
+    message, as for any run of that invocation.
+    """
+    for event in events:
+        if event.invocation_id == invocation_id and event.author == "user" and event.content:
+            return event.content.model_dump(mode="json", exclude_none=True)
+    # No user message stored (its events were rewound): a re-drive of this run
+    # would start from nothing but this note.
+    return {"role": "user", "parts": [{"text": "(record the saga's outcome)"}]}
+
+
+def _outcome_event_id(saga_id: str) -> str:
+    """The id of the outcome event the saga sweeper stores (the same on every attempt)."""
+    return f"saga-outcome-{uuid.uuid5(uuid.NAMESPACE_URL, saga_id)}"
 
 
 def plan_stage(name: str, model: Any, *, output_key: str, instruction: str = "") -> LlmAgent:
