@@ -139,10 +139,11 @@ def journaled(
                 return await asyncio.shield(running)  # a waiter's cancel leaves the act be
             task = asyncio.ensure_future(act(effect_key))
             in_flight[effect_key] = task
-            task.add_done_callback(
-                lambda done: in_flight.pop(effect_key) if in_flight.get(effect_key) is done else None
-            )
-            return await task
+            try:
+                return await task
+            finally:
+                if in_flight.get(effect_key) is task:
+                    del in_flight[effect_key]
 
         async def tool(tool_context: ToolContext, **kwargs: Any) -> Any:
             try:
