@@ -248,8 +248,9 @@ class Journal:
                     continue  # someone took our hold over before we acted: see who
             if status == "held":
                 await self._wait(key, attempt, holder, deadline, row, wait)
-            # 'retry' (a concurrent writer changed the row) and a wait that ended
-            # without a result: decide again from the row as it now stands.
+            elif status == "retry":  # a concurrent writer changed the row first
+                await asyncio.sleep(_FIRST_POLL)
+            # Either way: decide again from the row as it now stands.
 
     async def _begin(self, key: str, attempt: Attempt, holder: str) -> Row:
         row = await self.store.fetchrow(
