@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from durable_adk import errors
 from durable_adk.store.base import Row, Store
@@ -57,6 +57,14 @@ HOLD_SECONDS = 15.0
 
 _FIRST_POLL = 0.02
 _MAX_POLL = 0.5
+
+
+class Fence(Protocol):
+    """A local view of the caller's lease (such as the runner's ``RunFence``)."""
+
+    async def confirm(self) -> None:
+        """Returns while the lease is trusted; raises :class:`~durable_adk.errors.Fenced` if not."""
+        ...
 
 
 class OutcomeUnknown(errors.DurableError):
@@ -200,6 +208,7 @@ class Journal:
         lookup: Lookup | None,
         *,
         wait: float = WAIT_SECONDS,
+        fence: Fence | None = None,
     ) -> Any:
         """Performs the effect ``key`` at most once; returns the outside system's answer.
 
@@ -215,6 +224,9 @@ class Journal:
             wait: Seconds to wait for the result of another live attempt that
                 holds the intent (a parallel call of the same key, another
                 session) before giving up with :class:`JournalBusy`.
+            fence: The caller's local lease view, confirmed right before each
+                outside call (``lookup``, ``act``), after the database's own
+                fenced check; None to rely on the database alone.
 
         Raises:
             OutcomeUnknown: An abandoned intent is recorded and its outcome
@@ -242,7 +254,7 @@ class Journal:
             if status in ("acquired", "taken"):
                 try:
                     return await self._perform(
-                        key, attempt, holder, act, lookup, taken=status == "taken"
+                        key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
                     )
                 except _Lost:
                     continue  # someone took our hold over before we acted: see who
@@ -277,6 +289,7 @@ class Journal:
         lookup: Lookup | None,
         *,
         taken: bool,
+        fence: Fence | None,
     ) -> Any:
         """Acts on an intent we hold: look up first if it was taken over; record DONE."""
         keeper = None
@@ -284,6 +297,8 @@ class Journal:
             keeper = asyncio.create_task(self._keep_holding(key, holder))
         try:
             if taken:
+                if fence is not None and lookup is not None:
+                    await fence.confirm()
                 found = await self._look_up(key, attempt, lookup)
                 if found is not None:
                     return await self._done(key, attempt, holder, found)
@@ -294,6 +309,8 @@ class Journal:
                     raise self._fenced(key, attempt)
                 if mine != "mine":
                     raise _Lost()
+            if fence is not None:
+                await fence.confirm()
             result = await act(key)
         except _Lost:
             raise

@@ -448,3 +448,35 @@ async def test_outside_a_run_parallel_calls_make_one_act_and_a_dead_holder_is_ta
     found = await journal.execute(key2, attempt_of(None, "c3"), dead.act, dead.lookup)
     assert found["idempotency_key"] == key2
     assert (dead.acts, dead.lookups, dead.invoices()) == (1, 1, 1)
+
+
+class LocalFence:
+    """A caller's local lease view: trusted or lost (as the runner's RunFence)."""
+
+    def __init__(self, trusted: bool) -> None:
+        self.trusted = trusted
+        self.confirms = 0
+
+    async def confirm(self) -> None:
+        self.confirms += 1
+        if not self.trusted:
+            raise errors.Fenced("the lease was not renewed in time")
+
+
+async def test_a_local_fence_that_lost_the_lease_stops_the_act_before_it_calls_out(
+    store: Store, billing: FakeService
+) -> None:
+    ledger, journal = RunLedger(store, lease_seconds=LEASE), Journal(store)
+    run = await running(ledger, "s1")
+    key, invoice = new_key()
+    outside = Billing(billing, invoice)
+    lost = LocalFence(trusted=False)
+    with pytest.raises(errors.Fenced, match="not renewed in time"):
+        await journal.execute(key, attempt_of(run, "c1"), outside.act, outside.lookup, fence=lost)
+    assert (lost.confirms, outside.entered, outside.lookups) == (1, 0, 0)
+    entry = await journal.get(key)
+    assert entry is not None and entry.released  # nobody acting: the next caller looks up
+    fine = LocalFence(trusted=True)
+    await journal.execute(key, attempt_of(run, "c2"), outside.act, outside.lookup, fence=fine)
+    assert fine.confirms == 2  # before the lookup and before the act
+    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 1, 1)
