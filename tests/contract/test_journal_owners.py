@@ -480,3 +480,21 @@ async def test_a_local_fence_that_lost_the_lease_stops_the_act_before_it_calls_o
     await journal.execute(key, attempt_of(run, "c2"), outside.act, outside.lookup, fence=fine)
     assert fine.confirms == 2  # before the lookup and before the act
     assert (outside.acts, outside.lookups, outside.invoices()) == (1, 1, 1)
+
+
+async def test_two_takers_of_one_abandoned_intent_one_wins_the_other_waits(
+    store: Store, store_url: str, billing: FakeService
+) -> None:
+    ledger = RunLedger(store, lease_seconds=LEASE)
+    run, other = await running(ledger, "s1"), await running(ledger, "s2")
+    key, invoice = new_key()
+    outside = Billing(billing, invoice)
+    await hold_intent(store, key, attempt_of(run, "c-dead"), "holder-of-a-dead-process")
+    new = await take_over(ledger, run)
+    async with open_store(store_url) as other_store:
+        a, b = await asyncio.gather(
+            Journal(store).execute(key, attempt_of(new, "c1"), outside.act, outside.lookup),
+            Journal(other_store).execute(key, attempt_of(other, "c2"), outside.act, outside.lookup),
+        )
+    assert a == b
+    assert (outside.lookups, outside.acts, outside.invoices()) == (1, 1, 1)
