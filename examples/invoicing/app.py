@@ -150,7 +150,7 @@ def make_runner(store: Store, worker: str, billing_url: str, notify_url: str) ->
         app_name=APP_NAME,
         store=store,
         worker_id=worker,
-        lease=5.0,
+        lease=30.0,
     )
 
 

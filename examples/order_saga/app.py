@@ -183,7 +183,7 @@ def make_runner(store: Store, worker: str, urls: dict[str, str], address: str) -
         app_name=APP_NAME,
         store=store,
         worker_id=worker,
-        lease=5.0,
+        lease=30.0,
     )
 
 

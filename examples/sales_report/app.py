@@ -171,7 +171,7 @@ def make_runner(
     """
     client = ReportBuilderClient(builder_url, caller={"worker": worker})
     agent = build_agent(client, minute=minute, root=root)
-    return DurableRunner(app=agent, app_name=APP_NAME, store=store, worker_id=worker, lease=5.0)
+    return DurableRunner(app=agent, app_name=APP_NAME, store=store, worker_id=worker, lease=30.0)
 
 
 def texts(events: list[Event]) -> list[str]:

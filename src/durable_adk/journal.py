@@ -3,28 +3,42 @@
 An outside effect (an invoice, an email, a charge) is journaled under its
 business identity (``send-invoice:INV-77``), never under the function call id:
 a re-driven model makes a new call id for the same intent. The protocol of
-:meth:`Journal.execute`:
+:meth:`Journal.execute`, each step decided by one statement that first checks
+the caller's own fence (its run RUNNING at its epoch, its lease unexpired by
+the database clock; a caller outside any run is never fenced):
 
+* the caller is fenced: raise :class:`~durable_adk.errors.Fenced` before
+  anything else: no lookup, no act, no result;
 * a DONE entry: return the stored result, do nothing;
-* an INTENT entry (a previous attempt died between acting and recording):
+* no entry: write INTENT (owned by this attempt), act with the key passed
+  downstream, write DONE;
+* an INTENT whose owner is live (its run still RUNNING at its epoch; outside a
+  run, its hold still running): wait for its result, bounded; never act. The
+  wait ends when the entry is DONE, or when the owner stops being live;
+* an abandoned INTENT (its run was taken over or ended, or its holder released
+  it because its act raised): take it over with one conditional update, then
   ask the outside system by idempotency key (``lookup``); found: record DONE
   and return it; not found: act;
-* no entry: write INTENT, act with the key passed downstream, write DONE;
-* an INTENT entry and no way to look up: raise :class:`OutcomeUnknown`, which
-  parks the run for a person. Never a guess.
+* an abandoned INTENT and no way to look up: raise :class:`OutcomeUnknown`,
+  which parks the run for a person. Never a guess;
+* an entry written by another tool: :class:`~durable_adk.errors.InvalidArgument`.
 
-Writes made for a run carry the run's fencing epoch: once the run was taken
-over, the journal refuses them (:class:`~durable_adk.errors.Fenced`). This
-module has no ADK import.
+Two calls of one key at once (two parallel calls in one model turn, two
+sessions) make one outside call. This module has no ADK import.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from durable_adk import errors
 from durable_adk.store.base import Row, Store
@@ -33,9 +47,36 @@ from durable_adk.testing.crash import crash_point
 Act = Callable[[str], Awaitable[Any]]
 Lookup = Callable[[str], Awaitable[Any]]
 
+logger = logging.getLogger("durable_adk.journal")
+
+WAIT_SECONDS = 30.0
+"""How long a second caller waits, by default, for a live owner's result."""
+
+HOLD_SECONDS = 15.0
+"""Outside a run, how long an intent's hold lasts without renewal (renewed every third of it)."""
+
+_FIRST_POLL = 0.02
+_MAX_POLL = 0.5
+
+
+class Fence(Protocol):
+    """A local view of the caller's lease (such as the runner's ``RunFence``)."""
+
+    async def confirm(self) -> None:
+        """Returns while the lease is trusted; raises :class:`~durable_adk.errors.Fenced` if not."""
+        ...
+
 
 class OutcomeUnknown(errors.DurableError):
     """An outside effect may have happened and nothing can tell: the run needs a person."""
+
+
+# A subclass of DatabaseBusy on purpose: it is transient (the owner is alive and
+# working), so whatever treats a busy store as "hand the run back and retry
+# after a back-off" treats this the same way, and nothing is acted twice
+# meanwhile. (The docstring is the default message, so it stays one line.)
+class JournalBusy(errors.DatabaseBusy):
+    """A live attempt holds this effect's intent and gave no result within the wait: retry."""
 
 
 class JournalStatus(StrEnum):
@@ -51,15 +92,20 @@ class JournalEntry:
 
     Attributes:
         key: The effect's business identity, also its idempotency key downstream.
-        tool_name: The tool that performs it.
-        status: INTENT (about to act, or died acting) or DONE.
+        tool_name: The tool that performs it; another tool may not use the key.
+        status: INTENT (about to act, acting, or died or failed acting) or DONE.
         result: The outside system's answer (DONE only).
-        run_id: The run that last wrote the entry.
+        run_id: The run that owns the entry (the last one to write it).
         run_epoch: That run's fencing epoch at the time.
         invocation_id: The ADK invocation that first intended the effect.
         function_call_id: The call that last wrote the entry.
         created_at: When the intent was written (database clock).
         updated_at: When the entry last changed.
+        holder: The token of the attempt acting on an INTENT; None once the
+            attempt released it (its act raised) and on a DONE entry.
+        held_until: Outside a run, when the holder's hold runs out unless
+            renewed (database clock); None inside a run, whose lease and epoch
+            say whether the holder is alive.
     """
 
     key: str
@@ -72,6 +118,13 @@ class JournalEntry:
     function_call_id: str | None
     created_at: float
     updated_at: float
+    holder: str | None = None
+    held_until: float | None = None
+
+    @property
+    def released(self) -> bool:
+        """An INTENT that nobody is acting on (its holder's act raised, or it predates holders)."""
+        return self.status is JournalStatus.INTENT and self.holder is None
 
     @classmethod
     def from_row(cls, row: Row) -> JournalEntry:
@@ -87,6 +140,8 @@ class JournalEntry:
             function_call_id=row["function_call_id"],
             created_at=float(row["created_at"]),
             updated_at=float(row["updated_at"]),
+            holder=row["holder"],
+            held_until=None if row["held_until"] is None else float(row["held_until"]),
         )
 
 
@@ -109,12 +164,27 @@ class Attempt:
     function_call_id: str | None = None
 
 
+class _Lost(Exception):
+    """Internal: our hold was taken over before we acted; begin again."""
+
+
 class Journal:
     """Side effects keyed by business identity, over a store."""
 
-    def __init__(self, store: Store) -> None:
-        """Creates the journal over an open store."""
+    def __init__(self, store: Store, *, hold_seconds: float = HOLD_SECONDS) -> None:
+        """Creates the journal over an open store.
+
+        Args:
+            store: An open store.
+            hold_seconds: Outside a run, how long an intent stays held without
+                renewal; the holder renews it while it acts, so only a holder
+                that died lets it run out. Inside a run the run's lease and
+                epoch decide instead.
+        """
+        if hold_seconds <= 0:
+            raise errors.InvalidArgument(f"hold_seconds must be > 0, got {hold_seconds!r}")
         self.store = store
+        self.hold_seconds = hold_seconds
 
     async def get(self, key: str) -> JournalEntry | None:
         """The entry for ``key``, or None."""
@@ -130,7 +200,16 @@ class Journal:
         )
         return [JournalEntry.from_row(r) for r in rows]
 
-    async def execute(self, key: str, attempt: Attempt, act: Act, lookup: Lookup | None) -> Any:
+    async def execute(
+        self,
+        key: str,
+        attempt: Attempt,
+        act: Act,
+        lookup: Lookup | None,
+        *,
+        wait: float = WAIT_SECONDS,
+        fence: Fence | None = None,
+    ) -> Any:
         """Performs the effect ``key`` at most once; returns the outside system's answer.
 
         Args:
@@ -142,32 +221,154 @@ class Journal:
                 or None if it never happened. None when the system offers no
                 lookup. Raising :class:`~durable_adk.errors.LookupUnavailable`
                 means the same.
+            wait: Seconds to wait for the result of another live attempt that
+                holds the intent (a parallel call of the same key, another
+                session) before giving up with :class:`JournalBusy`.
+            fence: The caller's local lease view, confirmed right before each
+                outside call (``lookup``, ``act``), after the database's own
+                fenced check; None to rely on the database alone.
 
         Raises:
-            OutcomeUnknown: An intent is recorded and the outcome cannot be learned.
-            durable_adk.errors.Fenced: The run was taken over.
-            durable_adk.errors.InvalidArgument: The key is empty or too long, or
-                the result is not JSON.
+            OutcomeUnknown: An abandoned intent is recorded and its outcome
+                cannot be learned.
+            JournalBusy: A live attempt still holds the intent after ``wait``
+                seconds (transient: retry later).
+            durable_adk.errors.Fenced: The caller's run was taken over, ended,
+                or its lease ran out (database clock); nothing was done.
+            durable_adk.errors.InvalidArgument: The key is empty or too long,
+                ``wait`` is negative, or the key belongs to another tool;
+                nothing was written.
         """
         if not isinstance(key, str) or not key or len(key) > 512:
             raise errors.InvalidArgument(f"journal key must be 1..512 characters, got {key!r:.80}")
-        entry = await self.get(key)
-        if entry is not None and entry.status is JournalStatus.DONE:
-            return entry.result
-        if entry is None:
-            crash_point("journal.before_intent")
-            status = await self._write("journal_intent", key, attempt, result=None)
-            if status == "exists":  # a concurrent attempt wrote it first: treat as an intent
-                return await self.execute(key, attempt, act, lookup)
-        else:
-            found = await self._look_up(key, attempt, lookup)
-            if found is not None:
-                await self._write("journal_done", key, attempt, result=found)
-                return found
-        result = await act(key)
+        if not wait >= 0:
+            raise errors.InvalidArgument(f"wait must be >= 0 seconds, got {wait!r}")
+        holder = uuid.uuid4().hex
+        deadline = time.monotonic() + wait
+        crash_point("journal.before_intent")
+        while True:
+            row = await self._begin(key, attempt, holder)
+            status = row["status"]
+            if status == "done":
+                return None if row["result"] is None else json.loads(row["result"])
+            if status in ("acquired", "taken"):
+                try:
+                    return await self._perform(
+                        key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
+                    )
+                except _Lost:
+                    continue  # someone took our hold over before we acted: see who
+            if status == "held":
+                await self._wait(key, attempt, holder, deadline, row, wait)
+            elif status == "retry":  # a concurrent writer changed the row first
+                await asyncio.sleep(_FIRST_POLL)
+            # Either way: decide again from the row as it now stands.
+
+    async def _begin(self, key: str, attempt: Attempt, holder: str) -> Row:
+        row = await self.store.fetchrow(
+            "journal_begin",
+            {**self._who(key, attempt, holder), "hold": self.hold_seconds},
+        )
+        assert row is not None
+        status = row["status"]
+        if status == "fenced":
+            raise self._fenced(key, attempt)
+        if status == "wrong_tool":
+            raise errors.InvalidArgument(
+                f"journal key {key!r} belongs to the tool {row['entry_tool']!r}, not "
+                f"{attempt.tool_name!r}: give each tool's effects keys of their own"
+            )
+        return row
+
+    async def _perform(
+        self,
+        key: str,
+        attempt: Attempt,
+        holder: str,
+        act: Act,
+        lookup: Lookup | None,
+        *,
+        taken: bool,
+        fence: Fence | None,
+    ) -> Any:
+        """Acts on an intent we hold: look up first if it was taken over; record DONE."""
+        keeper = None
+        if attempt.run_id is None:
+            keeper = asyncio.create_task(self._keep_holding(key, holder))
+        try:
+            if taken:
+                if fence is not None and lookup is not None:
+                    await fence.confirm()
+                found = await self._look_up(key, attempt, lookup)
+                if found is not None:
+                    return await self._done(key, attempt, holder, found)
+                # The lookup took time: check, in one statement, that we may
+                # still act (our fence, and the intent still ours).
+                mine = await self._watch(key, attempt, holder)
+                if mine == "fenced":
+                    raise self._fenced(key, attempt)
+                if mine != "mine":
+                    raise _Lost()
+            if fence is not None:
+                await fence.confirm()
+            result = await act(key)
+        except _Lost:
+            raise
+        except BaseException:
+            # The effect may or may not have happened: keep the intent, but say
+            # nobody is acting on it, so the next caller looks up (or parks)
+            # instead of waiting for us.
+            await self._release(key, holder)
+            raise
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
         crash_point("journal.after_act")
-        await self._write("journal_done", key, attempt, result=result)
-        return result
+        return await self._done(key, attempt, holder, result)
+
+    async def _wait(
+        self, key: str, attempt: Attempt, holder: str, deadline: float, row: Row, wait: float
+    ) -> None:
+        """Waits while a live owner holds the intent; returns when the entry changed hands."""
+        logger.debug(
+            "journal: %s waits for %r, held by run %s epoch %s call %s",
+            attempt.function_call_id or attempt.tool_name,
+            key,
+            row["owner_run_id"],
+            row["owner_epoch"],
+            row["owner_call_id"],
+        )
+        delay = _FIRST_POLL
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise JournalBusy(
+                    f"journal entry {key!r} is held by a live attempt (run "
+                    f"{row['owner_run_id']}, epoch {row['owner_epoch']}, call "
+                    f"{row['owner_call_id']}) and had no result after {wait:g}s"
+                )
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, _MAX_POLL)
+            state = await self._watch(key, attempt, holder)
+            if state == "fenced":
+                raise self._fenced(key, attempt)
+            if state != "held":
+                return
+
+    async def _watch(self, key: str, attempt: Attempt, holder: str) -> str:
+        row = await self.store.fetchrow(
+            "journal_watch",
+            {
+                "key": key,
+                "run_id": attempt.run_id,
+                "run_epoch": attempt.run_epoch,
+                "holder": holder,
+            },
+        )
+        assert row is not None
+        return str(row["status"])
 
     async def _look_up(self, key: str, attempt: Attempt, lookup: Lookup | None) -> Any:
         unknown = OutcomeUnknown(
@@ -181,28 +382,60 @@ class Journal:
         except errors.LookupUnavailable as exc:
             raise unknown from exc
 
-    async def _write(self, query: str, key: str, attempt: Attempt, *, result: Any) -> str:
+    async def _done(self, key: str, attempt: Attempt, holder: str, result: Any) -> Any:
         # The effect has happened by now: a result that is not JSON is stored in a
         # JSON-safe form (values that are not JSON become their repr) rather than
         # leaving an intent behind that would make the next attempt act again.
-        encoded = None if result is None else json.dumps(result, default=repr)
-        params: dict[str, Any] = {
+        encoded = json.dumps(result, default=repr)
+        params = {**self._who(key, attempt, holder), "result": encoded}
+        del params["tool_name"], params["invocation_id"]
+        row = await self.store.fetchrow("journal_done", params)
+        status = str(row["status"]) if row else "missing"
+        if status == "ok":
+            return result
+        if status == "fenced":
+            raise self._fenced(key, attempt)
+        if status == "missing":
+            raise errors.StoreError(f"journal entry {key!r} vanished between intent and done")
+        # 'done' or 'lost': another attempt took our hold over (only possible
+        # outside a run, when our renewals failed) and may have finished.
+        entry = await self.get(key)
+        logger.warning("journal entry %r was taken over while %s acted", key, attempt.tool_name)
+        if entry is not None and entry.status is JournalStatus.DONE:
+            return entry.result
+        return result
+
+    async def _release(self, key: str, holder: str) -> None:
+        try:
+            await self.store.execute("journal_release", {"key": key, "holder": holder})
+        except Exception:  # the original error matters more; the run's epoch still decides
+            logger.warning("could not release the journal intent %r", key, exc_info=True)
+
+    async def _keep_holding(self, key: str, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self.hold_seconds / 3)
+            try:
+                await self.store.execute(
+                    "journal_hold", {"key": key, "holder": holder, "hold": self.hold_seconds}
+                )
+            except errors.StoreError:
+                logger.warning("could not renew the hold on journal intent %r", key, exc_info=True)
+
+    @staticmethod
+    def _who(key: str, attempt: Attempt, holder: str) -> dict[str, Any]:
+        return {
             "key": key,
             "tool_name": attempt.tool_name,
             "run_id": attempt.run_id,
             "run_epoch": attempt.run_epoch,
             "invocation_id": attempt.invocation_id,
             "function_call_id": attempt.function_call_id,
+            "holder": holder,
         }
-        if query == "journal_done":
-            params = {k: v for k, v in params.items() if k not in ("tool_name", "invocation_id")}
-            params["result"] = encoded
-        row = await self.store.fetchrow(query, params)
-        status = str(row["status"]) if row else "missing"
-        if status == "fenced":
-            raise errors.Fenced(
-                f"journal write for {key!r} refused: run {attempt.run_id} was taken over"
-            )
-        if status == "missing":
-            raise errors.StoreError(f"journal entry {key!r} vanished between intent and done")
-        return status
+
+    @staticmethod
+    def _fenced(key: str, attempt: Attempt) -> errors.Fenced:
+        return errors.Fenced(
+            f"journal refused {attempt.tool_name} for {key!r}: run {attempt.run_id} at epoch "
+            f"{attempt.run_epoch} no longer holds a live lease (taken over, ended or expired)"
+        )

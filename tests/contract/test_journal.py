@@ -34,6 +34,24 @@ class Outside:
 ATTEMPT = Attempt(tool_name="send_invoice", invocation_id="e-1", function_call_id="c-1")
 
 
+async def leave_dead_intent(store: Store, key: str, tool_name: str = "send_invoice") -> None:
+    """An intent outside any run whose holder died: its hold has already run out."""
+    row = await store.fetchrow(
+        "journal_begin",
+        {
+            "key": key,
+            "tool_name": tool_name,
+            "run_id": None,
+            "run_epoch": None,
+            "invocation_id": "e",
+            "function_call_id": "c",
+            "holder": "a-holder-that-died",
+            "hold": -1.0,
+        },
+    )
+    assert row is not None and row["status"] == "acquired"
+
+
 async def test_first_attempt_writes_intent_acts_and_records_done(store: Store) -> None:
     journal, outside = Journal(store), Outside()
     result = await journal.execute("send-invoice:INV-1", ATTEMPT, outside.act, outside.lookup)
@@ -54,17 +72,7 @@ async def test_done_entry_returns_the_stored_result_without_acting(store: Store)
 
 async def test_intent_found_by_lookup_is_recorded_not_repeated(store: Store) -> None:
     journal, outside = Journal(store), Outside()
-    await store.execute(
-        "journal_intent",
-        {
-            "key": "k",
-            "tool_name": "t",
-            "run_id": None,
-            "run_epoch": None,
-            "invocation_id": "e",
-            "function_call_id": "c",
-        },
-    )
+    await leave_dead_intent(store, "k")
     await outside.act("k")  # the effect happened, then the process died
     result = await journal.execute("k", ATTEMPT, outside.act, outside.lookup)
     assert outside.acts == 1 and result == outside.effects["k"]
@@ -74,34 +82,14 @@ async def test_intent_found_by_lookup_is_recorded_not_repeated(store: Store) -> 
 
 async def test_intent_not_found_by_lookup_acts(store: Store) -> None:
     journal, outside = Journal(store), Outside()
-    await store.execute(
-        "journal_intent",
-        {
-            "key": "k",
-            "tool_name": "t",
-            "run_id": None,
-            "run_epoch": None,
-            "invocation_id": "e",
-            "function_call_id": "c",
-        },
-    )
+    await leave_dead_intent(store, "k")
     await journal.execute("k", ATTEMPT, outside.act, outside.lookup)
     assert outside.acts == 1
 
 
 async def test_intent_without_lookup_is_outcome_unknown(store: Store) -> None:
     journal, outside = Journal(store), Outside()
-    await store.execute(
-        "journal_intent",
-        {
-            "key": "k",
-            "tool_name": "t",
-            "run_id": None,
-            "run_epoch": None,
-            "invocation_id": "e",
-            "function_call_id": "c",
-        },
-    )
+    await leave_dead_intent(store, "k")
 
     async def no_lookup(key: str) -> None:
         raise errors.LookupUnavailable()

@@ -70,7 +70,7 @@ def test_inline_queries_are_the_same_in_both_dialects() -> None:
         dialect: {name for name, q in queries.items() if q.inline}
         for dialect, queries in by_dialect.items()
     }
-    assert {"append_event", "run_submit", "run_start", "run_finish", "journal_intent"} <= inline[
+    assert {"append_event", "run_submit", "run_start", "run_finish", "journal_begin"} <= inline[
         "sqlite"
     ]
     for dialect, other in [("sqlite", "postgresql"), ("postgresql", "sqlite")]:

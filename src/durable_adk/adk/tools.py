@@ -10,7 +10,8 @@ sync or async Python function into an ADK tool:
 * inside a durable run the effect goes through :class:`~durable_adk.journal.Journal`
   with the run's fencing epoch; outside one (an ADK Runner on another session
   service) the function is simply called with the key, so the tool still
-  works, only without the journal;
+  works, only without the journal (parallel calls of one key in one process
+  still share one call);
 * the recovery sweeper treats journaled tools as safe to re-drive.
 
 ``lookup(idempotency_key)`` returns the outside system's record of the effect,
@@ -128,6 +129,21 @@ def journaled(
         act_fn = as_async(fn)
         find = as_async(lookup) if lookup is not None else None
         passes_context = "tool_context" in params
+        # Without a journal (no durable store), parallel calls of one key in
+        # this process still share one act: the first call's task, by key.
+        in_flight: dict[str, asyncio.Task[Any]] = {}
+
+        async def once(effect_key: str, act: Callable[[str], Awaitable[Any]]) -> Any:
+            running = in_flight.get(effect_key)
+            if running is not None and running.get_loop() is asyncio.get_running_loop():
+                return await asyncio.shield(running)  # a waiter's cancel leaves the act be
+            task = asyncio.ensure_future(act(effect_key))
+            in_flight[effect_key] = task
+            try:
+                return await task
+            finally:
+                if in_flight.get(effect_key) is task:
+                    del in_flight[effect_key]
 
         async def tool(tool_context: ToolContext, **kwargs: Any) -> Any:
             try:
@@ -143,7 +159,7 @@ def journaled(
 
             journal, attempt = attempt_of(tool_context, tool_name)
             if journal is None:
-                return await act(effect_key)
+                return await once(effect_key, act)
             return await journal.execute(effect_key, attempt, act, find)
 
         visible = [p for n, p in params.items() if n not in (KEY_PARAM, "tool_context")]

@@ -80,7 +80,7 @@ def make_runner(
         app_name=APP_NAME,
         store=store,
         worker_id=worker,
-        lease=5.0,
+        lease=30.0,
         idempotent_tools=[] if unsafe else ["check_stock"],
     )
 

@@ -1,59 +1,151 @@
 -- Journal queries for PostgreSQL (same names in the other dialect).
 
 -- ---------------------------------------------------------------- journal
--- A write made for a run names its epoch; once the run was taken over the
--- write is refused ('fenced'), like the run's session appends.
+-- An entry is owned by the attempt that holds it: its run and fencing epoch
+-- (run_id, run_epoch), its call, and a token of its own (holder). Who may do
+-- what, decided in one statement each:
+--
+--   the caller is live   :run_id IS NULL, or its run is RUNNING at :run_epoch
+--                        with an unexpired lease (database clock);
+--   the owner is live    the entry has a holder, and its run is RUNNING at its
+--                        epoch (whatever the lease: an owner past its lease may
+--                        be acting right now, until someone takes its run
+--                        over), or, outside any run, its hold has not run out;
+--   an intent is         abandoned when its owner is not live, or released
+--                        (holder NULL: its act raised, nobody is acting).
+--
+-- A caller that is not live is refused ('fenced') before anything else, so a
+-- zombie learns nothing and calls nothing outside.
 
 -- name: journal_get
 SELECT * FROM journal WHERE key = :key::text;
 
--- name: journal_intent inline
-WITH verdict AS (
+-- name: journal_begin inline
+-- Fence check, then: no entry -> write the intent ('acquired': act); an
+-- abandoned intent -> take it over ('taken': look up, then act); else refuse
+-- with 'fenced', 'wrong_tool', 'done' (with the result) or 'held' (wait). The
+-- takeover is one conditional UPDATE: it applies only if the row still names
+-- the owner this statement found dead (holder, run, epoch, hold all
+-- unchanged), so of two takers one wins and the other gets 'retry'; so does
+-- the loser of two first intents (ON CONFLICT DO NOTHING).
+WITH cur AS (
+    SELECT j.*,
+           CASE
+             WHEN j.holder IS NULL THEN TRUE
+             WHEN j.run_id IS NULL THEN j.held_until < extract(epoch FROM clock_timestamp())
+             ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = j.run_id
+                                 AND r.epoch = j.run_epoch AND r.status = 'RUNNING')
+           END AS abandoned
+      FROM journal j WHERE j.key = :key::text
+), verdict AS (
     SELECT CASE
-             WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key::text) THEN 'exists'
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
-                       AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
-             ELSE 'ok'
+                       AND epoch = :run_epoch::bigint AND status = 'RUNNING'
+                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+             WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 'new'
+             WHEN (SELECT tool_name FROM cur) <> :tool_name::text THEN 'wrong_tool'
+             WHEN (SELECT status FROM cur) = 'DONE' THEN 'done'
+             WHEN (SELECT abandoned FROM cur) IS NOT FALSE THEN 'abandoned'
+             ELSE 'held'
            END AS status
 ), ins AS (
     INSERT INTO journal (key, tool_name, status, run_id, run_epoch, invocation_id,
-                         function_call_id, created_at, updated_at)
+                         function_call_id, holder, held_until, created_at, updated_at)
     SELECT :key::text, :tool_name::text, 'INTENT', :run_id::text, :run_epoch::bigint,
-           :invocation_id::text, :function_call_id::text,
+           :invocation_id::text, :function_call_id::text, :holder::text,
+           CASE WHEN :run_id::text IS NULL
+                THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
            extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
-      FROM verdict WHERE status = 'ok'
+      FROM verdict WHERE status = 'new'
     ON CONFLICT (key) DO NOTHING
     RETURNING 1
+), upd AS (
+    UPDATE journal
+       SET run_id = :run_id::text, run_epoch = :run_epoch::bigint,
+           function_call_id = :function_call_id::text, holder = :holder::text,
+           held_until = CASE WHEN :run_id::text IS NULL
+                             THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE key = :key::text AND status = 'INTENT'
+       AND (SELECT status FROM verdict) = 'abandoned'
+       AND holder IS NOT DISTINCT FROM (SELECT holder FROM cur)
+       AND run_id IS NOT DISTINCT FROM (SELECT run_id FROM cur)
+       AND run_epoch IS NOT DISTINCT FROM (SELECT run_epoch FROM cur)
+       AND held_until IS NOT DISTINCT FROM (SELECT held_until FROM cur)
+    RETURNING 1
 )
-SELECT CASE WHEN v.status = 'ok' AND NOT EXISTS (SELECT 1 FROM ins) THEN 'exists'
-            ELSE v.status END AS status
-  FROM verdict v;
+SELECT CASE v.status
+         WHEN 'new' THEN CASE WHEN EXISTS (SELECT 1 FROM ins) THEN 'acquired' ELSE 'retry' END
+         WHEN 'abandoned' THEN CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 'taken' ELSE 'retry' END
+         ELSE v.status
+       END AS status,
+       c.tool_name AS entry_tool, c.result AS result, c.run_id AS owner_run_id,
+       c.run_epoch AS owner_epoch, c.function_call_id AS owner_call_id
+  FROM verdict v LEFT JOIN cur c ON TRUE;
+
+-- name: journal_watch
+-- A waiter's poll (and the holder's check before acting after a lookup):
+-- 'fenced' (the caller is not live), 'mine' (the caller holds the intent),
+-- 'held' (a live owner holds it) or 'go' (anything else: begin again).
+SELECT CASE
+         WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM runs WHERE run_id = :run_id::text
+                   AND epoch = :run_epoch::bigint AND status = 'RUNNING'
+                   AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+         WHEN j.status = 'INTENT' AND j.holder = :holder::text THEN 'mine'
+         WHEN j.status = 'INTENT' AND j.holder IS NOT NULL AND j.run_id IS NULL
+              AND j.held_until >= extract(epoch FROM clock_timestamp()) THEN 'held'
+         WHEN j.status = 'INTENT' AND j.holder IS NOT NULL AND j.run_id IS NOT NULL
+              AND EXISTS (SELECT 1 FROM runs r WHERE r.run_id = j.run_id
+                             AND r.epoch = j.run_epoch AND r.status = 'RUNNING') THEN 'held'
+         ELSE 'go'
+       END AS status
+  FROM (SELECT 1) AS one LEFT JOIN journal j ON j.key = :key::text;
 
 -- name: journal_done inline
-WITH verdict AS (
+-- The holder records the result. Fenced by the epoch only (not the lease):
+-- the act has happened, and until the run is taken over nobody else may
+-- record it; after that the new owner's lookup does.
+WITH cur AS (
+    SELECT * FROM journal WHERE key = :key::text
+), verdict AS (
     SELECT CASE
-             WHEN NOT EXISTS (SELECT 1 FROM journal WHERE key = :key::text) THEN 'missing'
-             WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key::text AND status = 'DONE')
-                  THEN 'done'
+             WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 'missing'
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
+             WHEN (SELECT status FROM cur) = 'DONE' THEN 'done'
+             WHEN (SELECT holder FROM cur) IS DISTINCT FROM :holder::text THEN 'lost'
              ELSE 'ok'
            END AS status
 ), upd AS (
     UPDATE journal
-       SET status = 'DONE', result = :result::text, run_id = COALESCE(:run_id::text, run_id),
-           run_epoch = COALESCE(:run_epoch::bigint, run_epoch),
-           function_call_id = COALESCE(:function_call_id::text, function_call_id),
+       SET status = 'DONE', result = :result::text, run_id = :run_id::text,
+           run_epoch = :run_epoch::bigint, function_call_id = :function_call_id::text,
+           holder = NULL, held_until = NULL,
            updated_at = extract(epoch FROM clock_timestamp())
-     WHERE key = :key::text AND status = 'INTENT'
+     WHERE key = :key::text AND status = 'INTENT' AND holder = :holder::text
        AND (SELECT status FROM verdict) = 'ok'
     RETURNING 1
 )
-SELECT CASE WHEN v.status = 'ok' AND NOT EXISTS (SELECT 1 FROM upd) THEN 'done'
+SELECT CASE WHEN v.status = 'ok' AND NOT EXISTS (SELECT 1 FROM upd) THEN 'lost'
             ELSE v.status END AS status
   FROM verdict v;
+
+-- name: journal_release inline
+-- The holder's act (or lookup) raised: the intent stays, nobody is acting.
+UPDATE journal
+   SET holder = NULL, held_until = NULL, updated_at = extract(epoch FROM clock_timestamp())
+ WHERE key = :key::text AND status = 'INTENT' AND holder = :holder::text
+RETURNING key;
+
+-- name: journal_hold inline
+-- Outside a run, the holder renews its hold while it acts.
+UPDATE journal
+   SET held_until = extract(epoch FROM clock_timestamp()) + :hold::float8
+ WHERE key = :key::text AND status = 'INTENT' AND holder = :holder::text
+RETURNING key;
 
 -- name: journal_list
 SELECT * FROM journal

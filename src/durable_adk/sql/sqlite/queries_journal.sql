@@ -1,42 +1,123 @@
 -- Journal queries for SQLite (same names in the other dialect).
 
 -- ---------------------------------------------------------------- journal
--- A write made for a run names its epoch; once the run was taken over the
--- write is refused ('fenced'), like the run's session appends.
+-- An entry is owned by the attempt that holds it: its run and fencing epoch
+-- (run_id, run_epoch), its call, and a token of its own (holder). Who may do
+-- what, decided in one unit of work each:
+--
+--   the caller is live   :run_id IS NULL, or its run is RUNNING at :run_epoch
+--                        with an unexpired lease (database clock);
+--   the owner is live    the entry has a holder, and its run is RUNNING at its
+--                        epoch (whatever the lease: an owner past its lease may
+--                        be acting right now, until someone takes its run
+--                        over), or, outside any run, its hold has not run out;
+--   an intent is         abandoned when its owner is not live, or released
+--                        (holder NULL: its act raised, nobody is acting).
+--
+-- A caller that is not live is refused ('fenced') before anything else, so a
+-- zombie learns nothing and calls nothing outside.
 
 -- name: journal_get
 SELECT * FROM journal WHERE key = :key;
 
--- name: journal_intent guarded inline
+-- name: journal_begin guarded inline
+-- Fence check, then: no entry -> write the intent ('acquired': act); an
+-- abandoned intent -> take it over ('taken': look up, then act); else refuse
+-- with 'fenced', 'wrong_tool', 'done' (with the result) or 'held' (wait). The
+-- unit holds the write lock from its first statement, so the check and the
+-- write see the same row: two takers never both win.
 SELECT CASE
-         WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key) THEN 'exists'
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                                     AND status = 'RUNNING') THEN 'fenced'
+                                     AND status = 'RUNNING'
+                                     AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+              THEN 'fenced'
+         WHEN j.key IS NULL THEN 'ok'
+         WHEN j.tool_name <> :tool_name THEN 'wrong_tool'
+         WHEN j.status = 'DONE' THEN 'done'
+         WHEN j.holder IS NULL THEN 'ok'
+         WHEN j.run_id IS NULL
+              AND j.held_until >= (julianday('now') - 2440587.5) * 86400.0 THEN 'held'
+         WHEN j.run_id IS NOT NULL AND EXISTS (
+                SELECT 1 FROM runs r WHERE r.run_id = j.run_id AND r.epoch = j.run_epoch
+                                       AND r.status = 'RUNNING') THEN 'held'
          ELSE 'ok'
-       END AS status;
+       END AS status,
+       j.tool_name AS entry_tool, j.result AS result, j.run_id AS owner_run_id,
+       j.run_epoch AS owner_epoch, j.function_call_id AS owner_call_id
+  FROM (SELECT 1) AS one LEFT JOIN journal j ON j.key = :key;
+UPDATE journal
+   SET run_id = :run_id, run_epoch = :run_epoch, function_call_id = :function_call_id,
+       holder = :holder,
+       held_until = CASE WHEN :run_id IS NULL
+                         THEN (julianday('now') - 2440587.5) * 86400.0 + :hold END,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE key = :key AND status = 'INTENT';
 INSERT INTO journal (key, tool_name, status, run_id, run_epoch, invocation_id, function_call_id,
-                     created_at, updated_at)
-VALUES (:key, :tool_name, 'INTENT', :run_id, :run_epoch, :invocation_id, :function_call_id,
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0);
-SELECT 'ok' AS status;
+                     holder, held_until, created_at, updated_at)
+SELECT :key, :tool_name, 'INTENT', :run_id, :run_epoch, :invocation_id, :function_call_id,
+       :holder,
+       CASE WHEN :run_id IS NULL THEN (julianday('now') - 2440587.5) * 86400.0 + :hold END,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+ WHERE NOT EXISTS (SELECT 1 FROM journal WHERE key = :key);
+-- changes() counts the INSERT just above: 1 for a new entry, 0 for a takeover.
+SELECT CASE WHEN changes() = 1 THEN 'acquired' ELSE 'taken' END AS status;
+
+-- name: journal_watch
+-- A waiter's poll (and the holder's check before acting after a lookup):
+-- 'fenced' (the caller is not live), 'mine' (the caller holds the intent),
+-- 'held' (a live owner holds it) or 'go' (anything else: begin again).
+SELECT CASE
+         WHEN :run_id IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                                     AND status = 'RUNNING'
+                                     AND lease_until >= (julianday('now') - 2440587.5) * 86400.0)
+              THEN 'fenced'
+         WHEN j.status = 'INTENT' AND j.holder = :holder THEN 'mine'
+         WHEN j.status = 'INTENT' AND j.holder IS NOT NULL AND j.run_id IS NULL
+              AND j.held_until >= (julianday('now') - 2440587.5) * 86400.0 THEN 'held'
+         WHEN j.status = 'INTENT' AND j.holder IS NOT NULL AND j.run_id IS NOT NULL
+              AND EXISTS (SELECT 1 FROM runs r WHERE r.run_id = j.run_id
+                             AND r.epoch = j.run_epoch AND r.status = 'RUNNING') THEN 'held'
+         ELSE 'go'
+       END AS status
+  FROM (SELECT 1) AS one LEFT JOIN journal j ON j.key = :key;
 
 -- name: journal_done guarded inline
+-- The holder records the result. Fenced by the epoch only (not the lease):
+-- the act has happened, and until the run is taken over nobody else may
+-- record it; after that the new owner's lookup does.
 SELECT CASE
          WHEN NOT EXISTS (SELECT 1 FROM journal WHERE key = :key) THEN 'missing'
-         WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key AND status = 'DONE') THEN 'done'
          WHEN :run_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
                                      AND status = 'RUNNING') THEN 'fenced'
+         WHEN EXISTS (SELECT 1 FROM journal WHERE key = :key AND status = 'DONE') THEN 'done'
+         WHEN NOT EXISTS (SELECT 1 FROM journal WHERE key = :key AND holder = :holder)
+              THEN 'lost'
          ELSE 'ok'
        END AS status;
 UPDATE journal
-   SET status = 'DONE', result = :result, run_id = COALESCE(:run_id, run_id),
-       run_epoch = COALESCE(:run_epoch, run_epoch),
-       function_call_id = COALESCE(:function_call_id, function_call_id),
+   SET status = 'DONE', result = :result, run_id = :run_id, run_epoch = :run_epoch,
+       function_call_id = :function_call_id, holder = NULL, held_until = NULL,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE key = :key AND status = 'INTENT';
+ WHERE key = :key AND status = 'INTENT' AND holder = :holder;
 SELECT 'ok' AS status;
+
+-- name: journal_release inline
+-- The holder's act (or lookup) raised: the intent stays, nobody is acting.
+UPDATE journal
+   SET holder = NULL, held_until = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE key = :key AND status = 'INTENT' AND holder = :holder
+RETURNING key;
+
+-- name: journal_hold inline
+-- Outside a run, the holder renews its hold while it acts.
+UPDATE journal
+   SET held_until = (julianday('now') - 2440587.5) * 86400.0 + :hold
+ WHERE key = :key AND status = 'INTENT' AND holder = :holder
+RETURNING key;
 
 -- name: journal_list
 SELECT * FROM journal
