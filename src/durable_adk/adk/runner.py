@@ -767,7 +767,7 @@ class DurableRunner:
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:
-                    drive.fence.check()
+                    drive.fence.check_not_lost()
                     seen.append(event)
                     yield event
         except Exception as exc:
@@ -799,6 +799,8 @@ class DurableRunner:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            # Nothing of this drive may act from here on (its writes are fenced anyway).
+            drive.fence.lose("the drive has ended")
         crash_point("runner.before_finish")
         # The cache holds every event this run appended (we hold the session);
         # read only when it was dropped.
@@ -913,17 +915,28 @@ class DurableRunner:
         while True:
             await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
             retry_in = min(interval / 4, 0.5)
+            first = True
             while True:
                 sent = time.monotonic()
                 left = fence.trusted_until - sent
-                if left <= 0:
+                if left <= 0 and not first:
                     self._lose(drive, "no renewal succeeded before the lease's local deadline")
                     return
+                # A first attempt past the deadline (the loop was blocked, not the
+                # store) still asks: a renewal at our epoch proves nobody took over.
+                first = False
                 try:
                     renewed = await asyncio.wait_for(
-                        self.ledger.renew(run.lease), timeout=min(interval * 0.8, left)
+                        self.ledger.renew(run.lease),
+                        timeout=interval * 0.8 if left <= 0 else min(interval * 0.8, left),
                     )
                 except Exception as exc:  # the store's, or the timeout: retried until the deadline
+                    if time.monotonic() >= fence.trusted_until:
+                        self._lose(
+                            drive,
+                            f"no renewal succeeded before the lease's local deadline ({exc!r})",
+                        )
+                        return
                     logger.warning(
                         "run %s (epoch %d): lease renewal failed (%s: %s); retrying for %.1fs more",
                         run.run_id,
