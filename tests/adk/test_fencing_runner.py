@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 from fencing_parts import Counter, FaultyStore, busy
 from google.adk.agents import LlmAgent
@@ -310,3 +312,44 @@ async def test_aclose_cancels_a_detached_drive_after_its_grace(
     assert await counter.settled() == acts
     (run,) = await runner.ledger.list_runs()
     assert run.status is RunStatus.RUNNING  # left for recovery (or a worker's hand-back)
+
+
+@contextlib.asynccontextmanager
+async def row_locked(store_url: str, run_id: str) -> AsyncIterator[None]:
+    """Holds a real lock another connection's renewal must wait for (a hung database)."""
+    if store_url.startswith("sqlite:///"):
+        # The write lock of the whole file: every other writer waits its busy timeout.
+        conn = sqlite3.connect(store_url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    pg = await asyncpg.connect(store_url)
+    try:
+        async with pg.transaction():
+            await pg.execute("SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
+            yield
+    finally:
+        await pg.close()
+
+
+async def test_a_renewal_blocked_by_a_real_lock_cancels_the_drive(
+    store_url: str, store: Store, counter: Counter
+) -> None:
+    work = Work(counter)
+    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store, lease=8.0)
+    driving = asyncio.create_task(consume(runner))
+    await asyncio.wait_for(work.started.wait(), 30)
+    (run,) = await runner.ledger.list_runs()
+    async with row_locked(store_url, run.run_id):
+        with pytest.raises(errors.Fenced, match="deadline"):
+            await asyncio.wait_for(driving, 30)
+        assert work.cancelled and work.finished == 0
+        acts = counter.requests
+        assert await counter.settled() == acts
+    # Once the lock is gone the row is as the lost worker left it: nothing written.
+    after = await runner.ledger.get(run.run_id)
+    assert after is not None and after.status is RunStatus.RUNNING and after.epoch == run.epoch
