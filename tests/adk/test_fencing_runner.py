@@ -118,6 +118,7 @@ async def test_a_renewal_that_hangs_cancels_the_drive_and_its_tool_at_the_deadli
     with pytest.raises(errors.Fenced):
         fence.check()
     assert lost_leases(metrics) == 1
+    assert runner.detached_runs == []  # the caller read to the end: nothing detached
     assert current_fence() is None  # only inside a drive
     faulty.hang_renewals = False
     (run,) = await runner.ledger.list_runs()
@@ -165,6 +166,7 @@ async def test_a_busy_store_mid_run_hands_the_run_back_and_recovery_ends_it_done
     with pytest.raises(errors.RunInterrupted, match="handed back") as caught:
         await consume(runner)
     assert isinstance(caught.value.__cause__, BaseException)
+    assert runner.detached_runs == []
     (run,) = await runner.ledger.list_runs()
     assert run.status is RunStatus.RUNNING and "DatabaseBusy" in (run.last_error or "")
     now = await faulty.now()

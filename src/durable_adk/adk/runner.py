@@ -273,6 +273,7 @@ class _Drive:
         self.task: asyncio.Task[None] | None = None
         self.detached = False
         self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
+        self.ended = False  # the pump has handed over how the drive ended
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | _End] = asyncio.Queue()
 
@@ -287,6 +288,7 @@ class _Drive:
             self._items.put_nowait(event)
 
     def end(self, error: BaseException | None) -> None:
+        self.ended = True
         self._items.put_nowait(_End(error))
 
     async def next_item(self) -> Event | _End:
@@ -578,7 +580,9 @@ class DurableRunner:
             waited += self.queue_poll
             if waited >= renew_every:
                 waited = 0.0
-                if not await self.ledger.renew(run.lease):
+                # Bounded like the heartbeat's: a hung store is noticed (TimeoutError).
+                renewal = self.ledger.renew(run.lease)
+                if not await asyncio.wait_for(renewal, timeout=renew_every * 0.8):
                     raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
 
     async def drive(
@@ -618,12 +622,10 @@ class DurableRunner:
             while True:
                 item = await drive.next_item()
                 if isinstance(item, _End):
-                    if item.error is not None:
-                        raise item.error
-                    return
+                    break
                 yield item
         except BaseException:
-            if not drive.task.done() and not drive.detached:
+            if not drive.ended and not drive.detached:
                 # GeneratorExit (the caller closed us) or CancelledError (its
                 # task was cancelled): the run goes on to its end without a reader.
                 drive.detach()
@@ -634,6 +636,8 @@ class DurableRunner:
                     run.epoch,
                 )
             raise
+        if item.error is not None:
+            raise item.error
 
     def _trust_from(self, sent: float | None) -> float:
         """The local deadline of a lease renewed or claimed at monotonic ``sent`` (None: now)."""
