@@ -11,15 +11,18 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
 from fencing_parts import Counter, FaultyStore, busy
-from google.adk.agents import LlmAgent
+from google.adk.agents import BaseAgent, LlmAgent
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 from google.genai import errors as genai_errors
+from google.genai import types
 from prometheus_client import CollectorRegistry
 
 from durable_adk import errors
@@ -355,3 +358,27 @@ async def test_a_renewal_blocked_by_a_real_lock_cancels_the_drive(
     # Once the lock is gone the row is as the lost worker left it: nothing written.
     after = await runner.ledger.get(run.run_id)
     assert after is not None and after.status is RunStatus.RUNNING and after.epoch == run.epoch
+
+
+class LeavesACallUnanswered(BaseAgent):
+    """An agent whose invocation ends on a call nobody answers (as after a lost tool answer)."""
+
+    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        call = types.FunctionCall(name="charge", args={"amount": 5}, id="call-1")
+        yield Event(
+            author=self.name,
+            invocation_id=ctx.invocation_id,
+            content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+        )
+
+
+async def test_a_drive_that_ends_with_a_call_unanswered_is_never_done(store: Store) -> None:
+    runner = DurableRunner(app=LeavesACallUnanswered(name="assistant"), app_name=APP, store=store)
+    with pytest.raises(errors.RunInterrupted, match="TOOL_UNANSWERED"):
+        await consume(runner)
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.RUNNING and "TOOL_UNANSWERED" in (run.last_error or "")
+    # Recovery sees the same and, the tool being neither idempotent nor journaled, parks it.
+    await runner.ledger.backdate(run.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert (recovery.found.value, recovery.status) == ("TOOL_UNANSWERED", RunStatus.PARKED)
