@@ -382,3 +382,31 @@ async def test_a_drive_that_ends_with_a_call_unanswered_is_never_done(store: Sto
     await runner.ledger.backdate(run.run_id, 3600)
     (recovery,) = await Sweeper(runner).recover_once()
     assert (recovery.found.value, recovery.status) == ("TOOL_UNANSWERED", RunStatus.PARKED)
+
+
+async def test_a_renewal_that_fails_once_is_retried_and_the_run_ends_done(
+    faulty: FaultyStore, counter: Counter
+) -> None:
+    work = Work(counter, calls=100, pause=0.1)  # outlives two renewal intervals (8 / 3 s)
+    metrics = Metrics(CollectorRegistry())
+    runner = DurableRunner(
+        app=agent_with(work.work), app_name=APP, store=faulty, lease=8.0, metrics=metrics
+    )
+    # A cold first drive blocks the loop for seconds (ADK's imports) on a loaded
+    # machine, which may really cost a short lease: warm up on another session.
+    warm = Work(counter, calls=1, pause=0)
+    await consume(
+        DurableRunner(app=agent_with(warm.work), app_name=APP, store=faulty.inner), "warm"
+    )
+    counter.requests = 0
+    driving = asyncio.create_task(consume(runner))
+    # Once the tool works, the next renewal meets a reset connection once.
+    await asyncio.wait_for(work.started.wait(), 60)
+    faulty.renewed.clear()
+    await asyncio.wait_for(faulty.renewed.wait(), 60)  # the heartbeat is on time again
+    faulty.fail_next["run_renew"] = (0, errors.StoreUnavailable("injected: connection reset"))
+    await asyncio.wait_for(driving, 120)
+    assert "run_renew" not in faulty.fail_next  # the failure did happen
+    run = next(r for r in await runner.ledger.list_runs() if r.session_id == "s")
+    assert run.status is RunStatus.DONE and work.finished == 1 and counter.requests == 100
+    assert lost_leases(metrics) == 0
