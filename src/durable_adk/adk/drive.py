@@ -176,23 +176,23 @@ async def heartbeat(
     while True:
         await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
         retry_in = min(interval / 4, 0.5)
-        first = True
+        # Woken up past the deadline without having tried (the loop was blocked,
+        # not the store): keep asking for one more bounded window; a renewal at
+        # our epoch proves nobody took over. The fence is not trusted meanwhile.
+        late_until = (
+            time.monotonic() + interval * 0.8 if time.monotonic() >= fence.trusted_until else None
+        )
         while True:
             sent = time.monotonic()
-            left = fence.trusted_until - sent
-            if left <= 0 and not first:
+            until = max(fence.trusted_until, late_until or 0.0)
+            if sent >= until:
                 on_lost(drive, "no renewal succeeded before the lease's local deadline")
                 return
-            # A first attempt past the deadline (the loop was blocked, not the
-            # store) still asks: a renewal at our epoch proves nobody took over.
-            first = False
             try:
-                renewed = await asyncio.wait_for(
-                    renew(),
-                    timeout=interval * 0.8 if left <= 0 else min(interval * 0.8, left),
-                )
+                renewed = await asyncio.wait_for(renew(), timeout=min(interval * 0.8, until - sent))
             except Exception as exc:  # the store's, or the timeout: retried until the deadline
-                if time.monotonic() >= fence.trusted_until:
+                until = max(fence.trusted_until, late_until or 0.0)
+                if time.monotonic() >= until:
                     on_lost(
                         drive,
                         f"no renewal succeeded before the lease's local deadline ({exc!r})",
@@ -204,9 +204,9 @@ async def heartbeat(
                     run.epoch,
                     type(exc).__name__,
                     exc,
-                    max(0.0, fence.trusted_until - time.monotonic()),
+                    max(0.0, until - time.monotonic()),
                 )
-                await asyncio.sleep(max(0.0, min(retry_in, fence.trusted_until - time.monotonic())))
+                await asyncio.sleep(max(0.0, min(retry_in, until - time.monotonic())))
                 retry_in = min(retry_in * 2, interval)
                 continue
             if not renewed:
