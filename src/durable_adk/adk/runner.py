@@ -8,12 +8,27 @@ What it guarantees:
 * One run per session drives at a time across every worker; a second run for
   a busy session waits ``QUEUED``, in order, and its caller then gets its
   events.
-* The lease is renewed by a timer task, independent of how fast the caller
-  reads events. A worker whose renewal fails stops driving the run, and the
-  store refuses its further writes (every event carries the run id and epoch
-  in ``custom_metadata["durable_adk"]``).
-* The row ends ``DONE``, ``PAUSED`` (the invocation stopped on an unanswered
-  long-running call) or ``FAILED``.
+* A drive runs in a task of its own (the pump) and hands its events to the
+  caller lock-step: ADK never runs ahead of the caller's reading, so the crash
+  windows are those of a plain generator. The lease is renewed by a timer
+  task, independent of how fast the caller reads. Failed renewals are retried
+  until a local deadline (last renewal sent + lease - lease/6); when a renewal
+  finds the run taken over or finished, or the deadline passes, the pump is
+  cancelled (ADK's task and the running tool's task with it), the drive's
+  :class:`~durable_adk.fence.RunFence` is lost for good, and the caller gets
+  :class:`~durable_adk.errors.Fenced`. The store refuses the old epoch's
+  writes besides (every event carries the run id and epoch in
+  ``custom_metadata["durable_adk"]``).
+* A caller that stops reading (closes the generator, or its task is
+  cancelled) detaches from the drive: the run goes on to its end in this
+  process and its events are stored; :meth:`DurableRunner.aclose` waits for
+  (or, at its timeout, cancels) detached drives.
+* The row ends ``DONE`` (only when the classifier finds the invocation done),
+  ``PAUSED`` (stopped on an unanswered long-running call) or ``FAILED`` (a
+  deterministic error). A transient fault (see :class:`RetryPolicy`), or an
+  invocation that ended with a call unanswered or no final answer, hands the
+  run back for recovery after a back-off and raises
+  :class:`~durable_adk.errors.RunInterrupted`.
 * A run that answers long-running calls (``run(..., invocation_id=...)`` with a
   message of function responses) continues the invocation that made the calls
   and answers each call at most once: an answer the session already holds from
@@ -38,8 +53,8 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Iterable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Iterable
+from typing import Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -55,8 +70,14 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk import optional_imports
 from durable_adk.adk.classify import OrphanClass, classify
+from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
+from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
+from durable_adk.adk.drive import Drive, End, heartbeat, trust_from
+from durable_adk.adk.drive import RetryPolicy as RetryPolicy
+from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
+from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
@@ -91,6 +112,7 @@ class _InvocationIdRunner(Runner):
 
 
 E = TypeVar("E", bound=BaseException)
+T = TypeVar("T")
 
 _ALREADY_ANSWERED = types.Content(role="user", parts=[])
 """Sentinel of :func:`_unanswered`: every call the message answers is already answered."""
@@ -198,6 +220,7 @@ class DurableRunner:
         idempotent_tools: Iterable[str] = (),
         queue_poll: float = 0.1,
         metrics: Metrics = NO_METRICS,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -206,7 +229,9 @@ class DurableRunner:
                 with resumability is made for it).
             store: The open durable store.
             worker_id: This worker's name on the ledger (default: host:pid:random).
-            lease: Lease length in seconds; renewed every third of it.
+            lease: Lease length in seconds; renewed every third of it. A drive
+                whose renewals fail for ``lease * 5/6`` since the last one
+                sent is cancelled (docs/runs.md, "Lease loss stops the work").
             app_name: The app name for a bare agent (default: the agent's name).
             session_service: A DurableSessionService over ``store`` (default: one is made).
             max_attempts: Recovery claims before a run is parked.
@@ -215,6 +240,9 @@ class DurableRunner:
                 rather than parked when their call is unanswered).
             queue_poll: How often a queued run checks whether its turn came.
             metrics: Where run outcomes, lost leases and run spans go.
+            retry_policy: Which drive errors are transient (the run is handed
+                back for recovery) rather than terminal (FAILED); default
+                ``RetryPolicy()``.
         """
         if isinstance(app, BaseAgent):
             with warnings.catch_warnings():
@@ -245,7 +273,10 @@ class DurableRunner:
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
         self.queue_poll = queue_poll
         self.metrics = metrics
+        self.retry_policy = retry_policy or RetryPolicy()
         self.adk = _InvocationIdRunner(app=app, session_service=session_service)
+        self._drives: dict[tuple[str, int], Drive] = {}
+        self._detached: set[Drive] = set()
 
     @property
     def root_agent_name(self) -> str:
@@ -259,6 +290,47 @@ class DurableRunner:
     def app_name(self) -> str:
         """The ADK app's name."""
         return self.app.name
+
+    @property
+    def detached_runs(self) -> list[str]:
+        """Ids of the runs driven on although their caller stopped reading."""
+        return sorted(d.run.run_id for d in self._detached)
+
+    def fence(self, run_id: str, epoch: int) -> RunFence | None:
+        """The fence of this runner's live drive of ``run_id`` at ``epoch``, if any.
+
+        Inside a drive :func:`durable_adk.fence.current_fence` gives the same
+        object without the runner.
+        """
+        drive = self._drives.get((run_id, epoch))
+        return drive.fence if drive is not None else None
+
+    async def aclose(self, *, grace: float | None = None) -> None:
+        """Waits for the detached drives to end, cancelling those still running after ``grace``.
+
+        A cancelled drive writes nothing more: its run stays RUNNING until its
+        lease expires (or a worker's drain hands it back) and recovery takes
+        it over. Safe to call twice; new drives may still start afterwards.
+
+        Args:
+            grace: Seconds to wait before cancelling; None waits for all.
+        """
+        drives = list(self._detached)
+        tasks = [d.task for d in drives if d.task is not None]
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=grace)
+        for drive in drives:
+            if drive.task in pending:
+                drive.stop("shutdown")
+        if pending:
+            await asyncio.wait(pending)
+
+    async def __aenter__(self) -> DurableRunner:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def run(
         self,
@@ -395,7 +467,9 @@ class DurableRunner:
             waited += self.queue_poll
             if waited >= renew_every:
                 waited = 0.0
-                if not await self.ledger.renew(run.lease):
+                # Bounded like the heartbeat's: a hung store is noticed (TimeoutError).
+                renewal = self.ledger.renew(run.lease)
+                if not await asyncio.wait_for(renewal, timeout=renew_every * 0.8):
                     raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
 
     async def drive(
@@ -409,30 +483,130 @@ class DurableRunner:
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
 
-        See :meth:`_drive` for the arguments.
+        The drive runs in a task of its own (the pump) and this generator hands
+        its events over lock-step: the pump asks ADK for the next event only
+        when this generator is asked for it. If the caller stops reading
+        (closes the generator, or its task is cancelled) the drive detaches
+        and goes on to its end without a reader; see :meth:`aclose`. See
+        :meth:`_drive` for the arguments.
+
+        Raises:
+            durable_adk.errors.Fenced: The lease was lost; the drive was cancelled.
+            durable_adk.errors.RunInterrupted: A transient fault: the run was
+                handed back for recovery (or, if even that failed, its lease
+                expires and recovery takes it over then).
+            durable_adk.journal.OutcomeUnknown: The run was parked.
         """
-        with self.metrics.span(
-            "durable_adk.run",
-            {
-                "durable_adk.run_id": run.run_id,
-                "durable_adk.app_name": run.app_name,
-                "durable_adk.session_id": run.session_id,
-                "durable_adk.invocation_id": run.invocation_id,
-                "durable_adk.epoch": run.epoch,
-                "durable_adk.attempt": run.attempts,
-                "durable_adk.resume": resume,
-            },
-        ):
-            driven = self._drive(
-                run, message, resume=resume, classification=classification, outcome=outcome
+        drive = Drive(
+            run, RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+        )
+        # Created here, in the caller's context: the run span is a child of the caller's.
+        drive.task = asyncio.create_task(
+            self._pump(
+                drive, message, resume=resume, classification=classification, outcome=outcome
+            ),
+            name=f"durable-adk-drive-{run.run_id}",
+        )
+        try:
+            while True:
+                item = await drive.next_item()
+                if isinstance(item, End):
+                    break
+                yield item
+        except BaseException:
+            if not drive.ended and not drive.detached:
+                # GeneratorExit (the caller closed us) or CancelledError (its
+                # task was cancelled): the run goes on to its end without a reader.
+                drive.detach()
+                self._detached.add(drive)
+                logger.info(
+                    "run %s (epoch %d): the caller stopped reading; driving it to its end",
+                    run.run_id,
+                    run.epoch,
+                )
+            raise
+        if item.error is not None:
+            raise item.error
+
+    async def _pump(
+        self,
+        drive: Drive,
+        message: types.Content,
+        *,
+        resume: bool,
+        classification: str | None,
+        outcome: list[RunStatus] | None,
+    ) -> None:
+        """The drive's task: runs :meth:`_drive`, handing each event over when it is wanted."""
+        run = drive.run
+        self._drives[(run.run_id, run.epoch)] = drive
+        error: BaseException | None = None
+        try:
+            with (
+                using_fence(drive.fence),
+                self.metrics.span(
+                    "durable_adk.run",
+                    {
+                        "durable_adk.run_id": run.run_id,
+                        "durable_adk.app_name": run.app_name,
+                        "durable_adk.session_id": run.session_id,
+                        "durable_adk.invocation_id": run.invocation_id,
+                        "durable_adk.epoch": run.epoch,
+                        "durable_adk.attempt": run.attempts,
+                        "durable_adk.resume": resume,
+                    },
+                ),
+            ):
+                driven = self._drive(
+                    drive, message, resume=resume, classification=classification, outcome=outcome
+                )
+                async with contextlib.aclosing(driven) as events:
+                    while True:
+                        await drive.wanted()
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        drive.hand(event)
+        except asyncio.CancelledError as exc:
+            if drive.stop_reason != "fenced":
+                error = exc
+                raise  # shut down (aclose) or the loop is closing: nothing more is written
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            error = errors.Fenced(
+                f"run {run.run_id} (epoch {run.epoch}): {drive.fence.lost or 'lease lost'}; "
+                "the drive was cancelled"
             )
-            async with contextlib.aclosing(driven) as events:
-                async for event in events:
-                    yield event
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._drives.pop((run.run_id, run.epoch), None)
+            drive.end(error)
+            if drive.detached:
+                self._detached.discard(drive)
+                self._log_detached_end(run, error)
+
+    def _log_detached_end(self, run: Run, error: BaseException | None) -> None:
+        """Says how a drive nobody was reading ended (its caller cannot be told)."""
+        where = f"run {run.run_id} (epoch {run.epoch}, caller gone)"
+        if error is None:
+            logger.info("%s: driven to its end", where)
+        elif isinstance(error, asyncio.CancelledError):
+            logger.warning(
+                "%s: cancelled at shutdown; its lease expires (or is handed back) and "
+                "recovery takes it over",
+                where,
+            )
+        elif isinstance(error, (errors.Fenced, errors.RunInterrupted, OutcomeUnknown)):
+            logger.warning("%s: %s", where, error)
+        else:
+            logger.error("%s: failed: %s", where, error, exc_info=error)
 
     async def _drive(
         self,
-        run: Run,
+        drive: Drive,
         message: types.Content,
         *,
         resume: bool,
@@ -442,7 +616,7 @@ class DurableRunner:
         """Drives a claimed run to its end under a renewed lease.
 
         Args:
-            run: A run this worker holds (RUNNING, our owner and epoch).
+            drive: The drive of a run this worker holds (RUNNING, our owner and epoch).
             message: The original request.
             resume: Re-drive the invocation id on the ledger (recovery, or an
                 answer to its long-running calls) rather than start it.
@@ -450,6 +624,7 @@ class DurableRunner:
             outcome: Receives the status the run ended with (DONE or PAUSED)
                 once it is on the ledger.
         """
+        run = drive.run
         lease = run.lease
         key = (run.app_name, run.user_id, run.session_id)
         new_message: types.Content | None = message
@@ -460,8 +635,7 @@ class DurableRunner:
             new_message = _unanswered(before.events if before else [], message, run.run_id)
             # We hold the session's run and have just read it: ADK's read, next, need not.
             self.sessions.trust_next_read(key)
-        lost = asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(run, lost))
+        heartbeat = asyncio.create_task(self._heartbeat(drive))
         run_config = RunConfig(
             custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch}}
         )
@@ -481,21 +655,29 @@ class DurableRunner:
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:
-                    if lost.is_set():
-                        raise errors.Fenced(f"lost the lease of run {run.run_id}")
+                    drive.fence.check_not_lost()
                     seen.append(event)
                     yield event
         except Exception as exc:
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
-                logger.warning("run %s: lease lost, stopped driving", run.run_id)
+                logger.warning(
+                    "run %s (epoch %d): lease lost, stopped driving: %s",
+                    run.run_id,
+                    run.epoch,
+                    fenced,
+                )
                 raise fenced from exc
             unknown = cause_of(exc, OutcomeUnknown)
             if unknown is not None:
-                await self._park_unknown(run, unknown)
+                await self._ledger_write(run, self._park_unknown(run, unknown), cause=exc)
                 raise unknown from exc
             failed = f"{type(exc).__name__}: {exc}"
-            if not await self.ledger.finish(lease, RunStatus.FAILED, error=failed):
+            if self.retry_policy.is_transient(exc):
+                await self._hand_back(run, f"transient fault: {failed}", cause=exc)
+            if not await self._ledger_write(
+                run, self.ledger.finish(lease, RunStatus.FAILED, error=failed), cause=exc
+            ):
                 raise errors.Fenced(f"run {run.run_id} was taken over before it failed") from exc
             self.metrics.run_finished(RunStatus.FAILED.value)
             raise
@@ -505,22 +687,89 @@ class DurableRunner:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            # Nothing of this drive may act from here on (its writes are fenced anyway).
+            drive.fence.lose("the drive has ended")
         crash_point("runner.before_finish")
         # The cache holds every event this run appended (we hold the session);
         # read only when it was dropped.
         events = self.sessions.cached_events(key)
         if events is None:
-            session = await self.sessions.get_session(
-                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            session = await self._ledger_write(
+                run,
+                self.sessions.get_session(
+                    app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+                ),
+                cause=None,
             )
             events = session.events if session else seen
         verdict = classify(events, run.invocation_id, root_agent_name=self.root_agent_name)
-        status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
-        if not await self.ledger.finish(lease, status, classification=classification):
+        if new_message is _ALREADY_ANSWERED or verdict.cls is OrphanClass.ACTUALLY_DONE:
+            status = RunStatus.DONE
+        elif verdict.cls is OrphanClass.PAUSED:
+            status = RunStatus.PAUSED
+        else:
+            # ADK ended the invocation with a call unanswered or no final answer
+            # (an error event left by a store fault, say): never DONE.
+            await self._hand_back(
+                run,
+                f"the invocation ended {verdict.cls.value} ({verdict.reason}): "
+                "handed back for recovery",
+                cause=None,
+            )
+        if not await self._ledger_write(
+            run, self.ledger.finish(lease, status, classification=classification), cause=None
+        ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
         self.metrics.run_finished(status.value)
         if outcome is not None:
             outcome.append(status)
+
+    async def _ledger_write(
+        self, run: Run, write: Awaitable[T], *, cause: BaseException | None
+    ) -> T:
+        """Awaits a ledger write that ends a drive; a store failure becomes RunInterrupted.
+
+        The row is then still RUNNING under our lease: it expires and recovery
+        takes the run over (said so, truthfully, in the log and the error).
+        """
+        try:
+            return await write
+        except (errors.StoreError, TimeoutError) as exc:
+            logger.warning(
+                "run %s (epoch %d): the store failed to record how the drive ended (%s); "
+                "its lease expires and recovery takes it over then",
+                run.run_id,
+                run.epoch,
+                exc,
+            )
+            raise errors.RunInterrupted(
+                f"run {run.run_id}: the store failed to record how the drive ended ({exc}); "
+                "its lease expires and recovery takes it over then"
+            ) from (cause or exc)
+
+    async def _hand_back(self, run: Run, reason: str, *, cause: BaseException | None) -> NoReturn:
+        """Releases the run for recovery after a back-off, then raises RunInterrupted.
+
+        Raises:
+            durable_adk.errors.RunInterrupted: Always, unless the lease was lost.
+            durable_adk.errors.Fenced: The run was taken over before it could be handed back.
+        """
+        if not await self._ledger_write(
+            run, self.ledger.release(run.lease, error=reason), cause=cause
+        ):
+            raise errors.Fenced(
+                f"run {run.run_id} was taken over before it could be handed back"
+            ) from cause
+        logger.warning(
+            "run %s (epoch %d, attempt %d) handed back for recovery: %s",
+            run.run_id,
+            run.epoch,
+            run.attempts,
+            reason,
+        )
+        raise errors.RunInterrupted(
+            f"run {run.run_id} was handed back for recovery after a back-off: {reason}"
+        ) from cause
 
     async def _park_unknown(self, run: Run, unknown: OutcomeUnknown) -> None:
         """Parks a run whose outside effect cannot be confirmed either way."""
@@ -538,15 +787,24 @@ class DurableRunner:
         self.metrics.run_parked()
         self.metrics.run_finished(RunStatus.PARKED.value)
 
-    async def _heartbeat(self, run: Run, lost: asyncio.Event) -> None:
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                renewed = await self.ledger.renew(run.lease)
-            except errors.StoreError:
-                logger.exception("run %s: lease renewal failed", run.run_id)
-                renewed = False
-            if not renewed:
-                self.metrics.lease_lost()
-                lost.set()
-                return
+    async def _heartbeat(self, drive: Drive) -> None:
+        """Renews the drive's lease; cancels the drive when it is lost (see :func:`heartbeat`)."""
+        await heartbeat(
+            drive,
+            lambda: self.ledger.renew(drive.run.lease),
+            lease_seconds=self.lease_seconds,
+            on_lost=self._lose,
+        )
+
+    def _lose(self, drive: Drive, reason: str) -> None:
+        """The lease is lost: the fence is lost for good and the drive is cancelled."""
+        run = drive.run
+        drive.fence.lose(reason)
+        self.metrics.lease_lost()
+        logger.warning(
+            "run %s (epoch %d): lease lost (%s); cancelling its drive",
+            run.run_id,
+            run.epoch,
+            reason,
+        )
+        drive.stop("fenced")
