@@ -350,3 +350,49 @@ def classify(
     else:
         why = f"awaiting the model after {last.author}"
     return verdict(OrphanClass.MODEL_INFLIGHT, why)
+
+
+def replay_blockers(events: Sequence[Event], found: Classification) -> frozenset[str]:
+    """Ids of the events that keep ADK from replaying ``found``'s unanswered calls.
+
+    ADK replays an unanswered call on re-drive only when the call is the last
+    event of its agent's branch (``flows/llm_flows/core/_resume.py``,
+    ``decide_step_resume``); any later event of the branch that does not
+    answer it makes ADK pause instead, writing the agent's end marker with no
+    answer (docs/adk-notes.md, section 6). The events that stand in the way
+    after a transient fault are content-less ones by the call's author on the
+    call's branch: the error event ADK stores when the tool raised, and end
+    markers a re-drive wrote while it skipped the call. Abort seals, events
+    with content or state changes, other agents' and other branches' events
+    are never returned, nor anything for an abandoned call.
+
+    Args:
+        events: The whole session's events, oldest first.
+        found: The invocation's classification (``classify`` of ``events``).
+
+    Returns:
+        Event ids to leave out of what ADK sees for the re-drive (the log itself
+        is not changed).
+    """
+    replayable = {c for c, _ in found.unanswered_calls} - set(found.abandoned_calls)
+    if not replayable:
+        return frozenset()
+    mine = [
+        e for e in live_events(events) if e.invocation_id == found.invocation_id and not e.partial
+    ]
+    blockers: set[str] = set()
+    for index, event in enumerate(mine):
+        if not any(c.id in replayable for c in event.get_function_calls()):
+            continue
+        for later in mine[index + 1 :]:
+            if (
+                later.author == event.author
+                and later.branch == event.branch
+                and not _has_content(later)
+                and not later.actions.state_delta
+                and not later.actions.agent_state
+                and later.error_code != ABORT_ERROR_CODE
+                and (later.error_code or later.actions.end_of_agent)
+            ):
+                blockers.add(later.id)
+    return frozenset(blockers)
