@@ -8,7 +8,8 @@ its lease running out is simulated by moving it back in the database, as the
 clock would. The runs must each be claimed once, by one sweeper, and act once.
 
 A re-drive that a transient fault interrupts is a normal outcome of a pass: the
-run is back on the ledger (RUNNING, for a later recovery), not FAILED.
+run is back on the ledger (RUNNING, for a later recovery), not FAILED. A call
+the agent moved past without its answer is never marked done: the run parks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.events.event import Event
 from google.adk.tools.tool_context import ToolContext
+from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk.recovery import Sweeper
@@ -224,3 +227,52 @@ async def test_an_interrupted_redrive_is_a_normal_outcome_not_a_failure(
         )
         final = await runner.ledger.get(run.run_id)
         assert final is not None and (final.status, final.attempts) == (RunStatus.DONE, 2)
+
+
+async def test_a_call_left_behind_by_a_later_model_turn_parks_never_done(store_url: str) -> None:
+    """The agent made a call, then (its answer lost) a final text: not done, not re-driven."""
+    acts: list[str] = []
+
+    def look(q: str) -> dict[str, str]:
+        """Looks something up."""
+        acts.append(q)
+        return {"q": q}
+
+    agent = LlmAgent(
+        name="assistant", model=ScriptedModel({"assistant": [Say("never asked")]}), tools=[look]
+    )
+    async with open_store(store_url) as store:
+        runner = DurableRunner(
+            app=agent, app_name="shop", store=store, worker_id="w1", idempotent_tools=["look"]
+        )
+        session = await runner.sessions.create_session(app_name="shop", user_id="u", session_id="s")
+        run = await runner.ledger.submit(
+            app_name="shop",
+            user_id="u",
+            session_id="s",
+            request={"role": "user", "parts": [{"text": "look"}]},
+            owner="dead",
+        )
+        call = types.Part(function_call=types.FunctionCall(id="c1", name="look", args={"q": "x"}))
+        for author, role, part in (
+            ("user", "user", types.Part(text="look")),
+            ("assistant", "model", call),
+            ("assistant", "model", types.Part(text="Here you are.")),
+        ):
+            event = Event(
+                invocation_id=run.invocation_id,
+                author=author,
+                content=types.Content(role=role, parts=[part]),
+            )
+            await runner.sessions.append_event(session, event)
+        await runner.ledger.backdate(run.run_id, 3600)
+        (recovery,) = await Sweeper(runner).recover_once()
+        assert (recovery.found.value, recovery.action, recovery.status) == (
+            "TOOL_UNANSWERED",
+            "park",
+            RunStatus.PARKED,
+        )
+        assert "left unanswered: look" in recovery.reason
+        (letter,) = await runner.ledger.dead_letters(run_id=run.run_id)
+        assert letter.classification == "TOOL_UNANSWERED" and "left unanswered" in letter.error
+        assert acts == []  # nothing was run again

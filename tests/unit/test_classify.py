@@ -40,6 +40,7 @@ from durable_adk.adk.classify import (
     classify,
     live_events,
     recover_invocation_id,
+    replay_blockers,
 )
 from durable_adk.testing.scripted_model import Call, Fail, Say, ScriptedModel
 
@@ -403,6 +404,8 @@ def test_a_call_followed_by_its_error_event_stays_unanswered_after_an_adk_redriv
     assert prefix_classes(mine, inv) == [N, M, T, T, T]
     verdict = classify(mine, inv, root_agent_name="payer")
     assert verdict.unanswered_calls == (("c1", "flaky"),) and verdict.abandoned_calls == ()
+    # What keeps ADK from replaying the call: the error event and the end marker.
+    assert replay_blockers(events, verdict) == {mine[2].id, mine[3].id}
 
 
 # ---------------------------------------------------------------- Hypothesis
@@ -640,3 +643,26 @@ def test_never_done_while_a_call_is_unanswered(events: list[Event], tail: list[s
         assert {c for c, _ in got.unanswered_calls} == set(unanswered)
     if got.cls is D:
         assert not got.unanswered_calls and not unanswered
+
+
+def test_replay_blockers_are_only_the_callers_own_content_less_events() -> None:
+    user = mk("inv", "user", text="hi")
+    call = mk("inv", "payer", calls=[("c1", "tool0")])
+    err = mk("inv", "payer", error="StoreUnavailable")
+    end = mk("inv", "payer", end=True)
+    seal = mk("inv", "payer", error=ABORT_ERROR_CODE)
+    other = mk("inv", "a", error="Boom")
+    state = mk("inv", "payer", state={"step": 1})
+    events = [user, call, err, other, state, end]
+    assert replay_blockers(events, verdict(events)) == {err.id, end.id}
+    # An abort seal is the client's decision: never hidden (and then nothing is replayed).
+    assert seal.id not in replay_blockers([*events, seal], verdict([*events, seal]))
+    # Another branch's events are not the caller's.
+    branched = err.model_copy(update={"id": "e-branch", "branch": "payer.sub"})
+    assert replay_blockers([user, call, branched], verdict([user, call, branched])) == set()
+    # An answered call, or one the agent moved past, has nothing to replay.
+    answered = [user, call, mk("inv", "payer", responses=[("c1", "tool0")]), err]
+    assert replay_blockers(answered, verdict(answered)) == set()
+    moved_on = [user, call, err, mk("inv", "payer", text="done anyway")]
+    assert verdict(moved_on).abandoned_calls == ("c1",)
+    assert replay_blockers(moved_on, verdict(moved_on)) == set()
