@@ -217,7 +217,7 @@ class Sweeper:
                     break
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    if failure is None and task.exception() is not None:
+                    if failure is None and not task.cancelled() and task.exception() is not None:
                         failure = task.exception()
         finally:
             # Cancelled (serve() ending): no recovery is left running unseen.
@@ -227,7 +227,7 @@ class Sweeper:
                 await asyncio.wait(running)
         if failure is not None:
             raise failure
-        return [r for r in (t.result() for t in started) if r is not None]
+        return [r for r in (t.result() for t in started if not t.cancelled()) if r is not None]
 
     async def _recover_in_span(self, run: Run) -> Recovery | None:
         try:
