@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import Any
 
 import pytest
@@ -229,7 +230,9 @@ async def test_an_interrupted_redrive_is_a_normal_outcome_not_a_failure(
         assert final is not None and (final.status, final.attempts) == (RunStatus.DONE, 2)
 
 
-async def test_a_call_left_behind_by_a_later_model_turn_parks_never_done(store_url: str) -> None:
+async def test_a_call_left_behind_by_a_later_model_turn_parks_never_done(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The agent made a call, then (its answer lost) a final text: not done, not re-driven."""
     acts: list[str] = []
 
@@ -266,12 +269,17 @@ async def test_a_call_left_behind_by_a_later_model_turn_parks_never_done(store_u
             )
             await runner.sessions.append_event(session, event)
         await runner.ledger.backdate(run.run_id, 3600)
-        (recovery,) = await Sweeper(runner).recover_once()
+        with caplog.at_level(logging.INFO, logger="durable_adk.recovery"):
+            (recovery,) = await Sweeper(runner).recover_once()
         assert (recovery.found.value, recovery.action, recovery.status) == (
             "TOOL_UNANSWERED",
             "park",
             RunStatus.PARKED,
         )
+        (logged,) = [r for r in caplog.records if r.getMessage().startswith("recovered run")]
+        assert logged.levelno == logging.WARNING  # a park: a person must look
+        assert f"run {run.run_id}: found TOOL_UNANSWERED at epoch 1" in logged.getMessage()
+        assert "park -> PARKED" in logged.getMessage()
         assert "left unanswered: look" in recovery.reason
         (letter,) = await runner.ledger.dead_letters(run_id=run.run_id)
         assert letter.classification == "TOOL_UNANSWERED" and "left unanswered" in letter.error
