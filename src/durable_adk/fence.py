@@ -8,12 +8,18 @@ What it guarantees (framework-agnostic: no ADK import here):
   pool too): :func:`current_fence` returns it, and None outside a drive.
 * A fence is trusted only while its holder can still prove the lease: until
   the local monotonic deadline *last successful renewal sent + lease -
-  margin* (see docs/runs.md, "Lease loss stops the work"), and never again
-  once the heartbeat found the run taken over, finished, or could not renew
-  before that deadline. A lost fence never becomes trusted again.
-* :meth:`RunFence.check` raises :class:`~durable_adk.errors.Fenced` when the
-  fence is not trusted: code about to act on the outside world calls it
-  right before acting, so a worker that lost its run acts no more.
+  margin* (see docs/runs.md, "Lease loss stops the work"). Past the deadline
+  it is not trusted until the heartbeat has either renewed (the row is still
+  ours at our epoch: nobody took over, trust comes back) or lost the lease.
+  Lost means the run was found taken over or finished, the store could not
+  confirm the lease before the deadline, or the drive ended; a lost fence
+  never becomes trusted again.
+* :meth:`RunFence.confirm` (async) returns only while the fence is trusted,
+  waiting out an undecided moment, and raises
+  :class:`~durable_adk.errors.Fenced` once it is lost: code about to act on
+  the outside world awaits it right before acting, so a worker that lost its
+  run acts no more. :meth:`RunFence.check` is the same test without waiting
+  (undecided counts as not trusted).
 
 The fence is advisory for code that calls out; writes to the store are fenced
 by the run's epoch in the database whatever this object says.
@@ -53,6 +59,7 @@ class RunFence:
         self._trusted_until = trusted_until
         self._lost: str | None = None
         self._lost_event = asyncio.Event()
+        self._changed = asyncio.Event()
 
     @property
     def trusted_until(self) -> float:
@@ -75,13 +82,37 @@ class RunFence:
             durable_adk.errors.Fenced: The lease was lost or could not be
                 proven in time.
         """
-        if self._lost is not None:
-            raise errors.Fenced(
-                f"run {self.run_id} (epoch {self.epoch}) lost its lease: {self._lost}"
-            )
+        self.check_not_lost()
         if time.monotonic() >= self._trusted_until:
             raise errors.Fenced(
                 f"run {self.run_id} (epoch {self.epoch}): the lease was not renewed in time"
+            )
+
+    async def confirm(self) -> None:
+        """Returns while the fence is trusted; raises once it is lost; waits while undecided.
+
+        Undecided is the short moment past the local deadline before the
+        heartbeat's next renewal answers (the event loop was blocked, say):
+        a renewal at our epoch brings trust back, anything else loses it.
+
+        Raises:
+            durable_adk.errors.Fenced: The lease was lost (or the drive ended).
+        """
+        while True:
+            self.check_not_lost()
+            if time.monotonic() < self._trusted_until:
+                return
+            await self._changed.wait()
+
+    def check_not_lost(self) -> None:
+        """Raises if the lease was lost; an undecided fence passes.
+
+        Raises:
+            durable_adk.errors.Fenced: The lease was lost (or the drive ended).
+        """
+        if self._lost is not None:
+            raise errors.Fenced(
+                f"run {self.run_id} (epoch {self.epoch}) lost its lease: {self._lost}"
             )
 
     async def wait_lost(self) -> str:
@@ -94,6 +125,7 @@ class RunFence:
         """Moves the deadline after a successful renewal (the heartbeat's call); no-op once lost."""
         if self._lost is None:
             self._trusted_until = max(self._trusted_until, trusted_until)
+            self._notify()
 
     def lose(self, reason: str) -> None:
         """Marks the lease lost for good (the heartbeat's call); the first reason is kept."""
@@ -101,6 +133,11 @@ class RunFence:
             self._lost = reason
             self._trusted_until = float("-inf")
             self._lost_event.set()
+            self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     def __repr__(self) -> str:
         state = f"lost: {self._lost}" if self._lost else "trusted"

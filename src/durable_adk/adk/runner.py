@@ -53,26 +53,28 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from typing import Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
-from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.session import Session
-from google.genai import errors as genai_errors
 from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk import optional_imports
 from durable_adk.adk.classify import OrphanClass, classify
+from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
+from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
+from durable_adk.adk.drive import Drive, End, heartbeat, trust_from
+from durable_adk.adk.drive import RetryPolicy as RetryPolicy
+from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
 from durable_adk.fence import RunFence, using_fence
@@ -193,119 +195,6 @@ def journaled_tool_names(root: object) -> frozenset[str]:
     return frozenset(names)
 
 
-def model_error_is_retryable(exc: BaseException) -> bool:
-    """The default :attr:`RetryPolicy.retryable`: a model API error 429 (rate limit) or 5xx."""
-    if not isinstance(exc, genai_errors.APIError):
-        return False
-    code = exc.code if isinstance(exc.code, int) else 0
-    return code == 429 or 500 <= code <= 599
-
-
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    errors.DatabaseBusy,
-    errors.StoreUnavailable,
-    TimeoutError,
-    StaleSessionError,
-)
-"""The errors :class:`RetryPolicy` treats as transient by default."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Which errors of a drive are transient: the run is handed back, not failed.
-
-    An error is transient when it, or any error in its cause/context chain
-    (ADK wraps agent errors), is an instance of ``transient`` or satisfies
-    ``retryable``. A transient error hands the run back to recovery
-    (:meth:`durable_adk.ledger.RunLedger.release`): it stays RUNNING, its
-    lease expires now and the sweeper takes it after
-    ``backoff * 2 ** (attempts - 1)`` seconds, counting an attempt; past the
-    runner's ``max_attempts`` the sweeper parks it with a dead letter. Every
-    other error ends the run FAILED for good (an error the app raised
-    deterministically would fail again). See docs/runs.md, "Transient and
-    terminal errors".
-
-    Attributes:
-        transient: Error types that are transient wherever they appear in the
-            chain. Default: :data:`TRANSIENT_ERRORS` (the store busy or
-            unreachable, a timeout, a session appended to by another writer).
-            A bare ``StoreError`` (a constraint, a schema mismatch) is not.
-        retryable: A predicate for other errors, meant for model errors.
-            Default: :func:`model_error_is_retryable` (google.genai API errors
-            with code 429 or 5xx).
-    """
-
-    transient: tuple[type[BaseException], ...] = field(default=TRANSIENT_ERRORS)
-    retryable: Callable[[BaseException], bool] = field(default=model_error_is_retryable)
-
-    def is_transient(self, exc: BaseException) -> bool:
-        """Whether ``exc`` (or an error behind it) is transient under this policy."""
-        seen: set[int] = set()
-        current: BaseException | None = exc
-        while current is not None and id(current) not in seen:
-            if isinstance(current, self.transient) or self.retryable(current):
-                return True
-            seen.add(id(current))
-            current = current.__cause__ or current.__context__
-        return False
-
-
-LEASE_MARGIN_FRACTION = 1 / 6
-"""The share of the lease a drive gives up to be safe: its local deadline is
-``last renewal sent + lease * (1 - LEASE_MARGIN_FRACTION)``."""
-
-
-class _End:
-    """The pump's last item: how the drive ended (None: it finished normally)."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException | None) -> None:
-        self.error = error
-
-
-class _Drive:
-    """One drive: its pump task, its fence and the lock-step hand-over to its reader."""
-
-    def __init__(self, run: Run, fence: RunFence) -> None:
-        self.run = run
-        self.fence = fence
-        self.task: asyncio.Task[None] | None = None
-        self.detached = False
-        self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
-        self._wanted = asyncio.Event()
-        self._items: asyncio.Queue[Event | _End] = asyncio.Queue()
-
-    async def wanted(self) -> None:
-        """Waits until the reader asks for the next event (at once once detached)."""
-        await self._wanted.wait()
-        if not self.detached:
-            self._wanted.clear()
-
-    def hand(self, event: Event) -> None:
-        if not self.detached:
-            self._items.put_nowait(event)
-
-    def end(self, error: BaseException | None) -> None:
-        self._items.put_nowait(_End(error))
-
-    async def next_item(self) -> Event | _End:
-        self._wanted.set()
-        return await self._items.get()
-
-    def detach(self) -> None:
-        self.detached = True
-        self._wanted.set()
-        while not self._items.empty():
-            self._items.get_nowait()
-
-    def stop(self, reason: str) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
-
 class DurableRunner:
     """Drives ADK runs that survive crashes.
 
@@ -386,8 +275,8 @@ class DurableRunner:
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
         self.adk = _InvocationIdRunner(app=app, session_service=session_service)
-        self._drives: dict[tuple[str, int], _Drive] = {}
-        self._detached: set[_Drive] = set()
+        self._drives: dict[tuple[str, int], Drive] = {}
+        self._detached: set[Drive] = set()
 
     @property
     def root_agent_name(self) -> str:
@@ -578,7 +467,9 @@ class DurableRunner:
             waited += self.queue_poll
             if waited >= renew_every:
                 waited = 0.0
-                if not await self.ledger.renew(run.lease):
+                # Bounded like the heartbeat's: a hung store is noticed (TimeoutError).
+                renewal = self.ledger.renew(run.lease)
+                if not await asyncio.wait_for(renewal, timeout=renew_every * 0.8):
                     raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
 
     async def drive(
@@ -606,7 +497,9 @@ class DurableRunner:
                 expires and recovery takes it over then).
             durable_adk.journal.OutcomeUnknown: The run was parked.
         """
-        drive = _Drive(run, RunFence(run.run_id, run.epoch, trusted_until=self._trust_from(None)))
+        drive = Drive(
+            run, RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+        )
         # Created here, in the caller's context: the run span is a child of the caller's.
         drive.task = asyncio.create_task(
             self._pump(
@@ -617,13 +510,11 @@ class DurableRunner:
         try:
             while True:
                 item = await drive.next_item()
-                if isinstance(item, _End):
-                    if item.error is not None:
-                        raise item.error
-                    return
+                if isinstance(item, End):
+                    break
                 yield item
         except BaseException:
-            if not drive.task.done() and not drive.detached:
+            if not drive.ended and not drive.detached:
                 # GeneratorExit (the caller closed us) or CancelledError (its
                 # task was cancelled): the run goes on to its end without a reader.
                 drive.detach()
@@ -634,15 +525,12 @@ class DurableRunner:
                     run.epoch,
                 )
             raise
-
-    def _trust_from(self, sent: float | None) -> float:
-        """The local deadline of a lease renewed or claimed at monotonic ``sent`` (None: now)."""
-        at = time.monotonic() if sent is None else sent
-        return at + self.lease_seconds * (1 - LEASE_MARGIN_FRACTION)
+        if item.error is not None:
+            raise item.error
 
     async def _pump(
         self,
-        drive: _Drive,
+        drive: Drive,
         message: types.Content,
         *,
         resume: bool,
@@ -718,7 +606,7 @@ class DurableRunner:
 
     async def _drive(
         self,
-        drive: _Drive,
+        drive: Drive,
         message: types.Content,
         *,
         resume: bool,
@@ -767,7 +655,7 @@ class DurableRunner:
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:
-                    drive.fence.check()
+                    drive.fence.check_not_lost()
                     seen.append(event)
                     yield event
         except Exception as exc:
@@ -799,6 +687,8 @@ class DurableRunner:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            # Nothing of this drive may act from here on (its writes are fenced anyway).
+            drive.fence.lose("the drive has ended")
         crash_point("runner.before_finish")
         # The cache holds every event this run appended (we hold the session);
         # read only when it was dropped.
@@ -897,54 +787,16 @@ class DurableRunner:
         self.metrics.run_parked()
         self.metrics.run_finished(RunStatus.PARKED.value)
 
-    async def _heartbeat(self, drive: _Drive) -> None:
-        """Renews the drive's lease every third of it; cancels the drive when it is lost.
+    async def _heartbeat(self, drive: Drive) -> None:
+        """Renews the drive's lease; cancels the drive when it is lost (see :func:`heartbeat`)."""
+        await heartbeat(
+            drive,
+            lambda: self.ledger.renew(drive.run.lease),
+            lease_seconds=self.lease_seconds,
+            on_lost=self._lose,
+        )
 
-        A renewal that fails (a store error, or no answer within 80% of the
-        renewal interval) is retried with a short back-off until the fence's
-        local deadline (the last renewal *sent* + lease - margin: the database
-        extended the lease no earlier than that). A renewal that finds the row
-        no longer ours, or the deadline passing, loses the fence for good and
-        cancels the pump, so ADK and the tool in flight stop.
-        """
-        run, fence = drive.run, drive.fence
-        interval = self.lease_seconds / 3
-        next_renewal = time.monotonic() + interval
-        while True:
-            await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
-            retry_in = min(interval / 4, 0.5)
-            while True:
-                sent = time.monotonic()
-                left = fence.trusted_until - sent
-                if left <= 0:
-                    self._lose(drive, "no renewal succeeded before the lease's local deadline")
-                    return
-                try:
-                    renewed = await asyncio.wait_for(
-                        self.ledger.renew(run.lease), timeout=min(interval * 0.8, left)
-                    )
-                except Exception as exc:  # the store's, or the timeout: retried until the deadline
-                    logger.warning(
-                        "run %s (epoch %d): lease renewal failed (%s: %s); retrying for %.1fs more",
-                        run.run_id,
-                        run.epoch,
-                        type(exc).__name__,
-                        exc,
-                        max(0.0, fence.trusted_until - time.monotonic()),
-                    )
-                    await asyncio.sleep(
-                        max(0.0, min(retry_in, fence.trusted_until - time.monotonic()))
-                    )
-                    retry_in = min(retry_in * 2, interval)
-                    continue
-                if not renewed:
-                    self._lose(drive, "the run was taken over or has ended")
-                    return
-                fence.renewed(self._trust_from(sent))
-                next_renewal = sent + interval
-                break
-
-    def _lose(self, drive: _Drive, reason: str) -> None:
+    def _lose(self, drive: Drive, reason: str) -> None:
         """The lease is lost: the fence is lost for good and the drive is cancelled."""
         run = drive.run
         drive.fence.lose(reason)

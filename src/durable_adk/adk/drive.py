@@ -1,0 +1,217 @@
+"""A drive's machinery: its task and reader hand-over, its heartbeat, the retry policy.
+
+What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
+
+* :class:`Drive` hands events from the drive's own task (the pump) to its
+  reader lock-step: the pump waits until the reader asks for the next event,
+  so ADK never runs ahead of the reader; once the reader is gone
+  (:meth:`Drive.detach`) the pump runs on without waiting.
+* :func:`heartbeat` renews a lease every third of it, each renewal bounded in
+  time, retried after a failure until the fence's local deadline (last
+  renewal sent + lease * (1 - :data:`LEASE_MARGIN_FRACTION`)); it calls
+  ``on_lost`` exactly once when a renewal finds the run no longer ours or the
+  deadline passes without a renewal answering, and then returns.
+* :class:`RetryPolicy` says which errors of a drive are transient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from google.adk.errors import StaleSessionError
+from google.adk.events.event import Event
+from google.genai import errors as genai_errors
+
+from durable_adk import errors
+from durable_adk.fence import RunFence
+from durable_adk.ledger import Run
+
+logger = logging.getLogger("durable_adk.runner")
+
+
+def model_error_is_retryable(exc: BaseException) -> bool:
+    """The default :attr:`RetryPolicy.retryable`: a model API error 429 (rate limit) or 5xx."""
+    if not isinstance(exc, genai_errors.APIError):
+        return False
+    code = exc.code if isinstance(exc.code, int) else 0
+    return code == 429 or 500 <= code <= 599
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    errors.DatabaseBusy,
+    errors.StoreUnavailable,
+    TimeoutError,
+    StaleSessionError,
+)
+"""The errors :class:`RetryPolicy` treats as transient by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Which errors of a drive are transient: the run is handed back, not failed.
+
+    An error is transient when it, or any error in its cause/context chain
+    (ADK wraps agent errors), is an instance of ``transient`` or satisfies
+    ``retryable``. A transient error hands the run back to recovery
+    (:meth:`durable_adk.ledger.RunLedger.release`): it stays RUNNING, its
+    lease expires now and the sweeper takes it after
+    ``backoff * 2 ** (attempts - 1)`` seconds, counting an attempt; past the
+    runner's ``max_attempts`` the sweeper parks it with a dead letter. Every
+    other error ends the run FAILED for good (an error the app raised
+    deterministically would fail again). See docs/runs.md, "Transient and
+    terminal errors".
+
+    Attributes:
+        transient: Error types that are transient wherever they appear in the
+            chain. Default: :data:`TRANSIENT_ERRORS` (the store busy or
+            unreachable, a timeout, a session appended to by another writer).
+            A bare ``StoreError`` (a constraint, a schema mismatch) is not.
+        retryable: A predicate for other errors, meant for model errors.
+            Default: :func:`model_error_is_retryable` (google.genai API errors
+            with code 429 or 5xx).
+    """
+
+    transient: tuple[type[BaseException], ...] = field(default=TRANSIENT_ERRORS)
+    retryable: Callable[[BaseException], bool] = field(default=model_error_is_retryable)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (or an error behind it) is transient under this policy."""
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            if isinstance(current, self.transient) or self.retryable(current):
+                return True
+            seen.add(id(current))
+            current = current.__cause__ or current.__context__
+        return False
+
+
+LEASE_MARGIN_FRACTION = 1 / 6
+"""The share of the lease a drive gives up to be safe: its local deadline is
+``last renewal sent + lease * (1 - LEASE_MARGIN_FRACTION)``."""
+
+
+class End:
+    """The pump's last item: how the drive ended (None: it finished normally)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class Drive:
+    """One drive: its pump task, its fence and the lock-step hand-over to its reader."""
+
+    def __init__(self, run: Run, fence: RunFence) -> None:
+        self.run = run
+        self.fence = fence
+        self.task: asyncio.Task[None] | None = None
+        self.detached = False
+        self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
+        self.ended = False  # the pump has handed over how the drive ended
+        self._wanted = asyncio.Event()
+        self._items: asyncio.Queue[Event | End] = asyncio.Queue()
+
+    async def wanted(self) -> None:
+        """Waits until the reader asks for the next event (at once once detached)."""
+        await self._wanted.wait()
+        if not self.detached:
+            self._wanted.clear()
+
+    def hand(self, event: Event) -> None:
+        if not self.detached:
+            self._items.put_nowait(event)
+
+    def end(self, error: BaseException | None) -> None:
+        self.ended = True
+        self._items.put_nowait(End(error))
+
+    async def next_item(self) -> Event | End:
+        self._wanted.set()
+        return await self._items.get()
+
+    def detach(self) -> None:
+        self.detached = True
+        self._wanted.set()
+        while not self._items.empty():
+            self._items.get_nowait()
+
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+def trust_from(sent: float | None, lease_seconds: float) -> float:
+    """The local deadline of a lease renewed or claimed at monotonic ``sent`` (None: now)."""
+    at = time.monotonic() if sent is None else sent
+    return at + lease_seconds * (1 - LEASE_MARGIN_FRACTION)
+
+
+async def heartbeat(
+    drive: Drive,
+    renew: Callable[[], Awaitable[bool]],
+    *,
+    lease_seconds: float,
+    on_lost: Callable[[Drive, str], None],
+) -> None:
+    """Renews the drive's lease every third of it; cancels the drive when it is lost.
+
+    A renewal that fails (a store error, or no answer within 80% of the
+    renewal interval) is retried with a short back-off until the fence's
+    local deadline (the last renewal *sent* + lease - margin: the database
+    extended the lease no earlier than that). A renewal that finds the row
+    no longer ours, or the deadline passing, loses the fence for good and
+    cancels the pump, so ADK and the tool in flight stop.
+    """
+    run, fence = drive.run, drive.fence
+    interval = lease_seconds / 3
+    next_renewal = time.monotonic() + interval
+    while True:
+        await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
+        retry_in = min(interval / 4, 0.5)
+        first = True
+        while True:
+            sent = time.monotonic()
+            left = fence.trusted_until - sent
+            if left <= 0 and not first:
+                on_lost(drive, "no renewal succeeded before the lease's local deadline")
+                return
+            # A first attempt past the deadline (the loop was blocked, not the
+            # store) still asks: a renewal at our epoch proves nobody took over.
+            first = False
+            try:
+                renewed = await asyncio.wait_for(
+                    renew(),
+                    timeout=interval * 0.8 if left <= 0 else min(interval * 0.8, left),
+                )
+            except Exception as exc:  # the store's, or the timeout: retried until the deadline
+                if time.monotonic() >= fence.trusted_until:
+                    on_lost(
+                        drive,
+                        f"no renewal succeeded before the lease's local deadline ({exc!r})",
+                    )
+                    return
+                logger.warning(
+                    "run %s (epoch %d): lease renewal failed (%s: %s); retrying for %.1fs more",
+                    run.run_id,
+                    run.epoch,
+                    type(exc).__name__,
+                    exc,
+                    max(0.0, fence.trusted_until - time.monotonic()),
+                )
+                await asyncio.sleep(max(0.0, min(retry_in, fence.trusted_until - time.monotonic())))
+                retry_in = min(retry_in * 2, interval)
+                continue
+            if not renewed:
+                on_lost(drive, "the run was taken over or has ended")
+                return
+            fence.renewed(trust_from(sent, lease_seconds))
+            next_renewal = sent + interval
+            break
