@@ -23,6 +23,7 @@ from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.events import Event
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService, Session
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
@@ -357,11 +358,68 @@ def q9_static_children() -> None:
     )
 
 
+async def q6_error_event() -> None:
+    """A tool that raises an Exception (a store fault, say) leaves an error event after its call."""
+    faults = {"left": 1}
+
+    def flaky(amount: int, tool_context: Any) -> dict[str, bool]:
+        """Charges money; the first attempt meets a store fault."""
+        TOOL_CALL_IDS.append(tool_context.function_call_id)
+        if faults["left"]:
+            faults["left"] -= 1
+            raise ConnectionError("store unavailable")
+        return {"ok": True}
+
+    model = ScriptedModel([Call("flaky", {"amount": 5}), Say("charged")])
+    flaky_app = app(LlmAgent(name="payer", model=model, tools=[flaky]), True)
+    ss = await fresh()
+    TOOL_CALL_IDS[:] = []
+    with contextlib.suppress(ConnectionError):
+        await drive(flaky_app, ss, new_message=msg("pay"))
+    evs = await events(ss)
+    assert evs[-1].error_code == "ConnectionError" and not evs[-1].content
+    assert evs[-2].get_function_calls() and not any(e.get_function_responses() for e in evs)
+    await drive(flaky_app, ss, invocation_id=evs[0].invocation_id, new_message=msg("pay"))
+    evs = await events(ss)
+    assert len(TOOL_CALL_IDS) == 1 and not any(e.get_function_responses() for e in evs)
+    assert evs[-1].author == "payer" and evs[-1].actions.end_of_agent and not evs[-1].content
+    ok(
+        "Q6 a tool that raised leaves a content-less error event after its call; a "
+        "resumable re-drive does not replay the call but pauses and writes end_of_agent"
+    )
+
+    # Shown the invocation without that error event (a plugin's before_run_callback,
+    # as durable_adk.adk.recovery does), the same re-drive replays the call.
+    class HideErrors(BasePlugin):
+        async def before_run_callback(self, *, invocation_context: InvocationContext) -> None:
+            session = invocation_context.session
+            session.events = [e for e in session.events if not e.error_code]
+
+    hiding = App(
+        name="app",
+        root_agent=flaky_app.root_agent,
+        resumability_config=flaky_app.resumability_config,
+        plugins=[HideErrors(name="hide_errors")],
+    )
+    ss = await fresh()
+    faults["left"], TOOL_CALL_IDS[:] = 1, []
+    with contextlib.suppress(ConnectionError):
+        await drive(hiding, ss, new_message=msg("pay"))
+    inv = (await events(ss))[0].invocation_id
+    await drive(hiding, ss, invocation_id=inv, new_message=msg("pay"))
+    evs = await events(ss)
+    assert len(TOOL_CALL_IDS) == 2 and len(set(TOOL_CALL_IDS)) == 1
+    assert [r.id for e in evs for r in e.get_function_responses()] == TOOL_CALL_IDS[:1]
+    assert [e.error_code for e in evs if e.error_code] == ["ConnectionError"]  # still stored
+    ok("Q6 without the error event in ADK's view the call is replayed with its own id")
+
+
 async def main() -> None:
     q9_static_children()
     await q1()
     await q2_q3_q4_q5()
     await q6()
+    await q6_error_event()
     await q6_workflow()
 
 

@@ -40,6 +40,7 @@ from durable_adk.adk.classify import (
     classify,
     live_events,
     recover_invocation_id,
+    replay_blockers,
 )
 from durable_adk.testing.scripted_model import Call, Fail, Say, ScriptedModel
 
@@ -270,8 +271,9 @@ CASES = [
     ("transfer", False, {"root_agent_name": "root"}, [N, M, T, M, D]),
     # resumable: the call is replayed with its id: user, FC, FR, text, end
     ("crash_redrive", True, {}, [N, M, T, M, D, D]),
-    # not resumable: the model is asked again: user, FC (abandoned), FC, FR, text
-    ("crash_redrive", False, {}, [N, M, T, T, M, D]),
+    # not resumable: the model is asked again: user, FC (abandoned), FC, FR, text;
+    # the first call is never answered, so the invocation is never done
+    ("crash_redrive", False, {}, [N, M, T, T, T, T]),
     # user, FC c1, FC confirmation(lr), FR c1 "needs confirmation", user's
     # approval (reopens c1), FR c1, text, [end_of_agent]
     ("confirm", True, {}, [N, M, T, P, P, T, M, D, D]),
@@ -376,6 +378,36 @@ def test_recover_invocation_id_from_the_stored_user_event() -> None:
     assert recover_invocation_id(lr, started_at=answer_at, skew=0) is None
 
 
+def test_a_call_followed_by_its_error_event_stays_unanswered_after_an_adk_redrive() -> None:
+    """ADK 2.13 does not replay a call followed by its error event: it pauses and writes
+    the agent's end marker, with no answer. The classifier must not call that done."""
+    acts: list[int] = []
+
+    def flaky(amount: int) -> dict[str, bool]:
+        """Charges money; the first attempt meets a store fault."""
+        acts.append(amount)
+        if len(acts) == 1:
+            raise RuntimeError("store unavailable")
+        return {"ok": True}
+
+    agent = llm([Call("flaky", {"amount": 5}, id="c1"), Say("charged")], tools=[flaky])
+    events = asyncio.run(_drive(agent, True, [msg("pay")], redrive=True))
+    inv, mine = invocation(events)
+    shape = [(e.author, bool(e.content), e.error_code, e.actions.end_of_agent) for e in mine]
+    assert shape == [
+        ("user", True, None, None),
+        ("payer", True, None, None),  # the call
+        ("payer", False, "RuntimeError", None),  # the tool's error event, no response
+        ("payer", False, None, True),  # the re-drive: end marker, the call was skipped
+    ]
+    assert acts == [5]  # ADK did not run the tool again
+    assert prefix_classes(mine, inv) == [N, M, T, T, T]
+    verdict = classify(mine, inv, root_agent_name="payer")
+    assert verdict.unanswered_calls == (("c1", "flaky"),) and verdict.abandoned_calls == ()
+    # What keeps ADK from replaying the call: the error event and the end marker.
+    assert replay_blockers(events, verdict) == {mine[2].id, mine[3].id}
+
+
 # ---------------------------------------------------------------- Hypothesis
 
 AGENTS = ("payer", "a", "b")
@@ -447,8 +479,9 @@ def invocation_logs(draw: st.DrawFn, inv: str = "inv") -> list[Event]:
     return events
 
 
-def oracle(events: Sequence[Event], inv: str) -> tuple[bool, list[str], list[str]]:
-    """(user message stored, dangling non-long-running calls, open long-running calls)."""
+def oracle(events: Sequence[Event], inv: str) -> tuple[bool, list[str], list[str], list[str]]:
+    """(user message stored, unanswered non-long-running calls, open long-running calls,
+    the unanswered calls whose author made a later model turn)."""
     mine = [e for e in _apply_rewinds(list(events)) if e.invocation_id == inv]
     lr = {i for e in mine for i in e.long_running_tool_ids or ()}
     answered = {r.id for e in mine for r in e.get_function_responses()}
@@ -458,19 +491,23 @@ def oracle(events: Sequence[Event], inv: str) -> tuple[bool, list[str], list[str
         if e.author == "user" or e.error_code == ABORT_ERROR_CODE
         for r in e.get_function_responses()
     }
-    dangling, pending = [], []
+    unanswered, pending, abandoned = [], [], []
     for i, e in enumerate(mine):
         for c in e.get_function_calls():
             assert c.id is not None
             if c.id in lr:
                 pending += [] if c.id in by_user else [c.id]
-            elif c.id not in answered and not any(
-                later.author == e.author and later.content and not later.get_function_responses()
-                for later in mine[i + 1 :]
-            ):
-                dangling.append(c.id)
+            elif c.id not in answered:
+                unanswered.append(c.id)
+                if any(
+                    later.author == e.author
+                    and later.content
+                    and not later.get_function_responses()
+                    for later in mine[i + 1 :]
+                ):
+                    abandoned.append(c.id)
     user = any(e.author == "user" and e.content for e in mine)
-    return user, dangling, pending
+    return user, unanswered, pending, abandoned
 
 
 def verdict(events: Sequence[Event], inv: str = "inv") -> Classification:
@@ -496,13 +533,14 @@ def test_class_matches_the_calls_in_the_log(events: list[Event]) -> None:
     before = [e.model_dump() for e in events]
     got = verdict(events)
     assert [e.model_dump() for e in events] == before
-    user, dangling, pending = oracle(events, "inv")
+    user, unanswered, pending, abandoned = oracle(events, "inv")
     if not user:
         assert got.cls is N
         return
-    assert [c for c, _ in got.unanswered_calls] == dangling
+    assert [c for c, _ in got.unanswered_calls] == unanswered
+    assert list(got.abandoned_calls) == abandoned
     assert list(got.pending_long_running) == pending
-    if dangling:
+    if unanswered:
         assert got.cls is T
     elif pending:
         assert got.cls is P
@@ -513,9 +551,9 @@ def test_class_matches_the_calls_in_the_log(events: list[Event]) -> None:
 @FAST
 @given(invocation_logs())
 def test_root_end_marker_means_done(events: list[Event]) -> None:
-    user, dangling, pending = oracle(events, "inv")
+    user, unanswered, pending, _ = oracle(events, "inv")
     marked = [*events, mk("inv", "payer", end=True)]
-    if user and not dangling and not pending:
+    if user and not unanswered and not pending:
         assert verdict(marked).cls is D
     else:
         assert verdict(marked).cls is verdict(events).cls
@@ -524,12 +562,12 @@ def test_root_end_marker_means_done(events: list[Event]) -> None:
 @FAST
 @given(invocation_logs())
 def test_trailing_text_decides_by_author(events: list[Event]) -> None:
-    user, _, pending = oracle(events, "inv")
+    user, _, pending, _ = oracle(events, "inv")
     by_sub_agent = verdict([*events, mk("inv", "a", text="sub")])
     assert by_sub_agent.cls is not D
     by_root = [*events, mk("inv", "payer", text="final")]
-    _, dangling, _ = oracle(by_root, "inv")
-    if user and not dangling and not pending:
+    _, unanswered, _, _ = oracle(by_root, "inv")
+    if user and not unanswered and not pending:
         assert verdict(by_root).cls is D
 
 
@@ -583,3 +621,48 @@ def test_rewinds_match_adk(order: list[str], data: st.DataObject, rewinds: list[
         got = classify(events, inv, root_agent_name="payer")
         want = classify(_apply_rewinds(events), inv, root_agent_name="payer")
         assert dataclasses.replace(got, reason="") == dataclasses.replace(want, reason="")
+
+
+FINISHERS = {
+    "root_end": lambda: mk("inv", "payer", end=True),
+    "root_text": lambda: mk("inv", "payer", text="all done"),
+    "abort_seal": lambda: mk("inv", "payer", error=ABORT_ERROR_CODE),
+    "error": lambda: mk("inv", "payer", error="StoreUnavailable"),
+    "sub_end": lambda: mk("inv", "a", end=True),
+}
+
+
+@FAST
+@given(invocation_logs(), st.lists(st.sampled_from(sorted(FINISHERS)), max_size=3))
+def test_never_done_while_a_call_is_unanswered(events: list[Event], tail: list[str]) -> None:
+    logged = [*events, *(FINISHERS[name]() for name in tail)]
+    user, unanswered, _, _ = oracle(logged, "inv")
+    got = verdict(logged)
+    if user and unanswered:
+        assert got.cls is T and got.cls is not D
+        assert {c for c, _ in got.unanswered_calls} == set(unanswered)
+    if got.cls is D:
+        assert not got.unanswered_calls and not unanswered
+
+
+def test_replay_blockers_are_only_the_callers_own_content_less_events() -> None:
+    user = mk("inv", "user", text="hi")
+    call = mk("inv", "payer", calls=[("c1", "tool0")])
+    err = mk("inv", "payer", error="StoreUnavailable")
+    end = mk("inv", "payer", end=True)
+    seal = mk("inv", "payer", error=ABORT_ERROR_CODE)
+    other = mk("inv", "a", error="Boom")
+    state = mk("inv", "payer", state={"step": 1})
+    events = [user, call, err, other, state, end]
+    assert replay_blockers(events, verdict(events)) == {err.id, end.id}
+    # An abort seal is the client's decision: never hidden (and then nothing is replayed).
+    assert seal.id not in replay_blockers([*events, seal], verdict([*events, seal]))
+    # Another branch's events are not the caller's.
+    branched = err.model_copy(update={"id": "e-branch", "branch": "payer.sub"})
+    assert replay_blockers([user, call, branched], verdict([user, call, branched])) == set()
+    # An answered call, or one the agent moved past, has nothing to replay.
+    answered = [user, call, mk("inv", "payer", responses=[("c1", "tool0")]), err]
+    assert replay_blockers(answered, verdict(answered)) == set()
+    moved_on = [user, call, err, mk("inv", "payer", text="done anyway")]
+    assert verdict(moved_on).abandoned_calls == ("c1",)
+    assert replay_blockers(moved_on, verdict(moved_on)) == set()

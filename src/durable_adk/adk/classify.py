@@ -12,28 +12,34 @@ The recovery sweeper asks `classify` about the invocation of each run it claims
   ``agent_state`` / ``end_of_agent`` events among them) are never the "last
   meaningful event"; only the end marker of the root or terminal agent counts.
 * Precedence: NOT_STARTED, TOOL_UNANSWERED, PAUSED, ACTUALLY_DONE, else
-  MODEL_INFLIGHT. A dangling call is never ACTUALLY_DONE or MODEL_INFLIGHT.
+  MODEL_INFLIGHT. An invocation with a call that is not long-running and has
+  no function response is TOOL_UNANSWERED, never ACTUALLY_DONE or
+  MODEL_INFLIGHT, whatever follows the call (an error event is not an answer).
 * ``is_final_response()`` is never a done test: it is true for sub-agents'
   texts, error events and long-running calls.
 
 Decisions:
 
-* A call is *dangling* when no function response has its id and its author
-  made no later model turn. ADK answers a crashed call by replaying it with
-  the same id (resumable) or drops it and asks the model again (not
-  resumable), leaving it unanswered for ever: a later turn means abandoned.
+* A call is *unanswered* when no function response has its id. It is also
+  *abandoned* when its author made a later model turn: ADK moved past it
+  (a non-resumable re-drive drops the call and asks the model again) and a
+  re-drive will not replay it. Both count as unanswered: the sweeper re-drives
+  a call ADK can still replay and parks an abandoned one (``abandoned_calls``).
 * A long-running call (``long_running_tool_ids``, or a legacy
   ``adk_request_input`` / ``adk_request_credential`` call) is open until a
   function response with its id comes from the user or an abort seal, as in
   ADK's interrupt index; the tool's own interim response does not answer it.
-* The user's answer to an ``adk_request_confirmation`` call reopens the call it
+* A call whose ``adk_request_confirmation`` request is still open waits on
+  that request (PAUSED), not on a tool. The user's answer to it reopens the call it
   guards (whose placeholder response said "requires confirmation"): ADK then
   runs the tool and answers again, so a crash in between is TOOL_UNANSWERED.
 * An error event (``error_code``) as the last meaningful event gives
   MODEL_INFLIGHT: no answer was given, so a re-drive duplicates nothing the
   user saw and retries a maybe transient failure; the attempt limit parks a
   persistent one with this reason (naming the code) in the dead letter. Done
-  would report a failure as success. A tool that raised: TOOL_UNANSWERED.
+  would report a failure as success. A tool that raised (ADK stores a
+  content-less error event after the call, ``workflow/_node_runner.py``):
+  TOOL_UNANSWERED, the error event does not answer the call.
 * An abort seal (``error_code == "INVOCATION_ABORTED"``: a client cancelled)
   gives ACTUALLY_DONE: a re-drive would undo the cancellation.
 * An invocation whose events were all rewound away gives NOT_STARTED.
@@ -74,11 +80,13 @@ class Classification:
     Attributes:
         cls: The class.
         invocation_id: The invocation classified.
-        unanswered_calls: ``(call_id, tool_name)`` of each dangling call that is
-            not long-running, in call order.
+        unanswered_calls: ``(call_id, tool_name)`` of each call that is not
+            long-running and has no function response, in call order.
         pending_long_running: Ids of the long-running calls still unanswered.
         reason: A short human explanation.
         last_event_id: Id of the invocation's last live event (of any kind).
+        abandoned_calls: Ids of the ``unanswered_calls`` whose author made a
+            later model turn: a re-drive will not replay them.
     """
 
     cls: OrphanClass
@@ -87,6 +95,7 @@ class Classification:
     pending_long_running: tuple[str, ...]
     reason: str
     last_event_id: str | None
+    abandoned_calls: tuple[str, ...] = ()
 
 
 def live_events(events: Sequence[Event]) -> list[Event]:
@@ -150,8 +159,11 @@ def _is_final_text(event: Event) -> bool:
     )
 
 
-def _open_calls(mine: Sequence[Event]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """Returns the dangling ``(id, name)`` calls and the open long-running call ids."""
+def _open_calls(
+    mine: Sequence[Event],
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
+    """Returns the unanswered ``(id, name)`` calls, the abandoned ones' ids and the open
+    long-running call ids."""
     calls: dict[str, tuple[str, str, int]] = {}  # id -> (name, author, index)
     long_running: set[str] = set()
     answered: set[str] = set()
@@ -182,14 +194,26 @@ def _open_calls(mine: Sequence[Event]) -> tuple[tuple[tuple[str, str], ...], tup
         long_running.update(event.long_running_tool_ids or ())
         if _is_model_turn(event):
             last_turn[event.author] = index
-    dangling = tuple(
+    # A call awaiting its confirmation waits on that (long-running) request, not on a tool.
+    awaiting_confirmation = {
+        guarded
+        for request, guarded in confirms.items()
+        if request in long_running and request not in by_user
+    }
+    unanswered = tuple(
         (call_id, name)
-        for call_id, (name, author, index) in calls.items()
+        for call_id, (name, _, _) in calls.items()
         if call_id not in long_running
         and call_id not in answered
-        and last_turn.get(author, -1) <= index
+        and call_id not in awaiting_confirmation
     )
-    return dangling, tuple(c for c in calls if c in long_running and c not in by_user)
+    abandoned = tuple(
+        call_id
+        for call_id, _ in unanswered
+        if last_turn.get(calls[call_id][1], -1) > calls[call_id][2]
+    )
+    pending = tuple(c for c in calls if c in long_running and c not in by_user)
+    return unanswered, abandoned, pending
 
 
 def recover_invocation_id(
@@ -243,7 +267,7 @@ def classify(
 ) -> Classification:
     """Classifies what the stored events say about one invocation.
 
-    ACTUALLY_DONE needs no dangling or long-running call and either (a) an
+    ACTUALLY_DONE needs no unanswered or long-running call and either (a) an
     ``end_of_agent`` marker by the root or terminal agent after the last
     meaningful event, unless that event hands over with ``transfer_to_agent``
     (an LlmAgent writes its marker before its transfer target runs); (b) an
@@ -285,10 +309,15 @@ def classify(
         why = "its events were rewound" if rewound else "no user message stored"
         return verdict(OrphanClass.NOT_STARTED, why)
 
-    dangling, pending = _open_calls(mine)
-    if dangling:
-        names = ", ".join(name for _, name in dangling)
-        return verdict(OrphanClass.TOOL_UNANSWERED, f"unanswered call: {names}", dangling, pending)
+    unanswered, abandoned, pending = _open_calls(mine)
+    if unanswered:
+        names = ", ".join(name for _, name in unanswered)
+        why = f"unanswered call: {names}"
+        if abandoned:
+            why += f" ({len(abandoned)} left behind by a later model turn)"
+        return Classification(
+            OrphanClass.TOOL_UNANSWERED, invocation_id, unanswered, pending, why, last_id, abandoned
+        )
     if pending:
         return verdict(OrphanClass.PAUSED, "long-running call awaits its answer", (), pending)
 
@@ -321,3 +350,49 @@ def classify(
     else:
         why = f"awaiting the model after {last.author}"
     return verdict(OrphanClass.MODEL_INFLIGHT, why)
+
+
+def replay_blockers(events: Sequence[Event], found: Classification) -> frozenset[str]:
+    """Ids of the events that keep ADK from replaying ``found``'s unanswered calls.
+
+    ADK replays an unanswered call on re-drive only when the call is the last
+    event of its agent's branch (``flows/llm_flows/core/_resume.py``,
+    ``decide_step_resume``); any later event of the branch that does not
+    answer it makes ADK pause instead, writing the agent's end marker with no
+    answer (docs/adk-notes.md, section 6). The events that stand in the way
+    after a transient fault are content-less ones by the call's author on the
+    call's branch: the error event ADK stores when the tool raised, and end
+    markers a re-drive wrote while it skipped the call. Abort seals, events
+    with content or state changes, other agents' and other branches' events
+    are never returned, nor anything for an abandoned call.
+
+    Args:
+        events: The whole session's events, oldest first.
+        found: The invocation's classification (``classify`` of ``events``).
+
+    Returns:
+        Event ids to leave out of what ADK sees for the re-drive (the log itself
+        is not changed).
+    """
+    replayable = {c for c, _ in found.unanswered_calls} - set(found.abandoned_calls)
+    if not replayable:
+        return frozenset()
+    mine = [
+        e for e in live_events(events) if e.invocation_id == found.invocation_id and not e.partial
+    ]
+    blockers: set[str] = set()
+    for index, event in enumerate(mine):
+        if not any(c.id in replayable for c in event.get_function_calls()):
+            continue
+        for later in mine[index + 1 :]:
+            if (
+                later.author == event.author
+                and later.branch == event.branch
+                and not _has_content(later)
+                and not later.actions.state_delta
+                and not later.actions.agent_state
+                and later.error_code != ABORT_ERROR_CODE
+                and (later.error_code or later.actions.end_of_agent)
+            ):
+                blockers.add(later.id)
+    return frozenset(blockers)

@@ -8,7 +8,9 @@ atomic statement (so a duplicate sweep by another worker is harmless), at most
 NOT_STARTED        drive it from the stored request, same invocation id
 MODEL_INFLIGHT     re-drive the invocation (ADK resumability continues it)
 TOOL_UNANSWERED    re-drive when every unanswered tool is declared idempotent
-                   (or journaled); otherwise park: "outcome unknown"
+                   (or journaled) and ADK can still replay the call; otherwise
+                   park: "outcome unknown", or "left behind" for a call the
+                   agent moved past (a re-drive would not answer it)
 PAUSED             mark PAUSED: only the job resumer may answer the call; but a
                    run that carries that answer (a resume whose worker died
                    before ADK stored it) is re-driven with it
@@ -18,6 +20,33 @@ ACTUALLY_DONE      mark DONE; never re-drive (that would ask the model again)
 A claim past ``max_attempts`` parks the run with a dead letter holding the
 request, the classification, the last events and the error. ``serve()`` runs a
 pass at start-up and then periodically.
+
+Claims are never held unheartbeated. A claimed run's lease is renewed only
+while :meth:`DurableRunner.drive` drives it, so a pass claims only as many
+runs as it has free slots (``concurrency``) and claims more as recoveries end,
+up to ``batch`` per pass, stopping early once a claim finds fewer runs than it
+asked for. A run therefore waits in no queue of ours after its claim: the
+time between a claim and the heartbeat of its drive is one session read and
+the classification, not the length of other runs' drives, so its lease cannot
+run out while it waits and no other worker claims (and drives) it again,
+burning an attempt with nothing failing. Handing claimed runs to a queue with
+their leases renewed from the claim would keep that guarantee too, but it
+would hold runs another idle worker could be driving; claiming on demand
+leaves them to whichever worker has room first.
+
+A re-drive that meets a transient fault ends as ``errors.RunInterrupted``
+from the runner: the run is back on the ledger for a later recovery, and the
+result says so (``redrive``, status RUNNING). A takeover during a recovery
+(``errors.Fenced``) is logged and left out of the results.
+
+ADK does not replay a call followed by its error event (a tool that raised on
+a store fault): on re-drive it pauses the agent and writes its end marker with
+no answer (docs/adk-notes.md, "A call followed by its error event"). For a
+TOOL_UNANSWERED re-drive the sweeper therefore shows ADK the invocation
+without those content-less events (:func:`classify.replay_blockers`; the log
+itself is unchanged), through a plugin on the runner's ADK ``Runner``: ADK
+then replays the call with its id, and a journaled tool answers from its
+journal or looks its effect up before acting again.
 """
 
 from __future__ import annotations
@@ -29,11 +58,19 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events.event import Event
+from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.classify import Classification, OrphanClass, classify, recover_invocation_id
+from durable_adk.adk.classify import (
+    Classification,
+    OrphanClass,
+    classify,
+    recover_invocation_id,
+    replay_blockers,
+)
 from durable_adk.adk.runner import LAST_EVENTS_KEPT, DurableRunner
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
@@ -53,6 +90,45 @@ def _request_text(request: str) -> str | None:
     return "".join(texts) or None
 
 
+class _ReplayUnansweredCalls(BasePlugin):
+    """Shows ADK a re-driven invocation without the events that keep it from replaying a call.
+
+    ``before_run_callback`` runs once per ``run_async``, after ADK read the
+    session and before any agent looks at its events. It replaces the list of
+    events of ADK's own ``Session`` object (a copy made for this read by
+    DurableSessionService.get_session, not the service's cache), so only what
+    ADK decides from changes: the stored log and the session service's cache
+    keep every event, and later appends are fenced by the store's sequence
+    number, not by the list.
+    """
+
+    NAME = "durable_adk_replay_unanswered_calls"
+
+    def __init__(self) -> None:
+        super().__init__(name=self.NAME)
+        self.hidden: dict[str, frozenset[str]] = {}
+
+    async def before_run_callback(
+        self, *, invocation_context: InvocationContext
+    ) -> types.Content | None:
+        hidden = self.hidden.get(invocation_context.invocation_id)
+        session = invocation_context.session
+        if hidden and session is not None:
+            session.events = [e for e in session.events if e.id not in hidden]
+        return None
+
+
+def _replay_plugin(runner: DurableRunner) -> _ReplayUnansweredCalls:
+    """The runner's replay plugin, registered on its ADK Runner the first time."""
+    manager = runner.adk.plugin_manager
+    existing = manager.get_plugin(_ReplayUnansweredCalls.NAME)
+    if isinstance(existing, _ReplayUnansweredCalls):
+        return existing
+    plugin = _ReplayUnansweredCalls()
+    manager.register_plugin(plugin)
+    return plugin
+
+
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """What one recovery did.
@@ -61,7 +137,8 @@ class Recovery:
         run_id: The run.
         found: The class found in the event log.
         action: What the sweeper did: ``redrive``, ``mark_done``, ``mark_paused``, ``park``.
-        status: The run's status afterwards.
+        status: The run's status afterwards: RUNNING after a re-drive that a
+            transient fault interrupted (the run is back for a later recovery).
         reason: Why (the classifier's reason, or the parking reason).
     """
 
@@ -92,7 +169,8 @@ class Sweeper:
             interval: Seconds between passes in :meth:`serve`.
             metrics: Where recoveries, parkings and recovery spans go
                 (default: the runner's).
-            concurrency: How many of a pass's runs are recovered at a time.
+            concurrency: How many runs are recovered at a time; a pass holds no
+                more claims than that.
         """
         if batch < 1 or concurrency < 1 or interval <= 0:
             raise errors.InvalidArgument("batch and concurrency must be >= 1, interval > 0")
@@ -102,30 +180,54 @@ class Sweeper:
         self.ledger = runner.ledger
         self.batch = batch
         self.interval = interval
+        self._replay = _replay_plugin(runner)
 
     async def recover_once(self) -> list[Recovery]:
-        """Claims and recovers up to ``batch`` expired runs; returns what was done."""
-        claimed = await self.ledger.claim_expired(
-            self.runner.worker_id, limit=self.batch, app_name=self.runner.app_name
-        )
-        if not claimed:
-            return []
-        # The claimed runs belong to different sessions (one RUNNING run per
-        # session): they are recovered side by side, so one run's round trips
-        # overlap another's work.
-        slots = asyncio.Semaphore(self.concurrency)
+        """Claims and recovers up to ``batch`` expired runs; returns what was done, in claim order.
 
-        async def one(run: Run) -> Recovery | None:
-            async with slots:
-                return await self._recover_in_span(run)
-
-        # Every claimed run's recovery ends before the pass does; a failure
-        # (the store going away, say) is raised once they all have.
-        results = await asyncio.gather(*(one(run) for run in claimed), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return [r for r in results if isinstance(r, Recovery)]
+        At most ``concurrency`` runs are claimed and in recovery at any moment;
+        each freed slot claims the next expired run, until ``batch`` were
+        claimed or a claim finds fewer runs than it asked for. A failure (the
+        store going away, say) stops the claiming and is raised once every
+        recovery in progress has ended.
+        """
+        owner, app_name = self.runner.worker_id, self.runner.app_name
+        started: list[asyncio.Task[Recovery | None]] = []
+        running: set[asyncio.Task[Recovery | None]] = set()
+        failure: BaseException | None = None
+        claimed = 0
+        more = True
+        try:
+            while True:
+                wanted = min(self.concurrency - len(running), self.batch - claimed)
+                if more and failure is None and wanted > 0:
+                    try:
+                        runs = await self.ledger.claim_expired(
+                            owner, limit=wanted, app_name=app_name
+                        )
+                    except Exception as exc:  # raised below, once the others end
+                        failure, runs = exc, []
+                    claimed += len(runs)
+                    more = len(runs) == wanted and claimed < self.batch
+                    for run in runs:
+                        task = asyncio.create_task(self._recover_in_span(run))
+                        started.append(task)
+                        running.add(task)
+                if not running:
+                    break
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if failure is None and not task.cancelled() and task.exception() is not None:
+                        failure = task.exception()
+        finally:
+            # Cancelled (serve() ending): no recovery is left running unseen.
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running)
+        if failure is not None:
+            raise failure
+        return [r for r in (t.result() for t in started if not t.cancelled()) if r is not None]
 
     async def _recover_in_span(self, run: Run) -> Recovery | None:
         try:
@@ -141,9 +243,23 @@ class Sweeper:
                 span.set_attribute("durable_adk.found", recovery.found.value)
                 span.set_attribute("durable_adk.action", recovery.action)
         except errors.Fenced:
-            logger.warning("run %s was taken over during its recovery", run.run_id)
+            logger.warning(
+                "run %s (epoch %d) was taken over during its recovery", run.run_id, run.epoch
+            )
             return None
         self.metrics.recovered(recovery.found.value, recovery.action)
+        level = logging.WARNING if recovery.status is RunStatus.PARKED else logging.INFO
+        logger.log(
+            level,
+            "recovered run %s: found %s at epoch %d (attempt %d), %s -> %s: %s",
+            run.run_id,
+            recovery.found.value,
+            run.epoch,
+            run.attempts,
+            recovery.action,
+            recovery.status.value,
+            recovery.reason,
+        )
         return recovery
 
     async def _recover(self, run: Run) -> Recovery:
@@ -176,12 +292,19 @@ class Sweeper:
         if found.cls is OrphanClass.PAUSED and not answers & set(found.pending_long_running):
             await self._finish(run, RunStatus.PAUSED, found)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
+        hidden: frozenset[str] = frozenset()
         if found.cls is OrphanClass.TOOL_UNANSWERED:
-            unsafe = [
-                name
-                for _, name in found.unanswered_calls
-                if name not in self.runner.idempotent_tools
-            ]
+            names = dict(found.unanswered_calls)
+            if found.abandoned_calls:
+                left = sorted({names[c] for c in found.abandoned_calls})
+                return await self._park(
+                    run,
+                    found,
+                    mine,
+                    f"left unanswered: {', '.join(left)} was called and the agent moved on "
+                    "without its answer; a re-drive would not run it",
+                )
+            unsafe = [name for name in names.values() if name not in self.runner.idempotent_tools]
             if unsafe:
                 return await self._park(
                     run,
@@ -189,11 +312,20 @@ class Sweeper:
                     mine,
                     f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted",
                 )
+            hidden = replay_blockers(events, found)
         resume = found.cls is not OrphanClass.NOT_STARTED
         # This worker holds the run and has just read its session: ADK's read,
         # next, is served from that.
         self.runner.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
         ended: list[RunStatus] = []
+        if hidden:
+            logger.info(
+                "run %s: ADK re-drives the call without the %d event(s) after it (error event "
+                "or end marker) that would make it skip the call",
+                run.run_id,
+                len(hidden),
+            )
+            self._replay.hidden[run.invocation_id or invocation_id or ""] = hidden
         try:
             driven = self.runner.drive(
                 run, message, resume=resume, classification=found.cls.value, outcome=ended
@@ -202,11 +334,17 @@ class Sweeper:
                 pass
         except errors.Fenced:
             raise
+        except errors.RunInterrupted as exc:  # a transient fault: back on the ledger
+            return Recovery(run.run_id, found.cls, "redrive", RunStatus.RUNNING, str(exc))
         except OutcomeUnknown as exc:  # drive() parked it with a dead letter
             return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, str(exc))
+        except errors.StoreError:
+            raise  # nothing recorded the end: the run is recovered again after its lease
         except Exception as exc:  # the run is FAILED on the ledger by drive()
             logger.warning("run %s failed on re-drive: %s", run.run_id, exc)
             return Recovery(run.run_id, found.cls, "redrive", RunStatus.FAILED, str(exc))
+        finally:
+            self._replay.hidden.pop(run.invocation_id or invocation_id or "", None)
         status = ended[0] if ended else RunStatus.DONE
         return Recovery(run.run_id, found.cls, "redrive", status, found.reason)
 
