@@ -54,6 +54,7 @@ from typing_extensions import override
 from durable_adk import errors
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import as_async, attempt_in
+from durable_adk.fence import current_fence
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS
 from durable_adk.sagas import Compensation, Fence, Saga, SagaLedger, SagaStatus, Undo
@@ -116,7 +117,9 @@ class SagaStage(BaseAgent):
         act = as_async(self.action)
         find = as_async(self.find) if self.find is not None else None
         call = asyncio.ensure_future(
-            journal.execute(action_key, attempt, lambda key: act(state, key), find)
+            journal.execute(
+                action_key, attempt, lambda key: act(state, key), find, fence=current_fence()
+            )
         )
         try:
             record = await asyncio.shield(call)

@@ -35,6 +35,7 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.fence import current_fence
 from durable_adk.journal import Attempt, Journal
 
 KEY_PARAM = "idempotency_key"
@@ -160,7 +161,7 @@ def journaled(
             journal, attempt = attempt_of(tool_context, tool_name)
             if journal is None:
                 return await once(effect_key, act)
-            return await journal.execute(effect_key, attempt, act, find)
+            return await journal.execute(effect_key, attempt, act, find, fence=current_fence())
 
         visible = [p for n, p in params.items() if n not in (KEY_PARAM, "tool_context")]
         context = inspect.Parameter(
