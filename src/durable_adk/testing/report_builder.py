@@ -6,7 +6,11 @@ submitted with ``POST /builds`` (``{"job_id", "quarter", "region"}``); after
 then posts it again ``--repeat-after`` seconds later, as a retrying sender
 does (the duplicate must be harmless). ``POST /builds/<job_id>/cancel`` stops a
 build whose webhook has not gone out. Every submission is counted, repeats
-included, so a test can assert that a job was never submitted twice.
+included, so a test can assert that a job was never submitted twice; and every
+request is logged when it arrives, before it is handled, like the fake
+services' (``GET /_requests``, :meth:`ReportBuilderClient.requests` and
+:meth:`ReportBuilderClient.acts`): a submit that was refused or repeated
+still counts as an act.
 
 Run it with::
 
@@ -17,10 +21,14 @@ It prints ``READY <port>`` once it accepts connections, binds 127.0.0.1 only,
 and exits on SIGTERM or when the ``--parent-pid`` process is gone.
 :class:`ReportBuilder` does all this for a test or an example.
 
-HTTP interface: ``POST /builds`` (202 and the build), ``POST
-/builds/<job_id>/cancel`` (200), ``GET /builds/<job_id>`` (the build: its
-submissions, webhooks sent and their answers, cancelled), ``GET /stats``
-(``submissions``, ``builds``, ``webhooks``).
+HTTP interface: ``POST /builds`` (202 and the build; 200 and the build for a
+repeat), ``POST /builds/<job_id>/cancel`` (200), ``GET /builds/<job_id>``
+(the build: its submissions, webhooks sent and their answers, cancelled),
+``GET /stats`` (``submissions``, ``builds``, ``webhooks``), ``GET
+/_requests?since=SEQ`` (the request log, in memory: it starts empty with each
+process). In the log a build is collection ``builds``; ``submit`` and
+``cancel`` are the acts, ``get`` and ``stats`` the reads; the key is the job id
+(``job_id`` of a submit's body, the path's for a cancel).
 """
 
 from __future__ import annotations
@@ -36,11 +44,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from durable_adk.testing.fakes.clients import read_requests
+from durable_adk.testing.fakes.protocol import (
+    REQUESTS_PATH,
+    Caller,
+    Outcome,
+    RequestRecord,
+    caller_headers,
+    caller_of,
+)
+from durable_adk.testing.fakes.request_log import IN_MEMORY, RequestLog
 from durable_adk.webhooks import sign
 
 
@@ -149,36 +167,85 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        parts = [urllib.parse.unquote(p) for p in self.path.strip("/").split("/")]
-        builder = self.server.builder
-        if parts == ["builds"]:
-            try:
-                payload = json.loads(raw)
-            except json.JSONDecodeError:
-                self._answer(400, {"error": "body is not JSON"})
-                return
-            if not isinstance(payload, dict):
-                self._answer(400, {"error": "body must be an object"})
-                return
-            self._answer(*builder.submit(payload))
-        elif len(parts) == 3 and parts[0] == "builds" and parts[2] == "cancel":
-            self._answer(*builder.cancel(parts[1]))
-        else:
-            self._answer(404, {"error": "unknown path"})
+        self._handle("POST", self.rfile.read(length) if length else b"")
 
     def do_GET(self) -> None:
-        parts = [urllib.parse.unquote(p) for p in self.path.strip("/").split("/")]
+        self._handle("GET", b"")
+
+    def _handle(self, method: str, raw: bytes) -> None:
+        """Logs the request, then answers it, then logs its outcome."""
+        target = urllib.parse.urlsplit(self.path)
+        log = self.server.log
+        if target.path == REQUESTS_PATH:  # reading the log is not logged
+            try:
+                self._answer(200, log.answer(target.query))
+            except ValueError as err:
+                self._answer(400, {"error": str(err)})
+            return
+        parts = [urllib.parse.unquote(p) for p in target.path.strip("/").split("/")]
+        payload: Any = None
+        if method == "POST" and parts == ["builds"]:
+            try:
+                payload = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                payload = None
+        action, key = _addressed(method, parts, payload)
+        seq = log.received(
+            method=method,
+            path=self.path,
+            collection="builds" if action not in (None, "stats") else None,
+            action=action,
+            item_id=parts[1] if action in ("cancel", "get") else None,
+            key=key,
+            mutating=action in ("submit", "cancel"),
+            caller=caller_of(self.headers),
+        )
+        status, body = 500, {"error": "internal error"}
+        outcome: Outcome = "error"
+        try:
+            status, body, outcome = self._route(method, parts, payload)
+        finally:
+            log.answered(seq, outcome, status, None)
+        self._answer(status, body)
+
+    def _route(
+        self, method: str, parts: list[str], payload: Any
+    ) -> tuple[int, dict[str, Any], Outcome]:
         builder = self.server.builder
-        if parts == ["stats"]:
-            self._answer(200, builder.stats())
-        elif len(parts) == 2 and parts[0] == "builds":
+        if method == "POST" and parts == ["builds"]:
+            if not isinstance(payload, dict):
+                return 400, {"error": "the body must be a JSON object"}, "error"
+            status, body = builder.submit(payload)
+            if status in (200, 202):
+                return status, body, "created" if status == 202 else "replayed"
+            return status, body, "error"
+        if method == "POST" and len(parts) == 3 and parts[0] == "builds" and parts[2] == "cancel":
+            status, body = builder.cancel(parts[1])
+            return status, body, "applied" if status == 200 else "not_found"
+        if method == "GET" and parts == ["stats"]:
+            return 200, builder.stats(), "found"
+        if method == "GET" and len(parts) == 2 and parts[0] == "builds":
             with builder.lock:
                 build = builder.builds.get(parts[1])
                 found = None if build is None else json.loads(json.dumps(build))
-            self._answer(200, found) if found else self._answer(404, {"error": "no such build"})
-        else:
-            self._answer(404, {"error": "unknown path"})
+            if found is None:
+                return 404, {"error": "no such build"}, "not_found"
+            return 200, found, "found"
+        return 404, {"error": "unknown path"}, "error"
+
+
+def _addressed(method: str, parts: list[str], payload: Any) -> tuple[str | None, str | None]:
+    """The action a request asks for and the job id it names (see the module docstring)."""
+    if method == "POST" and parts == ["builds"]:
+        job_id = payload.get("job_id") if isinstance(payload, dict) else None
+        return "submit", job_id if isinstance(job_id, str) else None
+    if method == "POST" and len(parts) == 3 and parts[0] == "builds" and parts[2] == "cancel":
+        return "cancel", parts[1]
+    if method == "GET" and parts == ["stats"]:
+        return "stats", None
+    if method == "GET" and len(parts) == 2 and parts[0] == "builds":
+        return "get", parts[1]
+    return None, None
 
 
 class _Server(ThreadingHTTPServer):
@@ -187,6 +254,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, port: int, builder: Builder) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.builder = builder
+        self.log = RequestLog(IN_MEMORY)
 
 
 def _watch_parent(pid: int, server: _Server) -> None:
@@ -221,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"READY {server.server_address[1]}", flush=True)
     server.serve_forever(poll_interval=0.1)
     server.server_close()
+    server.log.close()
     return 0
 
 
@@ -281,18 +350,30 @@ class ReportBuilder:
 
 
 class ReportBuilderClient:
-    """HTTP client of the builder: the ``submit`` and ``cancel`` hooks, and test readers."""
+    """HTTP client of the builder: the ``submit`` and ``cancel`` hooks, and test readers.
 
-    def __init__(self, url: str) -> None:
+    Args:
+        url: The builder's URL.
+        caller: Tags every request with ``X-Caller-<name>`` headers, which the
+            request log records (see :data:`~durable_adk.testing.services.Caller`).
+    """
+
+    def __init__(self, url: str, *, caller: Caller | None = None) -> None:
         self.url = url.rstrip("/")
+        self.caller = caller
+        if isinstance(caller, Mapping):
+            caller_headers(caller)  # a bad name fails here, not at the first call
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.caller is not None:
+            headers.update(caller_headers(self.caller() if callable(self.caller) else self.caller))
         request = urllib.request.Request(
             self.url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers=headers,
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
@@ -319,6 +400,39 @@ class ReportBuilderClient:
     def stats(self) -> dict[str, int]:
         """Submissions (repeats included), builds and webhooks sent."""
         return dict(self._call("GET", "/stats"))
+
+    def requests(
+        self,
+        action: str | None = None,
+        key: str | None = None,
+        *,
+        caller: Mapping[str, str] | None = None,
+        mutating: bool | None = None,
+        since: int = 0,
+    ) -> list[RequestRecord]:
+        """The requests the builder received, oldest first (see the module docstring).
+
+        Args:
+            action: ``submit``, ``cancel``, ``get`` or ``stats``.
+            key: Only requests naming this job id.
+            caller: Only requests whose ``X-Caller-*`` headers have these values.
+            mutating: Only acts (``submit``, ``cancel``) or only reads.
+            since: Only records with a greater ``seq``.
+        """
+        return read_requests(
+            self.url, since=since, action=action, key=key, caller=caller, mutating=mutating
+        )
+
+    def acts(
+        self,
+        action: str | None = None,
+        key: str | None = None,
+        *,
+        caller: Mapping[str, str] | None = None,
+        since: int = 0,
+    ) -> int:
+        """How many submit and cancel requests arrived, refused or repeated ones included."""
+        return len(self.requests(action, key, caller=caller, mutating=True, since=since))
 
 
 if __name__ == "__main__":

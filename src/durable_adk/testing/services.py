@@ -37,6 +37,17 @@ HTTP interface, for each collection ``C`` (e.g. ``invoices``):
 * ``POST /C/<id>/<action>`` with an ``Idempotency-Key`` header: 200 and the
   changed item; a repeated key: 200 and the original answer.
 * ``GET /``: the service's name, collections, pid and whether lookup is on.
+* ``GET /_requests?since=SEQ&limit=N``: the request log, ``{"requests":
+  [...], "more": bool}``, records with ``seq > SEQ`` (default 0), at most N
+  (default and limit 1000) per page, oldest first. Every request the service
+  receives (but these reads of the log) is logged when it arrives, before it
+  is handled: its ``seq``, method, path, the collection and action it
+  addresses, its idempotency key, whether it is an act (a create or an
+  action), its ``X-Caller-*`` headers, and, once answered, its outcome
+  (``created``, ``applied``, ``replayed``, ``found``, ``not_found``,
+  ``error``), status and the service's wall-clock times. See
+  :class:`RequestRecord`; :meth:`FakeService.requests` and
+  :meth:`FakeService.acts` read it.
 
 Guarantees:
 
@@ -56,6 +67,8 @@ Guarantees:
   closed), an unknown path and a method the path does not take (PUT, PATCH,
   DELETE, ...) each get a 4xx answer ``{"error": <message>, "reason": <code>}``
   before any write.
+* **Acts are counted, not only records.** A repeat that the key dedupes
+  writes no item but is in the request log: ``acts`` counts it.
 * **Only loopback.** The server binds ``127.0.0.1`` and nothing else.
 * **Injected failures.** With ``--fail-times N``, the first N create requests
   that pass validation (repeats included) answer 503: ``--fail-mode before``
@@ -89,11 +102,19 @@ from durable_adk.testing.fakes.clients import (
     ResourceClient,
     ServiceError,
     ServiceUnreachable,
+    read_requests,
     request_json,
 )
 from durable_adk.testing.fakes.process import FakeService, ServiceStartError
 from durable_adk.testing.fakes.protocol import HOST as HOST
-from durable_adk.testing.fakes.protocol import MAX_BODY_BYTES, MAX_KEY_LENGTH, key_problem
+from durable_adk.testing.fakes.protocol import (
+    MAX_BODY_BYTES,
+    MAX_KEY_LENGTH,
+    Caller,
+    Outcome,
+    RequestRecord,
+    key_problem,
+)
 from durable_adk.testing.fakes.protocol import FailMode as FailMode
 from durable_adk.testing.fakes.protocol import JsonObject as JsonObject
 from durable_adk.testing.fakes.protocol import utc_now as utc_now
@@ -127,11 +148,14 @@ __all__ = [
     "SERVICES",
     "Action",
     "BillingClient",
+    "Caller",
     "FakeService",
     "Field",
     "LookupUnavailable",
     "NotificationClient",
+    "Outcome",
     "Rejected",
+    "RequestRecord",
     "Resource",
     "ResourceClient",
     "ServiceError",
@@ -140,6 +164,7 @@ __all__ = [
     "ServiceUnreachable",
     "key_problem",
     "main",
+    "read_requests",
     "register",
     "request_json",
 ]

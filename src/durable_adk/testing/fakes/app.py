@@ -1,7 +1,12 @@
-"""The request logic of a fake service: routing, parsing, checks; no sockets."""
+"""The request logic of a fake service: routing, parsing, checks, the request log; no sockets.
+
+Every request is logged (:mod:`.request_log`) before it is handled, and its
+outcome after; only the log's own reader, ``GET /_requests``, is not logged.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -11,7 +16,15 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
 
-from durable_adk.testing.fakes.protocol import FailMode, JsonObject, key_problem
+from durable_adk.testing.fakes.protocol import (
+    REQUESTS_PATH,
+    FailMode,
+    JsonObject,
+    Outcome,
+    caller_of,
+    key_problem,
+)
+from durable_adk.testing.fakes.request_log import IN_MEMORY, RequestLog
 from durable_adk.testing.fakes.specs import Field, Rejected, Resource, ServiceSpec, json_type
 from durable_adk.testing.fakes.storage import NotFound, Store, StoreClosed
 
@@ -38,11 +51,32 @@ def bad_request(message: str) -> HttpError:
 
 @dataclass
 class Response:
-    """An answer: its status, JSON body and extra headers."""
+    """An answer: its status, JSON body and extra headers.
+
+    ``outcome`` is what the request log records; when None it follows from the
+    status (2xx ``found``, 404 ``not_found`` with that reason, else ``error``).
+    """
 
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    outcome: Outcome | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """The error answer's ``reason`` code, or None."""
+        if self.status < 400 or not isinstance(self.body, dict):
+            return None
+        value = self.body.get("reason")
+        return value if isinstance(value, str) else None
+
+    def logged_outcome(self) -> Outcome:
+        """The outcome the request log records for this answer."""
+        if self.outcome is not None:
+            return self.outcome
+        if 200 <= self.status < 300:
+            return "found"
+        return "not_found" if self.status == 404 and self.reason == "not_found" else "error"
 
 
 @dataclass
@@ -141,6 +175,7 @@ class ServiceApp:
         fail_actions: How many action requests (``POST /<c>/<id>/<action>``)
             fail on purpose with 503, before anything is applied.
         db_path: Shown by ``GET /``.
+        log: Where requests are logged; by default a log in memory.
     """
 
     def __init__(
@@ -153,9 +188,11 @@ class ServiceApp:
         fail_mode: FailMode = "before",
         fail_actions: int = 0,
         db_path: str = "",
+        log: RequestLog | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
+        self.log = log if log is not None else RequestLog(IN_MEMORY)
         self.lookup = lookup
         self.fail_mode: FailMode = fail_mode
         self.db_path = db_path
@@ -179,15 +216,86 @@ class ServiceApp:
             return True
 
     def handle(self, request: Request) -> Response:
-        """Answers one request; never raises for bad input."""
+        """Answers one request; never raises for bad input.
+
+        The request is logged before anything else is done with it, and its
+        outcome once the answer is ready (also when handling it raised).
+        """
+        if urllib.parse.urlsplit(request.target).path == REQUESTS_PATH:
+            return self._answer(self._read_log, request)  # reading the log does not change it
         try:
-            return self._route(request)
+            seq = self.log.received(**self._describe(request))
+        except StoreClosed:
+            return _shutting_down()
+        response = Response(500, {"error": "internal error", "reason": "internal"})
+        try:
+            response = self._answer(self._route, request)
+        finally:
+            with contextlib.suppress(StoreClosed):  # stopping: logged without its outcome
+                self.log.answered(seq, response.logged_outcome(), response.status, response.reason)
+        return response
+
+    @staticmethod
+    def _answer(route: Callable[[Request], Response], request: Request) -> Response:
+        try:
+            return route(request)
         except HttpError as err:
             return Response(err.status, {"error": err.message, "reason": err.reason}, err.headers)
         except Rejected as err:
             return Response(err.status, {"error": err.message, "reason": err.reason})
         except StoreClosed:
-            return Response(503, {"error": "the service is shutting down", "reason": "shutdown"})
+            return _shutting_down()
+
+    def _describe(self, request: Request) -> dict[str, Any]:
+        """What the request log records on arrival; never raises, reads no body.
+
+        It follows :meth:`_route`'s reading of the path, leniently.
+        """
+        method = request.method
+        path = urllib.parse.urlsplit(request.target).path
+        parts = [urllib.parse.unquote(p, errors="replace") for p in path[1:].split("/")]
+        if parts and parts[-1] == "":
+            parts.pop()
+        keys = request.headers.get_all("Idempotency-Key") or []
+        key = str(keys[0]) if len(keys) == 1 else None
+        collection = action = item_id = None
+        mutating = False
+        resource = self._resources.get(parts[0]) if parts and path.startswith("/") else None
+        if not path.startswith("/"):
+            pass
+        elif not parts:
+            action = "info"
+        elif resource is not None:
+            collection, rest = resource.collection, parts[1:]
+            if not rest:
+                action = "create" if method == "POST" else "list"
+                mutating = method == "POST"
+            elif rest == ["count"]:
+                action = "count"
+            elif rest[0] == "by-key" and len(rest) == 2:
+                action, key = "lookup", rest[1]
+            elif len(rest) == 1 and rest[0] != "by-key":
+                action, item_id = "get", rest[0]
+            elif len(rest) == 2 and resource.action(rest[1]) is not None:
+                action, item_id = rest[1], rest[0]
+                mutating = method == "POST"
+        return {
+            "method": method,
+            "path": request.target,
+            "collection": collection,
+            "action": action,
+            "item_id": item_id,
+            "key": key,
+            "mutating": mutating,
+            "caller": caller_of(request.headers),
+        }
+
+    def _read_log(self, request: Request) -> Response:
+        _only(request.method, "GET")
+        try:
+            return Response(200, self.log.answer(urllib.parse.urlsplit(request.target).query))
+        except ValueError as err:
+            raise bad_request(str(err)) from err
 
     def _route(self, request: Request) -> Response:
         method = request.method
@@ -260,12 +368,15 @@ class ServiceApp:
         item, created = self.store.create(
             resource.collection, key, lambda: resource.new_item(values, key)
         )
+        outcome: Outcome = "created" if created else "replayed"
         if fail:
             return Response(
-                503, {"error": "injected failure after the write", "reason": "injected_failure"}
+                503,
+                {"error": "injected failure after the write", "reason": "injected_failure"},
+                outcome=outcome,
             )
         replayed = {"Idempotent-Replayed": "false" if created else "true"}
-        return Response(201 if created else 200, item, replayed)
+        return Response(201 if created else 200, item, replayed, outcome=outcome)
 
     def _by_key(self, resource: Resource, key: str) -> Response:
         if not self.lookup:
@@ -298,4 +409,13 @@ class ServiceApp:
             )
         except NotFound:
             raise HttpError(404, f"no {resource.noun} with id {item_id!r}", "not_found") from None
-        return Response(200, answer, {"Idempotent-Replayed": "false" if applied else "true"})
+        return Response(
+            200,
+            answer,
+            {"Idempotent-Replayed": "false" if applied else "true"},
+            outcome="applied" if applied else "replayed",
+        )
+
+
+def _shutting_down() -> Response:
+    return Response(503, {"error": "the service is shutting down", "reason": "shutdown"})

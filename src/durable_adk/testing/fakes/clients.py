@@ -10,10 +10,19 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from email.message import Message
 from typing import Any
 
-from durable_adk.testing.fakes.protocol import JsonObject, key_problem
+from durable_adk.testing.fakes.protocol import (
+    MAX_LOG_PAGE,
+    REQUESTS_PATH,
+    Caller,
+    JsonObject,
+    RequestRecord,
+    caller_headers,
+    key_problem,
+)
 
 __all__ = [
     "BillingClient",
@@ -23,6 +32,7 @@ __all__ = [
     "ServiceError",
     "ServiceUnreachable",
     "as_object",
+    "read_requests",
     "request_json",
 ]
 
@@ -81,16 +91,23 @@ def request_json(
     payload: JsonObject | None = None,
     idempotency_key: str | None = None,
     timeout: float = 5.0,
+    caller: Caller | None = None,
 ) -> tuple[int, Any, Message]:
     """Sends one JSON request and returns the status, decoded body and headers.
 
     Any HTTP answer is returned, whatever its status.
 
+    Args:
+        caller: Sent as ``X-Caller-<name>`` headers (see :data:`Caller`).
+
     Raises:
         ServiceUnreachable: No answer arrived.
+        ValueError: ``caller`` has a name or value that cannot be a header.
     """
     data = None if payload is None else json.dumps(payload, allow_nan=True).encode("utf-8")
     headers = {"Accept": "application/json"}
+    if caller is not None:
+        headers.update(caller_headers(caller() if callable(caller) else caller))
     if data is not None:
         headers["Content-Type"] = "application/json"
     if idempotency_key is not None:
@@ -107,6 +124,38 @@ def request_json(
         raise ServiceUnreachable(None, str(reason), request=f"{method} {url}") from err
 
 
+def read_requests(
+    base_url: str, *, since: int = 0, timeout: float = 10.0, **match: Any
+) -> list[RequestRecord]:
+    """The request log of the service at ``base_url``: records after ``since``, oldest first.
+
+    Every page of ``GET /_requests`` is read; ``match`` filters the records
+    (the keywords of :meth:`RequestRecord.matches`).
+
+    Raises:
+        ServiceError: The service did not answer with its log.
+    """
+    records: list[RequestRecord] = []
+    base = base_url.rstrip("/")
+    while True:
+        url = f"{base}{REQUESTS_PATH}?since={since}&limit={MAX_LOG_PAGE}"
+        status, body, _ = request_json("GET", url, timeout=timeout)
+        if (
+            status != 200
+            or not isinstance(body, dict)
+            or not isinstance(body.get("requests"), list)
+        ):
+            raise ServiceError(status, body, request=f"GET {url}")
+        try:
+            page = [RequestRecord.from_json(item) for item in body["requests"]]
+        except ValueError as err:
+            raise ServiceError(status, str(err), request=f"GET {url}") from err
+        records += [r for r in page if r.matches(**match)]
+        if not body.get("more") or not page:
+            return records
+        since = page[-1].seq
+
+
 def as_object(body: Any, request: str) -> JsonObject:
     """``body`` if it is a JSON object; else :class:`ServiceError` naming ``request``."""
     if not isinstance(body, dict):
@@ -121,12 +170,19 @@ class ResourceClient:
         base_url: The service's URL, e.g. ``http://127.0.0.1:8123``.
         collection: The collection, e.g. ``invoices``.
         timeout: Seconds to wait for each answer.
+        caller: Tags every request with ``X-Caller-<name>`` headers, which the
+            service's request log records (see :data:`Caller`).
     """
 
-    def __init__(self, base_url: str, collection: str, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, base_url: str, collection: str, *, timeout: float = 5.0, caller: Caller | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.collection = collection
         self.timeout = timeout
+        self.caller = caller
+        if isinstance(caller, Mapping):
+            caller_headers(caller)  # a bad name fails here, not at the first call
 
     def _url(self, *segments: str) -> str:
         quoted = [urllib.parse.quote(s, safe="") for s in (self.collection, *segments)]
@@ -141,14 +197,19 @@ class ResourceClient:
     def _post(self, url: str, payload: JsonObject, key: str) -> JsonObject:
         self._check_key(key)
         status, body, _ = request_json(
-            "POST", url, payload=payload, idempotency_key=key, timeout=self.timeout
+            "POST",
+            url,
+            payload=payload,
+            idempotency_key=key,
+            timeout=self.timeout,
+            caller=self.caller,
         )
         if not 200 <= status < 300:
             raise ServiceError(status, body, request=f"POST {url}")
         return as_object(body, f"POST {url}")
 
     def _get_optional(self, url: str) -> JsonObject | None:
-        status, body, _ = request_json("GET", url, timeout=self.timeout)
+        status, body, _ = request_json("GET", url, timeout=self.timeout, caller=self.caller)
         if status == 404 and isinstance(body, dict) and body.get("reason") == "not_found":
             return None
         if status == 501:
@@ -190,7 +251,7 @@ class ResourceClient:
     def count(self) -> int:
         """How many items the collection holds."""
         url = self._url("count")
-        status, body, _ = request_json("GET", url, timeout=self.timeout)
+        status, body, _ = request_json("GET", url, timeout=self.timeout, caller=self.caller)
         if status != 200 or not isinstance(body, dict) or not isinstance(body.get("count"), int):
             raise ServiceError(status, body, request=f"GET {url}")
         return int(body["count"])
@@ -198,7 +259,7 @@ class ResourceClient:
     def items(self) -> list[JsonObject]:
         """Every item of the collection, oldest first."""
         url = self._url()
-        status, body, _ = request_json("GET", url, timeout=self.timeout)
+        status, body, _ = request_json("GET", url, timeout=self.timeout, caller=self.caller)
         if status != 200 or not isinstance(body, list):
             raise ServiceError(status, body, request=f"GET {url}")
         return [as_object(item, f"GET {url}") for item in body]
@@ -210,10 +271,13 @@ class BillingClient:
     Args:
         base_url: The service's URL.
         timeout: Seconds to wait for each answer.
+        caller: Tags every request (see :class:`ResourceClient`).
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
-        self.invoices = ResourceClient(base_url, "invoices", timeout=timeout)
+    def __init__(
+        self, base_url: str, *, timeout: float = 5.0, caller: Caller | None = None
+    ) -> None:
+        self.invoices = ResourceClient(base_url, "invoices", timeout=timeout, caller=caller)
 
     def create_invoice(
         self,
@@ -268,10 +332,15 @@ class NotificationClient:
     Args:
         base_url: The service's URL.
         timeout: Seconds to wait for each answer.
+        caller: Tags every request (see :class:`ResourceClient`).
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0) -> None:
-        self.notifications = ResourceClient(base_url, "notifications", timeout=timeout)
+    def __init__(
+        self, base_url: str, *, timeout: float = 5.0, caller: Caller | None = None
+    ) -> None:
+        self.notifications = ResourceClient(
+            base_url, "notifications", timeout=timeout, caller=caller
+        )
 
     def send(self, to: str, message: str, idempotency_key: str) -> JsonObject:
         """Sends a notification, or returns the one already sent under this key.

@@ -9,12 +9,26 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, Self
 
-from durable_adk.testing.fakes.clients import ResourceClient, ServiceError, as_object, request_json
-from durable_adk.testing.fakes.protocol import HOST, READY_PREFIX, FailMode, JsonObject
+from durable_adk.testing.fakes.clients import (
+    ResourceClient,
+    ServiceError,
+    as_object,
+    read_requests,
+    request_json,
+)
+from durable_adk.testing.fakes.protocol import (
+    HOST,
+    READY_PREFIX,
+    Caller,
+    FailMode,
+    JsonObject,
+    RequestRecord,
+)
 
 __all__ = ["SERVICE_MODULE", "FakeService", "ServiceStartError"]
 
@@ -33,7 +47,9 @@ class FakeService:
     ``sys.executable``; its stderr is appended to ``log_path`` (by default the
     database path plus ``.log``). The child stops by itself if this process
     goes away. The readers (:meth:`count`, :meth:`items`, :meth:`by_key`,
-    :meth:`get`) go over HTTP, like any other client.
+    :meth:`get`) go over HTTP, like any other client; so do :meth:`requests`
+    and :meth:`acts`, which read the service's request log (every request it
+    received, deduplicated or not), and are themselves not logged.
 
     Args:
         service: A name in :data:`SERVICES`, e.g. ``billing``.
@@ -51,6 +67,7 @@ class FakeService:
         >>> with FakeService("billing", tmp_path / "billing.db") as billing:  # doctest: +SKIP
         ...     BillingClient(billing.url).create_invoice("A-1", "acme", 10, "key-1")
         ...     assert billing.count("invoices") == 1
+        ...     assert billing.acts("invoices", "create") == 1
     """
 
     def __init__(
@@ -247,9 +264,67 @@ class FakeService:
 
     # -- readers, over HTTP
 
-    def client(self, collection: str, *, timeout: float = 5.0) -> ResourceClient:
-        """A client for one collection of this service."""
-        return ResourceClient(self.url, collection, timeout=timeout)
+    def client(
+        self, collection: str, *, timeout: float = 5.0, caller: Caller | None = None
+    ) -> ResourceClient:
+        """A client for one collection of this service (``caller``: see :class:`ResourceClient`)."""
+        return ResourceClient(self.url, collection, timeout=timeout, caller=caller)
+
+    def requests(
+        self,
+        collection: str | None = None,
+        action: str | None = None,
+        key: str | None = None,
+        *,
+        caller: Mapping[str, str] | None = None,
+        mutating: bool | None = None,
+        since: int = 0,
+    ) -> list[RequestRecord]:
+        """The requests the service received, oldest first, reads included.
+
+        Every request is logged when it arrives, before it is handled, so the
+        list holds refused, failed, replayed and unanswered requests too
+        (see :class:`RequestRecord`). The log survives restarts.
+
+        Args:
+            collection: Only requests to this collection.
+            action: Only this action: ``create``, an action name (``void``),
+                or a read (``lookup``, ``get``, ``list``, ``count``, ``info``).
+            key: Only requests with this idempotency key.
+            caller: Only requests whose ``X-Caller-*`` headers have these values.
+            mutating: Only acts (True) or only reads (False).
+            since: Only records with a greater ``seq``.
+        """
+        return read_requests(
+            self.url,
+            since=since,
+            collection=collection,
+            action=action,
+            key=key,
+            caller=caller,
+            mutating=mutating,
+        )
+
+    def acts(
+        self,
+        collection: str | None = None,
+        action: str | None = None,
+        key: str | None = None,
+        *,
+        caller: Mapping[str, str] | None = None,
+        since: int = 0,
+    ) -> int:
+        """How many mutating requests (creates and actions) the service received.
+
+        Deduplicated or not, refused, failed or unanswered: each request to
+        cause an effect counts once. ``billing.count("invoices") == 1`` with
+        ``billing.acts("invoices", "create") == 2`` means one invoice and a
+        second attempt that only its idempotency key kept from doubling.
+        The filters are those of :meth:`requests`.
+        """
+        return len(
+            self.requests(collection, action, key, caller=caller, mutating=True, since=since)
+        )
 
     def count(self, collection: str) -> int:
         """How many items the collection holds."""

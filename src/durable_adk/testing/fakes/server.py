@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from durable_adk.testing.fakes.app import HttpError, Request, Response, ServiceApp, bad_request
 from durable_adk.testing.fakes.protocol import HOST, MAX_BODY_BYTES, READY_PREFIX
+from durable_adk.testing.fakes.request_log import RequestLog
 from durable_adk.testing.fakes.specs import SERVICES
 from durable_adk.testing.fakes.storage import Store, StoreError
 
@@ -219,6 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as err:
         print(f"{spec.name}: {err}", file=sys.stderr, flush=True)
         return 1
+    try:
+        log = RequestLog(args.db)
+    except StoreError as err:
+        store.close()
+        print(f"{spec.name}: {err}", file=sys.stderr, flush=True)
+        return 1
     app = ServiceApp(
         spec,
         store,
@@ -227,11 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail_mode=args.fail_mode,
         fail_actions=args.fail_actions,
         db_path=os.path.abspath(args.db),
+        log=log,
     )
     try:
         server = _Server(args.port, app, quiet=args.quiet)
     except OSError as err:
         store.close()
+        log.close()
         print(f"{spec.name}: cannot listen on {HOST}:{args.port}: {err}", file=sys.stderr)
         return 1
 
@@ -261,5 +270,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.shutdown()
     server.server_close()
     store.close()  # waits for a write in progress
+    log.close()
     print(f"{spec.name}: stopped", file=sys.stderr, flush=True)
     return 0

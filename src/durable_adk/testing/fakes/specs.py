@@ -199,13 +199,20 @@ def register(spec: ServiceSpec) -> ServiceSpec:
             Field("order_id", "string"), Field("address", "string"))),)))
 
     Raises:
-        ValueError: The name is taken or two resources share a collection name.
+        ValueError: The name is taken, two resources share a collection name,
+            a collection name starts with ``_`` (kept for the service's own
+            paths, such as ``/_requests``) or an action is named ``create``
+            (the request log's name for a create).
     """
     if spec.name in SERVICES:
         raise ValueError(f"service {spec.name!r} is already registered")
     names = [r.collection for r in spec.resources]
     if len(set(names)) != len(names) or not names:
         raise ValueError(f"service {spec.name!r} needs distinct collection names, got {names}")
+    if any(not name or name.startswith("_") for name in names):
+        raise ValueError(f"service {spec.name!r}: a collection name must not start with '_'")
+    if any(a.name == "create" for r in spec.resources for a in r.actions):
+        raise ValueError(f"service {spec.name!r}: no action may be named 'create'")
     SERVICES[spec.name] = spec
     return spec
 
