@@ -125,6 +125,57 @@ class WorkerProc:
         return self.process.poll() is None
 
 
+def serve_command(
+    db: str, worker_id: str, *, lease: float, sweep_interval: float, port: int = 0
+) -> list[str]:
+    """The ``durable-adk serve`` command line of one chaos worker."""
+    return [
+        sys.executable, "-m", "durable_adk.cli", "serve", APP_SPEC,
+        "--db", db, "--port", str(port), "--token", TOKEN, "--worker-id", worker_id,
+        "--lease", str(lease), "--sweep-interval", str(sweep_interval), "--drain-seconds", "1",
+    ]  # fmt: skip
+
+
+def worker_env(
+    worker_id: str,
+    urls: dict[str, str],
+    *,
+    tool_seconds: float,
+    marker_dir: Path | None = None,
+) -> dict[str, str]:
+    """The environment of one chaos worker: the services' URLs, its name, its tools' pace."""
+    env = {
+        **os.environ,
+        chaos_app.WORKER_ENV: worker_id,
+        chaos_app.TOOL_SECONDS_ENV: str(tool_seconds),
+        **{SERVICES[name]: url for name, url in urls.items()},
+    }
+    if marker_dir is not None:
+        env[chaos_app.MARKER_DIR_ENV] = str(marker_dir)
+    return env
+
+
+def start_logged(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Starts a process whose stdout and stderr go to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+
+
+def wait_listening(process: subprocess.Popen[bytes], log: Path, timeout: float = 120.0) -> str:
+    """Waits until a worker prints where it listens; returns its URL."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("listening on "):
+                return line.split()[-1]
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise RuntimeError(f"the worker did not start:\n{log.read_text(errors='replace')[-3000:]}")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -191,39 +242,20 @@ class Soak:
 
     def _launch(self, name: str, incarnation: int, inside: bool) -> WorkerProc:
         cfg = self.config
+        worker_id = f"{name}.{incarnation}"
         port = self.namespace.inbound[0] if inside and self.namespace else 0
-        command = [
-            sys.executable, "-m", "durable_adk.cli", "serve", APP_SPEC,
-            "--db", self.db, "--port", str(port), "--token", TOKEN,
-            "--worker-id", f"{name}.{incarnation}", "--lease", str(cfg.lease),
-            "--sweep-interval", str(cfg.sweep_interval), "--drain-seconds", "1",
-        ]  # fmt: skip
+        command = serve_command(
+            self.db, worker_id, lease=cfg.lease, sweep_interval=cfg.sweep_interval, port=port
+        )
         if inside and self.namespace:
             command = self.namespace.prefix() + command
-        env = {
-            **os.environ,
-            chaos_app.WORKER_ENV: f"{name}.{incarnation}",
-            chaos_app.TOOL_SECONDS_ENV: str(cfg.tool_seconds),
-            **{env: self.services[svc].url for svc, env in SERVICES.items()},
-        }
-        log = self.folder / f"{name}.{incarnation}.log"
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
-        return WorkerProc(name, process, log, incarnation=incarnation)
+        urls = {name: service.url for name, service in self.services.items()}
+        env = worker_env(worker_id, urls, tool_seconds=cfg.tool_seconds)
+        log = self.folder / f"{worker_id}.log"
+        return WorkerProc(name, start_logged(command, env, log), log, incarnation=incarnation)
 
     def _wait_listening(self, worker: WorkerProc, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in worker.log.read_text(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    worker.url = line.split()[-1]
-                    return
-            if not worker.alive():
-                break
-            time.sleep(0.1)
-        raise RuntimeError(f"worker {worker.name} did not start:\n{worker.log.read_text()[-3000:]}")
+        worker.url = wait_listening(worker.process, worker.log, timeout)
 
     # ------------------------------------------------------------ load
 
@@ -270,11 +302,14 @@ class Soak:
         rng = random.Random(f"{self.config.seed}-faults")
         kinds = [k for k in self.config.faults if k != "partition" or self.namespace]
         low, high = self.config.fault_gap
+        pending: list[str] = []
         while kinds:
             time.sleep(rng.uniform(low, high))
             if time.monotonic() >= until:
                 return
-            kind = rng.choice(kinds)
+            if not pending:  # each kind once per round, in a random order
+                pending = rng.sample(kinds, len(kinds))
+            kind = pending.pop()
             getattr(self, f"_fault_{kind}")(rng)
             self.fault_counts[kind] += 1
 
