@@ -143,9 +143,13 @@ def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
     assert result.verdict.violations == 0, describe(result, cut, rescuer)
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate"])
+@pytest.mark.parametrize(
+    ("mode", "down"),
+    [("fast", 0.5), ("immediate", 0.5), ("immediate", 3.0)],
+    ids=["fast-short", "crash-short", "crash-long"],
+)
 def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, down: float
 ) -> None:
     if not TempPostgres.is_available():
         pytest.skip("PostgreSQL binaries not found")  # conftest's rule: CI requires them
@@ -158,14 +162,16 @@ def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
         second = launch(db, "second", urls, tmp_path, tool_seconds=1.0)
         try:
             ready(first, second)
-            run_id = submit(first, "s1", "ORD-R1")
+            runs = [submit(first, "s1", "ORD-R1"), submit(second, "s2", "ORD-R2")]
             wait_marker(markers, ".1.charge", first)
-            # Down for longer than the tool works: its journal DONE write meets the outage.
-            restart_postgres(pg, mode=mode, down=3.0)
-            row = wait_until(finished(second, run_id), 180, "the run ending")
+            # A short outage meets the tools' journal writes and the next ledger
+            # write finds the server back; a long one outlasts the lease.
+            restart_postgres(pg, mode=mode, down=down)
+            rows = [wait_until(finished(second, r), 180, "the run ending") for r in runs]
         finally:
             stop(first, second)
-        result = outcome(db, urls, [run_id])
-    assert row["status"] == "DONE", describe(result, first, second)
-    assert (result.acts("charge:ORD-R1"), result.acts("notify:ORD-R1")) == (1, 1)
+        result = outcome(db, urls, runs)
+    assert [row["status"] for row in rows] == ["DONE", "DONE"], describe(result, first, second)
+    for order in ("ORD-R1", "ORD-R2"):
+        assert (result.acts(f"charge:{order}"), result.acts(f"notify:{order}")) == (1, 1)
     assert result.verdict.violations == 0, describe(result, first, second)

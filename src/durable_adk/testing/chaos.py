@@ -199,6 +199,7 @@ class Soak:
     fault_log: list[str] = field(default_factory=list)
     fault_counts: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _restarts: list[threading.Thread] = field(default_factory=list)
     _started: float = field(default_factory=time.monotonic)
 
     # ------------------------------------------------------------ setup
@@ -313,23 +314,33 @@ class Soak:
             getattr(self, f"_fault_{kind}")(rng)
             self.fault_counts[kind] += 1
 
-    def _victim(self, rng: random.Random, *, outside: bool = False) -> WorkerProc:
+    def _victim(self, rng: random.Random) -> WorkerProc | None:
         with self._lock:
-            live = [w for w in self.workers if w.alive() and (outside or not self._inside(w))]
-            return rng.choice(live or self.workers)
+            live = [w for w in self.workers if w.alive() and w.url]
+        return rng.choice(live) if live else None
 
     def _log_fault(self, text: str) -> None:
         self.fault_log.append(f"{time.monotonic() - self._started:7.1f}s {text}")
         self.note(text)
 
     def _fault_kill(self, rng: random.Random) -> None:
-        victim = self._victim(rng, outside=True)
+        victim = self._victim(rng)
         pause = rng.uniform(0.0, 2.0)
+        if victim is None:
+            self._log_fault("SIGKILL skipped: no worker is up")
+            return
         self._log_fault(f"SIGKILL {victim.name}.{victim.incarnation}, restart after {pause:.1f}s")
         victim.process.kill()
         victim.process.wait()
-        time.sleep(pause)
-        self._restart(victim)
+
+        def restart() -> None:
+            time.sleep(pause)
+            self._restart(victim)
+
+        # A worker takes seconds to start on a busy machine: the faults go on meanwhile.
+        thread = threading.Thread(target=restart, daemon=True)
+        thread.start()
+        self._restarts.append(thread)
 
     def _restart(self, victim: WorkerProc) -> None:
         fresh = self._launch(victim.name, victim.incarnation + 1, self._inside(victim))
@@ -338,8 +349,11 @@ class Soak:
             self.workers[self.workers.index(victim)] = fresh
 
     def _fault_stop(self, rng: random.Random) -> None:
-        victim = self._victim(rng, outside=True)
+        victim = self._victim(rng)
         hold = rng.uniform(1.5, 3.0) * self.config.lease
+        if victim is None:
+            self._log_fault("SIGSTOP skipped: no worker is up")
+            return
         self._log_fault(f"SIGSTOP {victim.name}.{victim.incarnation} for {hold:.1f}s")
         with self._lock:
             victim.frozen = True
@@ -373,6 +387,8 @@ class Soak:
 
     def settle(self) -> None:
         """Every worker running and reachable, then wait for every run to end."""
+        for thread in self._restarts:
+            thread.join()
         with self._lock:
             workers = list(self.workers)
         for worker in workers:
