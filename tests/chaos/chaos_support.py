@@ -127,14 +127,17 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         time.sleep(0.1)
 
 
-def wait_marker(folder: Path, suffix: str, worker: Worker, timeout: float = 120) -> Path:
+def wait_marker(folder: Path, suffix: str, worker: Worker, timeout: float = 240) -> Path:
     """Waits for a tool's marker file (``<run>.<epoch>.<tool>``)."""
 
     def found() -> Path | None:
         assert worker.process.poll() is None, worker.output()
         return next(iter(sorted(folder.glob(f"*{suffix}"))), None)
 
-    marker: Path = wait_until(found, timeout, f"a tool marker *{suffix}")
+    try:
+        marker: Path = wait_until(found, timeout, f"a tool marker *{suffix}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- {worker.name} ---\n{worker.output()}") from None
     return marker
 
 

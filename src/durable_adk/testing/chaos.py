@@ -119,7 +119,6 @@ class WorkerProc:
     url: str = ""
     incarnation: int = 1
     frozen: bool = False
-    partitioned: bool = False
 
     def alive(self) -> bool:
         return self.process.poll() is None
