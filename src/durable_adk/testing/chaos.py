@@ -342,10 +342,24 @@ class Soak:
         self._restarts.append(thread)
 
     def _restart(self, victim: WorkerProc) -> None:
-        fresh = self._launch(victim.name, victim.incarnation + 1, self._inside(victim))
-        self._wait_listening(fresh)
-        with self._lock:
-            self.workers[self.workers.index(victim)] = fresh
+        # Like a supervisor: a worker that cannot start (PostgreSQL is down or
+        # starting up: serve exits) is started again, a few times.
+        incarnation = victim.incarnation
+        for attempt in range(5):
+            incarnation += 1
+            fresh = self._launch(victim.name, incarnation, self._inside(victim))
+            try:
+                self._wait_listening(fresh)
+            except RuntimeError:
+                fresh.process.kill()
+                fresh.process.wait()
+                self.note(f"{victim.name}.{incarnation} did not start (attempt {attempt + 1})")
+                time.sleep(2.0)
+                continue
+            with self._lock:
+                self.workers[self.workers.index(victim)] = fresh
+            return
+        self.note(f"{victim.name} could not be restarted")
 
     def _fault_stop(self, rng: random.Random) -> None:
         victim = self._victim(rng)
