@@ -2,11 +2,11 @@
 
 ``durable-adk serve durable_adk.testing.chaos_app:app`` serves it. Each user
 message names an order (``order ORD-17``); the scripted model then, on every
-turn of any session:
+turn of any session, takes the first step whose answer the turn lacks:
 
 1. calls ``charge(order_id)``: a charge at the fake ``payments`` service,
    journaled under ``charge:<order>`` with a lookup by key;
-2. calls ``notify(order_id)``: a message at the fake ``notifications``
+2. then ``notify(order_id)``: a message at the fake ``notifications``
    service, journaled under ``notify:<order>`` with a lookup by key;
 3. says ``Order <order> charged and confirmed.``
 
@@ -184,13 +184,24 @@ async def notify(order_id: str, idempotency_key: str) -> dict[str, Any]:
     return await asyncio.to_thread(_create, NOTIFY_ENV, NOTIFICATIONS, payload, idempotency_key)
 
 
+def _this_turn(request: LlmRequest) -> list[Any]:
+    """The contents since the last user message that names an order."""
+    contents = list(request.contents)
+    for index in range(len(contents) - 1, -1, -1):
+        content = contents[index]
+        if content.role == "user" and any(
+            part.text and ORDER_RE.search(part.text) for part in content.parts or ()
+        ):
+            return contents[index:]
+    return contents
+
+
 def order_of(request: LlmRequest) -> str:
     """The order named by the last user message of the request."""
-    for content in reversed(request.contents):
-        if content.role == "user":
-            for part in content.parts or ():
-                if part.text and (found := ORDER_RE.search(part.text)):
-                    return found.group(0)
+    for content in _this_turn(request)[:1]:
+        for part in content.parts or ():
+            if part.text and (found := ORDER_RE.search(part.text)):
+                return found.group(0)
     return "ORD-unknown"
 
 
@@ -199,22 +210,27 @@ def final_text(order_id: str) -> str:
     return f"Order {order_id} charged and confirmed."
 
 
-def _charge_step(request: LlmRequest) -> Turn:
-    return Call("charge", {"order_id": order_of(request)})
-
-
-def _notify_step(request: LlmRequest) -> Turn:
-    return Call("notify", {"order_id": order_of(request)})
-
-
-def _final_step(request: LlmRequest) -> Turn:
-    return Say(final_text(order_of(request)))
+def _next_step(request: LlmRequest) -> Turn:
+    # The step follows from what this turn already holds, not from how many
+    # model turns the session has: a turn that recovery re-drove may hold a
+    # call more or less than a quiet one, and the next turn must still start
+    # with the charge.
+    answered = {
+        part.function_response.name
+        for content in _this_turn(request)
+        for part in content.parts or ()
+        if part.function_response is not None
+    }
+    order = order_of(request)
+    if "charge" not in answered:
+        return Call("charge", {"order_id": order})
+    if "notify" not in answered:
+        return Call("notify", {"order_id": order})
+    return Say(final_text(order))
 
 
 class _EveryTurn(Sequence[Step]):
-    """charge, notify, answer: the same three steps for as many user turns as asked."""
-
-    _steps = (_charge_step, _notify_step, _final_step)
+    """charge, notify, answer, as the turn's state says, for as many turns as asked."""
 
     def __len__(self) -> int:
         return 3_000_000
@@ -228,7 +244,7 @@ class _EveryTurn(Sequence[Step]):
     def __getitem__(self, index: int | slice) -> Step | Sequence[Step]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return self._steps[index % 3]
+        return _next_step
 
 
 def app() -> LlmAgent:
