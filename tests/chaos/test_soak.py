@@ -20,7 +20,7 @@ from durable_adk.testing.pg_cluster import TempPostgres
 pytestmark = pytest.mark.slow
 
 SEED = 20261201
-ARGS = ["--duration", "60", "--workers", "3", "--runs", "45", "--tool-seconds", "1.0"]
+ARGS = ["--duration", "60", "--workers", "3", "--runs", "60", "--tool-seconds", "1.5"]
 
 
 def test_the_short_chaos_soak_finds_no_violation() -> None:
