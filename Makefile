@@ -1,12 +1,13 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
 # Both create the virtualenv and install the project into it on first use.
+# `make chaos` runs the long chaos soak (about 12 minutes; docs/testing.md).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench chaos install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +31,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench $(wildcard examples)
 	$(BIN)/ruff format --check src tests bench $(wildcard examples)
 	$(BIN)/mypy --strict src/durable_adk
+
+# The chaos soak (docs/testing.md, "Chaos soak"): 3 `durable-adk serve` workers
+# on a private PostgreSQL, 10 minutes of runs with random SIGKILL, SIGSTOP past
+# the lease, PostgreSQL restarts and, as root, a network partition; prints the
+# verdict table and fails on any violation. CHAOS_ARGS adds options (--seed 7).
+chaos: $(STAMP)
+	$(BIN)/python -m durable_adk.testing.chaos --duration 600 --workers 3 --runs 400 \
+		--tool-seconds 1.0 --settle 180 $(CHAOS_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all

@@ -1,0 +1,16 @@
+-- Read-only queries of the chaos soak (durable_adk.testing.chaos): what the
+-- ledger, the soak's observer table and the session logs hold at the end.
+
+-- name: chaos_claims
+SELECT run_id, epoch, owner, status, at FROM chaos_claims ORDER BY pk;
+
+-- name: chaos_runs
+SELECT run_id, user_id, session_id, invocation_id, status, owner, epoch, attempts,
+       last_error, classification, created_at, finished_at
+FROM runs WHERE app_name = :app_name ORDER BY pk;
+
+-- name: chaos_events
+SELECT s.user_id, s.session_id, e.seq, e.invocation_id, e.author, e.data
+FROM events e JOIN sessions s ON s.pk = e.session_pk
+WHERE s.app_name = :app_name
+ORDER BY s.pk, e.seq;

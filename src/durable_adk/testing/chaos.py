@@ -1,0 +1,641 @@
+"""The chaos soak: several ``durable-adk serve`` workers on one PostgreSQL, and faults.
+
+``python -m durable_adk.testing.chaos --duration 600 --workers 3 --runs 200 --seed 7``
+(``make chaos``) starts a private PostgreSQL (:class:`TempPostgres`), two fake
+outside services (``payments`` and ``notifications``, real HTTP processes that
+log every request before handling it) and ``--workers`` worker processes
+serving :mod:`durable_adk.testing.chaos_app` (two journaled effects per run,
+every outside call tagged with worker, run and epoch). For ``--duration``
+seconds it submits ``--runs`` runs over HTTP to random workers (about a third
+of the sessions get a second run, queued behind the first) and injects faults
+at random, from a seeded generator whose choices are printed as they happen:
+
+* ``kill``: SIGKILL a worker, then start it again;
+* ``stop``: SIGSTOP a worker for 1.5 to 3 leases, then SIGCONT;
+* ``pg``: stop PostgreSQL (``fast`` or ``immediate``) for up to 3 s, then start it;
+* ``partition`` (root only): cut the last worker, which runs in a network
+  namespace of its own (:mod:`durable_adk.testing.chaos_net`), off from
+  PostgreSQL and the services for 1.5 to 3 leases, then heal. Without root or
+  ``ip netns`` it is skipped with a notice.
+
+Then every worker is resumed and healed, and the soak waits up to
+``--settle`` seconds for every run to end; it stops the workers, reads the
+ledger, an observer table that logged every claim with the database clock
+(installed into the soak's own database only), the session logs and the
+services' request logs, and prints the verdict of
+:mod:`durable_adk.testing.chaos_check` as a table. The exit code is 0 when every
+violation count is 0, 1 otherwise, 2 when the soak could not run. Everything is
+bounded: faults stop at ``--duration``, settling at ``--settle``, and all
+processes are stopped at the end (``--keep`` keeps the folder with every log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from durable_adk.store import open_store
+from durable_adk.store.queries import load_sql_file
+from durable_adk.testing import chaos_app
+from durable_adk.testing.chaos_check import (
+    TERMINAL,
+    VIOLATIONS,
+    Claim,
+    Request,
+    RunRow,
+    Verdict,
+    event_row,
+    judge,
+)
+from durable_adk.testing.chaos_net import Namespace, partitions_available, relay_main
+from durable_adk.testing.pg_cluster import TempPostgres
+from durable_adk.testing.services import FakeService
+
+TOKEN = "chaos-soak-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+APP_SPEC = "durable_adk.testing.chaos_app:app"
+FAULTS = ("kill", "stop", "pg", "partition")
+SERVICES = {"payments": chaos_app.PAYMENTS_ENV, "notifications": chaos_app.NOTIFY_ENV}
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    """What one soak does.
+
+    Attributes:
+        duration: Seconds of submissions and faults.
+        workers: Worker processes (at least 2; the last one is partitioned).
+        runs: Runs submitted over the duration.
+        seed: Seeds every random choice (printed).
+        lease: The workers' run lease, seconds.
+        sweep_interval: Seconds between the workers' recovery passes.
+        tool_seconds: How long each tool works before calling out.
+        faults: Which faults to inject.
+        fault_gap: Seconds between faults, drawn between these bounds.
+        settle: Seconds to wait, after the faults, for every run to end.
+        folder: Where the databases and logs go (None: a temporary folder).
+        keep: Keep the folder afterwards.
+    """
+
+    duration: float = 120.0
+    workers: int = 3
+    runs: int = 40
+    seed: int = 1
+    lease: float = 3.0
+    sweep_interval: float = 0.5
+    tool_seconds: float = 0.3
+    faults: tuple[str, ...] = FAULTS
+    fault_gap: tuple[float, float] = (2.0, 6.0)
+    settle: float = 90.0
+    folder: Path | None = None
+    keep: bool = False
+
+
+@dataclass
+class WorkerProc:
+    """One worker process (a new one per restart: ``incarnation`` counts them)."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    url: str = ""
+    incarnation: int = 1
+    frozen: bool = False
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def serve_command(
+    db: str, worker_id: str, *, lease: float, sweep_interval: float, port: int = 0
+) -> list[str]:
+    """The ``durable-adk serve`` command line of one chaos worker."""
+    return [
+        sys.executable, "-m", "durable_adk.cli", "serve", APP_SPEC,
+        "--db", db, "--port", str(port), "--token", TOKEN, "--worker-id", worker_id,
+        "--lease", str(lease), "--sweep-interval", str(sweep_interval), "--drain-seconds", "1",
+    ]  # fmt: skip
+
+
+def worker_env(
+    worker_id: str,
+    urls: dict[str, str],
+    *,
+    tool_seconds: float,
+    marker_dir: Path | None = None,
+) -> dict[str, str]:
+    """The environment of one chaos worker: the services' URLs, its name, its tools' pace."""
+    env = {
+        **os.environ,
+        chaos_app.WORKER_ENV: worker_id,
+        chaos_app.TOOL_SECONDS_ENV: str(tool_seconds),
+        **{SERVICES[name]: url for name, url in urls.items()},
+    }
+    if marker_dir is not None:
+        env[chaos_app.MARKER_DIR_ENV] = str(marker_dir)
+    return env
+
+
+def start_logged(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Starts a process whose stdout and stderr go to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+
+
+def wait_listening(process: subprocess.Popen[bytes], log: Path, timeout: float = 120.0) -> str:
+    """Waits until a worker prints where it listens; returns its URL."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("listening on "):
+                return line.split()[-1]
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise RuntimeError(f"the worker did not start:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Soak:
+    """One soak: its processes, its fault log and, at the end, its verdict."""
+
+    config: SoakConfig
+    say: Callable[[str], None] = print
+    folder: Path = field(init=False)
+    pg: TempPostgres = field(init=False)
+    db: str = field(init=False)
+    services: dict[str, FakeService] = field(default_factory=dict)
+    workers: list[WorkerProc] = field(default_factory=list)
+    namespace: Namespace | None = None
+    accepted: list[str] = field(default_factory=list)
+    unanswered_submits: int = 0
+    fault_log: list[str] = field(default_factory=list)
+    fault_counts: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _restarts: list[threading.Thread] = field(default_factory=list)
+    _started: float = field(default_factory=time.monotonic)
+
+    # ------------------------------------------------------------ setup
+
+    def note(self, text: str) -> None:
+        self.say(f"[{time.monotonic() - self._started:7.1f}s] {text}")
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.folder = cfg.folder or Path(tempfile.mkdtemp(prefix="dadk-chaos-"))
+        self.folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.folder, 0o755)  # the PostgreSQL server's OS user walks through it
+        self.pg = TempPostgres(base_dir=self.folder).start()
+        self.db = self.pg.create_database("chaos")
+        asyncio.run(_install_observer(self.db))
+        for name in SERVICES:
+            self.services[name] = FakeService(name, self.folder / f"{name}.db", quiet=True).start()
+        partition = "partition" in cfg.faults
+        why = partitions_available() if partition else None
+        if why is not None:
+            self.note(f"notice: {why}")
+        if partition and why is None:
+            ports = [self.pg.port, *(s.port for s in self.services.values())]
+            self.namespace = Namespace(
+                f"dadk-chaos-{os.getpid()}", self.folder / "net", ports, [_free_port()]
+            ).create()
+        for index in range(cfg.workers):
+            inside = self.namespace is not None and index == cfg.workers - 1
+            self.workers.append(self._launch(f"w{index + 1}", 1, inside))
+        for worker in self.workers:
+            self._wait_listening(worker)
+        where = ", ".join(
+            f"{w.name} {w.url}{' (own network namespace)' if self._inside(w) else ''}"
+            for w in self.workers
+        )
+        services = ", ".join(f"{n} {s.url}" for n, s in self.services.items())
+        self.note(f"PostgreSQL on port {self.pg.port}; services {services}; workers {where}")
+
+    def _inside(self, worker: WorkerProc) -> bool:
+        return self.namespace is not None and worker.name == f"w{self.config.workers}"
+
+    def _launch(self, name: str, incarnation: int, inside: bool) -> WorkerProc:
+        cfg = self.config
+        worker_id = f"{name}.{incarnation}"
+        port = self.namespace.inbound[0] if inside and self.namespace else 0
+        command = serve_command(
+            self.db, worker_id, lease=cfg.lease, sweep_interval=cfg.sweep_interval, port=port
+        )
+        if inside and self.namespace:
+            command = self.namespace.prefix() + command
+        urls = {name: service.url for name, service in self.services.items()}
+        env = worker_env(worker_id, urls, tool_seconds=cfg.tool_seconds)
+        log = self.folder / f"{worker_id}.log"
+        return WorkerProc(name, start_logged(command, env, log), log, incarnation=incarnation)
+
+    def _wait_listening(self, worker: WorkerProc, timeout: float = 120.0) -> None:
+        worker.url = wait_listening(worker.process, worker.log, timeout)
+
+    # ------------------------------------------------------------ load
+
+    def submit_all(self, until: float) -> None:
+        """Submits every run, spread over the time until ``until`` (monotonic)."""
+        rng = random.Random(f"{self.config.seed}-submit")
+        runs = self.config.runs
+        sessions = max(1, round(runs * 0.7))
+        start = time.monotonic()
+        for index in range(runs):
+            due = start + (until - start) * index / runs
+            time.sleep(max(0.0, due - time.monotonic()))
+            order = f"ORD-{self.config.seed}-{index:04d}"
+            session = f"s{index % sessions:04d}"
+            self._submit(rng, session, order)
+
+    def _submit(self, rng: random.Random, session: str, order: str) -> None:
+        deadline = time.monotonic() + 60
+        body = {"message": f"Please charge order {order} and tell the customer."}
+        while time.monotonic() < deadline:
+            with self._lock:
+                ready = [w for w in self.workers if w.alive() and not w.frozen and w.url]
+            if ready:
+                worker = rng.choice(ready)
+                path = f"/v1/users/chaos/sessions/{session}/runs"
+                try:
+                    answer = httpx.post(worker.url + path, json=body, headers=AUTH, timeout=15)
+                except httpx.TimeoutException:
+                    self.unanswered_submits += 1  # may be on the ledger: the ledger says
+                    continue
+                except httpx.HTTPError:
+                    answer = None
+                if answer is not None and answer.status_code == 202:
+                    with self._lock:
+                        self.accepted.append(str(answer.json()["run"]["run_id"]))
+                    return
+            time.sleep(0.5)
+        self.note(f"could not submit {order} within 60 s")
+
+    # ------------------------------------------------------------ faults
+
+    def inject_faults(self, until: float) -> None:
+        """Injects random faults, one at a time, until ``until`` (monotonic)."""
+        rng = random.Random(f"{self.config.seed}-faults")
+        kinds = [k for k in self.config.faults if k != "partition" or self.namespace]
+        low, high = self.config.fault_gap
+        pending: list[str] = []
+        while kinds:
+            time.sleep(rng.uniform(low, high))
+            if time.monotonic() >= until:
+                return
+            if not pending:  # each kind once per round, in a random order
+                pending = rng.sample(kinds, len(kinds))
+            kind = pending.pop()
+            getattr(self, f"_fault_{kind}")(rng)
+            self.fault_counts[kind] += 1
+
+    def _victim(self, rng: random.Random) -> WorkerProc | None:
+        with self._lock:
+            live = [w for w in self.workers if w.alive() and w.url]
+        return rng.choice(live) if live else None
+
+    def _log_fault(self, text: str) -> None:
+        self.fault_log.append(f"{time.monotonic() - self._started:7.1f}s {text}")
+        self.note(text)
+
+    def _fault_kill(self, rng: random.Random) -> None:
+        victim = self._victim(rng)
+        pause = rng.uniform(0.0, 2.0)
+        if victim is None:
+            self._log_fault("SIGKILL skipped: no worker is up")
+            return
+        self._log_fault(f"SIGKILL {victim.name}.{victim.incarnation}, restart after {pause:.1f}s")
+        victim.process.kill()
+        victim.process.wait()
+
+        def restart() -> None:
+            time.sleep(pause)
+            self._restart(victim)
+
+        # A worker takes seconds to start on a busy machine: the faults go on meanwhile.
+        thread = threading.Thread(target=restart, daemon=True)
+        thread.start()
+        self._restarts.append(thread)
+
+    def _restart(self, victim: WorkerProc) -> None:
+        # Like a supervisor: a worker that cannot start (PostgreSQL is down or
+        # starting up: serve exits) is started again, a few times.
+        incarnation = victim.incarnation
+        for attempt in range(5):
+            incarnation += 1
+            fresh = self._launch(victim.name, incarnation, self._inside(victim))
+            try:
+                self._wait_listening(fresh)
+            except RuntimeError:
+                fresh.process.kill()
+                fresh.process.wait()
+                self.note(f"{victim.name}.{incarnation} did not start (attempt {attempt + 1})")
+                time.sleep(2.0)
+                continue
+            with self._lock:
+                self.workers[self.workers.index(victim)] = fresh
+            return
+        self.note(f"{victim.name} could not be restarted")
+
+    def _fault_stop(self, rng: random.Random) -> None:
+        victim = self._victim(rng)
+        hold = rng.uniform(1.5, 3.0) * self.config.lease
+        if victim is None:
+            self._log_fault("SIGSTOP skipped: no worker is up")
+            return
+        self._log_fault(f"SIGSTOP {victim.name}.{victim.incarnation} for {hold:.1f}s")
+        with self._lock:
+            victim.frozen = True
+        os.kill(victim.process.pid, signal.SIGSTOP)
+        time.sleep(hold)
+        os.kill(victim.process.pid, signal.SIGCONT)
+        with self._lock:
+            victim.frozen = False
+
+    def _fault_pg(self, rng: random.Random) -> None:
+        mode = rng.choice(["fast", "immediate"])
+        down = rng.uniform(0.2, 3.0)
+        self._log_fault(f"PostgreSQL stop ({mode}), down {down:.1f}s, start")
+        restart_postgres(self.pg, mode=mode, down=down)
+
+    def _fault_partition(self, rng: random.Random) -> None:
+        assert self.namespace is not None
+        hold = rng.uniform(1.5, 3.0) * self.config.lease
+        self._log_fault(f"partition w{self.config.workers} (netns lo down) for {hold:.1f}s")
+        with self._lock:
+            for worker in self.workers:
+                worker.frozen = worker.frozen or self._inside(worker)
+        self.namespace.link(up=False)
+        time.sleep(hold)
+        self.namespace.link(up=True)
+        with self._lock:
+            for worker in self.workers:
+                worker.frozen = worker.frozen and not self._inside(worker)
+
+    # ------------------------------------------------------------ the end
+
+    def settle(self) -> None:
+        """Every worker running and reachable, then wait for every run to end."""
+        for thread in self._restarts:
+            thread.join()
+        with self._lock:
+            workers = list(self.workers)
+        for worker in workers:
+            if worker.alive():
+                os.kill(worker.process.pid, signal.SIGCONT)
+            else:
+                self._log_fault(f"{worker.name}.{worker.incarnation} was dead: restarted")
+                self._restart(worker)
+        if self.namespace is not None:
+            self.namespace.link(up=True)
+        deadline = time.monotonic() + self.config.settle
+        while time.monotonic() < deadline:
+            counts = self._status_counts()
+            if counts is not None and sum(counts.values()) >= len(set(self.accepted)):
+                open_runs = sum(n for s, n in counts.items() if s not in TERMINAL)
+                if open_runs == 0:
+                    self.note(f"settled: {counts}")
+                    return
+            time.sleep(1.0)
+        self.note(f"settle time over: {self._status_counts()}")
+
+    def _status_counts(self) -> dict[str, int] | None:
+        with self._lock:
+            urls = [w.url for w in self.workers if w.alive() and not self._inside(w)]
+        for url in urls:
+            try:
+                answer = httpx.get(url + "/v1/runs-by-status", headers=AUTH, timeout=10)
+                if answer.status_code == 200:
+                    body = answer.json()
+                    counts = body.get("counts", body) if isinstance(body, dict) else {}
+                    return {str(k): int(v) for k, v in counts.items() if isinstance(v, int)}
+            except httpx.HTTPError:
+                continue
+        return None
+
+    def stop_workers(self) -> None:
+        with self._lock:
+            workers = list(self.workers)
+        for worker in workers:
+            if worker.alive():
+                os.kill(worker.process.pid, signal.SIGCONT)
+                worker.process.terminate()
+        for worker in workers:
+            try:
+                worker.process.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+
+    def read_records(self) -> dict[str, Any]:
+        records = asyncio.run(read_store(self.db))
+        records["requests"] = [
+            request
+            for name, service in self.services.items()
+            for request in read_log(name, service.url)
+        ]
+        return records
+
+    def teardown(self) -> None:
+        self.stop_workers()
+        for service in self.services.values():
+            service.stop()
+        if self.namespace is not None:
+            self.namespace.delete()
+        if hasattr(self, "pg") and self.pg.running:
+            self.pg.stop()
+        if not self.config.keep and self.config.folder is None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def run(self) -> Verdict:
+        """The whole soak: setup, load and faults, settle, verdict, teardown."""
+        cfg = self.config
+        self.say(
+            f"chaos soak: seed {cfg.seed}, {cfg.workers} workers, {cfg.runs} runs, "
+            f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s"
+        )
+        try:
+            self.setup()
+            until = time.monotonic() + cfg.duration
+            faults = threading.Thread(target=self.inject_faults, args=(until,), daemon=True)
+            faults.start()
+            self.submit_all(until - cfg.duration * 0.25)
+            faults.join()
+            self.settle()
+            self.stop_workers()
+            records = self.read_records()
+        finally:
+            self.teardown()
+        return judge(accepted=self.accepted, **records)
+
+
+async def _install_observer(db: str) -> None:
+    async with open_store(db) as store:
+        await store.run_script(load_sql_file(store.dialect, "chaos_observer.sql"))
+
+
+async def install_observer(db: str) -> None:
+    """Installs the observer trigger (claims logged with the database clock) into ``db``."""
+    await _install_observer(db)
+
+
+async def read_store(db: str, app_name: str = chaos_app.APP_NAME) -> dict[str, Any]:
+    """The ledger's runs, the observer's claims and the sessions' events of ``app_name``."""
+    async with open_store(db) as store:
+        runs = await store.fetch("chaos_runs", {"app_name": app_name})
+        claims = await store.fetch("chaos_claims")
+        events = await store.fetch("chaos_events", {"app_name": app_name})
+    return {
+        "runs": [RunRow(**{f.name: r[f.name] for f in dataclasses.fields(RunRow)}) for r in runs],
+        "claims": [
+            Claim(str(c["run_id"]), int(c["epoch"]), c["owner"], str(c["status"]), float(c["at"]))
+            for c in claims
+        ],
+        "events": [event_row(e) for e in events],
+    }
+
+
+def read_log(service: str, url: str) -> list[Request]:
+    """Every request a fake service logged (``GET /_requests``, page by page)."""
+    found: list[Request] = []
+    since = 0
+    while True:
+        answer = httpx.get(f"{url}/_requests", params={"since": since, "limit": 1000}, timeout=30)
+        answer.raise_for_status()
+        body = answer.json()
+        page = [Request.from_log(service, record) for record in body["requests"]]
+        found.extend(page)
+        if not body.get("more") or not page:
+            return found
+        since = page[-1].seq
+
+
+def restart_postgres(pg: TempPostgres, *, mode: str, down: float) -> None:
+    """Stops the server (``fast`` or ``immediate``), waits ``down`` seconds, starts it again.
+
+    The data directory and the port stay; clients see their connections break
+    and new ones refused while it is down.
+    """
+    pg._pg_ctl_stop(mode)  # a private helper of the cluster: same data, same port
+    time.sleep(down)
+    pg._run(
+        [
+            str(pg.bin_dir / "pg_ctl"), "start", "--pgdata", str(pg.data_dir),
+            "--log", str(pg.log_path), "--wait", "--timeout", "60", "--silent",
+        ],
+        timeout=90,
+    )  # fmt: skip
+
+
+def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = print) -> None:
+    """The final table: totals, faults, then each violation count with its evidence."""
+    width = 34
+    say("")
+    say("=" * 60)
+    say(f"chaos soak verdict (seed {soak.config.seed})")
+    say("-" * 60)
+    rows = [
+        ("runs on the ledger", verdict.runs),
+        ("runs accepted (202)", verdict.accepted),
+        ("submits with no answer", soak.unanswered_submits),
+        ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
+        ("acts at the services", verdict.acts),
+        ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
+    ]
+    for name, value in rows:
+        say(f"{name:<{width}}{value}")
+    say("-" * 60)
+    for name in VIOLATIONS:
+        count = verdict.count(name)
+        say(f"{name:<{width}}{count}{'' if count == 0 else '   <-- VIOLATION'}")
+    say("=" * 60)
+    for name in VIOLATIONS:
+        for line in verdict.findings[name][:10]:
+            say(f"  {name}: {line}")
+        if verdict.count(name) > 10:
+            say(f"  {name}: ... and {verdict.count(name) - 10} more")
+    say("PASS: every violation count is 0" if verdict.violations == 0 else "FAIL")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m durable_adk.testing.chaos", description=__doc__.split("\n\n")[0]
+    )
+    defaults = SoakConfig()
+    parser.add_argument("--duration", type=float, default=defaults.duration)
+    parser.add_argument("--workers", type=int, default=defaults.workers)
+    parser.add_argument("--runs", type=int, default=defaults.runs)
+    parser.add_argument("--seed", type=int, default=None, help="default: random, printed")
+    parser.add_argument("--lease", type=float, default=defaults.lease)
+    parser.add_argument("--tool-seconds", type=float, default=defaults.tool_seconds)
+    parser.add_argument(
+        "--faults", default=",".join(FAULTS), help="comma-separated: " + ",".join(FAULTS)
+    )
+    parser.add_argument("--settle", type=float, default=defaults.settle)
+    parser.add_argument("--folder", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the folder with every log")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs a soak (or, as ``relay LISTEN=TARGET...``, one relay of the partition)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["relay"]:
+        asyncio.run(relay_main(args_list[1:]))
+        return 0
+    args = _parse(args_list)
+    faults = tuple(f for f in args.faults.split(",") if f)
+    unknown = set(faults) - set(FAULTS)
+    if unknown or args.workers < 2 or args.runs < 1 or args.duration <= 0:
+        print(f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0")
+        return 2
+    config = SoakConfig(
+        duration=args.duration,
+        workers=args.workers,
+        runs=args.runs,
+        seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6),
+        lease=args.lease,
+        tool_seconds=args.tool_seconds,
+        faults=faults,
+        settle=args.settle,
+        folder=args.folder,
+        keep=args.keep,
+    )
+    soak = Soak(config, say=lambda text: print(text, flush=True))
+    try:
+        verdict = soak.run()
+    except Exception as exc:
+        print(f"the soak could not run: {type(exc).__name__}: {exc}", flush=True)
+        return 2
+    print_verdict(soak, verdict, say=lambda text: print(text, flush=True))
+    if config.keep or config.folder is not None:
+        print(f"logs kept in {soak.folder}")
+    return 0 if verdict.violations == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

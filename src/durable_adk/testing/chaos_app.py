@@ -1,0 +1,258 @@
+"""The agent of the chaos soak: two journaled effects per run, every outside call tagged.
+
+``durable-adk serve durable_adk.testing.chaos_app:app`` serves it. Each user
+message names an order (``order ORD-17``); the scripted model then, on every
+turn of any session, takes the first step whose answer the turn lacks:
+
+1. calls ``charge(order_id)``: a charge at the fake ``payments`` service,
+   journaled under ``charge:<order>`` with a lookup by key;
+2. then ``notify(order_id)``: a message at the fake ``notifications``
+   service, journaled under ``notify:<order>`` with a lookup by key;
+3. says ``Order <order> charged and confirmed.``
+
+Every request a tool sends (the effect and the journal's lookup) carries who
+sends it: ``X-Caller-Worker`` (the worker process), ``X-Caller-Run`` and
+``X-Caller-Epoch`` (the run and the fencing epoch its drive holds, read from
+the run stamp ADK passes in ``run_config.custom_metadata``). The fake services
+log every request with those headers before handling it, so the soak can tell
+which epoch of which run called out, and when.
+
+Environment (set by the soak for each worker it starts):
+
+* ``DURABLE_ADK_CHAOS_PAYMENTS``, ``DURABLE_ADK_CHAOS_NOTIFY``: the services' URLs;
+* ``DURABLE_ADK_CHAOS_WORKER``: the worker's name, sent as ``X-Caller-Worker``;
+* ``DURABLE_ADK_CHAOS_TOOL_SECONDS``: how long each tool works before its
+  outside call (default 0.2), so that faults land inside tools;
+* ``DURABLE_ADK_CHAOS_MARKER_DIR``: if set, each tool announces itself there
+  (a file ``<run>.<epoch>.<tool>``) as it starts its work, so a test can freeze
+  a worker exactly while one of its tools is mid-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, overload
+
+from google.adk.agents import LlmAgent
+from google.adk.models.llm_request import LlmRequest
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
+
+from durable_adk import errors
+from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.adk.tools import journaled
+from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Step, Turn
+
+APP_NAME = "chaos"
+PAYMENTS_ENV = "DURABLE_ADK_CHAOS_PAYMENTS"
+NOTIFY_ENV = "DURABLE_ADK_CHAOS_NOTIFY"
+WORKER_ENV = "DURABLE_ADK_CHAOS_WORKER"
+TOOL_SECONDS_ENV = "DURABLE_ADK_CHAOS_TOOL_SECONDS"
+MARKER_DIR_ENV = "DURABLE_ADK_CHAOS_MARKER_DIR"
+
+CALLER_WORKER = "X-Caller-Worker"
+CALLER_RUN = "X-Caller-Run"
+CALLER_EPOCH = "X-Caller-Epoch"
+
+CHARGES = "charges"
+NOTIFICATIONS = "notifications"
+ORDER_RE = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
+
+# Who calls out: set for each tool call by the agent's before-tool callback, in
+# the tool's own task, so the journal's lookup (which gets only the key) sends
+# the same tags as the effect.
+_caller: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "durable_adk_chaos_caller", default=None
+)
+
+
+class OutsideCallFailed(RuntimeError):
+    """A fake service gave no answer or an unexpected one."""
+
+
+def caller_headers(tool_context: ToolContext) -> dict[str, str]:
+    """The ``X-Caller-*`` headers of a tool call: worker, run and epoch."""
+    invocation = tool_context.get_invocation_context()
+    metadata = (invocation.run_config.custom_metadata or {}) if invocation.run_config else {}
+    stamp = metadata.get(RUN_METADATA_KEY)
+    stamp = stamp if isinstance(stamp, dict) else {}
+    return {
+        CALLER_WORKER: os.environ.get(WORKER_ENV, "unknown"),
+        CALLER_RUN: str(stamp.get("run_id", "")),
+        CALLER_EPOCH: str(stamp.get("epoch", "")),
+    }
+
+
+def _tag_call(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext) -> None:
+    _caller.set(caller_headers(tool_context))
+    marker_dir = os.environ.get(MARKER_DIR_ENV)
+    if marker_dir:
+        tags = _caller.get() or {}
+        name = f"{tags[CALLER_RUN]}.{tags[CALLER_EPOCH]}.{tool.name}"
+        Path(marker_dir, name).write_text(str(os.getpid()), encoding="utf-8")
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def _request(
+    method: str, url: str, *, payload: dict[str, Any] | None = None, key: str | None = None
+) -> tuple[int, Any]:
+    headers = {"Accept": "application/json", **(_caller.get() or {})}
+    data = None
+    if payload is not None:
+        data = json.dumps(payload).encode("utf-8")
+        headers["Content-Type"] = "application/json"
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with _OPENER.open(request, timeout=10) as answer:
+            return int(answer.status), json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.read().decode("utf-8", errors="replace")
+    except (OSError, ValueError) as err:
+        raise OutsideCallFailed(f"{method} {url}: no answer ({err})") from err
+
+
+def _base(env: str) -> str:
+    url = os.environ.get(env)
+    if not url:
+        raise errors.InvalidArgument(f"the chaos app needs {env} (a fake service's URL)")
+    return url.rstrip("/")
+
+
+def _create(env: str, collection: str, payload: dict[str, Any], key: str) -> dict[str, Any]:
+    status, body = _request("POST", f"{_base(env)}/{collection}", payload=payload, key=key)
+    if status not in (200, 201) or not isinstance(body, dict):
+        raise OutsideCallFailed(f"POST /{collection} answered {status}: {body!r:.200}")
+    return body
+
+
+def _find(env: str, collection: str, key: str) -> dict[str, Any] | None:
+    quoted = urllib.parse.quote(key, safe="")
+    status, body = _request("GET", f"{_base(env)}/{collection}/by-key/{quoted}")
+    if status == 404:
+        return None
+    if status == 200 and isinstance(body, dict):
+        return body
+    if status == 501:
+        raise errors.LookupUnavailable(f"{collection} offers no lookup")
+    raise OutsideCallFailed(f"GET /{collection}/by-key answered {status}: {body!r:.200}")
+
+
+async def _work() -> None:
+    await asyncio.sleep(float(os.environ.get(TOOL_SECONDS_ENV, "0.2")))
+
+
+def amount_of(order_id: str) -> float:
+    """The amount charged for an order (a pure function of its id)."""
+    return float(10 + sum(map(ord, order_id)) % 90)
+
+
+def _find_charge(idempotency_key: str) -> dict[str, Any] | None:
+    return _find(PAYMENTS_ENV, CHARGES, idempotency_key)
+
+
+def _find_notification(idempotency_key: str) -> dict[str, Any] | None:
+    return _find(NOTIFY_ENV, NOTIFICATIONS, idempotency_key)
+
+
+@journaled(key="charge:{order_id}", lookup=_find_charge)
+async def charge(order_id: str, idempotency_key: str) -> dict[str, Any]:
+    """Charges the customer for the order (once, whatever happens)."""
+    await _work()
+    payload = {"order_id": order_id, "customer": "chaos", "amount": amount_of(order_id)}
+    return await asyncio.to_thread(_create, PAYMENTS_ENV, CHARGES, payload, idempotency_key)
+
+
+@journaled(key="notify:{order_id}", lookup=_find_notification)
+async def notify(order_id: str, idempotency_key: str) -> dict[str, Any]:
+    """Tells the customer the order is charged (once, whatever happens)."""
+    await _work()
+    payload = {"to": f"{order_id.lower()}@chaos.example", "message": f"{order_id} is charged."}
+    return await asyncio.to_thread(_create, NOTIFY_ENV, NOTIFICATIONS, payload, idempotency_key)
+
+
+def _this_turn(request: LlmRequest) -> list[Any]:
+    """The contents since the last user message that names an order."""
+    contents = list(request.contents)
+    for index in range(len(contents) - 1, -1, -1):
+        content = contents[index]
+        if content.role == "user" and any(
+            part.text and ORDER_RE.search(part.text) for part in content.parts or ()
+        ):
+            return contents[index:]
+    return contents
+
+
+def order_of(request: LlmRequest) -> str:
+    """The order named by the last user message of the request."""
+    for content in _this_turn(request)[:1]:
+        for part in content.parts or ():
+            if part.text and (found := ORDER_RE.search(part.text)):
+                return found.group(0)
+    return "ORD-unknown"
+
+
+def final_text(order_id: str) -> str:
+    """What the agent says once both effects are done."""
+    return f"Order {order_id} charged and confirmed."
+
+
+def _next_step(request: LlmRequest) -> Turn:
+    # The step follows from what this turn already holds, not from how many
+    # model turns the session has: a turn that recovery re-drove may hold a
+    # call more or less than a quiet one, and the next turn must still start
+    # with the charge.
+    answered = {
+        part.function_response.name
+        for content in _this_turn(request)
+        for part in content.parts or ()
+        if part.function_response is not None
+    }
+    order = order_of(request)
+    if "charge" not in answered:
+        return Call("charge", {"order_id": order})
+    if "notify" not in answered:
+        return Call("notify", {"order_id": order})
+    return Say(final_text(order))
+
+
+class _EveryTurn(Sequence[Step]):
+    """charge, notify, answer, as the turn's state says, for as many turns as asked."""
+
+    def __len__(self) -> int:
+        return 3_000_000
+
+    @overload
+    def __getitem__(self, index: int) -> Step: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Step]: ...
+
+    def __getitem__(self, index: int | slice) -> Step | Sequence[Step]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _next_step
+
+
+def app() -> LlmAgent:
+    """The chaos agent (a fresh agent and model per call)."""
+    return LlmAgent(
+        name=APP_NAME,
+        model=ScriptedModel({APP_NAME: _EveryTurn()}),
+        instruction="Charge the order, then tell the customer.",
+        tools=[charge, notify],
+        before_tool_callback=_tag_call,
+    )

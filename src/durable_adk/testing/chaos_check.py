@@ -1,0 +1,375 @@
+"""The verdict of a chaos soak: what the outside world, the ledger and the logs show.
+
+Pure functions over four records, read once the soak has settled:
+
+* :class:`Request`: one request a fake service received (its request log,
+  logged on arrival, before handling), tagged by the caller with the worker,
+  run and epoch that sent it (``X-Caller-*`` headers, see
+  :mod:`durable_adk.testing.chaos_app`);
+* :class:`Claim`: one change of a run's epoch, owner or status, with the
+  database clock at the change (the soak's observer trigger, see
+  ``sql/<dialect>/chaos_observer.sql``);
+* :class:`RunRow`: a run as the ledger holds it at the end;
+* :class:`EventRow`: one stored event of a session.
+
+The checks, each a count of violations with the evidence kept:
+
+* **lost**: a run the ledger accepted (or a client was told was accepted)
+  that is not DONE, PAUSED, FAILED or PARKED at the end;
+* **unexpected endings**: FAILED or PARKED (the chaos app raises nothing, so
+  only a fault can end a run so: a transient fault must never), or DONE
+  without both effects or without the final answer in the session;
+* **doubled effects**: more than one act (a mutating request, deduplicated or
+  not) under one business key: the journal must not even try twice;
+* **calls after takeover**: a request tagged with epoch ``e`` of a run that the
+  service received after epoch ``e + 1`` (or any later one) was claimed;
+* **double drives**: at the services, a request of epoch ``e`` after one of a
+  later epoch of the same run (two epochs interleaving); in the session, an
+  event stamped with an older epoch after one with a newer epoch of that run;
+* **order violations**: a session whose sequence numbers have a gap, whose
+  runs' events interleave or come out of submission order, or where a function
+  response comes before its call.
+
+Clocks: the services stamp ``received_at`` with their wall clock, the observer
+with the database's; in the soak both are the same machine's clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
+EFFECT_PREFIXES = ("charge:", "notify:")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request received by a fake service.
+
+    Attributes:
+        service: Which service (``payments``, ``notifications``).
+        seq: Its place in the service's log.
+        method: HTTP method.
+        path: The request target.
+        action: ``create``, an action name, or a read (``lookup``, ...).
+        key: Its idempotency key (for a lookup: the key looked up).
+        mutating: Whether it asks for an effect.
+        worker: ``X-Caller-Worker``.
+        run_id: ``X-Caller-Run`` (None if untagged).
+        epoch: ``X-Caller-Epoch`` as an int (None if untagged).
+        at: When the service received it (Unix seconds).
+    """
+
+    service: str
+    seq: int
+    method: str
+    path: str
+    action: str | None
+    key: str | None
+    mutating: bool
+    worker: str | None
+    run_id: str | None
+    epoch: int | None
+    at: float
+
+    @classmethod
+    def from_log(cls, service: str, record: Mapping[str, Any]) -> Request:
+        """Reads one record of a service's ``GET /_requests``."""
+        caller = record.get("caller") or {}
+        epoch = caller.get("epoch")
+        return cls(
+            service=service,
+            seq=int(record["seq"]),
+            method=str(record["method"]),
+            path=str(record["path"]),
+            action=record.get("action"),
+            key=record.get("key"),
+            mutating=bool(record["mutating"]),
+            worker=caller.get("worker"),
+            run_id=caller.get("run") or None,
+            epoch=int(epoch) if isinstance(epoch, str) and epoch.isdigit() else None,
+            at=float(record["received_at"]),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A change of a run's epoch, owner or status, at the database's clock."""
+
+    run_id: str
+    epoch: int
+    owner: str | None
+    status: str
+    at: float
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as the ledger holds it at the end of the soak."""
+
+    run_id: str
+    user_id: str
+    session_id: str
+    invocation_id: str
+    status: str
+    owner: str | None
+    epoch: int
+    attempts: int
+    last_error: str | None
+    classification: str | None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One stored event of a session (``data`` is the ADK event as JSON)."""
+
+    user_id: str
+    session_id: str
+    seq: int
+    invocation_id: str
+    author: str
+    data: Mapping[str, Any]
+
+    @property
+    def stamp(self) -> tuple[str | None, int | None]:
+        """The run and epoch DurableRunner stamped on the event, if any."""
+        meta = (self.data.get("custom_metadata") or {}).get("durable_adk") or {}
+        epoch = meta.get("epoch")
+        return meta.get("run_id"), int(epoch) if isinstance(epoch, int) else None
+
+    def parts(self) -> list[Mapping[str, Any]]:
+        """The parts of the event's content."""
+        return list((self.data.get("content") or {}).get("parts") or [])
+
+
+VIOLATIONS = (
+    "lost",
+    "unexpected endings",
+    "doubled effects",
+    "calls after takeover",
+    "double drives",
+    "order violations",
+)
+
+
+@dataclass
+class Verdict:
+    """Counts of each check, with a few lines of evidence per check."""
+
+    runs: int = 0
+    accepted: int = 0
+    terminal: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    acts: int = 0
+    findings: dict[str, list[str]] = field(
+        default_factory=lambda: {name: [] for name in VIOLATIONS}
+    )
+
+    def count(self, name: str) -> int:
+        """How many violations of one check were found."""
+        return len(self.findings[name])
+
+    @property
+    def violations(self) -> int:
+        """The total over every check."""
+        return sum(len(found) for found in self.findings.values())
+
+
+def claim_times(claims: Iterable[Claim]) -> dict[str, dict[int, float]]:
+    """For each run, when each of its epochs was first seen (claimed)."""
+    times: dict[str, dict[int, float]] = defaultdict(dict)
+    for claim in claims:
+        times[claim.run_id].setdefault(claim.epoch, claim.at)
+    return times
+
+
+def calls_after_takeover(requests: Iterable[Request], claims: Iterable[Claim]) -> list[str]:
+    """Requests of an epoch received after a later epoch of the run was claimed."""
+    times = claim_times(claims)
+    found = []
+    for request in requests:
+        if request.run_id is None or request.epoch is None:
+            continue
+        later = [at for epoch, at in times.get(request.run_id, {}).items() if epoch > request.epoch]
+        if later and request.at > min(later):
+            found.append(
+                f"{request.service} {request.method} {request.key} from {request.worker} "
+                f"(run {request.run_id} epoch {request.epoch}) "
+                f"{request.at - min(later):.3f}s after the takeover"
+            )
+    return found
+
+
+def doubled_effects(requests: Iterable[Request]) -> list[str]:
+    """Business keys that more than one act asked for."""
+    acts: dict[tuple[str, str], list[Request]] = defaultdict(list)
+    for request in requests:
+        if request.mutating and request.key is not None:
+            acts[(request.service, request.key)].append(request)
+    return [
+        f"{service} {key}: {len(tries)} acts, from "
+        + ", ".join(f"{r.worker}@{r.epoch}" for r in tries)
+        for (service, key), tries in sorted(acts.items())
+        if len(tries) > 1
+    ]
+
+
+def double_drives(requests: Iterable[Request], events: Iterable[EventRow]) -> list[str]:
+    """Two epochs of one run active at once: at the services, or in the session log."""
+    found = []
+    by_run: dict[str, list[Request]] = defaultdict(list)
+    for request in requests:
+        if request.run_id is not None and request.epoch is not None:
+            by_run[request.run_id].append(request)
+    for run_id, tagged in sorted(by_run.items()):
+        newest = -1
+        for request in sorted(tagged, key=lambda r: r.at):
+            assert request.epoch is not None
+            if request.epoch < newest:
+                found.append(
+                    f"run {run_id}: {request.service} {request.key} by epoch {request.epoch} "
+                    f"({request.worker}) after a call by epoch {newest}"
+                )
+            newest = max(newest, request.epoch)
+    newest_in_log: dict[str, tuple[int, int]] = {}
+    for event in events:
+        stamped, epoch = event.stamp
+        if stamped is None or epoch is None:
+            continue
+        seen = newest_in_log.get(stamped)
+        if seen is not None and epoch < seen[0]:
+            found.append(
+                f"run {stamped}: event {event.seq} of session {event.session_id} stamped "
+                f"epoch {epoch} after event {seen[1]} of epoch {seen[0]}"
+            )
+        if seen is None or epoch >= seen[0]:
+            newest_in_log[stamped] = (epoch, event.seq)
+    return found
+
+
+def order_violations(events: Sequence[EventRow], runs: Sequence[RunRow]) -> list[str]:
+    """Gaps, interleaved or reordered runs, and responses before their calls, per session."""
+    found = []
+    position = {run.invocation_id: index for index, run in enumerate(runs)}
+    sessions: dict[tuple[str, str], list[EventRow]] = defaultdict(list)
+    for event in events:
+        sessions[(event.user_id, event.session_id)].append(event)
+    for (_, session_id), log in sorted(sessions.items()):
+        blocks: list[str] = []
+        seqs = [event.seq for event in log]
+        if seqs != list(range(1, len(seqs) + 1)):
+            found.append(f"session {session_id}: sequence numbers {seqs[:20]} have a gap")
+        for event in log:
+            if not blocks or blocks[-1] != event.invocation_id:
+                blocks.append(event.invocation_id)
+        if len(blocks) != len(set(blocks)):
+            found.append(f"session {session_id}: the events of its runs interleave: {blocks}")
+        known = [position[b] for b in dict.fromkeys(blocks) if b in position]
+        if known != sorted(known):
+            found.append(f"session {session_id}: runs stored out of submission order")
+        calls: set[str] = set()
+        for event in log:
+            for part in event.parts():
+                if part.get("function_call"):
+                    calls.add(str(part["function_call"].get("id")))
+                answer = part.get("function_response")
+                if answer and str(answer.get("id")) not in calls:
+                    found.append(
+                        f"session {session_id}: event {event.seq} answers call "
+                        f"{answer.get('id')} before it was made"
+                    )
+    return found
+
+
+def order_of_run(run: RunRow, events: Iterable[EventRow]) -> str | None:
+    """The order a run was about: the ``ORD-...`` of its first user event."""
+    for event in events:
+        if event.invocation_id == run.invocation_id and event.author == "user":
+            for part in event.parts():
+                text = str(part.get("text") or "")
+                for word in text.split():
+                    if word.startswith("ORD-"):
+                        return word
+    return None
+
+
+def unexpected_endings(
+    runs: Sequence[RunRow], events: Sequence[EventRow], requests: Sequence[Request]
+) -> list[str]:
+    """FAILED or PARKED runs, and DONE runs without both effects or their final answer."""
+    found = []
+    acted = {r.key for r in requests if r.mutating and r.key is not None}
+    by_invocation: dict[str, list[EventRow]] = defaultdict(list)
+    for event in events:
+        by_invocation[event.invocation_id].append(event)
+    for run in runs:
+        if run.status in ("FAILED", "PARKED"):
+            found.append(f"run {run.run_id} {run.status}: {(run.last_error or '')[:160]}")
+            continue
+        if run.status != "DONE":
+            continue
+        mine = by_invocation.get(run.invocation_id, [])
+        order = order_of_run(run, mine)
+        if order is None:
+            found.append(f"run {run.run_id} DONE without its user message in the session")
+            continue
+        missing = [p + order for p in EFFECT_PREFIXES if p + order not in acted]
+        said = " ".join(str(p.get("text") or "") for e in mine for p in e.parts())
+        if missing:
+            found.append(f"run {run.run_id} DONE but never acted: {missing}")
+        elif f"Order {order} charged and confirmed." not in said:
+            found.append(f"run {run.run_id} DONE without its final answer")
+    return found
+
+
+def lost_runs(runs: Sequence[RunRow], accepted: Iterable[str]) -> list[str]:
+    """Accepted runs that are not terminal, or that the ledger does not know."""
+    known = {run.run_id for run in runs}
+    found = [
+        f"run {run.run_id} still {run.status} (owner {run.owner}, epoch {run.epoch})"
+        for run in runs
+        if run.status not in TERMINAL
+    ]
+    found.extend(
+        f"run {rid} was accepted but is not on the ledger" for rid in accepted if rid not in known
+    )
+    return found
+
+
+def judge(
+    *,
+    runs: Sequence[RunRow],
+    accepted: Sequence[str],
+    claims: Sequence[Claim],
+    events: Sequence[EventRow],
+    requests: Sequence[Request],
+) -> Verdict:
+    """Every check over the soak's records."""
+    verdict = Verdict(runs=len(runs), accepted=len(set(accepted)))
+    for run in runs:
+        verdict.by_status[run.status] = verdict.by_status.get(run.status, 0) + 1
+    verdict.terminal = sum(1 for run in runs if run.status in TERMINAL)
+    verdict.acts = sum(1 for r in requests if r.mutating)
+    verdict.findings["lost"] = lost_runs(runs, accepted)
+    verdict.findings["unexpected endings"] = unexpected_endings(runs, events, requests)
+    verdict.findings["doubled effects"] = doubled_effects(requests)
+    verdict.findings["calls after takeover"] = calls_after_takeover(requests, claims)
+    verdict.findings["double drives"] = double_drives(requests, events)
+    verdict.findings["order violations"] = order_violations(events, runs)
+    return verdict
+
+
+def event_row(row: Mapping[str, Any]) -> EventRow:
+    """An :class:`EventRow` from a ``chaos_events`` row."""
+    return EventRow(
+        user_id=str(row["user_id"]),
+        session_id=str(row["session_id"]),
+        seq=int(row["seq"]),
+        invocation_id=str(row["invocation_id"]),
+        author=str(row["author"]),
+        data=json.loads(row["data"]),
+    )

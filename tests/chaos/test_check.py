@@ -1,0 +1,134 @@
+"""The soak's verdict on hand-made records: each check finds what it must, and only that."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_adk.testing.chaos_check import Claim, EventRow, Request, RunRow, judge
+
+RUN = "run-1"
+
+
+def request(
+    key: str, epoch: int, at: float, *, mutating: bool = True, run: str = RUN, service: str = "p"
+) -> Request:
+    return Request(
+        service=service,
+        seq=int(at * 10),
+        method="POST" if mutating else "GET",
+        path="/x",
+        action="create" if mutating else "lookup",
+        key=key,
+        mutating=mutating,
+        worker=f"w{epoch}",
+        run_id=run,
+        epoch=epoch,
+        at=at,
+    )
+
+
+def run_row(status: str = "DONE", run: str = RUN, invocation: str = "inv-1") -> RunRow:
+    return RunRow(run, "chaos", "s1", invocation, status, "w2", 2, 2, None, None)
+
+
+def event(seq: int, parts: list[dict[str, Any]], *, epoch: int = 1, inv: str = "inv-1") -> EventRow:
+    data = {
+        "content": {"parts": parts},
+        "custom_metadata": {"durable_adk": {"run_id": RUN, "epoch": epoch}},
+    }
+    return EventRow("chaos", "s1", seq, inv, "user" if seq == 1 else "chaos", data)
+
+
+def good_log() -> list[EventRow]:
+    return [
+        event(1, [{"text": "Please charge order ORD-1 and tell the customer."}]),
+        event(2, [{"function_call": {"id": "c1", "name": "charge"}}]),
+        event(3, [{"function_response": {"id": "c1", "name": "charge"}}]),
+        event(4, [{"function_call": {"id": "c2", "name": "notify"}}]),
+        event(5, [{"function_response": {"id": "c2", "name": "notify"}}], epoch=2),
+        event(6, [{"text": "Order ORD-1 charged and confirmed."}], epoch=2),
+    ]
+
+
+CLAIMS = [Claim(RUN, 1, "w1", "RUNNING", 1.0), Claim(RUN, 2, "w2", "RUNNING", 5.0)]
+GOOD = [request("charge:ORD-1", 1, 2.0), request("notify:ORD-1", 2, 6.0)]
+
+
+def verdict(**changes: Any) -> dict[str, list[str]]:
+    records: dict[str, Any] = {
+        "runs": [run_row()],
+        "accepted": [RUN],
+        "claims": CLAIMS,
+        "events": good_log(),
+        "requests": GOOD,
+    }
+    records.update(changes)
+    return {k: v for k, v in judge(**records).findings.items() if v}
+
+
+def test_a_clean_takeover_is_no_violation() -> None:
+    assert verdict() == {}
+
+
+def test_a_call_of_the_old_epoch_after_the_takeover_is_found() -> None:
+    late = request("notify:ORD-1", 1, 5.5, mutating=False)  # even a lookup counts
+    found = verdict(requests=[*GOOD, late])
+    assert list(found) == ["calls after takeover"]
+
+
+def test_two_acts_under_one_key_are_a_doubled_effect_even_if_deduplicated() -> None:
+    found = verdict(requests=[*GOOD, request("notify:ORD-1", 2, 6.5)])
+    assert list(found) == ["doubled effects"]
+
+
+def test_an_old_epoch_acting_after_a_newer_one_is_a_double_drive() -> None:
+    found = verdict(requests=[*GOOD, request("charge:ORD-1", 1, 7.0)])
+    assert set(found) == {"calls after takeover", "double drives", "doubled effects"}
+
+
+def test_an_event_of_an_older_epoch_after_a_newer_one_is_a_double_drive() -> None:
+    log = good_log()
+    log.append(event(7, [{"text": "late"}], epoch=1))
+    assert list(verdict(events=log)) == ["double drives"]
+
+
+def test_gaps_interleaved_runs_and_early_answers_are_order_violations() -> None:
+    log = good_log()
+    del log[2]
+    assert "order violations" in verdict(events=log)  # a gap
+    other = event(7, [{"text": "x"}], inv="inv-2")
+    mixed = [*good_log()[:3], other, *good_log()[3:]]
+    runs = [run_row(), run_row(run="run-2", invocation="inv-2")]
+    found = verdict(
+        events=[
+            EventRow(e.user_id, e.session_id, i + 1, e.invocation_id, e.author, e.data)
+            for i, e in enumerate(mixed)
+        ],
+        runs=runs,
+        accepted=[RUN, "run-2"],
+    )
+    assert any("interleave" in line for line in found["order violations"])
+    answer_first = [good_log()[0], good_log()[2], good_log()[1], *good_log()[3:]]
+    renumbered = [
+        EventRow(e.user_id, e.session_id, i + 1, e.invocation_id, e.author, e.data)
+        for i, e in enumerate(answer_first)
+    ]
+    assert any(
+        "before it was made" in line for line in verdict(events=renumbered)["order violations"]
+    )
+
+
+def test_runs_not_ended_or_unknown_are_lost() -> None:
+    assert list(verdict(runs=[run_row("RUNNING")])) == ["lost"]
+    assert verdict(accepted=[RUN, "run-ghost"])["lost"] == [
+        "run run-ghost was accepted but is not on the ledger"
+    ]
+
+
+def test_failed_parked_and_hollow_done_runs_are_unexpected_endings() -> None:
+    assert list(verdict(runs=[run_row("FAILED")])) == ["unexpected endings"]
+    assert list(verdict(runs=[run_row("PARKED")])) == ["unexpected endings"]
+    hollow = verdict(requests=[GOOD[0]])  # DONE, but notify never acted
+    assert list(hollow) == ["unexpected endings"]
+    unanswered = verdict(events=good_log()[:-1])  # DONE without the final answer
+    assert list(unanswered) == ["unexpected endings"]

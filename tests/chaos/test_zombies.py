@@ -1,0 +1,177 @@
+"""Process-level fencing of effects, with real ``durable-adk serve`` workers.
+
+A worker frozen with SIGSTOP past its lease (both backends), and a worker cut
+off by a network partition (PostgreSQL, root only), while their tool is at
+work: another worker takes the run over and finishes it, and the old worker,
+thawed or healed, makes no outside call at all after the takeover. PostgreSQL
+stopped and started while a run is in flight: the run ends DONE with each
+effect acted once.
+
+Evidence comes from outside the workers: the fake services log every request on
+arrival, with the ``X-Caller-Run`` and ``X-Caller-Epoch`` its sender put on it
+(:mod:`durable_adk.testing.chaos_app`), and the soak's observer trigger logs,
+with the database clock, when each epoch of each run was claimed. Each test
+also runs the soak's whole verdict (:func:`durable_adk.testing.chaos_check.judge`).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from chaos_support import (
+    Worker,
+    describe,
+    fake_services,
+    launch,
+    outcome,
+    prepare,
+    ready,
+    run_row,
+    stop,
+    submit,
+    wait_marker,
+    wait_until,
+)
+
+from durable_adk.testing.chaos import restart_postgres
+from durable_adk.testing.chaos_check import TERMINAL
+from durable_adk.testing.chaos_net import Namespace, partitions_available
+from durable_adk.testing.pg_cluster import TempPostgres
+
+pytestmark = pytest.mark.slow
+
+# After the thaw or the heal, how long the old worker gets to show what it
+# would still do: its tool had at most a few seconds of work left.
+AFTERMATH = 8.0
+
+
+def finished(worker: Worker, run_id: str) -> Callable[[], dict[str, Any] | None]:
+    """A poll: the run's row once it has ended, else None."""
+
+    def check() -> dict[str, Any] | None:
+        row = run_row(worker, run_id)
+        return row if row is not None and row["status"] in TERMINAL else None
+
+    return check
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_worker_frozen_past_its_lease_calls_out_no_more_after_takeover(
+    store_url: str, tmp_path: Path
+) -> None:
+    prepare(store_url)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with fake_services(tmp_path) as urls:
+        frozen = launch(store_url, "frozen", urls, tmp_path, tool_seconds=2.0, marker_dir=markers)
+        rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
+        try:
+            ready(frozen, rescuer)
+            run_id = submit(frozen, "s1", "ORD-F1")
+            wait_marker(markers, ".1.charge", frozen)  # epoch 1's charge is at work
+            frozen.signal(signal.SIGSTOP)
+            row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
+            frozen.signal(signal.SIGCONT)
+            time.sleep(AFTERMATH)  # waiting for a non-event: nothing can be polled for
+        finally:
+            stop(frozen, rescuer)
+        result = outcome(store_url, urls, [run_id])
+    assert (row["status"], row["owner"]) == ("DONE", "rescuer"), describe(result, frozen, rescuer)
+    takeover = result.takeovers[run_id][2]
+    late = result.calls_of(run_id, 1, after=takeover)
+    assert late == [], describe(result, frozen, rescuer)
+    assert (result.acts("charge:ORD-F1"), result.acts("notify:ORD-F1")) == (1, 1)
+    assert result.verdict.violations == 0, describe(result, frozen, rescuer)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
+    store_url: str, tmp_path: Path
+) -> None:
+    why = partitions_available()
+    if why is not None:
+        pytest.skip(why)
+    prepare(store_url)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with fake_services(tmp_path) as urls:
+        ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
+        name = f"dadk-zombie-{time.monotonic_ns() % 10**9}"
+        net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
+        cut = launch(
+            store_url,
+            "cut-off",
+            urls,
+            tmp_path,
+            tool_seconds=12.0,
+            marker_dir=markers,
+            prefix=net.prefix(),
+            port=net.inbound[0],
+        )
+        rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
+        try:
+            ready(cut, rescuer)
+            run_id = submit(cut, "s1", "ORD-P1")
+            marker = wait_marker(markers, ".1.charge", cut)
+            started = marker.stat().st_mtime
+            net.link(up=False)
+            row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
+            net.link(up=True)
+            # the cut-off worker's tool ends 12 s after it began; then give it time to call out
+            time.sleep(max(0.0, started + 12.0 - time.time()) + AFTERMATH)
+        finally:
+            stop(cut, rescuer)
+            net.delete()
+        result = outcome(store_url, urls, [run_id])
+    assert (row["status"], row["owner"]) == ("DONE", "rescuer"), describe(result, cut, rescuer)
+    takeover = result.takeovers[run_id][2]
+    late = result.calls_of(run_id, 1, after=takeover)
+    assert late == [], describe(result, cut, rescuer)
+    assert (result.acts("charge:ORD-P1"), result.acts("notify:ORD-P1")) == (1, 1)
+    assert result.verdict.violations == 0, describe(result, cut, rescuer)
+
+
+@pytest.mark.parametrize(
+    ("mode", "down"),
+    [("fast", 0.5), ("immediate", 0.5), ("immediate", 3.0)],
+    ids=["fast-short", "crash-short", "crash-long"],
+)
+def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
+    tmp_path: Path, mode: str, down: float
+) -> None:
+    if not TempPostgres.is_available():
+        pytest.skip("PostgreSQL binaries not found")  # conftest's rule: CI requires them
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with TempPostgres() as pg, fake_services(tmp_path) as urls:
+        db = pg.create_database("restart")
+        prepare(db)
+        first = launch(db, "first", urls, tmp_path, tool_seconds=1.0, marker_dir=markers)
+        second = launch(db, "second", urls, tmp_path, tool_seconds=1.0)
+        try:
+            ready(first, second)
+            runs = [submit(first, "s1", "ORD-R1"), submit(second, "s2", "ORD-R2")]
+            wait_marker(markers, ".1.charge", first)
+            # A short outage meets the tools' journal writes and the next ledger
+            # write finds the server back; a long one outlasts the lease.
+            restart_postgres(pg, mode=mode, down=down)
+            rows = [wait_until(finished(second, r), 180, "the run ending") for r in runs]
+        finally:
+            stop(first, second)
+        result = outcome(db, urls, runs)
+    assert [row["status"] for row in rows] == ["DONE", "DONE"], describe(result, first, second)
+    for order in ("ORD-R1", "ORD-R2"):
+        assert (result.acts(f"charge:{order}"), result.acts(f"notify:{order}")) == (1, 1)
+    assert result.verdict.violations == 0, describe(result, first, second)
