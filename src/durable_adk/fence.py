@@ -115,14 +115,6 @@ class RunFence:
                 f"run {self.run_id} (epoch {self.epoch}) lost its lease: {self._lost}"
             )
 
-    async def confirm(self) -> None:
-        """:meth:`check` as the journal's fence protocol asks for it (right before a lookup or act).
-
-        Raises:
-            durable_adk.errors.Fenced: The lease was lost or could not be proven in time.
-        """
-        self.check()
-
     async def wait_lost(self) -> str:
         """Waits until the lease is lost; returns why."""
         await self._lost_event.wait()
