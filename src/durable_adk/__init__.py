@@ -69,6 +69,10 @@ _EXPORTS: dict[str, str] = {
     "NotFound": "durable_adk.errors",
     "Conflict": "durable_adk.errors",
     "Draining": "durable_adk.errors",
+    # fencing
+    "check_lease": "durable_adk.fence",
+    "RunFence": "durable_adk.fence",
+    "current_fence": "durable_adk.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
     "DurableSessionService": "durable_adk.adk.session_service",
@@ -93,7 +97,8 @@ _EXPORTS: dict[str, str] = {
     "Submitter": "durable_adk.adk.resume",
 }
 
-__all__ = [  # literal, so linters and type checkers read it; kept equal to _EXPORTS by a test
+# Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
+__all__ = [
     "DEFAULT_URL",
     "Conflict",
     "DatabaseBusy",
@@ -120,6 +125,7 @@ __all__ = [  # literal, so linters and type checkers read it; kept equal to _EXP
     "Recovery",
     "Resumer",
     "Run",
+    "RunFence",
     "RunInterrupted",
     "RunLedger",
     "RunStatus",
@@ -142,6 +148,8 @@ __all__ = [  # literal, so linters and type checkers read it; kept equal to _EXP
     "__version__",
     "attempt_in",
     "attempt_of",
+    "check_lease",
+    "current_fence",
     "errors",
     "handle_job_webhook",
     "journaled",
@@ -208,6 +216,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         StoreUnavailable,
         UnsupportedUrl,
     )
+    from durable_adk.fence import RunFence, check_lease, current_fence
     from durable_adk.jobs import Job, JobNotFound, JobState, JobTable
     from durable_adk.journal import Journal, JournalEntry, OutcomeUnknown
     from durable_adk.ledger import DeadLetter, Run, RunLedger, RunStatus

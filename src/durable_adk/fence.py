@@ -144,6 +144,24 @@ class RunFence:
         return f"RunFence({self.run_id!r}, epoch={self.epoch}, {state})"
 
 
+def check_lease() -> None:
+    """Raises unless the durable run this code belongs to still trusts its lease.
+
+    Call it right before an outside call that no journal guards: in a tool,
+    after any slow preparation, or in the HTTP client a tool uses (it works
+    from ADK's worker threads too: they inherit the fence). The check is
+    local and costs nothing: the lease's deadline on ``time.monotonic()``, so
+    a process that was frozen past its lease refuses at once on waking,
+    whatever ran first. Outside a durable run it does nothing.
+
+    Raises:
+        durable_adk.errors.Fenced: The run's lease was lost or has run out.
+    """
+    fence = _current.get()
+    if fence is not None:
+        fence.check()
+
+
 def current_fence() -> RunFence | None:
     """The fence of the drive this code runs in, or None outside a durable drive."""
     return _current.get()

@@ -170,9 +170,47 @@ async def heartbeat(
     no longer ours, or the deadline passing, loses the fence for good and
     cancels the pump, so ADK and the tool in flight stop.
     """
-    run, fence = drive.run, drive.fence
+    fence = drive.fence
     interval = lease_seconds / 3
     next_renewal = time.monotonic() + interval
+    # The deadline is enforced by a timer of its own, not only when this loop
+    # gets round to it: a process frozen (SIGSTOP, a partition, a long pause)
+    # past the deadline wakes with the tool's timers and this one due
+    # together, and the drive must be cancelled before the tool's next step,
+    # not after a renewal's round trip. loop.call_at runs on time.monotonic(),
+    # the fence's clock.
+    loop = asyncio.get_running_loop()
+
+    def expire() -> None:
+        if fence.lost is None and time.monotonic() >= fence.trusted_until:
+            on_lost(drive, "the lease's local deadline passed before a renewal succeeded")
+
+    guards: list[asyncio.TimerHandle] = []
+
+    def rearm() -> None:
+        for handle in guards:
+            handle.cancel()
+        guards[:] = [loop.call_at(fence.trusted_until, expire)]
+
+    rearm()
+    try:
+        await _renewals(drive, renew, lease_seconds, interval, next_renewal, on_lost, rearm)
+    finally:
+        for handle in guards:
+            handle.cancel()
+
+
+async def _renewals(
+    drive: Drive,
+    renew: Callable[[], Awaitable[bool]],
+    lease_seconds: float,
+    interval: float,
+    next_renewal: float,
+    on_lost: Callable[[Drive, str], None],
+    rearm: Callable[[], None],
+) -> None:
+    """The renewal loop of :func:`heartbeat`; ``rearm`` moves the deadline's timer."""
+    run, fence = drive.run, drive.fence
     while True:
         await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
         retry_in = min(interval / 4, 0.5)
@@ -213,5 +251,6 @@ async def heartbeat(
                 on_lost(drive, "the run was taken over or has ended")
                 return
             fence.renewed(trust_from(sent, lease_seconds))
+            rearm()
             next_renewal = sent + interval
             break

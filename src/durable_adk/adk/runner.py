@@ -799,6 +799,8 @@ class DurableRunner:
     def _lose(self, drive: Drive, reason: str) -> None:
         """The lease is lost: the fence is lost for good and the drive is cancelled."""
         run = drive.run
+        if drive.fence.lost is not None:
+            return  # the deadline's timer and the renewal loop may both find it
         drive.fence.lose(reason)
         self.metrics.lease_lost()
         logger.warning(

@@ -243,14 +243,8 @@ class Worker:
         await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
 
     async def _sweep_once(self) -> None:
-        for done in await self.sweeper.recover_once():
-            logger.info(
-                "recovered run %s: found %s, %s -> %s",
-                done.run_id,
-                done.found.value,
-                done.action,
-                done.status.value,
-            )
+        # The sweeper logs each recovery itself (run id, class, epoch, action).
+        await self.sweeper.recover_once()
 
     async def _every(
         self, interval: float, work: Callable[[], Awaitable[object]], what: str

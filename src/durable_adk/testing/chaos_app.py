@@ -50,6 +50,7 @@ from google.adk.tools.tool_context import ToolContext
 from durable_adk import errors
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.adk.tools import journaled
+from durable_adk.fence import check_lease
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Step, Turn
 
 APP_NAME = "chaos"
@@ -107,6 +108,9 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never 
 def _request(
     method: str, url: str, *, payload: dict[str, Any] | None = None, key: str | None = None
 ) -> tuple[int, Any]:
+    # The last moment before the request leaves: a worker frozen past its
+    # lease while the tool prepared refuses here, on waking, whatever ran first.
+    check_lease()
     headers = {"Accept": "application/json", **(_caller.get() or {})}
     data = None
     if payload is not None:
