@@ -14,6 +14,9 @@ What it guarantees (framework-agnostic: no ADK import here):
   PostgreSQL): two sweepers never claim one run. Attempts are counted in the
   claim; the next recovery waits an exponential back-off; past
   ``max_attempts`` the run is ``PARKED`` with a dead letter.
+* A drive that met a transient fault hands its run back (:meth:`RunLedger.release`):
+  still RUNNING, lease expired, next recovery after the back-off, so the sweeper
+  takes it like any orphan. ``retry`` puts a PARKED or FAILED run back in its queue.
 """
 
 from __future__ import annotations
@@ -357,6 +360,28 @@ class RunLedger:
         )
         return row is not None
 
+    async def release(self, lease: Lease, *, error: str) -> bool:
+        """Hands a RUNNING run back for recovery after a transient fault; False if it was lost.
+
+        One conditional statement on ``(owner, epoch)``: the run stays
+        RUNNING, its lease expires now and its next recovery waits
+        ``backoff_seconds * 2 ** (attempts - 1)``; ``error`` becomes its
+        ``last_error``. The sweeper's :meth:`claim_expired` then takes it,
+        counting an attempt (past ``max_attempts`` it parks the run). With a
+        stale lease nothing changes.
+        """
+        row = await self.store.fetchrow(
+            "run_release",
+            {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "error": error,
+                "backoff": self.backoff_seconds,
+            },
+        )
+        return row is not None
+
     async def claim_expired(
         self, owner: str, *, limit: int = 10, app_name: str | None = None
     ) -> list[Run]:
@@ -406,7 +431,9 @@ class RunLedger:
         return row is not None and row["status"] == "ok"
 
     async def retry(self, run_id: str) -> Run | None:
-        """Puts a parked run back in its session's queue; safe to call twice.
+        """Puts a parked or failed run back in its session's queue; safe to call twice.
+
+        A run in any other status is left as it is (the result then shows it).
 
         Returns:
             The run as it now stands, or None if there is no such run.

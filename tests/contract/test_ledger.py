@@ -176,11 +176,13 @@ async def test_run_dead_before_its_first_event_is_not_mistaken_for_the_last_turn
     assert texts == ["first", "first answer", "second", "second answer"]
 
 
-async def test_caller_leaving_early_orphans_the_run_cleanly(store: Store) -> None:
+async def test_caller_leaving_early_leaves_the_run_to_end_in_the_worker(store: Store) -> None:
     script = [Call("lookup", {"q": "x"}), Say("done")]
+    looked_up: list[str] = []
 
     def lookup(q: str) -> dict[str, str]:
         """Looks something up."""
+        looked_up.append(q)
         return {"q": q}
 
     agent = LlmAgent(name="assistant", model=ScriptedModel({"assistant": script}), tools=[lookup])
@@ -191,10 +193,12 @@ async def test_caller_leaving_early_orphans_the_run_cleanly(store: Store) -> Non
         async for _ in events:
             break  # the client went away after the first event
     (run,) = await runner.ledger.list_runs()
-    assert run.status is RunStatus.RUNNING  # left for recovery, not failed
-    await runner.ledger.backdate(run.run_id, 3600)
-    (recovery,) = await Sweeper(runner).recover_once()
-    assert recovery.status is RunStatus.DONE
+    assert runner.detached_runs == [run.run_id]  # driven on without a reader, not stranded
+    await runner.aclose()
+    done = await runner.ledger.get(run.run_id)
+    assert done is not None and done.status is RunStatus.DONE and done.attempts == 1
+    assert looked_up == ["x"]
+    assert await Sweeper(runner).recover_once() == []  # nothing was left for recovery
 
 
 async def test_a_worker_recovers_only_its_own_apps_runs(store: Store) -> None:

@@ -8,12 +8,27 @@ What it guarantees:
 * One run per session drives at a time across every worker; a second run for
   a busy session waits ``QUEUED``, in order, and its caller then gets its
   events.
-* The lease is renewed by a timer task, independent of how fast the caller
-  reads events. A worker whose renewal fails stops driving the run, and the
-  store refuses its further writes (every event carries the run id and epoch
-  in ``custom_metadata["durable_adk"]``).
-* The row ends ``DONE``, ``PAUSED`` (the invocation stopped on an unanswered
-  long-running call) or ``FAILED``.
+* A drive runs in a task of its own (the pump) and hands its events to the
+  caller lock-step: ADK never runs ahead of the caller's reading, so the crash
+  windows are those of a plain generator. The lease is renewed by a timer
+  task, independent of how fast the caller reads. Failed renewals are retried
+  until a local deadline (last renewal sent + lease - lease/6); when a renewal
+  finds the run taken over or finished, or the deadline passes, the pump is
+  cancelled (ADK's task and the running tool's task with it), the drive's
+  :class:`~durable_adk.fence.RunFence` is lost for good, and the caller gets
+  :class:`~durable_adk.errors.Fenced`. The store refuses the old epoch's
+  writes besides (every event carries the run id and epoch in
+  ``custom_metadata["durable_adk"]``).
+* A caller that stops reading (closes the generator, or its task is
+  cancelled) detaches from the drive: the run goes on to its end in this
+  process and its events are stored; :meth:`DurableRunner.aclose` waits for
+  (or, at its timeout, cancels) detached drives.
+* The row ends ``DONE`` (only when the classifier finds the invocation done),
+  ``PAUSED`` (stopped on an unanswered long-running call) or ``FAILED`` (a
+  deterministic error). A transient fault (see :class:`RetryPolicy`), or an
+  invocation that ended with a call unanswered or no final answer, hands the
+  run back for recovery after a back-off and raises
+  :class:`~durable_adk.errors.RunInterrupted`.
 * A run that answers long-running calls (``run(..., invocation_id=...)`` with a
   message of function responses) continues the invocation that made the calls
   and answers each call at most once: an answer the session already holds from
@@ -38,18 +53,21 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Iterable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.session import Session
+from google.genai import errors as genai_errors
 from google.genai import types
 
 from durable_adk import errors
@@ -57,6 +75,7 @@ from durable_adk.adk import optional_imports
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
+from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
@@ -91,6 +110,7 @@ class _InvocationIdRunner(Runner):
 
 
 E = TypeVar("E", bound=BaseException)
+T = TypeVar("T")
 
 _ALREADY_ANSWERED = types.Content(role="user", parts=[])
 """Sentinel of :func:`_unanswered`: every call the message answers is already answered."""
@@ -173,6 +193,119 @@ def journaled_tool_names(root: object) -> frozenset[str]:
     return frozenset(names)
 
 
+def model_error_is_retryable(exc: BaseException) -> bool:
+    """The default :attr:`RetryPolicy.retryable`: a model API error 429 (rate limit) or 5xx."""
+    if not isinstance(exc, genai_errors.APIError):
+        return False
+    code = exc.code if isinstance(exc.code, int) else 0
+    return code == 429 or 500 <= code <= 599
+
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    errors.DatabaseBusy,
+    errors.StoreUnavailable,
+    TimeoutError,
+    StaleSessionError,
+)
+"""The errors :class:`RetryPolicy` treats as transient by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Which errors of a drive are transient: the run is handed back, not failed.
+
+    An error is transient when it, or any error in its cause/context chain
+    (ADK wraps agent errors), is an instance of ``transient`` or satisfies
+    ``retryable``. A transient error hands the run back to recovery
+    (:meth:`durable_adk.ledger.RunLedger.release`): it stays RUNNING, its
+    lease expires now and the sweeper takes it after
+    ``backoff * 2 ** (attempts - 1)`` seconds, counting an attempt; past the
+    runner's ``max_attempts`` the sweeper parks it with a dead letter. Every
+    other error ends the run FAILED for good (an error the app raised
+    deterministically would fail again). See docs/runs.md, "Transient and
+    terminal errors".
+
+    Attributes:
+        transient: Error types that are transient wherever they appear in the
+            chain. Default: :data:`TRANSIENT_ERRORS` (the store busy or
+            unreachable, a timeout, a session appended to by another writer).
+            A bare ``StoreError`` (a constraint, a schema mismatch) is not.
+        retryable: A predicate for other errors, meant for model errors.
+            Default: :func:`model_error_is_retryable` (google.genai API errors
+            with code 429 or 5xx).
+    """
+
+    transient: tuple[type[BaseException], ...] = field(default=TRANSIENT_ERRORS)
+    retryable: Callable[[BaseException], bool] = field(default=model_error_is_retryable)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (or an error behind it) is transient under this policy."""
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            if isinstance(current, self.transient) or self.retryable(current):
+                return True
+            seen.add(id(current))
+            current = current.__cause__ or current.__context__
+        return False
+
+
+LEASE_MARGIN_FRACTION = 1 / 6
+"""The share of the lease a drive gives up to be safe: its local deadline is
+``last renewal sent + lease * (1 - LEASE_MARGIN_FRACTION)``."""
+
+
+class _End:
+    """The pump's last item: how the drive ended (None: it finished normally)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class _Drive:
+    """One drive: its pump task, its fence and the lock-step hand-over to its reader."""
+
+    def __init__(self, run: Run, fence: RunFence) -> None:
+        self.run = run
+        self.fence = fence
+        self.task: asyncio.Task[None] | None = None
+        self.detached = False
+        self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
+        self._wanted = asyncio.Event()
+        self._items: asyncio.Queue[Event | _End] = asyncio.Queue()
+
+    async def wanted(self) -> None:
+        """Waits until the reader asks for the next event (at once once detached)."""
+        await self._wanted.wait()
+        if not self.detached:
+            self._wanted.clear()
+
+    def hand(self, event: Event) -> None:
+        if not self.detached:
+            self._items.put_nowait(event)
+
+    def end(self, error: BaseException | None) -> None:
+        self._items.put_nowait(_End(error))
+
+    async def next_item(self) -> Event | _End:
+        self._wanted.set()
+        return await self._items.get()
+
+    def detach(self) -> None:
+        self.detached = True
+        self._wanted.set()
+        while not self._items.empty():
+            self._items.get_nowait()
+
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
 class DurableRunner:
     """Drives ADK runs that survive crashes.
 
@@ -198,6 +331,7 @@ class DurableRunner:
         idempotent_tools: Iterable[str] = (),
         queue_poll: float = 0.1,
         metrics: Metrics = NO_METRICS,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -206,7 +340,9 @@ class DurableRunner:
                 with resumability is made for it).
             store: The open durable store.
             worker_id: This worker's name on the ledger (default: host:pid:random).
-            lease: Lease length in seconds; renewed every third of it.
+            lease: Lease length in seconds; renewed every third of it. A drive
+                whose renewals fail for ``lease * 5/6`` since the last one
+                sent is cancelled (docs/runs.md, "Lease loss stops the work").
             app_name: The app name for a bare agent (default: the agent's name).
             session_service: A DurableSessionService over ``store`` (default: one is made).
             max_attempts: Recovery claims before a run is parked.
@@ -215,6 +351,9 @@ class DurableRunner:
                 rather than parked when their call is unanswered).
             queue_poll: How often a queued run checks whether its turn came.
             metrics: Where run outcomes, lost leases and run spans go.
+            retry_policy: Which drive errors are transient (the run is handed
+                back for recovery) rather than terminal (FAILED); default
+                ``RetryPolicy()``.
         """
         if isinstance(app, BaseAgent):
             with warnings.catch_warnings():
@@ -245,7 +384,10 @@ class DurableRunner:
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
         self.queue_poll = queue_poll
         self.metrics = metrics
+        self.retry_policy = retry_policy or RetryPolicy()
         self.adk = _InvocationIdRunner(app=app, session_service=session_service)
+        self._drives: dict[tuple[str, int], _Drive] = {}
+        self._detached: set[_Drive] = set()
 
     @property
     def root_agent_name(self) -> str:
@@ -259,6 +401,47 @@ class DurableRunner:
     def app_name(self) -> str:
         """The ADK app's name."""
         return self.app.name
+
+    @property
+    def detached_runs(self) -> list[str]:
+        """Ids of the runs driven on although their caller stopped reading."""
+        return sorted(d.run.run_id for d in self._detached)
+
+    def fence(self, run_id: str, epoch: int) -> RunFence | None:
+        """The fence of this runner's live drive of ``run_id`` at ``epoch``, if any.
+
+        Inside a drive :func:`durable_adk.fence.current_fence` gives the same
+        object without the runner.
+        """
+        drive = self._drives.get((run_id, epoch))
+        return drive.fence if drive is not None else None
+
+    async def aclose(self, *, grace: float | None = None) -> None:
+        """Waits for the detached drives to end, cancelling those still running after ``grace``.
+
+        A cancelled drive writes nothing more: its run stays RUNNING until its
+        lease expires (or a worker's drain hands it back) and recovery takes
+        it over. Safe to call twice; new drives may still start afterwards.
+
+        Args:
+            grace: Seconds to wait before cancelling; None waits for all.
+        """
+        drives = list(self._detached)
+        tasks = [d.task for d in drives if d.task is not None]
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=grace)
+        for drive in drives:
+            if drive.task in pending:
+                drive.stop("shutdown")
+        if pending:
+            await asyncio.wait(pending)
+
+    async def __aenter__(self) -> DurableRunner:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def run(
         self,
@@ -409,30 +592,133 @@ class DurableRunner:
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
 
-        See :meth:`_drive` for the arguments.
+        The drive runs in a task of its own (the pump) and this generator hands
+        its events over lock-step: the pump asks ADK for the next event only
+        when this generator is asked for it. If the caller stops reading
+        (closes the generator, or its task is cancelled) the drive detaches
+        and goes on to its end without a reader; see :meth:`aclose`. See
+        :meth:`_drive` for the arguments.
+
+        Raises:
+            durable_adk.errors.Fenced: The lease was lost; the drive was cancelled.
+            durable_adk.errors.RunInterrupted: A transient fault: the run was
+                handed back for recovery (or, if even that failed, its lease
+                expires and recovery takes it over then).
+            durable_adk.journal.OutcomeUnknown: The run was parked.
         """
-        with self.metrics.span(
-            "durable_adk.run",
-            {
-                "durable_adk.run_id": run.run_id,
-                "durable_adk.app_name": run.app_name,
-                "durable_adk.session_id": run.session_id,
-                "durable_adk.invocation_id": run.invocation_id,
-                "durable_adk.epoch": run.epoch,
-                "durable_adk.attempt": run.attempts,
-                "durable_adk.resume": resume,
-            },
-        ):
-            driven = self._drive(
-                run, message, resume=resume, classification=classification, outcome=outcome
+        drive = _Drive(run, RunFence(run.run_id, run.epoch, trusted_until=self._trust_from(None)))
+        # Created here, in the caller's context: the run span is a child of the caller's.
+        drive.task = asyncio.create_task(
+            self._pump(
+                drive, message, resume=resume, classification=classification, outcome=outcome
+            ),
+            name=f"durable-adk-drive-{run.run_id}",
+        )
+        try:
+            while True:
+                item = await drive.next_item()
+                if isinstance(item, _End):
+                    if item.error is not None:
+                        raise item.error
+                    return
+                yield item
+        except BaseException:
+            if not drive.task.done() and not drive.detached:
+                # GeneratorExit (the caller closed us) or CancelledError (its
+                # task was cancelled): the run goes on to its end without a reader.
+                drive.detach()
+                self._detached.add(drive)
+                logger.info(
+                    "run %s (epoch %d): the caller stopped reading; driving it to its end",
+                    run.run_id,
+                    run.epoch,
+                )
+            raise
+
+    def _trust_from(self, sent: float | None) -> float:
+        """The local deadline of a lease renewed or claimed at monotonic ``sent`` (None: now)."""
+        at = time.monotonic() if sent is None else sent
+        return at + self.lease_seconds * (1 - LEASE_MARGIN_FRACTION)
+
+    async def _pump(
+        self,
+        drive: _Drive,
+        message: types.Content,
+        *,
+        resume: bool,
+        classification: str | None,
+        outcome: list[RunStatus] | None,
+    ) -> None:
+        """The drive's task: runs :meth:`_drive`, handing each event over when it is wanted."""
+        run = drive.run
+        self._drives[(run.run_id, run.epoch)] = drive
+        error: BaseException | None = None
+        try:
+            with (
+                using_fence(drive.fence),
+                self.metrics.span(
+                    "durable_adk.run",
+                    {
+                        "durable_adk.run_id": run.run_id,
+                        "durable_adk.app_name": run.app_name,
+                        "durable_adk.session_id": run.session_id,
+                        "durable_adk.invocation_id": run.invocation_id,
+                        "durable_adk.epoch": run.epoch,
+                        "durable_adk.attempt": run.attempts,
+                        "durable_adk.resume": resume,
+                    },
+                ),
+            ):
+                driven = self._drive(
+                    drive, message, resume=resume, classification=classification, outcome=outcome
+                )
+                async with contextlib.aclosing(driven) as events:
+                    while True:
+                        await drive.wanted()
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        drive.hand(event)
+        except asyncio.CancelledError as exc:
+            if drive.stop_reason != "fenced":
+                error = exc
+                raise  # shut down (aclose) or the loop is closing: nothing more is written
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            error = errors.Fenced(
+                f"run {run.run_id} (epoch {run.epoch}): {drive.fence.lost or 'lease lost'}; "
+                "the drive was cancelled"
             )
-            async with contextlib.aclosing(driven) as events:
-                async for event in events:
-                    yield event
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._drives.pop((run.run_id, run.epoch), None)
+            drive.end(error)
+            if drive.detached:
+                self._detached.discard(drive)
+                self._log_detached_end(run, error)
+
+    def _log_detached_end(self, run: Run, error: BaseException | None) -> None:
+        """Says how a drive nobody was reading ended (its caller cannot be told)."""
+        where = f"run {run.run_id} (epoch {run.epoch}, caller gone)"
+        if error is None:
+            logger.info("%s: driven to its end", where)
+        elif isinstance(error, asyncio.CancelledError):
+            logger.warning(
+                "%s: cancelled at shutdown; its lease expires (or is handed back) and "
+                "recovery takes it over",
+                where,
+            )
+        elif isinstance(error, (errors.Fenced, errors.RunInterrupted, OutcomeUnknown)):
+            logger.warning("%s: %s", where, error)
+        else:
+            logger.error("%s: failed: %s", where, error, exc_info=error)
 
     async def _drive(
         self,
-        run: Run,
+        drive: _Drive,
         message: types.Content,
         *,
         resume: bool,
@@ -442,7 +728,7 @@ class DurableRunner:
         """Drives a claimed run to its end under a renewed lease.
 
         Args:
-            run: A run this worker holds (RUNNING, our owner and epoch).
+            drive: The drive of a run this worker holds (RUNNING, our owner and epoch).
             message: The original request.
             resume: Re-drive the invocation id on the ledger (recovery, or an
                 answer to its long-running calls) rather than start it.
@@ -450,6 +736,7 @@ class DurableRunner:
             outcome: Receives the status the run ended with (DONE or PAUSED)
                 once it is on the ledger.
         """
+        run = drive.run
         lease = run.lease
         key = (run.app_name, run.user_id, run.session_id)
         new_message: types.Content | None = message
@@ -460,8 +747,7 @@ class DurableRunner:
             new_message = _unanswered(before.events if before else [], message, run.run_id)
             # We hold the session's run and have just read it: ADK's read, next, need not.
             self.sessions.trust_next_read(key)
-        lost = asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(run, lost))
+        heartbeat = asyncio.create_task(self._heartbeat(drive))
         run_config = RunConfig(
             custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch}}
         )
@@ -481,21 +767,29 @@ class DurableRunner:
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:
-                    if lost.is_set():
-                        raise errors.Fenced(f"lost the lease of run {run.run_id}")
+                    drive.fence.check()
                     seen.append(event)
                     yield event
         except Exception as exc:
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
-                logger.warning("run %s: lease lost, stopped driving", run.run_id)
+                logger.warning(
+                    "run %s (epoch %d): lease lost, stopped driving: %s",
+                    run.run_id,
+                    run.epoch,
+                    fenced,
+                )
                 raise fenced from exc
             unknown = cause_of(exc, OutcomeUnknown)
             if unknown is not None:
-                await self._park_unknown(run, unknown)
+                await self._ledger_write(run, self._park_unknown(run, unknown), cause=exc)
                 raise unknown from exc
             failed = f"{type(exc).__name__}: {exc}"
-            if not await self.ledger.finish(lease, RunStatus.FAILED, error=failed):
+            if self.retry_policy.is_transient(exc):
+                await self._hand_back(run, f"transient fault: {failed}", cause=exc)
+            if not await self._ledger_write(
+                run, self.ledger.finish(lease, RunStatus.FAILED, error=failed), cause=exc
+            ):
                 raise errors.Fenced(f"run {run.run_id} was taken over before it failed") from exc
             self.metrics.run_finished(RunStatus.FAILED.value)
             raise
@@ -510,17 +804,82 @@ class DurableRunner:
         # read only when it was dropped.
         events = self.sessions.cached_events(key)
         if events is None:
-            session = await self.sessions.get_session(
-                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            session = await self._ledger_write(
+                run,
+                self.sessions.get_session(
+                    app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+                ),
+                cause=None,
             )
             events = session.events if session else seen
         verdict = classify(events, run.invocation_id, root_agent_name=self.root_agent_name)
-        status = RunStatus.PAUSED if verdict.cls is OrphanClass.PAUSED else RunStatus.DONE
-        if not await self.ledger.finish(lease, status, classification=classification):
+        if new_message is _ALREADY_ANSWERED or verdict.cls is OrphanClass.ACTUALLY_DONE:
+            status = RunStatus.DONE
+        elif verdict.cls is OrphanClass.PAUSED:
+            status = RunStatus.PAUSED
+        else:
+            # ADK ended the invocation with a call unanswered or no final answer
+            # (an error event left by a store fault, say): never DONE.
+            await self._hand_back(
+                run,
+                f"the invocation ended {verdict.cls.value} ({verdict.reason}): "
+                "handed back for recovery",
+                cause=None,
+            )
+        if not await self._ledger_write(
+            run, self.ledger.finish(lease, status, classification=classification), cause=None
+        ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
         self.metrics.run_finished(status.value)
         if outcome is not None:
             outcome.append(status)
+
+    async def _ledger_write(
+        self, run: Run, write: Awaitable[T], *, cause: BaseException | None
+    ) -> T:
+        """Awaits a ledger write that ends a drive; a store failure becomes RunInterrupted.
+
+        The row is then still RUNNING under our lease: it expires and recovery
+        takes the run over (said so, truthfully, in the log and the error).
+        """
+        try:
+            return await write
+        except (errors.StoreError, TimeoutError) as exc:
+            logger.warning(
+                "run %s (epoch %d): the store failed to record how the drive ended (%s); "
+                "its lease expires and recovery takes it over then",
+                run.run_id,
+                run.epoch,
+                exc,
+            )
+            raise errors.RunInterrupted(
+                f"run {run.run_id}: the store failed to record how the drive ended ({exc}); "
+                "its lease expires and recovery takes it over then"
+            ) from (cause or exc)
+
+    async def _hand_back(self, run: Run, reason: str, *, cause: BaseException | None) -> NoReturn:
+        """Releases the run for recovery after a back-off, then raises RunInterrupted.
+
+        Raises:
+            durable_adk.errors.RunInterrupted: Always, unless the lease was lost.
+            durable_adk.errors.Fenced: The run was taken over before it could be handed back.
+        """
+        if not await self._ledger_write(
+            run, self.ledger.release(run.lease, error=reason), cause=cause
+        ):
+            raise errors.Fenced(
+                f"run {run.run_id} was taken over before it could be handed back"
+            ) from cause
+        logger.warning(
+            "run %s (epoch %d, attempt %d) handed back for recovery: %s",
+            run.run_id,
+            run.epoch,
+            run.attempts,
+            reason,
+        )
+        raise errors.RunInterrupted(
+            f"run {run.run_id} was handed back for recovery after a back-off: {reason}"
+        ) from cause
 
     async def _park_unknown(self, run: Run, unknown: OutcomeUnknown) -> None:
         """Parks a run whose outside effect cannot be confirmed either way."""
@@ -538,15 +897,62 @@ class DurableRunner:
         self.metrics.run_parked()
         self.metrics.run_finished(RunStatus.PARKED.value)
 
-    async def _heartbeat(self, run: Run, lost: asyncio.Event) -> None:
+    async def _heartbeat(self, drive: _Drive) -> None:
+        """Renews the drive's lease every third of it; cancels the drive when it is lost.
+
+        A renewal that fails (a store error, or no answer within 80% of the
+        renewal interval) is retried with a short back-off until the fence's
+        local deadline (the last renewal *sent* + lease - margin: the database
+        extended the lease no earlier than that). A renewal that finds the row
+        no longer ours, or the deadline passing, loses the fence for good and
+        cancels the pump, so ADK and the tool in flight stop.
+        """
+        run, fence = drive.run, drive.fence
+        interval = self.lease_seconds / 3
+        next_renewal = time.monotonic() + interval
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                renewed = await self.ledger.renew(run.lease)
-            except errors.StoreError:
-                logger.exception("run %s: lease renewal failed", run.run_id)
-                renewed = False
-            if not renewed:
-                self.metrics.lease_lost()
-                lost.set()
-                return
+            await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
+            retry_in = min(interval / 4, 0.5)
+            while True:
+                sent = time.monotonic()
+                left = fence.trusted_until - sent
+                if left <= 0:
+                    self._lose(drive, "no renewal succeeded before the lease's local deadline")
+                    return
+                try:
+                    renewed = await asyncio.wait_for(
+                        self.ledger.renew(run.lease), timeout=min(interval * 0.8, left)
+                    )
+                except Exception as exc:  # the store's, or the timeout: retried until the deadline
+                    logger.warning(
+                        "run %s (epoch %d): lease renewal failed (%s: %s); retrying for %.1fs more",
+                        run.run_id,
+                        run.epoch,
+                        type(exc).__name__,
+                        exc,
+                        max(0.0, fence.trusted_until - time.monotonic()),
+                    )
+                    await asyncio.sleep(
+                        max(0.0, min(retry_in, fence.trusted_until - time.monotonic()))
+                    )
+                    retry_in = min(retry_in * 2, interval)
+                    continue
+                if not renewed:
+                    self._lose(drive, "the run was taken over or has ended")
+                    return
+                fence.renewed(self._trust_from(sent))
+                next_renewal = sent + interval
+                break
+
+    def _lose(self, drive: _Drive, reason: str) -> None:
+        """The lease is lost: the fence is lost for good and the drive is cancelled."""
+        run = drive.run
+        drive.fence.lose(reason)
+        self.metrics.lease_lost()
+        logger.warning(
+            "run %s (epoch %d): lease lost (%s); cancelling its drive",
+            run.run_id,
+            run.epoch,
+            reason,
+        )
+        drive.stop("fenced")

@@ -4,7 +4,8 @@ Every answer is read from the durable store, never from a worker's memory, so
 any worker (or the CLI with ``--db``) gives the same answer about any run,
 including one in progress on another worker. Reads return frozen records;
 the only write is :meth:`Operations.retry`, which goes through the ledger's
-own conditional statement (retrying a run that is not parked changes nothing).
+own conditional statement (retrying a run that is neither parked nor failed changes
+nothing).
 """
 
 from __future__ import annotations
@@ -188,19 +189,21 @@ class Operations:
         return RunDetail(run=run, finding=finding, events=events, dead_letters=tuple(letters))
 
     async def retry(self, run_id: str) -> Run:
-        """Puts a parked run back in its session's queue; the next sweep recovers it.
+        """Puts a parked or failed run back in its session's queue; the next sweep recovers it.
 
         Raises:
             NotFound: No such run.
-            Conflict: The run is not parked (nothing was changed).
+            Conflict: The run is neither parked nor failed (nothing was changed).
         """
+        retryable = (RunStatus.PARKED, RunStatus.FAILED)
         before = await self.get_run(run_id)
         after = await self.ledger.retry(run_id)
         if after is None:
             raise errors.NotFound(f"no run {run_id!r}")
-        if before.status is not RunStatus.PARKED or after.status is RunStatus.PARKED:
+        if before.status not in retryable or after.status in retryable:
             raise errors.Conflict(
-                f"run {run_id!r} is {after.status.value}, not PARKED: only a parked run is retried"
+                f"run {run_id!r} is {after.status.value}, not PARKED or FAILED: "
+                "only a parked or failed run is retried"
             )
         return after
 

@@ -12,7 +12,9 @@ What it guarantees:
   workers on one PostgreSQL share the work: each claim is a single statement,
   so a run, a job or a saga is taken by exactly one of them.
 * :meth:`Worker.drain` (graceful shutdown) stops taking work, lets the runs in
-  progress finish for ``drain_seconds``, then cancels the rest and hands their
+  progress (those driven for HTTP callers, and the runner's detached drives:
+  a recovery whose sweep loop was stopped, a run whose caller went away)
+  finish for ``drain_seconds``, then cancels the rest and hands their
   leases back in one statement: expired, without back-off and without counting
   the attempt, so another worker's next sweep takes them over at once. The
   fencing epoch still guards them: the next claim bumps it.
@@ -212,12 +214,16 @@ class Worker:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         await self._job_loops.aclose()
+        until = time.monotonic() + self.settings.drain_seconds
         pending = list(self._runs.values())
         if pending:
             _done, still = await asyncio.wait(pending, timeout=self.settings.drain_seconds)
             for task in still:
-                task.cancel()
+                task.cancel()  # its drive detaches: cancelled with the others just below
             await asyncio.gather(*still, return_exceptions=True)
+        # Drives whose caller stopped reading (a cancelled sweep, a cancelled
+        # run task above) go on to their end until the drain time is up.
+        await self.runner.aclose(grace=max(0.0, until - time.monotonic()))
         try:
             rows = await self.store.fetch("service_hand_back", {"owner": self.worker_id})
         except errors.StoreError:
@@ -287,9 +293,18 @@ class Worker:
             logger.warning("run %s: %s", run.run_id, exc)
         except OutcomeUnknown as exc:
             logger.warning("run %s parked: %s", run.run_id, exc)
+        except errors.RunInterrupted as exc:  # handed back, or its lease left to expire
+            logger.warning("run %s interrupted: %s", run.run_id, exc)
         except errors.StoreError:
-            # The lease runs out and a sweeper recovers the run.
-            logger.exception("run %s: the store failed; recovery will take it over", run.run_id)
+            # Only waiting for the run's turn talks to the store outside the
+            # drive (whose store failures end in RunInterrupted): the row is
+            # still QUEUED or RUNNING under our lease, which expires, and a
+            # sweeper then recovers the run.
+            logger.exception(
+                "run %s: the store failed before its drive; its lease expires and recovery "
+                "takes it over then",
+                run.run_id,
+            )
         except Exception:  # the ledger already says FAILED, with the error
             logger.exception("run %s failed", run.run_id)
 

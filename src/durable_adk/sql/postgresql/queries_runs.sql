@@ -82,6 +82,21 @@ UPDATE runs
    AND status = 'RUNNING'
 RETURNING status;
 
+-- name: run_release inline
+-- A drive met a transient fault and hands the run back: it stays RUNNING with its
+-- lease expired now and its next recovery after a back-off of
+-- backoff * 2^(attempts - 1); the sweeper's run_claim_expired then takes it (and
+-- counts the attempt; past max_attempts the sweeper parks it).
+UPDATE runs
+   SET lease_until = extract(epoch FROM clock_timestamp()),
+       next_attempt_at = extract(epoch FROM clock_timestamp())
+                         + :backoff::float8 * (1::bigint << LEAST(GREATEST(attempts - 1, 0), 20)),
+       last_error = :error::text,
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
+   AND status = 'RUNNING'
+RETURNING status;
+
 -- name: run_claim_expired
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
 -- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
@@ -137,14 +152,14 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM r) THEN 'ok' ELSE 'fenced' END AS status,
        (SELECT count(*) FROM dl) AS dead_letters;
 
 -- name: run_retry
--- An operator tries a parked run again: it re-enters its session's queue with
--- an expired lease and fresh attempts, so the next sweep recovers it. A run
--- that is not PARKED is left as it is (calling twice is harmless).
+-- An operator tries a parked or failed run again: it re-enters its session's
+-- queue with an expired lease and fresh attempts, so the next sweep recovers it.
+-- A run that is neither PARKED nor FAILED is left as it is (calling twice is harmless).
 UPDATE runs
    SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
        lease_until = 0, last_error = NULL, finished_at = NULL,
        updated_at = extract(epoch FROM clock_timestamp())
- WHERE run_id = :run_id::text AND status = 'PARKED'
+ WHERE run_id = :run_id::text AND status IN ('PARKED', 'FAILED')
 RETURNING *;
 
 -- name: run_get

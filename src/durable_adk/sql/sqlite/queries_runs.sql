@@ -72,6 +72,20 @@ UPDATE runs
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
 RETURNING status;
 
+-- name: run_release inline
+-- A drive met a transient fault and hands the run back: it stays RUNNING with its
+-- lease expired now and its next recovery after a back-off of
+-- backoff * 2^(attempts - 1); the sweeper's run_claim_expired then takes it (and
+-- counts the attempt; past max_attempts the sweeper parks it).
+UPDATE runs
+   SET lease_until = (julianday('now') - 2440587.5) * 86400.0,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0
+                         + :backoff * (1 << MIN(MAX(attempts - 1, 0), 20)),
+       last_error = :error,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
+RETURNING status;
+
 -- name: run_claim_expired
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off,
 -- and QUEUED rows whose waiting caller died and whose turn has come.
@@ -115,14 +129,14 @@ SELECT 'run', run_id, request, :classification, :last_events, :error,
 SELECT 'ok' AS status;
 
 -- name: run_retry
--- An operator tries a parked run again: it re-enters its session's queue with
--- an expired lease and fresh attempts, so the next sweep recovers it. A run
--- that is not PARKED is left as it is (calling twice is harmless).
+-- An operator tries a parked or failed run again: it re-enters its session's
+-- queue with an expired lease and fresh attempts, so the next sweep recovers it.
+-- A run that is neither PARKED nor FAILED is left as it is (calling twice is harmless).
 UPDATE runs
    SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
        lease_until = 0, last_error = NULL, finished_at = NULL,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE run_id = :run_id AND status = 'PARKED'
+ WHERE run_id = :run_id AND status IN ('PARKED', 'FAILED')
 RETURNING *;
 
 -- name: run_get

@@ -1,0 +1,122 @@
+"""Run fences: how code inside a drive knows whether its run's lease is still trusted.
+
+What it guarantees (framework-agnostic: no ADK import here):
+
+* While :class:`~durable_adk.adk.runner.DurableRunner` drives a run, the
+  drive's :class:`RunFence` is the current fence of every task the drive
+  starts (ADK's agent and tool tasks inherit it, sync tools in ADK's thread
+  pool too): :func:`current_fence` returns it, and None outside a drive.
+* A fence is trusted only while its holder can still prove the lease: until
+  the local monotonic deadline *last successful renewal sent + lease -
+  margin* (see docs/runs.md, "Lease loss stops the work"), and never again
+  once the heartbeat found the run taken over, finished, or could not renew
+  before that deadline. A lost fence never becomes trusted again.
+* :meth:`RunFence.check` raises :class:`~durable_adk.errors.Fenced` when the
+  fence is not trusted: code about to act on the outside world calls it
+  right before acting, so a worker that lost its run acts no more.
+
+The fence is advisory for code that calls out; writes to the store are fenced
+by the run's epoch in the database whatever this object says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+from durable_adk import errors
+
+_current: ContextVar[RunFence | None] = ContextVar("durable_adk_run_fence", default=None)
+
+
+class RunFence:
+    """The local view of one drive's lease: trusted, or lost for good.
+
+    Attributes:
+        run_id: The run being driven.
+        epoch: The fencing epoch the drive holds.
+    """
+
+    def __init__(self, run_id: str, epoch: int, *, trusted_until: float) -> None:
+        """Creates a trusted fence.
+
+        Args:
+            run_id: The run.
+            epoch: Its fencing epoch.
+            trusted_until: The local deadline, on ``time.monotonic()``.
+        """
+        self.run_id = run_id
+        self.epoch = epoch
+        self._trusted_until = trusted_until
+        self._lost: str | None = None
+        self._lost_event = asyncio.Event()
+
+    @property
+    def trusted_until(self) -> float:
+        """The local deadline (``time.monotonic()``) after which the lease is not trusted."""
+        return self._trusted_until
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lease was lost, or None while it has not been."""
+        return self._lost
+
+    def trusted(self) -> bool:
+        """Whether the drive may still act for the run (not lost, deadline not passed)."""
+        return self._lost is None and time.monotonic() < self._trusted_until
+
+    def check(self) -> None:
+        """Raises unless the fence is trusted; call right before acting on the outside world.
+
+        Raises:
+            durable_adk.errors.Fenced: The lease was lost or could not be
+                proven in time.
+        """
+        if self._lost is not None:
+            raise errors.Fenced(
+                f"run {self.run_id} (epoch {self.epoch}) lost its lease: {self._lost}"
+            )
+        if time.monotonic() >= self._trusted_until:
+            raise errors.Fenced(
+                f"run {self.run_id} (epoch {self.epoch}): the lease was not renewed in time"
+            )
+
+    async def wait_lost(self) -> str:
+        """Waits until the lease is lost; returns why."""
+        await self._lost_event.wait()
+        assert self._lost is not None
+        return self._lost
+
+    def renewed(self, trusted_until: float) -> None:
+        """Moves the deadline after a successful renewal (the heartbeat's call); no-op once lost."""
+        if self._lost is None:
+            self._trusted_until = max(self._trusted_until, trusted_until)
+
+    def lose(self, reason: str) -> None:
+        """Marks the lease lost for good (the heartbeat's call); the first reason is kept."""
+        if self._lost is None:
+            self._lost = reason
+            self._trusted_until = float("-inf")
+            self._lost_event.set()
+
+    def __repr__(self) -> str:
+        state = f"lost: {self._lost}" if self._lost else "trusted"
+        return f"RunFence({self.run_id!r}, epoch={self.epoch}, {state})"
+
+
+def current_fence() -> RunFence | None:
+    """The fence of the drive this code runs in, or None outside a durable drive."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def using_fence(fence: RunFence | None) -> Iterator[RunFence | None]:
+    """Makes ``fence`` the current fence inside the block (the runner's, and tests')."""
+    token = _current.set(fence)
+    try:
+        yield fence
+    finally:
+        _current.reset(token)

@@ -1,0 +1,312 @@
+"""Lease loss stops the work; transient faults are retried; a caller that leaves strands nothing.
+
+Both backends, real parts: the store is the real one (wrapped only to hang a
+renewal or fail one query on cue), the tools call a real HTTP server on
+127.0.0.1 that counts requests, and the asserts are on those acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from fencing_parts import Counter, FaultyStore, busy
+from google.adk.agents import LlmAgent
+from google.adk.models.llm_request import LlmRequest
+from google.genai import errors as genai_errors
+from prometheus_client import CollectorRegistry
+
+from durable_adk import errors
+from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.runner import DurableRunner, RetryPolicy
+from durable_adk.fence import RunFence, current_fence
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.metrics import Metrics
+from durable_adk.store import Store, open_store
+from durable_adk.testing import Call, Fail, Say, ScriptedModel
+
+APP = "fencing"
+
+
+@pytest.fixture
+async def counter() -> AsyncIterator[Counter]:
+    async with Counter().running() as running:
+        yield running
+
+
+@pytest.fixture
+async def faulty(store_url: str) -> AsyncIterator[FaultyStore]:
+    async with open_store(store_url) as store:
+        yield FaultyStore(store)
+
+
+class Work:
+    """A slow tool that acts on the outside world ``calls`` times, a little apart."""
+
+    def __init__(self, counter: Counter, *, calls: int = 100, pause: float = 0.1) -> None:
+        self.counter = counter
+        self.calls = calls
+        self.pause = pause
+        self.started = asyncio.Event()
+        self.cancelled = False
+        self.finished = 0
+        self.fences: list[RunFence | None] = []
+
+    async def work(self, job: str) -> dict[str, Any]:
+        """Does the job, calling out several times."""
+        self.fences.append(current_fence())
+        self.started.set()
+        try:
+            for _ in range(self.calls):
+                await self.counter.act()
+                await asyncio.sleep(self.pause)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        self.finished += 1
+        return {"job": job, "done": True}
+
+
+def agent_with(work: Any, script: list[Any] | None = None) -> LlmAgent:
+    steps = script or [Call("work", {"job": "x"}), Say("finished")]
+    return LlmAgent(name="assistant", model=ScriptedModel({"assistant": steps}), tools=[work])
+
+
+def lost_leases(metrics: Metrics) -> float:
+    return metrics.registry.get_sample_value("durable_adk_lease_renewal_failures_total") or 0.0
+
+
+async def consume(runner: DurableRunner, session: str = "s") -> None:
+    async for _ in runner.run(user_id="u", session_id=session, message="go"):
+        pass
+
+
+async def test_a_renewal_that_hangs_cancels_the_drive_and_its_tool_at_the_deadline(
+    faulty: FaultyStore, counter: Counter
+) -> None:
+    work = Work(counter)
+    metrics = Metrics(CollectorRegistry())
+    # Long enough that a cold first drive (ADK's imports block the loop for
+    # seconds on a loaded machine) does not lose it for real.
+    lease = 8.0
+    runner = DurableRunner(
+        app=agent_with(work.work), app_name=APP, store=faulty, lease=lease, metrics=metrics
+    )
+    driving = asyncio.create_task(consume(runner))
+    await asyncio.wait_for(work.started.wait(), 30)
+    # Let one renewal succeed first, then cut the database off.
+    faulty.renewed.clear()
+    await asyncio.wait_for(faulty.renewed.wait(), 30)
+    faulty.hang_renewals = True
+    cut_at = time.monotonic()
+    with pytest.raises(errors.Fenced):
+        await asyncio.wait_for(driving, 30)
+    stopped_after = time.monotonic() - cut_at
+    # Not at the first failed renewal, and not later than the lease itself.
+    assert lease / 3 < stopped_after < lease + 5, stopped_after
+    assert work.cancelled and work.finished == 0
+    acts = counter.requests
+    assert await counter.settled() == acts  # no outside call after the drive was cancelled
+    (fence,) = work.fences
+    assert fence is not None and fence.lost is not None and not fence.trusted()
+    with pytest.raises(errors.Fenced):
+        fence.check()
+    assert lost_leases(metrics) == 1
+    assert current_fence() is None  # only inside a drive
+    faulty.hang_renewals = False
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.RUNNING  # nothing written: recovery takes it over
+
+
+async def test_a_takeover_cancels_the_slow_tool_at_the_next_renewal(
+    store: Store, counter: Counter
+) -> None:
+    work = Work(counter)
+    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store, lease=8.0)
+    driving = asyncio.create_task(consume(runner))
+    await asyncio.wait_for(work.started.wait(), 30)
+    (run,) = await runner.ledger.list_runs()
+    assert runner.fence(run.run_id, run.epoch) is work.fences[0]
+    await runner.ledger.backdate(run.run_id, 3600)
+    (taken,) = await RunLedger(store, lease_seconds=600).claim_expired("thief")
+    assert taken.epoch == run.epoch + 1
+    with pytest.raises(errors.Fenced, match="taken over"):
+        await asyncio.wait_for(driving, 30)
+    assert work.cancelled and work.finished == 0
+    acts = counter.requests
+    assert await counter.settled() == acts
+    after = await runner.ledger.get(run.run_id)
+    assert after is not None and after.owner == "thief" and after.status is RunStatus.RUNNING
+    assert runner.fence(run.run_id, run.epoch) is None
+
+
+async def test_a_busy_store_mid_run_hands_the_run_back_and_recovery_ends_it_done(
+    faulty: FaultyStore, counter: Counter
+) -> None:
+    async def lookup(q: str) -> dict[str, str]:
+        """Looks something up (an outside call)."""
+        await counter.act()
+        return {"q": q}
+
+    # The second append (the model's call) meets a busy database once.
+    faulty.fail_next["append_event"] = (1, busy())
+    runner = DurableRunner(
+        app=agent_with(lookup, [Call("lookup", {"q": "x"}), Say("found it")]),
+        app_name=APP,
+        store=faulty,
+        backoff=30.0,
+    )
+    with pytest.raises(errors.RunInterrupted, match="handed back") as caught:
+        await consume(runner)
+    assert isinstance(caught.value.__cause__, BaseException)
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.RUNNING and "DatabaseBusy" in (run.last_error or "")
+    now = await faulty.now()
+    assert run.lease_until <= now and run.next_attempt_at > now + 20  # back-off: 30 * 2^0
+    assert await Sweeper(runner).recover_once() == []  # not before its back-off
+    await runner.ledger.backdate(run.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert recovery.status is RunStatus.DONE
+    done = await runner.ledger.get(run.run_id)
+    assert done is not None and done.status is RunStatus.DONE and done.attempts == 2
+    assert counter.requests == 1
+
+
+async def test_a_deterministic_tool_error_ends_failed_and_retry_takes_it(
+    store: Store, counter: Counter
+) -> None:
+    async def charge(amount: int) -> dict[str, str]:
+        """Charges a card (always refuses)."""
+        await counter.act()
+        raise ValueError("card refused")
+
+    runner = DurableRunner(
+        app=agent_with(charge, [Call("charge", {"amount": 5}), Say("ok")]),
+        app_name=APP,
+        store=store,
+    )
+    with pytest.raises(Exception, match="card refused"):
+        await consume(runner)
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.FAILED and "card refused" in (run.last_error or "")
+    assert counter.requests == 1
+    retried = await runner.ledger.retry(run.run_id)
+    assert retried is not None and retried.status is RunStatus.QUEUED
+    assert retried.attempts == 0 and retried.last_error is None
+
+
+async def test_a_rate_limited_model_is_retried_not_failed(store: Store, counter: Counter) -> None:
+    asked: list[int] = []
+
+    def first_rate_limited(request: LlmRequest) -> Any:
+        asked.append(1)
+        if len(asked) == 1:
+            return Fail(
+                genai_errors.ClientError(
+                    429,
+                    {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
+                )
+            )
+        return Say("answered")
+
+    runner = DurableRunner(
+        app=LlmAgent(name="assistant", model=ScriptedModel({"assistant": [first_rate_limited]})),
+        app_name=APP,
+        store=store,
+    )
+    with pytest.raises(errors.RunInterrupted):
+        await consume(runner)
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.RUNNING and run.last_error
+    await runner.ledger.backdate(run.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert recovery.status is RunStatus.DONE and len(asked) == 2
+    # A policy that does not retry model errors fails the run instead.
+    strict = DurableRunner(
+        app=LlmAgent(
+            name="assistant",
+            model=ScriptedModel(
+                {"assistant": [Fail(genai_errors.ServerError(503, {"error": {"code": 503}}))]}
+            ),
+        ),
+        app_name=APP,
+        store=store,
+        retry_policy=RetryPolicy(retryable=lambda exc: False),
+    )
+    with pytest.raises(Exception):  # noqa: B017 - whatever ADK wraps it in
+        await consume(strict, "s2")
+    failed = [r for r in await strict.ledger.list_runs() if r.session_id == "s2"]
+    assert [r.status for r in failed] == [RunStatus.FAILED]
+
+
+async def test_retry_policy_classifies_by_type_and_cause() -> None:
+    policy = RetryPolicy()
+    assert policy.is_transient(errors.DatabaseBusy())
+    assert policy.is_transient(errors.StoreUnavailable())
+    assert policy.is_transient(TimeoutError())
+    assert not policy.is_transient(errors.UniqueViolation())
+    assert not policy.is_transient(errors.StoreError())
+    assert not policy.is_transient(ValueError("app bug"))
+    assert policy.is_transient(genai_errors.ServerError(500, {"error": {"code": 500}}))
+    assert not policy.is_transient(genai_errors.ClientError(400, {"error": {"code": 400}}))
+    try:
+        try:
+            raise errors.StoreUnavailable()
+        except errors.StoreUnavailable as inner:
+            raise RuntimeError("wrapped by ADK") from inner
+    except RuntimeError as outer:
+        assert policy.is_transient(outer)
+
+
+@pytest.mark.parametrize("leave", ["aclose", "cancel"])
+async def test_a_caller_that_stops_reading_leaves_the_run_to_end_done(
+    store: Store, counter: Counter, leave: str
+) -> None:
+    work = Work(counter, calls=5, pause=0.05)
+    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store)
+    if leave == "aclose":
+        async with contextlib.aclosing(
+            runner.run(user_id="u", session_id="s", message="go")
+        ) as events:
+            async for _ in events:
+                break  # the client went away after the first event
+    else:
+        reading = asyncio.create_task(consume(runner))
+        await asyncio.wait_for(work.started.wait(), 30)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+    (run,) = await runner.ledger.list_runs()
+    assert runner.detached_runs == [run.run_id]
+    await asyncio.wait_for(runner.aclose(), 60)
+    assert runner.detached_runs == []
+    done = await runner.ledger.get(run.run_id)
+    assert done is not None and done.status is RunStatus.DONE and done.attempts == 1
+    assert work.finished == 1 and not work.cancelled
+    assert counter.requests == 5  # the tool acted once (five calls), never again
+    session = await runner.sessions.get_session(app_name=APP, user_id="u", session_id="s")
+    assert session is not None
+    texts = [p.text for e in session.events if e.content for p in e.content.parts or () if p.text]
+    assert texts[-1] == "finished"  # a reconnecting client reads the whole answer
+
+
+async def test_aclose_cancels_a_detached_drive_after_its_grace(
+    store: Store, counter: Counter
+) -> None:
+    work = Work(counter)
+    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store)
+    reading = asyncio.create_task(consume(runner))
+    await asyncio.wait_for(work.started.wait(), 30)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    await asyncio.wait_for(runner.aclose(grace=0.2), 30)
+    assert work.cancelled and runner.detached_runs == []
+    acts = counter.requests
+    assert await counter.settled() == acts
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.RUNNING  # left for recovery (or a worker's hand-back)
