@@ -270,7 +270,7 @@ class _Drive:
     def __init__(self, run: Run, fence: RunFence) -> None:
         self.run = run
         self.fence = fence
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[Any] | None = None
         self.detached = False
         self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
         self._wanted = asyncio.Event()
@@ -415,6 +415,25 @@ class DurableRunner:
         """
         drive = self._drives.get((run_id, epoch))
         return drive.fence if drive is not None else None
+
+    def keep_lease(self, run: Run, task: asyncio.Task[Any]) -> tuple[RunFence, asyncio.Task[None]]:
+        """Renews a claimed run's lease while ``task`` drives it outside :meth:`drive`.
+
+        For runs that ADK's own Runner drives (``DurableRunsPlugin`` under
+        ``adk api_server``): the same heartbeat as a drive's, with the same
+        local deadline and retries. When the lease is lost, the fence is lost
+        for good and ``task`` is cancelled. The caller cancels the returned
+        heartbeat task when the drive ends.
+
+        Returns:
+            The drive's fence and its heartbeat task.
+        """
+        drive = _Drive(run, RunFence(run.run_id, run.epoch, trusted_until=self._trust_from(None)))
+        drive.task = task
+        heartbeat = asyncio.create_task(
+            self._heartbeat(drive), name=f"durable-adk-lease-{run.run_id}"
+        )
+        return drive.fence, heartbeat
 
     async def aclose(self, *, grace: float | None = None) -> None:
         """Waits for the detached drives to end, cancelling those still running after ``grace``.
