@@ -52,6 +52,7 @@ from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
@@ -261,8 +262,6 @@ async def refresh_in_place(sessions: DurableSessionService, session: Any) -> Non
         google.adk.errors.session_not_found_error.SessionNotFoundError: The
             session was deleted meanwhile.
     """
-    from google.adk.errors.session_not_found_error import SessionNotFoundError
-
     fresh = await sessions.get_session(
         app_name=session.app_name, user_id=session.user_id, session_id=session.id
     )
@@ -371,8 +370,9 @@ class DurableRunsPlugin(BasePlugin):
         assert task is not None
         try:
             await refresh_in_place(sessions, session)
-        except BaseException:
-            await runner.ledger.release(run.lease, error="could not reload the session")
+        except SessionNotFoundError as exc:
+            # Deterministic: no later attempt finds the session either.
+            await runner.ledger.finish(run.lease, RunStatus.FAILED, error=str(exc))
             raise
         stamp = {"run_id": run.run_id, "epoch": run.epoch}
         config = ic.run_config or RunConfig()

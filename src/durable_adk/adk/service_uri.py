@@ -37,8 +37,9 @@ serve`` for that).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -187,9 +188,47 @@ PLUGIN_PATH = "durable_adk.DurableRunsPlugin"
 """What to give ``--extra_plugins`` (or ``get_fast_api_app(extra_plugins=[...])``)."""
 
 
+class Registration:
+    """What :func:`register` did: the services ADK then built from our URIs.
+
+    ``get_fast_api_app(..., lifespan=registration.lifespan)`` starts the
+    durable side (recovery) of the services it built when the server starts
+    and stops it when the server stops. ``adk api_server`` and ``adk web``
+    take no lifespan: there recovery starts when the store is first opened
+    (the first request that touches sessions).
+
+    Attributes:
+        services: The services built so far, oldest first.
+    """
+
+    def __init__(self, settings: ServerSettings | None) -> None:
+        self.settings = settings
+        self.services: list[DurableUriSessionService] = []
+
+    def factory(self, uri: str, **kwargs: Any) -> DurableSessionService:
+        """The factory ADK's registry calls for our schemes."""
+        service = DurableUriSessionService(uri, settings=self.settings, **kwargs)
+        self.services.append(service)
+        return service
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """A FastAPI lifespan: opens the stores (recovery starts), and stops recovery at exit."""
+        del app
+        for service in self.services:
+            store = service.store
+            if isinstance(store, LazyStore):
+                await store.opened()
+        try:
+            yield
+        finally:
+            for service in self.services:
+                await service.durable_runs.aclose()
+
+
 def register(
     registry: ServiceRegistry | None = None, *, settings: ServerSettings | None = None
-) -> None:
+) -> Registration:
     """Registers the durable session URI schemes with ADK's service registry.
 
     Args:
@@ -197,11 +236,13 @@ def register(
             ``adk api_server`` use).
         settings: Lease, sweep interval and the rest for the server's durable
             runs (default: ``ServerSettings()``).
+
+    Returns:
+        The registration; its ``lifespan`` starts recovery with a
+        ``get_fast_api_app`` server.
     """
     target = registry if registry is not None else get_service_registry()
-
-    def factory(uri: str, **kwargs: Any) -> DurableSessionService:
-        return DurableUriSessionService(uri, settings=settings, **kwargs)
-
+    registration = Registration(settings)
     for scheme in SCHEMES:
-        target.register_session_service(scheme, factory)
+        target.register_session_service(scheme, registration.factory)
+    return registration
