@@ -8,7 +8,9 @@ test_adk_server_runs.py.)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -38,13 +40,24 @@ root_agent = LlmAgent(name="greeter", model=ScriptedModel([Say("hello"), Say("ag
 """
 
 
-def texts(events: list[object]) -> list[str]:
-    return [
-        p.text
-        for e in events
-        for p in (getattr(e, "content", None) and e.content.parts or [])  # type: ignore[attr-defined]
-        if p.text
-    ]
+def texts(events: list[Any]) -> list[str]:
+    return [p.text for e in events if e.content for p in e.content.parts or [] if p.text]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 60) -> None:
+    """Polls ``check`` (a database read) until it holds."""
+
+    async def poll() -> None:
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), seconds)
+
+
+async def has_runs(ledger: RunLedger, status: RunStatus) -> bool:
+    return bool(await ledger.list_runs(status=status))
 
 
 async def test_get_fast_api_app_lifespan_recovers_without_a_request(
@@ -145,11 +158,9 @@ async def test_a_queued_turn_whose_session_was_deleted_fails_clearly(store_url: 
     try:
         first = asyncio.create_task(turn("one"))
         ledger = RunLedger(service.store)
-        while not await ledger.list_runs(status=RunStatus.RUNNING):
-            await asyncio.sleep(0.05)
+        await eventually(lambda: has_runs(ledger, RunStatus.RUNNING))
         second = asyncio.create_task(turn("two"))
-        while not await ledger.list_runs(status=RunStatus.QUEUED):
-            await asyncio.sleep(0.05)
+        await eventually(lambda: has_runs(ledger, RunStatus.QUEUED))
         await service.delete_session(app_name="greeter", user_id="ann", session_id="s1")
         release.set()
         with pytest.raises(Exception):  # noqa: B017 - the first turn's append finds no session
