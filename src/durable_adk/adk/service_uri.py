@@ -27,11 +27,12 @@ The URI after ``durable+`` is a store URL (``sqlite:///relative.db``,
 
 ADK builds the service synchronously, before its event loop runs, so the
 store is opened on first use, in the loop that uses it (an empty database
-gets the schema; one that is behind raises ``SchemaBehind``). ADK's servers
-have no shutdown hook for session services: the store's connections close
-with the process. These servers drive runs with ADK's plain ``Runner``:
-sessions are durable, but runs are not on the ledger (use ``durable-adk
-serve`` for that).
+gets the schema; one that is behind raises ``SchemaBehind``). Opening it also
+starts the server's durable side (:class:`~durable_adk.adk.server.ServerRuns`:
+recovery of the apps with open runs). With ``--extra_plugins
+durable_adk.DurableRunsPlugin`` the server's runs go on the ledger (see
+:mod:`durable_adk.adk.server`); without it the sessions are durable but the
+runs are not, and the service says so in the log once.
 """
 
 from __future__ import annotations
