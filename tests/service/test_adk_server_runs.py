@@ -114,14 +114,21 @@ def free_port() -> int:
 class AdkServer:
     """One ``adk api_server`` child process on the durable URI, with the plugin."""
 
-    def __init__(self, agents: Path, store_url: str, env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        agents: Path,
+        store_url: str,
+        env: dict[str, str],
+        log: Path,
+        command: str = "api_server",
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         adk = Path(sys.executable).with_name("adk")
         self.log = log
         self._out = log.open("w")
         self.process = subprocess.Popen(
-            [str(adk), "api_server", "--host", "127.0.0.1", "--port", str(self.port),
+            [str(adk), command, "--host", "127.0.0.1", "--port", str(self.port),
              "--extra_plugins", "durable_adk.DurableRunsPlugin",
              "--session_service_uri", f"durable+{store_url}", str(agents)],
             stdout=self._out,
@@ -294,12 +301,13 @@ def test_killed_server_run_is_recovered_by_the_next_server(
     assert run.run_id == orphan.run_id and run.attempts >= 1
 
 
+@pytest.mark.parametrize("command", ["api_server", "web"])
 def test_two_turns_at_once_queue_and_both_succeed_in_order(
-    store_url: str, agents: Path, tmp_path: Path, servers: list[AdkServer]
+    command: str, store_url: str, agents: Path, tmp_path: Path, servers: list[AdkServer]
 ) -> None:
     go = tmp_path / "go"
     env = {**os.environ, "DADK_APP": "chat", "DADK_GO_FILE": str(go)}
-    server = AdkServer(agents, store_url, env, tmp_path / "server.log")
+    server = AdkServer(agents, store_url, env, tmp_path / "server.log", command)
     servers.append(server)
     create_session(server)
     answers: dict[str, Any] = {}
@@ -340,3 +348,35 @@ def test_two_turns_at_once_queue_and_both_succeed_in_order(
     assert "StaleSessionError" not in server.output()
     runs = asyncio.run(runs_of(store_url))
     assert sorted(r.status for r in runs) == [RunStatus.DONE, RunStatus.DONE]
+
+
+def test_a_caller_that_disconnects_ends_its_run_and_frees_the_session(
+    store_url: str, agents: Path, tmp_path: Path, servers: list[AdkServer]
+) -> None:
+    # ADK's /run aborts the run when its caller goes away and seals the
+    # invocation (INVOCATION_ABORTED); the classifier counts a cancelled
+    # invocation done (a re-drive would undo the cancellation). The row must
+    # end, not stay RUNNING and block the session's queue.
+    go = tmp_path / "go"
+    env = {**os.environ, "DADK_APP": "chat", "DADK_GO_FILE": str(go)}
+    server = AdkServer(agents, store_url, env, tmp_path / "server.log")
+    servers.append(server)
+    create_session(server)
+    with pytest.raises(httpx.ReadTimeout):
+        server.run("one", timeout=3)  # the tool waits for go: the caller gives up and leaves
+    assert Path(str(go) + ".reached").exists()
+    deadline = time.monotonic() + 90
+    while True:
+        [run] = asyncio.run(runs_of(store_url))
+        if run.status is not RunStatus.RUNNING:
+            break
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.2)
+    assert run.status is RunStatus.DONE, (run, server.output())
+    events = server.session()["events"]
+    assert events[-1].get("errorCode") == "INVOCATION_ABORTED"
+    go.write_text("go")
+    again = server.run("one more")  # the session is free: the next turn runs at once
+    assert again.status_code == 200, (again.text, server.output())
+    runs = asyncio.run(runs_of(store_url))
+    assert [r.status for r in runs] == [RunStatus.DONE, RunStatus.DONE]
