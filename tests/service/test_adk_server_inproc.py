@@ -176,3 +176,57 @@ async def test_a_queued_turn_whose_session_was_deleted_fails_clearly(store_url: 
     finally:
         await service.durable_runs.aclose()
         await service.store.close()
+
+
+async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: str) -> None:
+    # Lease 3 s: renewed every second by DurableRunner's heartbeat.
+    service = DurableUriSessionService(
+        f"durable+{store_url}", settings=ServerSettings(lease=3.0, sweep_interval=3600)
+    )
+    entered = asyncio.Event()
+    acted: list[str] = []
+
+    async def hold() -> dict[str, bool]:
+        """Waits, then would act."""
+        entered.set()
+        await asyncio.sleep(30)
+        acted.append("after takeover")  # never reached: the drive is cancelled first
+        return {"ok": True}
+
+    from durable_adk.testing import Call, Say, ScriptedModel
+
+    agent = LlmAgent(
+        name="greeter", model=ScriptedModel([Call("hold", {}), Say("done")]), tools=[hold]
+    )
+    runner = Runner(
+        app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
+        session_service=service,
+    )
+    await service.create_session(app_name="greeter", user_id="ann", session_id="s1")
+    message = types.Content(role="user", parts=[types.Part(text="hi")])
+
+    async def turn() -> None:
+        async for _ in runner.run_async(user_id="ann", session_id="s1", new_message=message):
+            pass
+
+    try:
+        driving = asyncio.create_task(turn())
+        await asyncio.wait_for(entered.wait(), 30)
+        ledger = RunLedger(service.store)
+        [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
+        await ledger.backdate(mine.run_id, 120)  # as if this worker had stalled
+        [taken] = await ledger.claim_expired("thief", app_name="greeter")
+        assert taken.epoch == mine.epoch + 1
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(driving, 30)  # the next renewal finds it taken: cancelled
+        assert acted == []
+        after = await ledger.get(mine.run_id)
+        assert after is not None
+        assert (after.status, after.owner, after.epoch) == (RunStatus.RUNNING, "thief", taken.epoch)
+        fresh = DurableSessionService(service.store)
+        session = await fresh.get_session(app_name="greeter", user_id="ann", session_id="s1")
+        assert session is not None
+        assert not [e for e in session.events if e.get_function_responses()]  # no answer stored
+    finally:
+        await service.durable_runs.aclose()
+        await service.store.close()

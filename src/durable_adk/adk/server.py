@@ -240,7 +240,9 @@ class _Live:
     def stop(self) -> None:
         self.heartbeat.cancel()
         # The fence and stamp were set for the rest of the invocation's task;
-        # reset there (a close from another context cannot, and need not).
+        # reset there. From another context (the task's done callback) the
+        # reset fails harmlessly: the task is over, and closing here keeps the
+        # scopes from being finalized later.
         with contextlib.suppress(ValueError):
             self._scopes.close()
 
@@ -393,7 +395,7 @@ class DurableRunsPlugin(BasePlugin):
             # takes the run over.
             gone = self._live.pop(invocation_id, None)
             if gone is not None:
-                gone.heartbeat.cancel()
+                gone.stop()
 
         task.add_done_callback(ended)
 
