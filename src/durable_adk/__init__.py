@@ -83,6 +83,8 @@ _EXPORTS: dict[str, str] = {
     "DurableLongRunningTool": "durable_adk.adk.long_running",
     "reattach_open_calls": "durable_adk.adk.resume",
     "register_session_uris": "durable_adk.adk.service_uri:register",
+    "DurableRunsPlugin": "durable_adk.adk.server",
+    "ServerSettings": "durable_adk.adk.server",
     "SagaSequence": "durable_adk.adk.saga_agent",
     "SagaStage": "durable_adk.adk.saga_agent",
     "SagaSweeper": "durable_adk.adk.saga_agent",
@@ -107,6 +109,7 @@ __all__ = [
     "DurableError",
     "DurableLongRunningTool",
     "DurableRunner",
+    "DurableRunsPlugin",
     "DurableSessionService",
     "ExpirySweeper",
     "Fenced",
@@ -138,6 +141,7 @@ __all__ = [
     "SagaSweeper",
     "SchemaAhead",
     "SchemaBehind",
+    "ServerSettings",
     "Store",
     "StoreError",
     "StoreUnavailable",
@@ -197,6 +201,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         SagaStage,
         SagaSweeper,
     )
+    from durable_adk.adk.server import DurableRunsPlugin, ServerSettings
     from durable_adk.adk.service_uri import register as register_session_uris
     from durable_adk.adk.session_service import DurableSessionService
     from durable_adk.adk.tools import attempt_in, attempt_of, journaled

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
@@ -110,7 +111,7 @@ class Drive:
     def __init__(self, run: Run, fence: RunFence) -> None:
         self.run = run
         self.fence = fence
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[Any] | None = None
         self.detached = False
         self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
         self.ended = False  # the pump has handed over how the drive ended

@@ -305,6 +305,27 @@ class DurableRunner:
         drive = self._drives.get((run_id, epoch))
         return drive.fence if drive is not None else None
 
+    def keep_lease(self, run: Run, task: asyncio.Task[Any]) -> tuple[RunFence, asyncio.Task[None]]:
+        """Renews a claimed run's lease while ``task`` drives it outside :meth:`drive`.
+
+        For runs that ADK's own Runner drives (``DurableRunsPlugin`` under
+        ``adk api_server``): the same heartbeat as a drive's, with the same
+        local deadline and retries. When the lease is lost, the fence is lost
+        for good and ``task`` is cancelled. The caller cancels the returned
+        heartbeat task when the drive ends.
+
+        Returns:
+            The drive's fence and its heartbeat task.
+        """
+        drive = Drive(
+            run, RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+        )
+        drive.task = task
+        heartbeat = asyncio.create_task(
+            self._heartbeat(drive), name=f"durable-adk-lease-{run.run_id}"
+        )
+        return drive.fence, heartbeat
+
     async def aclose(self, *, grace: float | None = None) -> None:
         """Waits for the detached drives to end, cancelling those still running after ``grace``.
 

@@ -27,25 +27,34 @@ The URI after ``durable+`` is a store URL (``sqlite:///relative.db``,
 
 ADK builds the service synchronously, before its event loop runs, so the
 store is opened on first use, in the loop that uses it (an empty database
-gets the schema; one that is behind raises ``SchemaBehind``). ADK's servers
-have no shutdown hook for session services: the store's connections close
-with the process. These servers drive runs with ADK's plain ``Runner``:
-sessions are durable, but runs are not on the ledger (use ``durable-adk
-serve`` for that).
+gets the schema; one that is behind raises ``SchemaBehind``). Opening it also
+starts the server's durable side (:class:`~durable_adk.adk.server.ServerRuns`:
+recovery of the apps with open runs). With ``--extra_plugins
+durable_adk.DurableRunsPlugin`` the server's runs go on the ledger (see
+:mod:`durable_adk.adk.server`); without it the sessions are durable but the
+runs are not, and the service says so in the log once.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 from google.adk.cli.service_registry import ServiceRegistry, get_service_registry
+from google.adk.events.event import Event
+from google.adk.sessions.session import Session
 
 from durable_adk import errors
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.server import ServerRuns, ServerSettings
+from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import check_schema, connect
 from durable_adk.store.base import Params, Row, Store
+
+logger = logging.getLogger("durable_adk.service_uri")
 
 SCHEMES = ("durable+sqlite", "durable+postgresql", "durable+postgres")
 """The session URI schemes :func:`register` adds."""
@@ -71,11 +80,13 @@ def store_url(uri: str) -> str:
 class LazyStore(Store):
     """A store opened (and its schema checked) on first use, in the loop that uses it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, on_open: Callable[[], None] | None = None) -> None:
         """Names the store without opening it.
 
         Args:
             url: ``sqlite:///...`` or ``postgresql://...``.
+            on_open: Called once, in the loop, right after the store opened
+                (the ADK server's durable side starts there).
         """
         if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
             raise errors.UnsupportedUrl(f"unsupported store URL {url!r}")
@@ -83,6 +94,7 @@ class LazyStore(Store):
         self.dialect = "sqlite" if url.startswith("sqlite:") else "postgresql"
         self._store: Store | None = None
         self._lock: asyncio.Lock | None = None
+        self._on_open = on_open
 
     async def opened(self) -> Store:
         """The open store (opened now if it was not)."""
@@ -99,6 +111,8 @@ class LazyStore(Store):
                     await store.close()
                     raise
                 self._store = store
+                if self._on_open is not None:
+                    self._on_open()
         return self._store
 
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
@@ -120,32 +134,116 @@ class LazyStore(Store):
 
 
 class DurableUriSessionService(DurableSessionService):
-    """DurableSessionService built from a session URI, as ADK's registry builds services."""
+    """DurableSessionService built from a session URI, as ADK's registry builds services.
 
-    def __init__(self, uri: str, **kwargs: Any) -> None:
+    It also carries the server's durable side (:class:`~durable_adk.adk.server.ServerRuns`):
+    the runners and recovery loops :class:`~durable_adk.adk.server.DurableRunsPlugin`
+    uses. Recovery starts when the store is first opened, in the server's loop.
+    """
+
+    def __init__(self, uri: str, *, settings: ServerSettings | None = None, **kwargs: Any) -> None:
         """Creates the service; the store opens on first use.
 
         Args:
             uri: ``durable+sqlite:///path.db`` or ``durable+postgresql://...``.
-            **kwargs: What ADK passes (``agents_dir``, ignored) and, optionally,
-                ``snapshot_every``.
+            settings: How the server's durable runs go (default: from ``kwargs``).
+            **kwargs: What ADK passes (``agents_dir``, where recovery loads
+                apps from) and, optionally, ``snapshot_every`` and the fields
+                of :class:`~durable_adk.adk.server.ServerSettings` (``lease``,
+                ``sweep_interval``, ...), e.g. from ``get_fast_api_app``'s
+                ``session_db_kwargs``.
         """
         snapshot_every = int(kwargs.get(_SNAPSHOT_OPTION, 100))
-        super().__init__(LazyStore(store_url(uri)), snapshot_every=snapshot_every)
+        if settings is None:
+            known = {f.name for f in fields(ServerSettings)}
+            given: dict[str, Any] = {
+                k: float(v) if k != "max_attempts" else int(v)
+                for k, v in kwargs.items()
+                if k in known
+            }
+            settings = ServerSettings(**given)
+        self.durable_runs = ServerRuns(self, agents_dir=kwargs.get("agents_dir"), settings=settings)
+        super().__init__(
+            LazyStore(store_url(uri), on_open=self.durable_runs.start_soon),
+            snapshot_every=snapshot_every,
+        )
+        self._unledgered_warned = False
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if (
+            not self._unledgered_warned
+            and event.author == "user"
+            and RUN_METADATA_KEY not in (event.custom_metadata or {})
+        ):
+            self._unledgered_warned = True
+            logger.warning(
+                "a run of session %r is not on the durable ledger: it will not be recovered "
+                "and a second turn fails as stale; add --extra_plugins %s",
+                session.id,
+                PLUGIN_PATH,
+            )
+        return await super().append_event(session, event)
 
 
-def session_service_factory(uri: str, **kwargs: Any) -> DurableSessionService:
-    """The factory ADK's registry calls for our schemes."""
-    return DurableUriSessionService(uri, **kwargs)
+PLUGIN_PATH = "durable_adk.DurableRunsPlugin"
+"""What to give ``--extra_plugins`` (or ``get_fast_api_app(extra_plugins=[...])``)."""
 
 
-def register(registry: ServiceRegistry | None = None) -> None:
+class Registration:
+    """What :func:`register` did: the services ADK then built from our URIs.
+
+    ``get_fast_api_app(..., lifespan=registration.lifespan)`` starts the
+    durable side (recovery) of the services it built when the server starts
+    and stops it when the server stops. ``adk api_server`` and ``adk web``
+    take no lifespan: there recovery starts when the store is first opened
+    (the first request that touches sessions).
+
+    Attributes:
+        services: The services built so far, oldest first.
+    """
+
+    def __init__(self, settings: ServerSettings | None) -> None:
+        self.settings = settings
+        self.services: list[DurableUriSessionService] = []
+
+    def factory(self, uri: str, **kwargs: Any) -> DurableSessionService:
+        """The factory ADK's registry calls for our schemes."""
+        service = DurableUriSessionService(uri, settings=self.settings, **kwargs)
+        self.services.append(service)
+        return service
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """A FastAPI lifespan: opens the stores (recovery starts), and stops recovery at exit."""
+        del app
+        for service in self.services:
+            store = service.store
+            if isinstance(store, LazyStore):
+                await store.opened()
+        try:
+            yield
+        finally:
+            for service in self.services:
+                await service.durable_runs.aclose()
+
+
+def register(
+    registry: ServiceRegistry | None = None, *, settings: ServerSettings | None = None
+) -> Registration:
     """Registers the durable session URI schemes with ADK's service registry.
 
     Args:
         registry: The registry (default: ADK's own, which ``adk web`` and
             ``adk api_server`` use).
+        settings: Lease, sweep interval and the rest for the server's durable
+            runs (default: ``ServerSettings()``).
+
+    Returns:
+        The registration; its ``lifespan`` starts recovery with a
+        ``get_fast_api_app`` server.
     """
     target = registry if registry is not None else get_service_registry()
+    registration = Registration(settings)
     for scheme in SCHEMES:
-        target.register_session_service(scheme, session_service_factory)
+        target.register_session_service(scheme, registration.factory)
+    return registration

@@ -1,0 +1,483 @@
+"""Durable runs under ADK's own servers (``adk api_server``, ``adk web``, ``get_fast_api_app``).
+
+ADK's servers drive runs with their plain ``Runner``. :class:`DurableRunsPlugin`,
+given to them with ``--extra_plugins durable_adk.DurableRunsPlugin`` (or in an
+``App``'s ``plugins``), puts each of those runs on the ledger on a durable
+session URI (:mod:`durable_adk.adk.service_uri`). What it guarantees:
+
+* The run has its ledger row (request, ADK's invocation id) before the user
+  message is stored: ``on_user_message_callback`` is the first hook with the
+  invocation context, and ADK calls it before it appends the message.
+* One run per session drives at a time: a turn for a busy session waits
+  ``QUEUED`` in the session's queue, in order (across processes), and then
+  runs on the session *as it now is*: the Session object ADK loaded before
+  the wait is refreshed in place from the store (events, state, fence
+  marker) before ADK appends the new message. No ``StaleSessionError``.
+* The run's fence (run id, epoch) is put in the invocation's
+  ``RunConfig.custom_metadata``, so ADK stamps every event with it and the
+  session service refuses the appends of a run that was taken over;
+  journaled tools use it for their journal entries.
+* The lease is renewed by DurableRunner's own heartbeat
+  (:meth:`DurableRunner.keep_lease`); when it is lost the request's task is
+  cancelled, so ADK and the tool in flight stop.
+* ``after_run_callback`` ends the row with DurableRunner's end-of-run rule
+  (:func:`durable_adk.adk.classify.classify`): DONE only when the invocation
+  is done, PAUSED on an unanswered long-running call, otherwise handed back
+  for recovery; ``on_run_error_callback``: FAILED, or handed back when the
+  error is transient (:class:`RetryPolicy`), or parked on an unknown outcome.
+* Recovery runs with the server: :class:`ServerRuns` keeps, per app, one
+  :class:`DurableRunner` (built from the agent the server loaded, or loaded
+  from the agents folder) and its :class:`Sweeper` loop. It starts when the
+  durable store is first opened in the server's event loop (ADK's CLI gives
+  session services no start-up hook) and when a plugin first sees an app.
+
+Runs the plugin sees inside a DurableRunner drive (recovery re-drives, whose
+App may carry the plugin too) are left alone: DurableRunner holds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.adk.agents import BaseAgent
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.agents.run_config import RunConfig
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.plugins.base_plugin import BasePlugin
+from google.genai import types
+
+from durable_adk import errors
+from durable_adk.adk.classify import OrphanClass, classify
+from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.run_context import RunStamp, driving
+from durable_adk.adk.runner import DurableRunner, cause_of
+from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.fence import RunFence, current_fence, using_fence
+from durable_adk.journal import OutcomeUnknown
+from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.loops import every
+
+logger = logging.getLogger("durable_adk.server")
+
+PLUGIN_NAME = "durable_adk"
+"""The plugin's default name (ADK names an ``--extra_plugins`` class by its path)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """How the durable side of an ADK server runs (``register(...)`` sets it).
+
+    Attributes:
+        lease: Run lease in seconds, renewed every third of it.
+        sweep_interval: Seconds between recovery passes.
+        max_attempts: Recovery claims before a run is parked.
+        backoff: First back-off between recovery attempts, doubled each time.
+        queue_poll: How often a queued turn checks whether its turn came.
+    """
+
+    lease: float = 30.0
+    sweep_interval: float = 5.0
+    max_attempts: int = 3
+    backoff: float = 1.0
+    queue_poll: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.lease <= 0 or self.sweep_interval <= 0 or self.queue_poll <= 0:
+            raise errors.InvalidArgument("lease, sweep_interval and queue_poll must be > 0")
+
+
+def _resumable(app: App) -> App:
+    if app.resumability_config and app.resumability_config.is_resumable:
+        return app
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # ADK flags resumability as experimental
+        resumable = ResumabilityConfig(is_resumable=True)
+    return app.model_copy(update={"resumability_config": resumable})
+
+
+@dataclass(eq=False)
+class ServerRuns:
+    """The durable side of one ADK server: a DurableRunner and a recovery loop per app.
+
+    One per durable session service (the server has one). The runner of an
+    app puts the server's runs of that app on the ledger under one worker id
+    and re-drives recovered runs itself.
+    """
+
+    sessions: DurableSessionService
+    agents_dir: str | None = None
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    worker_id: str = field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:adk:{uuid.uuid4().hex[:6]}"
+    )
+    _runners: dict[str, DurableRunner] = field(default_factory=dict)
+    _loops: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _started: asyncio.Task[None] | None = None
+
+    def start_soon(self) -> None:
+        """Starts recovery of the apps with open runs, once, in the running loop."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(
+                self._start(), name="durable-adk-server-start"
+            )
+
+    async def _start(self) -> None:
+        ledger = self._ledger()
+        apps: set[str] = set()
+        try:
+            for status in (RunStatus.RUNNING, RunStatus.QUEUED):
+                apps.update(r.app_name for r in await ledger.list_runs(status=status, limit=1000))
+        except errors.StoreError:
+            logger.exception("could not list the open runs; recovery starts with the first run")
+            return
+        for app_name in sorted(apps - set(self._runners)):
+            try:
+                loaded = self._load(app_name)
+            except Exception:  # one broken agent must not stop the others' recovery
+                logger.exception("cannot load app %r to recover its runs", app_name)
+                continue
+            self._serve(app_name, loaded, services={})
+
+    def _ledger(self) -> RunLedger:
+        return RunLedger(self.sessions.store, lease_seconds=self.settings.lease)
+
+    def _load(self, app_name: str) -> App:
+        if self.agents_dir is None:
+            raise errors.InvalidArgument("no agents folder known to load the app from")
+        from google.adk.cli.utils.agent_loader import AgentLoader
+
+        loaded = AgentLoader(self.agents_dir).load_agent(app_name)
+        if isinstance(loaded, App):
+            return loaded.model_copy(update={"name": app_name})
+        if not isinstance(loaded, BaseAgent):
+            raise errors.InvalidArgument(f"app {app_name!r} is not an ADK agent or App")
+        return App(name=app_name, root_agent=loaded)
+
+    def runner_for(self, ic: InvocationContext) -> DurableRunner:
+        """The app's runner, made from the agent and services of this invocation if new."""
+        runner = self._runners.get(ic.app_name)
+        if runner is not None:
+            return runner
+        root = ic.agent.root_agent if isinstance(ic.agent, BaseAgent) else ic.agent
+        plugins = [p for p in ic.plugin_manager.plugins if not isinstance(p, DurableRunsPlugin)]
+        app = App(name=ic.app_name, root_agent=root, plugins=plugins)
+        services = {
+            "artifact_service": ic.artifact_service,
+            "memory_service": ic.memory_service,
+            "credential_service": ic.credential_service,
+        }
+        return self._serve(ic.app_name, app, services=services)
+
+    def _serve(self, app_name: str, app: App, *, services: dict[str, Any]) -> DurableRunner:
+        s = self.settings
+        runner = DurableRunner(
+            app=_resumable(app),
+            store=self.sessions.store,
+            session_service=self.sessions,
+            worker_id=self.worker_id,
+            lease=s.lease,
+            max_attempts=s.max_attempts,
+            backoff=s.backoff,
+            queue_poll=s.queue_poll,
+        )
+        # The recovery drives use the server's own services (ADK's Runner keeps
+        # them as public attributes); an app loaded at start-up has none yet.
+        for name, service in services.items():
+            if service is not None:
+                setattr(runner.adk, name, service)
+        self._runners[app_name] = runner
+        sweeper = Sweeper(runner, interval=s.sweep_interval)
+        self._loops[app_name] = asyncio.get_running_loop().create_task(
+            every(s.sweep_interval, sweeper.recover_once, f"recovery of {app_name}"),
+            name=f"durable-adk-sweeper-{app_name}",
+        )
+        logger.info("recovery of app %r started (worker %s)", app_name, self.worker_id)
+        return runner
+
+    async def aclose(self) -> None:
+        """Stops the recovery loops and waits for (or cancels) the recovery drives."""
+        for task in self._loops.values():
+            task.cancel()
+        for task in self._loops.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._loops.clear()
+        for runner in self._runners.values():
+            await runner.aclose(grace=0)
+        self._runners.clear()
+
+
+def server_runs_of(sessions: DurableSessionService) -> ServerRuns:
+    """The durable side of the server ``sessions`` belongs to (made on first use)."""
+    existing = getattr(sessions, "durable_runs", None)
+    if isinstance(existing, ServerRuns):
+        return existing
+    made = ServerRuns(sessions)
+    sessions.durable_runs = made  # type: ignore[attr-defined]
+    return made
+
+
+@dataclass(eq=False)
+class _Live:
+    """A run this plugin admitted, while ADK drives it."""
+
+    runner: DurableRunner
+    run: Run
+    fence: RunFence
+    heartbeat: asyncio.Task[None]
+    _scopes: contextlib.ExitStack
+
+    def stop(self) -> None:
+        self.heartbeat.cancel()
+        # The fence and stamp were set for the rest of the invocation's task;
+        # reset there. From another context (the task's done callback) the
+        # reset fails harmlessly: the task is over, and closing here keeps the
+        # scopes from being finalized later.
+        with contextlib.suppress(ValueError):
+            self._scopes.close()
+
+
+@contextlib.contextmanager
+def _both(fence: RunFence, stamp: RunStamp) -> Iterator[None]:
+    with using_fence(fence), driving(stamp):
+        yield
+
+
+async def refresh_in_place(sessions: DurableSessionService, session: Any) -> None:
+    """Makes ``session`` (the object ADK loaded) what the store now holds.
+
+    A queued turn's Session was loaded before the turns ahead of it ran; the
+    events, state and fence marker are replaced in the same object, which ADK's
+    invocation context holds.
+
+    Raises:
+        google.adk.errors.session_not_found_error.SessionNotFoundError: The
+            session was deleted meanwhile.
+    """
+    fresh = await sessions.get_session(
+        app_name=session.app_name, user_id=session.user_id, session_id=session.id
+    )
+    if fresh is None:
+        raise SessionNotFoundError(f"Session {session.id} was deleted while its turn waited")
+    session.events[:] = fresh.events
+    session.state.clear()
+    session.state.update(fresh.state)
+    session.last_update_time = fresh.last_update_time
+    session._storage_update_marker = fresh._storage_update_marker
+
+
+class DurableRunsPlugin(BasePlugin):
+    """Puts the runs of ADK's own servers on the durable ledger (see the module docstring).
+
+    Example::
+
+        adk api_server --extra_plugins durable_adk.DurableRunsPlugin \\
+            --session_service_uri durable+sqlite:///sessions.db my_agents
+    """
+
+    def __init__(self, name: str = PLUGIN_NAME) -> None:
+        """Creates the plugin.
+
+        Args:
+            name: The plugin's name (ADK passes the qualified name it was given).
+        """
+        super().__init__(name)
+        self._live: dict[str, _Live] = {}
+        self._servers: list[ServerRuns] = []
+        self._warned = False
+
+    def _durable(self, ic: InvocationContext) -> DurableSessionService | None:
+        service = ic.session_service
+        if isinstance(service, DurableSessionService):
+            return service
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "DurableRunsPlugin: the session service is %s, not a durable one; runs are "
+                "not put on the ledger (use --session_service_uri durable+sqlite:///... "
+                "or durable+postgresql://...)",
+                type(service).__name__,
+            )
+        return None
+
+    @staticmethod
+    def _in_durable_drive(ic: InvocationContext) -> bool:
+        """Whether DurableRunner drives this invocation itself (a recovery re-drive)."""
+        fence = current_fence()
+        config = ic.run_config
+        stamp = ((config.custom_metadata or {}) if config else {}).get(RUN_METADATA_KEY)
+        return (
+            fence is not None
+            and isinstance(stamp, dict)
+            and stamp.get("run_id") == fence.run_id
+            and stamp.get("epoch") == fence.epoch
+        )
+
+    async def on_user_message_callback(
+        self, *, invocation_context: InvocationContext, user_message: types.Content
+    ) -> types.Content | None:
+        ic = invocation_context
+        sessions = self._durable(ic)
+        if sessions is None or self._in_durable_drive(ic) or ic.invocation_id in self._live:
+            return None
+        await self._admit(ic, sessions, user_message)
+        return None
+
+    async def before_run_callback(
+        self, *, invocation_context: InvocationContext
+    ) -> types.Content | None:
+        ic = invocation_context
+        if (
+            ic.invocation_id not in self._live
+            and isinstance(ic.session_service, DurableSessionService)
+            and not self._in_durable_drive(ic)
+        ):
+            logger.warning(
+                "invocation %s of session %s started without a new message: it is not on "
+                "the ledger (only turns with a message are)",
+                ic.invocation_id,
+                ic.session.id,
+            )
+        return None
+
+    async def _admit(
+        self, ic: InvocationContext, sessions: DurableSessionService, message: types.Content
+    ) -> None:
+        server = server_runs_of(sessions)
+        if server not in self._servers:
+            self._servers.append(server)
+        server.start_soon()
+        runner = server.runner_for(ic)
+        session = ic.session
+        run = await runner.ledger.submit(
+            app_name=ic.app_name,
+            user_id=session.user_id,
+            session_id=session.id,
+            request=message.model_dump(mode="json", exclude_none=True),
+            owner=runner.worker_id,
+            invocation_id=ic.invocation_id,
+        )
+        run = await runner.wait_for_turn(run)
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            await refresh_in_place(sessions, session)
+        except SessionNotFoundError as exc:
+            # Deterministic: no later attempt finds the session either.
+            await runner.ledger.finish(run.lease, RunStatus.FAILED, error=str(exc))
+            raise
+        stamp = {"run_id": run.run_id, "epoch": run.epoch}
+        config = ic.run_config or RunConfig()
+        # Set on the invocation's own RunConfig: ADK merges it into every event
+        # of the invocation (and a caller's own value for our key is replaced).
+        config.custom_metadata = {**(config.custom_metadata or {}), RUN_METADATA_KEY: stamp}
+        ic.run_config = config
+        fence, heartbeat = runner.keep_lease(run, task)
+        scopes = contextlib.ExitStack()
+        scopes.enter_context(_both(fence, RunStamp(run.run_id, run.epoch, ic.invocation_id)))
+        live = _Live(runner, run, fence, heartbeat, scopes)
+        self._live[ic.invocation_id] = live
+        invocation_id = ic.invocation_id
+
+        def ended(_: asyncio.Task[Any]) -> None:
+            # The request's task ended without after_run (cancelled, or the
+            # lease was lost): stop renewing; the lease expires and recovery
+            # takes the run over.
+            gone = self._live.pop(invocation_id, None)
+            if gone is not None:
+                gone.stop()
+
+        task.add_done_callback(ended)
+
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        await self._end(invocation_context, None)
+
+    async def on_run_error_callback(
+        self, *, invocation_context: InvocationContext, error: Exception
+    ) -> None:
+        await self._end(invocation_context, error)
+
+    async def _end(self, ic: InvocationContext, error: BaseException | None) -> None:
+        live = self._live.pop(ic.invocation_id, None)
+        if live is None:
+            return
+        live.stop()
+        run = live.run
+        if live.fence.lost is not None:
+            return  # another worker holds the run now: write nothing
+        try:
+            await self._record_end(ic, live, error)
+        except errors.StoreError as exc:
+            logger.warning(
+                "run %s (epoch %d): the store failed to record how the run ended (%s); "
+                "its lease expires and recovery takes it over then",
+                run.run_id,
+                run.epoch,
+                exc,
+            )
+        except errors.Fenced as exc:
+            logger.warning("run %s: %s", run.run_id, exc)
+
+    async def _record_end(
+        self, ic: InvocationContext, live: _Live, error: BaseException | None
+    ) -> None:
+        run, runner, ledger = live.run, live.runner, live.runner.ledger
+        if error is not None:
+            if cause_of(error, errors.Fenced) is not None:
+                return
+            unknown = cause_of(error, OutcomeUnknown)
+            if unknown is not None:
+                await runner._park_unknown(run, unknown)
+                return
+            failed = f"{type(error).__name__}: {error}"
+            if runner.retry_policy.is_transient(error):
+                await self._hand_back(live, f"transient fault: {failed}")
+                return
+            if await ledger.finish(run.lease, RunStatus.FAILED, error=failed):
+                runner.metrics.run_finished(RunStatus.FAILED.value)
+            return
+        verdict = classify(
+            ic.session.events, run.invocation_id, root_agent_name=runner.root_agent_name
+        )
+        if verdict.cls is OrphanClass.ACTUALLY_DONE:
+            status = RunStatus.DONE
+        elif verdict.cls is OrphanClass.PAUSED:
+            status = RunStatus.PAUSED
+        else:
+            await self._hand_back(
+                live,
+                f"the invocation ended {verdict.cls.value} ({verdict.reason}): "
+                "handed back for recovery",
+            )
+            return
+        if not await ledger.finish(run.lease, status):
+            raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
+        runner.metrics.run_finished(status.value)
+
+    @staticmethod
+    async def _hand_back(live: _Live, reason: str) -> None:
+        run = live.run
+        if not await live.runner.ledger.release(run.lease, error=reason):
+            raise errors.Fenced(f"run {run.run_id} was taken over before it could be handed back")
+        logger.warning(
+            "run %s (epoch %d) handed back for recovery: %s", run.run_id, run.epoch, reason
+        )
+
+    async def close(self) -> None:
+        """ADK closes its runners at server shutdown: the recovery loops stop too."""
+        for live in list(self._live.values()):
+            live.stop()
+        self._live.clear()
+        for server in self._servers:
+            await server.aclose()
+        self._servers.clear()

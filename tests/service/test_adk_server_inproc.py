@@ -1,0 +1,232 @@
+"""DurableRunsPlugin in process: ``get_fast_api_app`` starts recovery with its lifespan,
+and a queued turn whose session was deleted meanwhile fails clearly.
+
+(The crash and queueing tests against a real ``adk api_server`` process are in
+test_adk_server_runs.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.cli.fast_api import get_fast_api_app
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.runners import Runner
+from google.genai import types
+
+from durable_adk import (
+    DurableRunsPlugin,
+    RunLedger,
+    RunStatus,
+    ServerSettings,
+    open_store,
+    register_session_uris,
+)
+from durable_adk.adk.service_uri import DurableUriSessionService
+from durable_adk.adk.session_service import DurableSessionService
+
+AGENT = """
+from google.adk.agents import LlmAgent
+from durable_adk.testing import Say, ScriptedModel
+
+root_agent = LlmAgent(name="greeter", model=ScriptedModel([Say("hello"), Say("again")]))
+"""
+
+
+def texts(events: list[Any]) -> list[str]:
+    return [p.text for e in events if e.content for p in e.content.parts or [] if p.text]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 60) -> None:
+    """Polls ``check`` (a database read) until it holds."""
+
+    async def poll() -> None:
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), seconds)
+
+
+async def has_runs(ledger: RunLedger, status: RunStatus) -> bool:
+    return bool(await ledger.list_runs(status=status))
+
+
+async def test_get_fast_api_app_lifespan_recovers_without_a_request(
+    store_url: str, tmp_path: Path
+) -> None:
+    agents = tmp_path / "agents"
+    (agents / "greeter").mkdir(parents=True)
+    (agents / "greeter" / "__init__.py").write_text("from . import agent\n")
+    (agents / "greeter" / "agent.py").write_text(AGENT)
+    message = {"role": "user", "parts": [{"text": "hi"}]}
+    async with open_store(store_url) as store:
+        await DurableSessionService(store).create_session(
+            app_name="greeter", user_id="ann", session_id="s1"
+        )
+        ledger = RunLedger(store)
+        queued = await ledger.submit(
+            app_name="greeter", user_id="ann", session_id="s1", request=message, owner="dead"
+        )
+        orphan = await ledger.claim_queued(queued.run_id, "dead")
+        assert orphan is not None and orphan.status is RunStatus.RUNNING
+        await ledger.backdate(orphan.run_id, 120)  # its worker died long ago
+
+    registration = register_session_uris(settings=ServerSettings(sweep_interval=0.2))
+    app = get_fast_api_app(
+        agents_dir=str(agents),
+        session_service_uri=f"durable+{store_url}",
+        web=False,
+        extra_plugins=["durable_adk.DurableRunsPlugin"],
+        lifespan=registration.lifespan,
+    )
+    [service] = registration.services
+    async with app.router.lifespan_context(app):
+        # No request yet: the lifespan started recovery, which drives the orphan.
+        async def done() -> RunStatus:
+            while True:
+                run = await RunLedger(service.store).get(orphan.run_id)
+                assert run is not None
+                if run.status is not RunStatus.RUNNING:
+                    return run.status
+                await asyncio.sleep(0.1)
+
+        assert await asyncio.wait_for(done(), 60) is RunStatus.DONE
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            ran = await http.post(
+                "/run",
+                json={
+                    "app_name": "greeter",
+                    "user_id": "ann",
+                    "session_id": "s1",
+                    "new_message": {"role": "user", "parts": [{"text": "again?"}]},
+                },
+                timeout=60,
+            )
+            assert ran.status_code == 200, ran.text
+        session = await service.get_session(app_name="greeter", user_id="ann", session_id="s1")
+        assert session is not None
+        assert texts(session.events) == ["hi", "hello", "again?", "again"]
+        runs = await RunLedger(service.store).list_runs()
+        assert [r.status for r in runs] == [RunStatus.DONE, RunStatus.DONE]
+        # The request's run is the invocation ADK ran, and its events carry its fence.
+        newest = runs[0]
+        stamped = [e for e in session.events if e.invocation_id == newest.invocation_id]
+        assert stamped and all(
+            (e.custom_metadata or {}).get("durable_adk", {}).get("run_id") == newest.run_id
+            for e in stamped
+        )
+
+
+async def test_a_queued_turn_whose_session_was_deleted_fails_clearly(store_url: str) -> None:
+    service = DurableUriSessionService(f"durable+{store_url}")
+    release = asyncio.Event()
+
+    async def hold() -> dict[str, bool]:
+        """Holds the session's run until released."""
+        await release.wait()
+        return {"ok": True}
+
+    from durable_adk.testing import Call, Say, ScriptedModel
+
+    agent = LlmAgent(
+        name="greeter",
+        model=ScriptedModel([Call("hold", {}), Say("first"), Say("second")]),
+        tools=[hold],
+    )
+    runner = Runner(
+        app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
+        session_service=service,
+    )
+    await service.create_session(app_name="greeter", user_id="ann", session_id="s1")
+
+    async def turn(text: str) -> list[object]:
+        message = types.Content(role="user", parts=[types.Part(text=text)])
+        return [
+            e async for e in runner.run_async(user_id="ann", session_id="s1", new_message=message)
+        ]
+
+    try:
+        first = asyncio.create_task(turn("one"))
+        ledger = RunLedger(service.store)
+        await eventually(lambda: has_runs(ledger, RunStatus.RUNNING))
+        second = asyncio.create_task(turn("two"))
+        await eventually(lambda: has_runs(ledger, RunStatus.QUEUED))
+        await service.delete_session(app_name="greeter", user_id="ann", session_id="s1")
+        release.set()
+        with pytest.raises(Exception):  # noqa: B017 - the first turn's append finds no session
+            await first
+        # ADK wraps a plugin's error in a RuntimeError naming the plugin.
+        with pytest.raises(RuntimeError, match="deleted while its turn waited") as caught:
+            await second
+        assert isinstance(caught.value.__cause__, SessionNotFoundError)
+        statuses = {r.status for r in await ledger.list_runs()}
+        assert RunStatus.QUEUED not in statuses
+        failed = [r for r in await ledger.list_runs() if r.status is RunStatus.FAILED]
+        assert any("deleted while its turn waited" in (r.last_error or "") for r in failed)
+    finally:
+        await service.durable_runs.aclose()
+        await service.store.close()
+
+
+async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: str) -> None:
+    # Lease 3 s: renewed every second by DurableRunner's heartbeat.
+    service = DurableUriSessionService(
+        f"durable+{store_url}", settings=ServerSettings(lease=3.0, sweep_interval=3600)
+    )
+    entered = asyncio.Event()
+    acted: list[str] = []
+
+    async def hold() -> dict[str, bool]:
+        """Waits, then would act."""
+        entered.set()
+        await asyncio.sleep(30)
+        acted.append("after takeover")  # never reached: the drive is cancelled first
+        return {"ok": True}
+
+    from durable_adk.testing import Call, Say, ScriptedModel
+
+    agent = LlmAgent(
+        name="greeter", model=ScriptedModel([Call("hold", {}), Say("done")]), tools=[hold]
+    )
+    runner = Runner(
+        app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
+        session_service=service,
+    )
+    await service.create_session(app_name="greeter", user_id="ann", session_id="s1")
+    message = types.Content(role="user", parts=[types.Part(text="hi")])
+
+    async def turn() -> None:
+        async for _ in runner.run_async(user_id="ann", session_id="s1", new_message=message):
+            pass
+
+    try:
+        driving = asyncio.create_task(turn())
+        await asyncio.wait_for(entered.wait(), 30)
+        ledger = RunLedger(service.store)
+        [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
+        await ledger.backdate(mine.run_id, 120)  # as if this worker had stalled
+        [taken] = await ledger.claim_expired("thief", app_name="greeter")
+        assert taken.epoch == mine.epoch + 1
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(driving, 30)  # the next renewal finds it taken: cancelled
+        assert acted == []
+        after = await ledger.get(mine.run_id)
+        assert after is not None
+        assert (after.status, after.owner, after.epoch) == (RunStatus.RUNNING, "thief", taken.epoch)
+        fresh = DurableSessionService(service.store)
+        session = await fresh.get_session(app_name="greeter", user_id="ann", session_id="s1")
+        assert session is not None
+        assert not [e for e in session.events if e.get_function_responses()]  # no answer stored
+    finally:
+        await service.durable_runs.aclose()
+        await service.store.close()
