@@ -33,6 +33,12 @@ from durable_adk.service.guards import (
 from durable_adk.service.ops import MAX_PAGE, SessionKey
 from durable_adk.service.schemas import (
     ID_PATTERN,
+    AbandonIn,
+    ActionIn,
+    ActionListOut,
+    AppsOut,
+    OutcomeOut,
+    ResolveIn,
     DeadLetterListOut,
     ErrorOut,
     EventsOut,
@@ -46,7 +52,9 @@ from durable_adk.service.schemas import (
     StatsOut,
     detail_out,
     events_out,
+    action_out,
     letter_out,
+    outcome_out,
     run_out,
 )
 from durable_adk.service.worker import Worker
@@ -55,6 +63,9 @@ UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="The run.")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
+AppName = Annotated[
+    str | None, Query(pattern=ID_PATTERN, description="Only this app's records.")
+]
 After = Annotated[
     int, Query(ge=0, le=2**62, description="Only events with a greater sequence number.")
 ]
@@ -243,15 +254,32 @@ def create_app(worker: Worker) -> FastAPI:
         return RunListOut(runs=[run_out(r) for r in runs])
 
     @guarded.get("/runs", response_model=RunListOut, tags=["operations"])
-    async def list_runs(status: RunStatus | None = None, limit: Limit = 100) -> RunListOut:
-        """Runs of every app on the store, newest first, optionally of one status."""
-        runs = await ops.list_runs(status=status, limit=limit)
+    async def list_runs(
+        status: RunStatus | None = None, app_name: AppName = None, limit: Limit = 100
+    ) -> RunListOut:
+        """Runs of every app on the store (or of one), newest first, optionally of one status."""
+        runs = await ops.list_runs(status=status, limit=limit, app_name=app_name)
         return RunListOut(runs=[run_out(r) for r in runs])
 
     @guarded.get("/runs-by-status", response_model=RunCountsOut, tags=["operations"])
-    async def run_counts() -> RunCountsOut:
-        """How many runs stand in each status."""
-        return RunCountsOut(counts=await ops.run_counts())
+    async def run_counts(app_name: AppName = None) -> RunCountsOut:
+        """How many runs stand in each status (of every app, or of one)."""
+        return RunCountsOut(counts=await ops.run_counts(app_name=app_name))
+
+    @guarded.get("/apps", response_model=AppsOut, tags=["operations"])
+    async def apps() -> AppsOut:
+        """The apps with runs on this store, and the one this worker serves."""
+        return AppsOut(serving=worker.app_name, apps=await ops.apps())
+
+    @guarded.get("/actions", response_model=ActionListOut, tags=["operations"])
+    async def actions(
+        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+        app_name: AppName = None,
+        limit: Limit = 100,
+    ) -> ActionListOut:
+        """The operators' audit trail, newest first, of one run, one app, or all."""
+        found = await ops.actions(run_id=run_id, app_name=app_name, limit=limit)
+        return ActionListOut(actions=[action_out(a) for a in found])
 
     @guarded.get(
         "/runs/{run_id}", response_model=RunDetailOut, tags=["operations"], responses=_NOT_FOUND
@@ -269,16 +297,75 @@ def create_app(worker: Worker) -> FastAPI:
             409: {"model": ErrorOut, "description": "The run is not parked."},
         },
     )
-    async def retry_run(run_id: RunId) -> RunOut:
-        """Puts a parked run back in its session's queue; a sweeper recovers it."""
-        return run_out(await ops.retry(run_id))
+    async def retry_run(run_id: RunId, body: ActionIn | None = None) -> RunOut:
+        """Puts a parked run back in its session's queue; a sweeper recovers it.
+
+        The optional body names who retries it and why (the audit trail says
+        ``api`` otherwise).
+        """
+        by = body.by if body else "api"
+        return run_out(await ops.retry(run_id, by=by, reason=body.reason if body else None))
+
+    _ACTION_ERRORS: dict[int | str, dict[str, Any]] = {
+        **_NOT_FOUND,
+        409: {"model": ErrorOut, "description": "The action does not apply to the run now."},
+    }
+
+    @guarded.post(
+        "/runs/{run_id}/cancel",
+        response_model=OutcomeOut,
+        tags=["operations"],
+        responses=_ACTION_ERRORS,
+    )
+    async def cancel_run(run_id: RunId, body: ActionIn) -> OutcomeOut:
+        """Cancels a run: at once if it is queued, paused or parked (or its owner is dead);
+        a running one is stopped by its owner at its next heartbeat.
+
+        Safe to call twice: ``changed`` is false and ``message`` says where the run stands.
+        """
+        return outcome_out(await ops.cancel(run_id, by=body.by, reason=body.reason))
+
+    @guarded.post(
+        "/runs/{run_id}/resolve",
+        response_model=OutcomeOut,
+        tags=["operations"],
+        responses=_ACTION_ERRORS,
+    )
+    async def resolve_run(run_id: RunId, body: ResolveIn) -> OutcomeOut:
+        """Resolves a parked (or failed) run with the result of its unanswered call(s).
+
+        The result is written as the calls' function responses and the run goes
+        back in its session's queue: a worker of its app drives it on from there.
+        Safe to call twice.
+        """
+        return outcome_out(
+            await ops.resolve(
+                run_id,
+                by=body.by,
+                reason=body.reason,
+                result=body.result,
+                results=body.results,
+            )
+        )
+
+    @guarded.post(
+        "/runs/{run_id}/abandon",
+        response_model=OutcomeOut,
+        tags=["operations"],
+        responses=_ACTION_ERRORS,
+    )
+    async def abandon_run(run_id: RunId, body: AbandonIn) -> OutcomeOut:
+        """Closes a parked (or failed) run as FAILED with the operator's reason; safe twice."""
+        return outcome_out(await ops.abandon(run_id, by=body.by, reason=body.reason))
 
     @guarded.get("/dead-letters", response_model=DeadLetterListOut, tags=["operations"])
     async def dead_letters(
-        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None, limit: Limit = 100
+        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+        app_name: AppName = None,
+        limit: Limit = 100,
     ) -> DeadLetterListOut:
-        """Dead letters, newest first, optionally of one run."""
-        letters = await ops.dead_letters(run_id=run_id, limit=limit)
+        """Dead letters, newest first, optionally of one run or of one app's runs."""
+        letters = await ops.dead_letters(run_id=run_id, limit=limit, app_name=app_name)
         return DeadLetterListOut(dead_letters=[letter_out(d) for d in letters])
 
     @guarded.get("/stats", response_model=StatsOut, tags=["operations"])

@@ -16,7 +16,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from durable_adk.ledger import DeadLetter, Run
+from durable_adk.adk.operators import MAX_REASON_CHARS, Outcome
+from durable_adk.ledger import DeadLetter, OperatorAction, Run
 from durable_adk.service.ops import RunDetail, SeqEvent
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
@@ -141,14 +142,112 @@ class DeadLetterListOut(_Out):
     dead_letters: list[DeadLetterOut]
 
 
+class ActionOut(_Out):
+    """One line of the operators' audit trail."""
+
+    run_id: str
+    app_name: str
+    action: str = Field(description="cancel, resolve, abandon, retry or answer.")
+    actor: str = Field(description="Who.")
+    reason: str | None = Field(description="Why.")
+    status_before: str
+    status_after: str
+    epoch: int = Field(description="The run's fencing epoch after the action.")
+    detail: dict[str, Any] | None = Field(description="The operator's result, the outcome...")
+    created_at: float
+
+
+class ActionListOut(_Out):
+    """Operator actions, newest first."""
+
+    actions: list[ActionOut]
+
+
+class AttemptOut(_Out):
+    """One holder of the run, by the epoch its events were written at (takeover marker)."""
+
+    epoch: int
+    first_seq: int
+    last_seq: int
+    events: int
+    by_operator: str | None
+
+
 class RunDetailOut(_Out):
-    """One run with its classification, its events and its dead letters."""
+    """One run with its classification, its events, dead letters and operator actions."""
 
     run: RunOut
     request: dict[str, Any]
     finding: FindingOut | None
+    note: str | None = Field(default=None, description="Why there is no finding.")
     events: list[SeqEventOut]
     dead_letters: list[DeadLetterOut]
+    actions: list[ActionOut] = Field(description="What operators did to it, oldest first.")
+    attempts: list[AttemptOut] = Field(
+        description="Its holders by fencing epoch, from its events' stamps, oldest first."
+    )
+
+
+Who = Annotated[
+    str,
+    StringConstraints(pattern=ID_PATTERN),
+    Field(description="Who acts (recorded in the audit trail)."),
+]
+Reason = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_REASON_CHARS),
+    Field(description="Why (recorded in the audit trail)."),
+]
+
+
+class ActionIn(BaseModel):
+    """An operator action without a result: cancel or retry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason | None = None
+
+
+class AbandonIn(BaseModel):
+    """Abandon a parked run: it becomes FAILED with this reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason
+
+
+class ResolveIn(BaseModel):
+    """Resolve a parked run: the result of its unanswered call(s), as the operator checked it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason | None = None
+    result: Any = Field(
+        default=None,
+        description="The result of the one unanswered call (a JSON object is the "
+        "function response as it is; anything else becomes {'result': value}).",
+    )
+    results: dict[Annotated[str, StringConstraints(min_length=1, max_length=512)], Any] | None = (
+        Field(default=None, description="Results by call id, for several unanswered calls.")
+    )
+
+
+class OutcomeOut(_Out):
+    """What an operator action did, and where the run stands."""
+
+    run: RunOut
+    changed: bool = Field(description="False: nothing was changed (already done).")
+    message: str
+
+
+class AppsOut(_Out):
+    """The apps with runs on this store."""
+
+    serving: str = Field(description="The app this worker serves.")
+    apps: dict[str, int] = Field(description="Runs per app.")
 
 
 class StatsOut(_Out):
@@ -159,6 +258,7 @@ class StatsOut(_Out):
     runs: int
     runs_changed_at: float
     dead_letters: int
+    operator_actions: int
 
 
 class HealthOut(_Out):
@@ -200,12 +300,39 @@ def letter_out(letter: DeadLetter) -> DeadLetterOut:
     return DeadLetterOut.model_validate(letter, from_attributes=True)
 
 
+def action_out(action: OperatorAction) -> ActionOut:
+    """An audit line for the wire."""
+    detail = json.loads(action.detail) if action.detail else None
+    return ActionOut(
+        run_id=action.run_id,
+        app_name=action.app_name,
+        action=action.action,
+        actor=action.actor,
+        reason=action.reason,
+        status_before=action.status_before,
+        status_after=action.status_after,
+        epoch=action.epoch,
+        detail=detail if isinstance(detail, dict) else None,
+        created_at=action.created_at,
+    )
+
+
+def outcome_out(outcome: Outcome) -> OutcomeOut:
+    """An operator action's outcome for the wire."""
+    return OutcomeOut(run=run_out(outcome.run), changed=outcome.changed, message=outcome.message)
+
+
 def detail_out(detail: RunDetail) -> RunDetailOut:
     """A run's details for the wire."""
     finding = detail.finding
     return RunDetailOut(
         run=run_out(detail.run),
         request=json.loads(detail.run.request),
+        note=detail.note,
+        actions=[action_out(a) for a in detail.actions],
+        attempts=[
+            AttemptOut.model_validate(a, from_attributes=True) for a in detail.attempts
+        ],
         finding=None
         if finding is None
         else FindingOut(

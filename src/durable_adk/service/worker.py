@@ -42,7 +42,7 @@ from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
-from durable_adk.ledger import Run
+from durable_adk.ledger import Lease, Run
 from durable_adk.metrics import Metrics
 from durable_adk.service.ops import Operations
 from durable_adk.service.settings import ServiceSettings
@@ -125,7 +125,12 @@ class Worker:
             interval=settings.sweep_interval,
             metrics=self.metrics,
         )
-        self.ops = Operations(store, root_agent_name=self.runner.root_agent_name)
+        self.ops = Operations(
+            store,
+            root_agent_name=self.runner.root_agent_name,
+            app_name=self.runner.app_name,
+            lease_seconds=settings.lease,
+        )
         self.jobs = JobTable(store)
         self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
         self.expiry = ExpirySweeper(
@@ -138,6 +143,7 @@ class Worker:
         self._job_loops = contextlib.AsyncExitStack()
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._leases: dict[str, Lease] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._drained = False
 
@@ -233,6 +239,10 @@ class Worker:
         await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
 
     async def _sweep_once(self) -> None:
+        # A run asked to stop whose owner died is cancelled, never re-driven.
+        for run_id in await self.runner.ledger.cancel_expired(app_name=self.app_name):
+            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
+        await self._stop_cancelled()
         for done in await self.sweeper.recover_once():
             logger.info(
                 "recovered run %s: found %s, %s -> %s",
@@ -278,9 +288,29 @@ class Worker:
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
         return run
 
+    async def _stop_cancelled(self) -> None:
+        """Stops the runs this worker drives for HTTP callers that an operator cancelled.
+
+        The check is one read per run per sweep interval; a stopped run is
+        ended CANCELLED under its own lease (fenced: a run taken over since is
+        not touched).
+        """
+        for run_id, lease in list(self._leases.items()):
+            task = self._runs.get(run_id)
+            if task is None or task.done():
+                continue
+            by = await self.runner.ledger.cancel_requested(lease)
+            if by is None:
+                continue
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if await self.runner.ledger.finish_cancelled(lease):
+                logger.info("run %s cancelled by %s", run_id, by)
+
     async def _drive(self, run: Run, message: types.Content) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
+            self._leases[run.run_id] = claimed.lease
             async for _event in self.runner.drive(claimed, message, resume=False):
                 pass
         except errors.Fenced as exc:
@@ -292,6 +322,8 @@ class Worker:
             logger.exception("run %s: the store failed; recovery will take it over", run.run_id)
         except Exception:  # the ledger already says FAILED, with the error
             logger.exception("run %s failed", run.run_id)
+        finally:
+            self._leases.pop(run.run_id, None)
 
     async def refresh_gauges(self) -> dict[str, int]:
         """Samples the runs-by-status gauge from the ledger; returns the counts."""

@@ -73,7 +73,7 @@ CREATE TABLE runs (
     session_id       text NOT NULL,
     invocation_id    text NOT NULL,
     request          text NOT NULL,                      -- the message (JSON), so a run that never started can be replayed
-    status           text NOT NULL CHECK (status IN ('QUEUED', 'RUNNING', 'PAUSED', 'DONE', 'FAILED', 'PARKED')),
+    status           text NOT NULL CHECK (status IN ('QUEUED', 'RUNNING', 'PAUSED', 'DONE', 'FAILED', 'PARKED', 'CANCELLED')),
     owner            text,
     lease_until      double precision NOT NULL,
     epoch            bigint NOT NULL DEFAULT 0,
@@ -83,7 +83,9 @@ CREATE TABLE runs (
     classification   text,
     created_at       double precision NOT NULL,
     updated_at       double precision NOT NULL,
-    finished_at      double precision
+    finished_at      double precision,
+    cancel_requested_at double precision,                             -- an operator asked the owner to stop (database clock)
+    cancel_requested_by text
 );
 
 -- At most one RUNNING run per session, across every worker.
@@ -219,3 +221,24 @@ CREATE INDEX runs_by_invocation ON runs (invocation_id);
 
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (5, 'sagas', extract(epoch FROM clock_timestamp()));
+
+-- Who did what to a run, when and why (cancel, resolve, abandon, retry, answer).
+CREATE TABLE operator_actions (
+    pk             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id         text NOT NULL,
+    app_name       text NOT NULL,
+    action         text NOT NULL,                         -- cancel, resolve, abandon, retry, answer
+    actor          text NOT NULL,                         -- who
+    reason         text,                                  -- why
+    status_before  text NOT NULL,
+    status_after   text NOT NULL,
+    epoch          bigint NOT NULL,                       -- the run's epoch after the action
+    detail         text,                                  -- JSON: the operator's result, the cancel outcome...
+    created_at     double precision NOT NULL              -- database clock
+);
+
+CREATE INDEX operator_actions_by_run ON operator_actions (run_id, pk);
+CREATE INDEX operator_actions_by_app ON operator_actions (app_name, pk);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (6, 'operator', extract(epoch FROM clock_timestamp()));

@@ -73,7 +73,7 @@ CREATE TABLE runs (
     session_id       TEXT NOT NULL,
     invocation_id    TEXT NOT NULL,
     request          TEXT NOT NULL,                       -- the message (JSON), so a run that never started can be replayed
-    status           TEXT NOT NULL CHECK (status IN ('QUEUED', 'RUNNING', 'PAUSED', 'DONE', 'FAILED', 'PARKED')),
+    status           TEXT NOT NULL CHECK (status IN ('QUEUED', 'RUNNING', 'PAUSED', 'DONE', 'FAILED', 'PARKED', 'CANCELLED')),
     owner            TEXT,
     lease_until      REAL NOT NULL,
     epoch            INTEGER NOT NULL DEFAULT 0,
@@ -83,7 +83,9 @@ CREATE TABLE runs (
     classification   TEXT,
     created_at       REAL NOT NULL,
     updated_at       REAL NOT NULL,
-    finished_at      REAL
+    finished_at      REAL,
+    cancel_requested_at REAL,                             -- an operator asked the owner to stop (database clock)
+    cancel_requested_by TEXT
 );
 
 -- At most one RUNNING run per session, across every worker.
@@ -219,3 +221,24 @@ CREATE INDEX runs_by_invocation ON runs (invocation_id);
 
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (5, 'sagas', (julianday('now') - 2440587.5) * 86400.0);
+
+-- Who did what to a run, when and why (cancel, resolve, abandon, retry, answer).
+CREATE TABLE operator_actions (
+    pk             INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id         TEXT NOT NULL,
+    app_name       TEXT NOT NULL,
+    action         TEXT NOT NULL,                         -- cancel, resolve, abandon, retry, answer
+    actor          TEXT NOT NULL,                         -- who
+    reason         TEXT,                                  -- why
+    status_before  TEXT NOT NULL,
+    status_after   TEXT NOT NULL,
+    epoch          INTEGER NOT NULL,                      -- the run's epoch after the action
+    detail         TEXT,                                  -- JSON: the operator's result, the cancel outcome...
+    created_at     REAL NOT NULL                          -- database clock
+);
+
+CREATE INDEX operator_actions_by_run ON operator_actions (run_id, pk);
+CREATE INDEX operator_actions_by_app ON operator_actions (app_name, pk);
+
+INSERT INTO schema_version (version, name, applied_at)
+VALUES (6, 'operator', (julianday('now') - 2440587.5) * 86400.0);
