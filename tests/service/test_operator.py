@@ -17,8 +17,8 @@ from google.genai import types
 from svc_support import Service, settings_for
 
 from durable_adk.adk.session_service import RUN_METADATA_KEY
-from durable_adk.ledger import Run, RunLedger
 from durable_adk.demo.service_app import app as stock_app
+from durable_adk.ledger import Run, RunLedger
 from durable_adk.service import Worker
 from durable_adk.service.ops import Operations
 from durable_adk.store import open_store

@@ -76,7 +76,9 @@ def _check_reason(reason: str | None, *, required: bool = False) -> str | None:
             raise errors.InvalidArgument("a reason is required")
         return None
     if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS or "\x00" in reason:
-        raise errors.InvalidArgument(f"reason must be at most {MAX_REASON_CHARS} characters, no NUL")
+        raise errors.InvalidArgument(
+            f"reason must be at most {MAX_REASON_CHARS} characters, no NUL"
+        )
     return reason
 
 
@@ -220,7 +222,9 @@ async def resolve_run(
         raise errors.InvalidArgument("give exactly one of 'result' and 'results'")
     run = await _get(ledger, run_id)
     if run.status not in RESOLVABLE:
-        earlier = [a for a in await ledger.actions(run_id=run_id, limit=1000) if a.action == "resolve"]
+        earlier = [
+            a for a in await ledger.actions(run_id=run_id, limit=1000) if a.action == "resolve"
+        ]
         if earlier:
             last = earlier[0]
             return Outcome(
@@ -261,8 +265,7 @@ async def resolve_run(
     missing = sorted(set(open_calls) - set(results))
     if missing:
         raise errors.InvalidArgument(
-            f"run {run_id!r}: give a result for every unanswered call; missing "
-            f"{', '.join(missing)}"
+            f"run {run_id!r}: give a result for every unanswered call; missing {', '.join(missing)}"
         )
     answers = {call_id: _response_of(value) for call_id, value in results.items()}
     callers: dict[str, Event] = {}

@@ -37,12 +37,12 @@ from durable_adk.service.schemas import (
     ActionIn,
     ActionListOut,
     AppsOut,
-    OutcomeOut,
-    ResolveIn,
     DeadLetterListOut,
     ErrorOut,
     EventsOut,
     HealthOut,
+    OutcomeOut,
+    ResolveIn,
     RunCountsOut,
     RunDetailOut,
     RunListOut,
@@ -50,9 +50,9 @@ from durable_adk.service.schemas import (
     StartRunIn,
     StartRunOut,
     StatsOut,
+    action_out,
     detail_out,
     events_out,
-    action_out,
     letter_out,
     outcome_out,
     run_out,
@@ -63,9 +63,7 @@ UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="The run.")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
-AppName = Annotated[
-    str | None, Query(pattern=ID_PATTERN, description="Only this app's records.")
-]
+AppName = Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this app's records.")]
 After = Annotated[
     int, Query(ge=0, le=2**62, description="Only events with a greater sequence number.")
 ]

@@ -291,9 +291,7 @@ class Operations:
         """
         return (await operators.retry_run(self.ledger, run_id, by=by, reason=reason)).run
 
-    async def cancel(
-        self, run_id: str, *, by: str, reason: str | None = None
-    ) -> operators.Outcome:
+    async def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> operators.Outcome:
         """Cancels a run (see :func:`durable_adk.adk.operators.cancel_run`)."""
         return await operators.cancel_run(self.ledger, run_id, by=by, reason=reason)
 

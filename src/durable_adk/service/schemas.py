@@ -330,9 +330,7 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         request=json.loads(detail.run.request),
         note=detail.note,
         actions=[action_out(a) for a in detail.actions],
-        attempts=[
-            AttemptOut.model_validate(a, from_attributes=True) for a in detail.attempts
-        ],
+        attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in detail.attempts],
         finding=None
         if finding is None
         else FindingOut(

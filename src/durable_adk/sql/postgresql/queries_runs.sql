@@ -221,7 +221,7 @@ SELECT cancel_requested_at, cancel_requested_by FROM runs
  WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
    AND status = 'RUNNING';
 
--- name: run_finish_cancelled
+-- name: run_finish_cancelled inline
 -- The owner stopped a run whose cancellation was asked for.
 UPDATE runs
    SET status = 'CANCELLED',

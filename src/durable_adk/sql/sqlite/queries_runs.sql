@@ -185,7 +185,7 @@ UPDATE runs
  WHERE run_id = :run_id;
 SELECT * FROM runs WHERE run_id = :run_id;
 
--- name: run_cancel_requested inline
+-- name: run_cancel_requested
 -- The owner's check at each heartbeat: has an operator asked it to stop?
 SELECT cancel_requested_at, cancel_requested_by FROM runs
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING';
