@@ -107,10 +107,8 @@ def test_resolve_through_a_running_worker_drives_the_run_on(tmp_path: Path) -> N
     run, call_id = asyncio.run(parked(url, "remote-1"))
     with threaded_worker(settings_for(url)) as worker:
         remote = ["--url", worker.base_url, "--token", TOKEN]
-        code, out = cli(
-            "runs", "resolve", run.run_id, "--call", f'{call_id}={{"item": "stools", "in_stock": 9}}',
-            "--by", "bo", *remote,
-        )  # fmt: skip
+        answer = f'{call_id}={{"item": "stools", "in_stock": 9}}'
+        code, out = cli("runs", "resolve", run.run_id, "--call", answer, "--by", "bo", *remote)
         assert code == 0 and "resolved" in out, out
         deadline = time.monotonic() + 60
         while True:
