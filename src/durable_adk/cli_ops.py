@@ -4,8 +4,8 @@
 ``runs cancel``, ``runs resolve``, ``runs abandon`` and ``jobs complete``, act)
 either straight on a database (``--db URL``, no worker needed) or through a
 running worker (``--url http://... --token T``); both give the same answers,
-printed as Rich tables or, with ``--json``, as JSON. An operation that fails (unknown run, run not parked, wrong token,
-unreachable worker) exits 1 with a one-line reason; bad arguments exit 2.
+printed as Rich tables or, with ``--json``, as JSON. An operation that fails
+(unknown run, run not parked, wrong token, unreachable worker) exits 1 with a one-line reason; bad arguments exit 2.
 Heavy imports (ADK, FastAPI) happen inside the commands, so ``db upgrade``
 stays quick.
 """
