@@ -5,9 +5,9 @@
 either straight on a database (``--db URL``, no worker needed) or through a
 running worker (``--url http://... --token T``); both give the same answers,
 printed as Rich tables or, with ``--json``, as JSON. An operation that fails
-(unknown run, run not parked, wrong token, unreachable worker) exits 1 with a one-line reason; bad arguments exit 2.
-Heavy imports (ADK, FastAPI) happen inside the commands, so ``db upgrade``
-stays quick.
+(unknown run, run not parked, wrong token, unreachable worker) exits 1 with a
+one-line reason; bad arguments exit 2. Heavy imports (ADK, FastAPI) happen
+inside the commands, so ``db upgrade`` stays quick.
 """
 
 from __future__ import annotations
