@@ -150,6 +150,10 @@ async def test_abandon_closes_a_parked_run_once(service: Service) -> None:
     assert actions["actions"][0]["detail"] == {
         "previous_error": "outcome unknown: check_stock may have acted"
     }
+    closed = await service.client.post(
+        f"/v1/runs/{run.run_id}/resolve", json={"by": "bo", "result": {"in_stock": 1}}
+    )
+    assert closed.status_code == 409 and "was abandoned by ana" in closed.text
     # The sweeper never takes an abandoned run back.
     await service.worker._sweep_once()
     assert (await RunLedger(service.store).get(run.run_id)).status.value == "FAILED"  # type: ignore[union-attr]

@@ -221,6 +221,15 @@ async def resolve_run(
     if (results is None) == (result is None):
         raise errors.InvalidArgument("give exactly one of 'result' and 'results'")
     run = await _get(ledger, run_id)
+    if run.status is RunStatus.FAILED:
+        closed = [
+            a for a in await ledger.actions(run_id=run_id, limit=1000) if a.action == "abandon"
+        ]
+        if closed:
+            raise errors.Conflict(
+                f"run {run_id!r} was abandoned by {closed[0].actor} at "
+                f"{_when(closed[0].created_at)}: it is closed, there is nothing to resolve"
+            )
     if run.status not in RESOLVABLE:
         earlier = [
             a for a in await ledger.actions(run_id=run_id, limit=1000) if a.action == "resolve"
@@ -279,7 +288,9 @@ async def resolve_run(
     owner = f"operator:{by}"[:500]
     claimed = await ledger.operator_claim(run, owner)
     if claimed is None:
-        raise errors.Conflict(f"run {run_id!r} changed while being resolved; look again")
+        raise errors.Conflict(
+            f"run {run_id!r} changed while being resolved (or was abandoned); look again"
+        )
     try:
         session = await service.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id

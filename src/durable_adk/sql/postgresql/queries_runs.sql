@@ -246,14 +246,16 @@ UPDATE runs
 RETURNING run_id;
 
 -- name: run_operator_claim
--- An operator takes a PARKED or FAILED run (as it was read, at :epoch) to
--- write for it: RUNNING, held by the operator, a new epoch. Unique violation
+-- An operator takes a PARKED or FAILED run (as it was read, at :epoch; never
+-- an abandoned one) to write for it: RUNNING, held by the operator, a new epoch. Unique violation
 -- when another run of the session is RUNNING.
 UPDATE runs
    SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1,
        lease_until = extract(epoch FROM clock_timestamp()) + :lease::double precision,
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND epoch = :epoch::bigint AND status IN ('PARKED', 'FAILED')
+   AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                    WHERE a.run_id = :run_id::text AND a.action = 'abandon')
 RETURNING *;
 
 -- name: run_operator_release

@@ -214,14 +214,16 @@ UPDATE runs
 RETURNING run_id;
 
 -- name: run_operator_claim
--- An operator takes a PARKED or FAILED run (as it was read, at :epoch) to
--- write for it: RUNNING, held by the operator, a new epoch. Unique violation
+-- An operator takes a PARKED or FAILED run (as it was read, at :epoch; never
+-- an abandoned one) to write for it: RUNNING, held by the operator, a new epoch. Unique violation
 -- when another run of the session is RUNNING.
 UPDATE runs
    SET status = 'RUNNING', owner = :owner, epoch = epoch + 1,
        lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND epoch = :epoch AND status IN ('PARKED', 'FAILED')
+   AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                    WHERE a.run_id = :run_id AND a.action = 'abandon')
 RETURNING *;
 
 -- name: run_operator_release
