@@ -135,6 +135,9 @@ def serve(
         float, typer.Option(min=0, help="On SIGTERM, seconds runs get to finish.")
     ] = 10.0,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger bodies get 413.")] = 1 << 20,
+    max_message_chars: Annotated[
+        int, typer.Option(min=1, help="Longest user message text a run accepts (else 422).")
+    ] = 100_000,
     webhook_secret: Annotated[
         str | None,
         typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
@@ -159,6 +162,7 @@ def serve(
             sweep_interval=sweep_interval,
             drain_seconds=drain_seconds,
             max_body_bytes=max_body_bytes,
+            max_message_chars=max_message_chars,
             webhook_secret=webhook_secret,
         )
         agent = load_app(app_spec)
@@ -209,7 +213,7 @@ def _call(
     db: str | None, url: str | None, token: str | None, work: Callable[[OpsSource], Awaitable[T]]
 ) -> T:
     where = db or DEFAULT_URL
-    path = where.removeprefix("sqlite:///") if where.startswith("sqlite:///") else None
+    path = where.removeprefix("sqlite:///").partition("?")[0] if where.startswith("sqlite:///") else None
     if not url and path and path != ":memory:" and not os.path.exists(path):
         _fail(f"no database at {path}")
 
