@@ -213,7 +213,11 @@ def _call(
     db: str | None, url: str | None, token: str | None, work: Callable[[OpsSource], Awaitable[T]]
 ) -> T:
     where = db or DEFAULT_URL
-    path = where.removeprefix("sqlite:///").partition("?")[0] if where.startswith("sqlite:///") else None
+    path = (
+        where.removeprefix("sqlite:///").partition("?")[0]
+        if where.startswith("sqlite:///")
+        else None
+    )
     if not url and path and path != ":memory:" and not os.path.exists(path):
         _fail(f"no database at {path}")
 
