@@ -49,7 +49,13 @@ class ErrorOut(_Out):
 
 
 class StartRunIn(BaseModel):
-    """A run to start: the user's message as text, or as a genai ``Content``."""
+    """A run to start: the user's message as text, or as a genai ``Content``.
+
+    With ``invocation_id``, the run continues that paused invocation instead:
+    ``content`` is then made only of ``function_response`` parts, each
+    answering one of its open long-running calls (a tool confirmation, a
+    request for input, a long-running tool) by id and name.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +65,14 @@ class StartRunIn(BaseModel):
     content: dict[str, Any] | None = Field(
         default=None,
         description="The user's message as a google.genai Content object (role 'user').",
+    )
+    invocation_id: Id | None = Field(
+        default=None,
+        description="A paused invocation of the session that 'content' answers "
+        "(function_response parts only).",
+    )
+    by: Id | None = Field(
+        default=None, description="Who answers (recorded in the audit trail with invocation_id)."
     )
 
 

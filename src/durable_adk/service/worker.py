@@ -260,7 +260,14 @@ class Worker:
 
     # ----------------------------------------------------------------- runs
 
-    async def start_run(self, *, user_id: str, session_id: str, message: types.Content) -> Run:
+    async def start_run(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: types.Content,
+        invocation_id: str | None = None,
+    ) -> Run:
         """Puts a run on the ledger and drives it in the background.
 
         DurableRunner.run's steps, split (``submit``, then ``wait_for_turn`` and
@@ -271,6 +278,8 @@ class Worker:
             user_id: The session's user.
             session_id: The session (created if missing).
             message: The user's message.
+            invocation_id: A paused invocation that ``message`` (function
+                responses only) continues; None starts a new one.
 
         Returns:
             The run as recorded (QUEUED).
@@ -281,9 +290,12 @@ class Worker:
         if self.draining.is_set():
             raise errors.Draining()
         run, message = await self.runner.submit(
-            user_id=user_id, session_id=session_id, message=message
+            user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
-        task = asyncio.create_task(self._drive(run, message), name=f"durable-adk-{run.run_id}")
+        task = asyncio.create_task(
+            self._drive(run, message, resume=invocation_id is not None),
+            name=f"durable-adk-{run.run_id}",
+        )
         self._runs[run.run_id] = task
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
         return run
@@ -307,11 +319,11 @@ class Worker:
             if await self.runner.ledger.finish_cancelled(lease):
                 logger.info("run %s cancelled by %s", run_id, by)
 
-    async def _drive(self, run: Run, message: types.Content) -> None:
+    async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
             self._leases[run.run_id] = claimed.lease
-            async for _event in self.runner.drive(claimed, message, resume=False):
+            async for _event in self.runner.drive(claimed, message, resume=resume):
                 pass
         except errors.Fenced as exc:
             logger.warning("run %s: %s", run.run_id, exc)
