@@ -187,7 +187,8 @@ async def test_oversized_and_hostile_requests_change_nothing(service: Service) -
     assert chunked.status_code == 413
     for bad_path in (
         "/v1/users/u1/sessions/..%2F..%2Fetc/runs",
-        "/v1/users/u1/sessions/" + "s" * 300 + "/runs",
+        "/v1/users/u1/sessions/" + "s" * 513 + "/runs",
+        "/v1/users/u1/sessions/s%0A1/runs",
         "/v1/users/%00/sessions/s1/runs",
     ):
         response = await service.client.post(bad_path, json={"message": "hi"})

@@ -60,3 +60,26 @@ async def test_the_message_size_limit_is_settable(service: Service) -> None:
     assert await service.stats() == before
     fits = await service.client.post("/v1/users/u1/sessions/s1/runs", json={"message": "x" * 10})
     assert fits.status_code == 202
+
+
+async def test_one_id_rule_for_the_library_and_the_api(service: Service) -> None:
+    from urllib.parse import quote
+
+    from durable_adk.ids import check_id
+
+    # Any id the library stores can be named in a path, and the reverse.
+    session = "order 7 é:ü@x"
+    created = await service.worker.sessions.create_session(
+        app_name="stock_assistant", user_id="ann lee", session_id=session
+    )
+    assert created.id == session
+    url = f"/v1/users/{quote('ann lee', safe='')}/sessions/{quote(session, safe='')}/events"
+    listed = await service.client.get(url)
+    assert listed.status_code == 200, listed.text
+    for bad in ("a/b", "tab\there", "", "x" * 513):
+        with pytest.raises(errors.InvalidArgument):
+            check_id("session_id", bad)
+    before = await service.stats()
+    refused = await service.client.get("/v1/users/u1/sessions/tab%09here/events")
+    assert refused.status_code == 422
+    assert await service.stats() == before

@@ -3,9 +3,10 @@
 Pydantic lives here and nowhere deeper: routes validate requests into these
 models, call the worker and :class:`~durable_adk.service.ops.Operations`
 (which speak frozen dataclasses), and map the answers back with
-``from_attributes``. Every identifier has a bounded length and a plain
-character set, so hostile strings are refused with 422 before anything is read
-or written.
+``from_attributes``. Every identifier obeys the library's one id rule
+(:data:`durable_adk.ids.ID_PATTERN`: 1 to 512 characters, no ``/``, NUL or
+other control character), so hostile strings are refused with 422 before
+anything is read or written, and every id the library stores can be named.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from durable_adk.adk.operators import MAX_REASON_CHARS, Outcome
+from durable_adk.ids import ID_PATTERN as ID_PATTERN  # the library's rule, for the routes
 from durable_adk.ledger import DeadLetter, OperatorAction, Run
 from durable_adk.service.ops import RunDetail, SeqEvent
-
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-"""User, session and run ids the API accepts: 1 to 128 plain characters."""
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 
