@@ -288,7 +288,7 @@ async def test_many_apps_on_one_database(service: Service) -> None:
     assert own["finding"]["cls"] == "TOOL_UNANSWERED" and own["note"] is None
 
     # A bad app filter is refused.
-    bad = await service.client.get("/v1/runs", params={"app_name": "a b"})
+    bad = await service.client.get("/v1/runs", params={"app_name": "a/b"})
     assert bad.status_code == 422
 
 
