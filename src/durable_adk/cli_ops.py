@@ -1,19 +1,20 @@
 """The ``durable-adk`` commands of the service: serve, runs, jobs, sagas, dead letters.
 
-``serve`` runs a worker. The operations commands read (and, for ``runs retry``
-and ``jobs complete``, act) either straight on a database (``--db URL``, no
-worker needed) or through a running worker (``--url http://... --token T``);
-both give the same answers, printed as Rich tables or, with ``--json``, as
-JSON. An operation that fails (unknown run, run not parked, wrong token,
-unreachable worker) exits 1 with a one-line reason; bad arguments exit 2.
-Heavy imports (ADK, FastAPI) happen inside the commands, so ``db upgrade``
-stays quick.
+``serve`` runs a worker. The operations commands read (and, for ``runs retry``,
+``runs cancel``, ``runs resolve``, ``runs abandon`` and ``jobs complete``, act)
+either straight on a database (``--db URL``, no worker needed) or through a
+running worker (``--url http://... --token T``); both give the same answers,
+printed as Rich tables or, with ``--json``, as JSON. An operation that fails
+(unknown run, run not parked, wrong token, unreachable worker) exits 1 with a
+one-line reason; bad arguments exit 2. Heavy imports (ADK, FastAPI) happen
+inside the commands, so ``db upgrade`` stays quick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import json
 import os
 import shutil
@@ -46,7 +47,10 @@ class _Console:
 
 console = _Console()
 
-runs_app = typer.Typer(no_args_is_help=True, help="Runs on the ledger: list, show, retry.")
+runs_app = typer.Typer(
+    no_args_is_help=True,
+    help="Runs on the ledger: list, show, cancel, resolve, abandon, retry, actions.",
+)
 jobs_app = typer.Typer(no_args_is_help=True, help="Long-running jobs: list, complete.")
 sagas_app = typer.Typer(no_args_is_help=True, help="Sagas: list.")
 letters_app = typer.Typer(no_args_is_help=True, help="Dead letters: list.")
@@ -69,6 +73,25 @@ TokenOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most records shown.")]
+AppOpt = Annotated[str | None, typer.Option("--app", help="Only this app's records.")]
+ByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        envvar="DURABLE_ADK_OPERATOR",
+        help="Who acts, for the audit trail (default: your login name).",
+    ),
+]
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why, for the audit trail.")]
+
+
+def _who(by: str | None) -> str:
+    if by:
+        return by
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "cli"
 
 
 def register(app: typer.Typer) -> None:
@@ -112,6 +135,9 @@ def serve(
         float, typer.Option(min=0, help="On SIGTERM, seconds runs get to finish.")
     ] = 10.0,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger bodies get 413.")] = 1 << 20,
+    max_message_chars: Annotated[
+        int, typer.Option(min=1, help="Longest user message text a run accepts (else 422).")
+    ] = 100_000,
     webhook_secret: Annotated[
         str | None,
         typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
@@ -136,6 +162,7 @@ def serve(
             sweep_interval=sweep_interval,
             drain_seconds=drain_seconds,
             max_body_bytes=max_body_bytes,
+            max_message_chars=max_message_chars,
             webhook_secret=webhook_secret,
         )
         agent = load_app(app_spec)
@@ -186,7 +213,11 @@ def _call(
     db: str | None, url: str | None, token: str | None, work: Callable[[OpsSource], Awaitable[T]]
 ) -> T:
     where = db or DEFAULT_URL
-    path = where.removeprefix("sqlite:///") if where.startswith("sqlite:///") else None
+    path = (
+        where.removeprefix("sqlite:///").partition("?")[0]
+        if where.startswith("sqlite:///")
+        else None
+    )
     if not url and path and path != ":memory:" and not os.path.exists(path):
         _fail(f"no database at {path}")
 
@@ -218,6 +249,7 @@ _STATUS_STYLE = {
     "RUNNING": "cyan",
     "QUEUED": "cyan",
     "PAUSED": "yellow",
+    "CANCELLED": "magenta",
 }
 
 
@@ -257,28 +289,31 @@ def _describe(event: dict[str, Any]) -> str:
 @runs_app.command("list")
 def runs_list(
     status: Annotated[
-        str | None, typer.Option(help="QUEUED, RUNNING, PAUSED, DONE, FAILED or PARKED")
+        str | None,
+        typer.Option(help="QUEUED, RUNNING, PAUSED, DONE, FAILED, PARKED or CANCELLED"),
     ] = None,
+    app: AppOpt = None,
     limit: LimitOpt = 50,
     db: DbOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Runs, newest first."""
+    """Runs, newest first (of every app on the database, or of one with --app)."""
     from durable_adk.ledger import RunStatus
 
     try:
         chosen = RunStatus(status.upper()) if status else None
     except ValueError:
         _fail(f"unknown status {status!r}: use {', '.join(s.value for s in RunStatus)}")
-    runs = _call(db, url, token, lambda source: source.list_runs(chosen, limit))
+    runs = _call(db, url, token, lambda source: source.list_runs(chosen, limit, app))
     if as_json:
         _print_json(runs)
         return
     rows = [
         [
             r["run_id"],
+            r["app_name"],
             f"{r['user_id']}/{r['session_id']}",
             f"[{_STATUS_STYLE.get(r['status'], 'white')}]{r['status']}[/]",
             r["classification"] or "",
@@ -293,7 +328,7 @@ def runs_list(
     console.print(
         _table(
             title,
-            ["run", "session", "status", "class", "attempts", "owner", "updated", "error"],
+            ["run", "app", "session", "status", "class", "attempts", "owner", "updated", "error"],
             rows,
         )
     )
@@ -329,12 +364,10 @@ def runs_show(
     finding = detail.get("finding")
     if finding:
         fields.append(["classifier now", f"{finding['cls']}: {finding['reason']}"])
+    elif detail.get("note"):
+        fields.append(["classifier now", f"not classified: {detail['note']}"])
     console.print(_table(f"run {run['run_id']}", ["field", "value"], fields))
-    events = [
-        [str(e["seq"]), e["event"].get("author", ""), _describe(e["event"])]
-        for e in detail["events"]
-    ]
-    console.print(_table("its events", ["#", "author", "event"], events))
+    console.print(_table("its timeline", ["when", "#", "who", "what"], _timeline(detail)))
     if detail["dead_letters"]:
         letters = [
             [_when(d["created_at"]), d["classification"] or "", d["error"]]
@@ -343,20 +376,168 @@ def runs_show(
         console.print(_table("dead letters", ["when", "class", "error"], letters))
 
 
+def _timeline(detail: dict[str, Any]) -> list[list[str]]:
+    """The run's events, operator actions and takeover markers, in order.
+
+    A marker ``--- epoch N ---`` stands where the events' fencing epoch
+    changes (a new holder: a takeover, a recovery, an operator); each operator
+    action stands before the first event written after it.
+    """
+    starts = {a["first_seq"]: a for a in detail.get("attempts", [])}
+    actions = sorted(detail.get("actions", []), key=lambda a: a["created_at"])
+    rows: list[list[str]] = []
+
+    def action_row(action: dict[str, Any]) -> list[str]:
+        why = f": {action['reason']}" if action.get("reason") else ""
+        what = f"[bold]{action['action']}[/] {action['status_before']} -> {action['status_after']}"
+        return [_when(action["created_at"]), "", action["actor"], what + why]
+
+    for event in detail["events"]:
+        data = event["event"]
+        stamp = data.get("timestamp") or 0
+        while actions and actions[0]["created_at"] <= stamp:
+            rows.append(action_row(actions.pop(0)))
+        attempt = starts.get(event["seq"])
+        if attempt is not None:
+            holder = f"operator {attempt['by_operator']}" if attempt["by_operator"] else "a worker"
+            rows.append(["", "", "", f"[dim]--- epoch {attempt['epoch']}: {holder} ---[/]"])
+        rows.append([_when(stamp), str(event["seq"]), data.get("author", ""), _describe(data)])
+    rows.extend(action_row(a) for a in actions)
+    return rows
+
+
+def _outcome(outcome: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(outcome)
+        return
+    console.print(outcome["message"], highlight=False)
+
+
 @runs_app.command("retry")
 def runs_retry(
     run_id: Annotated[str, typer.Argument(help="A parked run.")],
+    by: ByOpt = None,
+    reason: ReasonOpt = None,
     db: DbOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Puts a parked run back in its session's queue; a worker's next sweep recovers it."""
-    run = _call(db, url, token, lambda source: source.retry(run_id))
+    who = _who(by)
+    run = _call(db, url, token, lambda source: source.retry(run_id, who, reason))
     if as_json:
         _print_json(run)
         return
     console.print(f"run {run['run_id']} is {run['status']}: the next sweep of a worker recovers it")
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    by: ByOpt = None,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancels a run: at once unless it is running, else its owner stops it at its heartbeat."""
+    who = _who(by)
+    _outcome(_call(db, url, token, lambda source: source.cancel(run_id, who, reason)), as_json)
+
+
+@runs_app.command("abandon")
+def runs_abandon(
+    run_id: Annotated[str, typer.Argument(help="A parked (or failed) run.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (required, recorded).")],
+    by: ByOpt = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Closes a parked run as FAILED with your reason."""
+    who = _who(by)
+    _outcome(_call(db, url, token, lambda source: source.abandon(run_id, who, reason)), as_json)
+
+
+@runs_app.command("resolve")
+def runs_resolve(
+    run_id: Annotated[str, typer.Argument(help="A parked (or failed) run.")],
+    result: Annotated[
+        str | None,
+        typer.Option(help="The result of its one unanswered call, as JSON."),
+    ] = None,
+    call: Annotated[
+        list[str] | None,
+        typer.Option(help="CALL_ID=JSON: the result of one call (repeatable, for several)."),
+    ] = None,
+    by: ByOpt = None,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Gives the result of a parked run's unknown effect; the run then goes on from it."""
+    if (result is None) == (not call):
+        _fail("give exactly one of --result and --call")
+    value: Any = None
+    results: dict[str, Any] | None = None
+    try:
+        if result is not None:
+            value = json.loads(result)
+        else:
+            results = {}
+            for item in call or ():
+                call_id, sep, text = item.partition("=")
+                if not sep or not call_id:
+                    _fail(f"--call takes CALL_ID=JSON, got {item!r}")
+                results[call_id] = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _fail(f"the result is not JSON: {exc}")
+    who = _who(by)
+    outcome = _call(
+        db, url, token, lambda source: source.resolve(run_id, who, reason, value, results)
+    )
+    _outcome(outcome, as_json)
+
+
+@runs_app.command("actions")
+def runs_actions(
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run's.")] = None,
+    app: AppOpt = None,
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The operators' audit trail (who did what to which run, when and why), newest first."""
+    found = _call(db, url, token, lambda source: source.actions(run_id, app, limit))
+    if as_json:
+        _print_json(found)
+        return
+    rows = [
+        [
+            _when(a["created_at"]),
+            a["run_id"],
+            a["app_name"],
+            a["action"],
+            a["actor"],
+            f"{a['status_before']} -> {a['status_after']}",
+            _short(a["reason"], 50),
+        ]
+        for a in found
+    ]
+    console.print(
+        _table(
+            f"{len(found)} operator action(s)",
+            ["when", "run", "app", "action", "who", "status", "why"],
+            rows,
+        )
+    )
 
 
 # -------------------------------------------------------------------- jobs
@@ -439,6 +620,7 @@ def sagas_list(
 @letters_app.command("list")
 def dead_letters_list(
     run_id: Annotated[str | None, typer.Option(help="Only this run's.")] = None,
+    app: AppOpt = None,
     limit: LimitOpt = 50,
     db: DbOpt = None,
     url: UrlOpt = None,
@@ -446,7 +628,7 @@ def dead_letters_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Dead letters (what needs a person), newest first."""
-    letters = _call(db, url, token, lambda source: source.dead_letters(run_id, limit))
+    letters = _call(db, url, token, lambda source: source.dead_letters(run_id, limit, app))
     if as_json:
         _print_json(letters)
         return

@@ -1,21 +1,31 @@
-"""The rule every id the library stores obeys (app, user, session, owner).
+"""The one rule every id obeys (app, user, session, run, owner): library, URIs and HTTP API.
 
-One rule for the session service and the run ledger, so a run never names a
-session the session service would refuse.
+One rule for the session service, the run ledger, ADK's servers on a
+``durable+`` session URI and the worker's HTTP API, so every session the
+library stores can be named in a URL path and no URL can name one the library
+would refuse: 1 to 512 characters, none of them NUL or another control
+character, nor ``/`` (a path separator in every URL).
 """
 
 from __future__ import annotations
+
+import re
 
 from durable_adk import errors
 
 MAX_ID_LENGTH = 512
 
+ID_PATTERN = r"^[^\x00-\x1f\x7f/]{1,512}$"
+"""The rule as a regular expression (what the HTTP API's OpenAPI spec states)."""
+
+_ID = re.compile(ID_PATTERN)
+
 
 def check_id(name: str, value: object) -> str:
     """Returns ``value`` if it is a valid id, else raises InvalidArgument naming ``name``."""
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH or "\x00" in value:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise errors.InvalidArgument(
-            f"{name} must be a non-empty string of at most {MAX_ID_LENGTH} characters "
-            f"without NUL, got {value!r:.80}"
+            f"{name} must be 1 to {MAX_ID_LENGTH} characters without '/', NUL or other "
+            f"control characters, got {value!r:.80}"
         )
     return value

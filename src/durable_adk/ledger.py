@@ -42,9 +42,12 @@ class RunStatus(StrEnum):
     DONE = "DONE"
     FAILED = "FAILED"
     PARKED = "PARKED"
+    CANCELLED = "CANCELLED"
 
 
-TERMINAL = frozenset({RunStatus.PAUSED, RunStatus.DONE, RunStatus.FAILED, RunStatus.PARKED})
+TERMINAL = frozenset(
+    {RunStatus.PAUSED, RunStatus.DONE, RunStatus.FAILED, RunStatus.PARKED, RunStatus.CANCELLED}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,3 +466,286 @@ class RunLedger:
     async def backdate(self, run_id: str, seconds: float) -> None:
         """Moves a run's lease and back-off ``seconds`` into the past (tests, operators)."""
         await self.store.execute("run_backdate", {"run_id": run_id, "seconds": seconds})
+
+    # ------------------------------------------------------ operator control
+    # Issue 14: what people do to runs. Each action writes its line in
+    # ``operator_actions`` in the same unit of work as the change it makes.
+
+    async def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> ActionResult:
+        """Cancels a run; safe to call twice.
+
+        A QUEUED, PAUSED or PARKED run, or a RUNNING one whose owner stopped
+        renewing, becomes CANCELLED at once (so recovery never claims it). A
+        RUNNING run with a live lease gets ``cancel_requested_at``: its owner
+        checks :meth:`cancel_requested` at each heartbeat and ends it with
+        :meth:`finish_cancelled`; if the owner dies first,
+        :meth:`cancel_expired` ends it.
+
+        Returns:
+            The run as it now stands and whether this call changed it.
+
+        Raises:
+            NotFound: No such run.
+        """
+        check_id("by", by)
+        row = await self.store.fetchrow(
+            "run_cancel", {"run_id": run_id, "actor": by, "reason": reason}
+        )
+        if row is not None and "run_id" in row:
+            return ActionResult(Run.from_row(row), changed=True)
+        run = await self.get(run_id)
+        if run is None:
+            raise errors.NotFound(f"no run {run_id!r}")
+        return ActionResult(run, changed=False)
+
+    async def cancel_requested(self, lease: Lease) -> str | None:
+        """Who asked the holder of ``lease`` to stop, or None (also when the lease was lost)."""
+        row = await self.store.fetchrow(
+            "run_cancel_requested",
+            {"run_id": lease.run_id, "owner": lease.owner, "epoch": lease.epoch},
+        )
+        if row is None or row["cancel_requested_at"] is None:
+            return None
+        return str(row["cancel_requested_by"] or "an operator")
+
+    async def finish_cancelled(self, lease: Lease) -> bool:
+        """The owner ends its RUNNING run as CANCELLED; False if the lease was lost."""
+        row = await self.store.fetchrow(
+            "run_finish_cancelled",
+            {"run_id": lease.run_id, "owner": lease.owner, "epoch": lease.epoch},
+        )
+        return row is not None
+
+    async def cancel_expired(self, *, app_name: str | None = None) -> list[str]:
+        """Ends as CANCELLED the RUNNING runs asked to stop whose owner stopped renewing.
+
+        Recovery calls it before :meth:`claim_expired`, so a run cancelled
+        while its owner was dying is not re-driven.
+
+        Returns:
+            The ids of the runs cancelled.
+        """
+        rows = await self.store.fetch("run_cancel_expired", {"app_name": app_name})
+        return sorted(str(r["run_id"]) for r in rows)
+
+    async def operator_claim(self, run: Run, owner: str) -> Run | None:
+        """Takes a PARKED or FAILED run (as read) for an operator: RUNNING, a new epoch.
+
+        Returns:
+            The run held by ``owner``, or None when it changed since it was read.
+
+        Raises:
+            Conflict: Another run of the session is RUNNING.
+        """
+        check_id("owner", owner)
+        try:
+            row = await self.store.fetchrow(
+                "run_operator_claim",
+                {
+                    "run_id": run.run_id,
+                    "owner": owner,
+                    "epoch": run.epoch,
+                    "lease": self.lease_seconds,
+                },
+            )
+        except errors.UniqueViolation:
+            raise errors.Conflict(
+                f"run {run.run_id!r}: another run of session {run.session_id!r} is RUNNING; "
+                "try again when it has ended"
+            ) from None
+        return None if row is None else Run.from_row(row)
+
+    async def operator_release(self, lease: Lease, status: RunStatus) -> bool:
+        """Gives an operator's claim back, the run back in ``status`` (nothing written)."""
+        row = await self.store.fetchrow(
+            "run_operator_release",
+            {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "status": status.value,
+            },
+        )
+        return row is not None
+
+    async def operator_requeue(
+        self,
+        lease: Lease,
+        *,
+        action: str,
+        by: str,
+        reason: str | None,
+        status_before: RunStatus,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Run | None:
+        """Puts an operator-held run back in its session's queue and records the action.
+
+        Returns:
+            The run (QUEUED), or None if the operator's lease was lost.
+        """
+        row = await self.store.fetchrow(
+            "run_operator_requeue",
+            {
+                "run_id": lease.run_id,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "action": action,
+                "actor": by,
+                "reason": reason,
+                "status_before": status_before.value,
+                "detail": None if detail is None else json.dumps(dict(detail), default=str),
+            },
+        )
+        return Run.from_row(row) if row is not None and "run_id" in row else None
+
+    async def abandon(self, run_id: str, *, by: str, reason: str) -> ActionResult:
+        """Closes a PARKED run (or a FAILED one not yet abandoned) as FAILED; safe twice.
+
+        Returns:
+            The run as it now stands and whether this call changed it.
+
+        Raises:
+            NotFound: No such run.
+        """
+        check_id("by", by)
+        row = await self.store.fetchrow(
+            "run_abandon", {"run_id": run_id, "actor": by, "reason": reason}
+        )
+        if row is not None and "run_id" in row:
+            return ActionResult(Run.from_row(row), changed=True)
+        run = await self.get(run_id)
+        if run is None:
+            raise errors.NotFound(f"no run {run_id!r}")
+        return ActionResult(run, changed=False)
+
+    async def retry_recorded(
+        self, run_id: str, *, by: str, reason: str | None = None
+    ) -> ActionResult:
+        """:meth:`retry` with its line in the audit trail.
+
+        Returns:
+            The run as it now stands and whether this call changed it.
+
+        Raises:
+            NotFound: No such run.
+        """
+        check_id("by", by)
+        row = await self.store.fetchrow(
+            "run_retry_recorded", {"run_id": run_id, "actor": by, "reason": reason}
+        )
+        if row is not None and "run_id" in row:
+            return ActionResult(Run.from_row(row), changed=True)
+        run = await self.get(run_id)
+        if run is None:
+            raise errors.NotFound(f"no run {run_id!r}")
+        return ActionResult(run, changed=False)
+
+    async def record_action(
+        self,
+        run_id: str,
+        *,
+        action: str,
+        by: str,
+        reason: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> OperatorAction | None:
+        """Records an action that changed no run row itself (None: no such run)."""
+        check_id("by", by)
+        row = await self.store.fetchrow(
+            "operator_action_record",
+            {
+                "run_id": run_id,
+                "action": action,
+                "actor": by,
+                "reason": reason,
+                "detail": None if detail is None else json.dumps(dict(detail), default=str),
+            },
+        )
+        return None if row is None else OperatorAction.from_row(row)
+
+    async def actions(
+        self, *, run_id: str | None = None, app_name: str | None = None, limit: int = 100
+    ) -> list[OperatorAction]:
+        """Operator actions, newest first, of one run or one app or all."""
+        rows = await self.store.fetch(
+            "operator_action_list", {"run_id": run_id, "app_name": app_name, "limit": limit}
+        )
+        return [OperatorAction.from_row(r) for r in rows]
+
+    async def list_runs_of_app(
+        self, *, app_name: str | None, status: RunStatus | None = None, limit: int = 100
+    ) -> list[Run]:
+        """Runs, newest first, of one app (None: every app), optionally of one status."""
+        rows = await self.store.fetch(
+            "run_list_of_app",
+            {"status": status.value if status else None, "app_name": app_name, "limit": limit},
+        )
+        return [Run.from_row(r) for r in rows]
+
+    async def dead_letters_of_app(
+        self, *, app_name: str | None, run_id: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]:
+        """Dead letters, newest first, of one app's runs (None: every app)."""
+        rows = await self.store.fetch(
+            "dead_letter_list_of_app", {"run_id": run_id, "app_name": app_name, "limit": limit}
+        )
+        return [DeadLetter.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """What an operator action on the ledger did.
+
+    Attributes:
+        run: The run as it now stands.
+        changed: Whether this call changed it (False: it was already there,
+            or the action does not apply to its status; nothing was written).
+    """
+
+    run: Run
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorAction:
+    """One line of the audit trail: who did what to a run, when and why.
+
+    Attributes:
+        run_id: The run.
+        app_name: The run's app.
+        action: ``cancel``, ``resolve``, ``abandon``, ``retry`` or ``answer``.
+        actor: Who.
+        reason: Why (None if not given).
+        status_before: The run's status before.
+        status_after: The run's status after.
+        epoch: The run's fencing epoch after the action.
+        detail: JSON text: the operator's result, the cancel's outcome...
+        created_at: When (database clock).
+    """
+
+    run_id: str
+    app_name: str
+    action: str
+    actor: str
+    reason: str | None
+    status_before: str
+    status_after: str
+    epoch: int
+    detail: str | None
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Row) -> OperatorAction:
+        """Maps an ``operator_actions`` row."""
+        return cls(
+            run_id=row["run_id"],
+            app_name=row["app_name"],
+            action=row["action"],
+            actor=row["actor"],
+            reason=row["reason"],
+            status_before=row["status_before"],
+            status_after=row["status_after"],
+            epoch=int(row["epoch"]),
+            detail=row["detail"],
+            created_at=float(row["created_at"]),
+        )

@@ -88,7 +88,9 @@ def test_operations_through_a_running_worker(tmp_path: Path) -> None:
         from_db, from_worker = json.loads(direct), json.loads(through)
         assert from_worker["finding"]["cls"] == "NOT_STARTED"  # the worker knows the agent
         assert from_db["finding"] is None  # a bare database does not
-        from_db.pop("finding"), from_worker.pop("finding")
+        assert "no agent is known here" in from_db["note"] and from_worker["note"] is None
+        for key in ("finding", "note"):
+            from_db.pop(key), from_worker.pop(key)
         assert from_db == from_worker
         code, out = cli("runs", "list", "--url", worker.base_url, "--token", "wrong-token")
         assert code == 1 and "bearer token" in out and run_id not in out

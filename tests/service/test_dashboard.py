@@ -127,8 +127,12 @@ def test_dashboard_shows_a_parked_run_and_retries_it(
             expect(runs_row.locator(".status")).to_have_text("DONE", timeout=20_000)
 
             runs_row.click()
-            expect(page.locator("#timeline-title")).to_have_text("ann/order-7")
-            timeline = page.locator("#timeline li")
+            expect(page.locator("#timeline-title")).to_have_text(
+                "ann/order-7 · app stock_assistant"
+            )
+            expect(page.locator("#timeline li.action").first).to_contain_text("retry")
+            expect(page.locator("#timeline li.action").first).to_contain_text("dashboard")
+            timeline = page.locator("#timeline li[data-seq]")
             expect(timeline.first).to_contain_text("lamps")
             expect(page.locator("#timeline")).to_contain_text("7 in stock for 'lamps'.")
             expect(page.locator("#finding")).to_contain_text("ACTUALLY_DONE")
@@ -166,3 +170,120 @@ def check_screenshot(path: Path) -> None:
     distinct = len(set(pixels))
     busy = sum(1 for byte in pixels[::97] if byte) / len(pixels[::97])
     assert distinct > 100 and busy > 0.01, f"the screenshot looks blank ({distinct}, {busy:.3f})"
+
+
+async def prepare_operator_runs(url: str) -> dict[str, str]:
+    """Two parked runs with an unknown effect, one of another app, and a queued run."""
+    from op_support import park_in_store
+
+    async with open_store(url) as store:
+        to_resolve, call_id = await park_in_store(store, "resolve-me", item="chairs")
+        to_abandon, _ = await park_in_store(store, "abandon-me")
+        foreign, _ = await park_in_store(store, "foreign", app_name="billing_app")
+        await DurableSessionService(store).create_session(
+            app_name="stock_assistant", user_id="u1", session_id="busy"
+        )
+        ledger = RunLedger(store, lease_seconds=600)
+        holder = await ledger.submit(
+            app_name="stock_assistant", user_id="u1", session_id="busy",
+            request={"parts": []}, owner="elsewhere",
+        )  # fmt: skip
+        assert await ledger.claim_queued(holder.run_id, "elsewhere") is not None
+        waiting = await ledger.submit(
+            app_name="stock_assistant", user_id="u1", session_id="busy",
+            request={"parts": []}, owner="elsewhere",
+        )  # fmt: skip
+        return {
+            "resolve": to_resolve.run_id,
+            "call": call_id,
+            "abandon": to_abandon.run_id,
+            "foreign": foreign.run_id,
+            "queued": waiting.run_id,
+        }
+
+
+def test_dashboard_resolves_abandons_and_cancels_runs_of_every_app(tmp_path: Path) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    url = f"sqlite:///{tmp_path}/operator.db"
+    ids = asyncio.run(prepare_operator_runs(url))
+    with (
+        threaded_worker(settings_for(url)) as worker,
+        sync_playwright() as driver,
+    ):
+        browser = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{worker.base_url}/dashboard/#token={TOKEN}")
+            expect(page.locator("#main")).to_be_visible()
+            message = page.locator("#action-message")
+
+            # Every app's runs, with an app column and an app filter.
+            foreign_row = page.locator(f"#parked tr[data-run-id='{ids['foreign']}']")
+            expect(foreign_row).to_contain_text("billing_app")
+            page.select_option("#app-filter", "billing_app")
+            expect(page.locator("#parked tbody tr")).to_have_count(1)
+            expect(page.locator(".tile[data-status='PARKED']")).to_have_text("1PARKED")
+            foreign_row.locator("button.open").click()
+            expect(page.locator("#finding")).to_contain_text("not classified")
+            expect(page.locator("#finding")).to_contain_text("'billing_app'")
+            expect(page.locator("#timeline")).to_contain_text("check_stock")
+            page.select_option("#app-filter", "")
+            expect(page.locator("#parked tbody tr")).to_have_count(3)
+
+            # Resolve: the operator's result is the call's answer; the run goes on.
+            row = page.locator(f"#parked tr[data-run-id='{ids['resolve']}']")
+            row.locator("button.open").click()
+            expect(page.locator("#controls-run")).to_contain_text(ids["resolve"])
+            page.fill("#op-by", "ana")
+            page.fill("#op-reason", "counted by hand")
+            page.fill("#op-result", "{nope")
+            page.click("#do-resolve")
+            expect(message).to_contain_text("not JSON")
+            page.fill("#op-result", '{"item": "chairs", "in_stock": 11}')
+            page.click("#do-resolve")
+            expect(message).to_contain_text("resolved")
+            expect(row).to_have_count(0, timeout=20_000)
+            expect(page.locator("#finding")).to_contain_text("DONE", timeout=20_000)
+            timeline = page.locator("#timeline")
+            expect(timeline).to_contain_text("11 in stock for 'chairs'.")
+            expect(page.locator("#timeline li.takeover[data-epoch='2']")).to_contain_text(
+                "operator ana"
+            )
+            expect(page.locator("#timeline li.action[data-action='resolve']")).to_contain_text(
+                "counted by hand"
+            )
+            expect(page.locator("#do-resolve")).to_be_disabled()
+
+            # Abandon needs a reason.
+            row = page.locator(f"#parked tr[data-run-id='{ids['abandon']}']")
+            row.locator("button.open").click()
+            expect(page.locator("#controls-run")).to_contain_text(ids["abandon"])
+            page.fill("#op-reason", "")
+            page.click("#do-abandon")
+            expect(message).to_contain_text("abandon failed")
+            page.fill("#op-reason", "refunded the customer")
+            page.click("#do-abandon")
+            expect(message).to_contain_text("abandoned: it is FAILED")
+            expect(row).to_have_count(0)
+
+            # Cancel a queued run.
+            page.select_option("#status-filter", "QUEUED")
+            queued_row = page.locator(f"#runs tr[data-run-id='{ids['queued']}']")
+            queued_row.click()
+            expect(page.locator("#controls-run")).to_contain_text(ids["queued"])
+            page.click("#do-cancel")
+            expect(message).to_contain_text("CANCELLED")
+            page.select_option("#status-filter", "CANCELLED")
+            expect(page.locator(f"#runs tr[data-run-id='{ids['queued']}'] .status")).to_have_text(
+                "CANCELLED"
+            )
+            shot = tmp_path / "operator.png"
+            page.screenshot(path=str(shot), full_page=True)
+            check_screenshot(shot)
+            if SCREENSHOTS:
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(shot, SCREENSHOTS / "dashboard-operator.png")
+        finally:
+            browser.close()

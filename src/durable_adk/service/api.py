@@ -17,11 +17,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
+from google.adk.events.event import Event
 from google.genai import types
 from pydantic import ValidationError
 
 import durable_adk
 from durable_adk import errors
+from durable_adk.adk.classify import classify, live_events
 from durable_adk.ledger import RunStatus
 from durable_adk.service import dashboard, features
 from durable_adk.service.follow import follow, sse
@@ -33,10 +35,16 @@ from durable_adk.service.guards import (
 from durable_adk.service.ops import MAX_PAGE, SessionKey
 from durable_adk.service.schemas import (
     ID_PATTERN,
+    AbandonIn,
+    ActionIn,
+    ActionListOut,
+    AppsOut,
     DeadLetterListOut,
     ErrorOut,
     EventsOut,
     HealthOut,
+    OutcomeOut,
+    ResolveIn,
     RunCountsOut,
     RunDetailOut,
     RunListOut,
@@ -44,9 +52,11 @@ from durable_adk.service.schemas import (
     StartRunIn,
     StartRunOut,
     StatsOut,
+    action_out,
     detail_out,
     events_out,
     letter_out,
+    outcome_out,
     run_out,
 )
 from durable_adk.service.worker import Worker
@@ -55,6 +65,7 @@ UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="The run.")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
+AppName = Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this app's records.")]
 After = Annotated[
     int, Query(ge=0, le=2**62, description="Only events with a greater sequence number.")
 ]
@@ -74,11 +85,15 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "descrip
 def message_of(body: StartRunIn, max_chars: int) -> types.Content:
     """The user's message as genai Content, or InvalidArgument.
 
-    Only text and media parts are accepted: function calls and responses are
-    the runner's and the job resumer's business, not a client's.
+    Only text and media parts are accepted, except that a run continuing an
+    invocation (``invocation_id``) is made only of function responses (checked
+    against the session by :func:`check_answers`). Function calls are never
+    a client's.
     """
     if (body.message is None) == (body.content is None):
         raise errors.InvalidArgument("give exactly one of 'message' and 'content'")
+    if body.invocation_id is not None:
+        return _answers_of(body)
     if body.message is not None:
         if len(body.message) > max_chars or "\x00" in body.message:
             raise errors.InvalidArgument(f"message must be 1..{max_chars} characters, no NUL")
@@ -96,6 +111,64 @@ def message_of(body: StartRunIn, max_chars: int) -> types.Content:
             raise errors.InvalidArgument("each part must be text or media, without function calls")
     content.role = "user"
     return content
+
+
+def _answers_of(body: StartRunIn) -> types.Content:
+    """The function responses of a run that continues an invocation."""
+    if body.content is None:
+        raise errors.InvalidArgument(
+            "a run continuing an invocation takes 'content' with function_response parts"
+        )
+    try:
+        content = types.Content.model_validate(body.content)
+    except ValidationError as exc:
+        raise errors.InvalidArgument(f"content is not a genai Content: {exc}") from None
+    if content.role not in (None, "user") or not content.parts:
+        raise errors.InvalidArgument("content must have role 'user' and at least one part")
+    seen: set[str] = set()
+    for part in content.parts:
+        answer = part.function_response
+        if answer is None or part.function_call or part.text or part.inline_data:
+            raise errors.InvalidArgument(
+                "a run continuing an invocation is made only of function_response parts"
+            )
+        if not answer.id or not answer.name:
+            raise errors.InvalidArgument("each function_response needs the call's id and name")
+        if answer.id in seen:
+            raise errors.InvalidArgument(f"call {answer.id!r} is answered twice")
+        seen.add(answer.id)
+    content.role = "user"
+    return content
+
+
+def check_answers(events: list[Event], invocation_id: str, content: types.Content) -> None:
+    """Refuses answers that do not match the invocation's open long-running calls.
+
+    Raises:
+        NotFound: The session has no such invocation.
+        InvalidArgument: An unknown call id, or a name that is not the call's.
+        Conflict: A call that was already answered.
+    """
+    mine = [e for e in live_events(events) if e.invocation_id == invocation_id]
+    if not mine:
+        raise errors.NotFound(f"the session has no invocation {invocation_id!r}")
+    calls = {c.id: c.name for e in mine for c in e.get_function_calls() if c.id}
+    found = classify(events, invocation_id, root_agent_name="-")
+    pending = set(found.pending_long_running)
+    for part in content.parts or ():
+        answer = part.function_response
+        assert answer is not None and answer.id
+        if answer.id not in calls:
+            raise errors.InvalidArgument(
+                f"invocation {invocation_id!r} made no call {answer.id!r}"
+                + (f"; its open calls: {', '.join(sorted(pending))}" if pending else "")
+            )
+        if calls[answer.id] != answer.name:
+            raise errors.InvalidArgument(
+                f"call {answer.id!r} is {calls[answer.id]!r}, not {answer.name!r}"
+            )
+        if answer.id not in pending:
+            raise errors.Conflict(f"call {answer.id!r} was already answered (nothing changed)")
 
 
 def create_app(worker: Worker) -> FastAPI:
@@ -150,14 +223,44 @@ def create_app(worker: Worker) -> FastAPI:
         responses={503: {"model": ErrorOut, "description": "Draining: use another worker."}},
     )
     async def start_run(user_id: UserId, session_id: SessionId, body: StartRunIn) -> StartRunOut:
-        """Starts a run on a session (created if missing); follow it at ``events_url``."""
+        """Starts a run on a session (created if missing); follow it at ``events_url``.
+
+        With ``invocation_id``, continues that paused invocation with the
+        function responses in ``content`` (404 for an unknown invocation, 422
+        for an unknown call id or a wrong name, 409 for a call already
+        answered; nothing is written then).
+        """
         message = message_of(body, settings.max_message_chars)
         session = key(user_id, session_id)
         try:
             after = await ops.last_seq(session)
         except errors.NotFound:
+            if body.invocation_id is not None:
+                raise
             after = 0
-        run = await worker.start_run(user_id=user_id, session_id=session_id, message=message)
+        if body.invocation_id is not None:
+            stored = await worker.sessions.get_session(
+                app_name=worker.app_name, user_id=user_id, session_id=session_id
+            )
+            check_answers(list(stored.events) if stored else [], body.invocation_id, message)
+        run = await worker.start_run(
+            user_id=user_id,
+            session_id=session_id,
+            message=message,
+            invocation_id=body.invocation_id,
+        )
+        if body.invocation_id is not None:
+            await ops.ledger.record_action(
+                run.run_id,
+                action="answer",
+                by=body.by or "api",
+                detail={
+                    "invocation_id": body.invocation_id,
+                    "calls": [
+                        p.function_response.id for p in message.parts or () if p.function_response
+                    ],
+                },
+            )
         return StartRunOut(
             run=run_out(run),
             after_seq=after,
@@ -243,15 +346,32 @@ def create_app(worker: Worker) -> FastAPI:
         return RunListOut(runs=[run_out(r) for r in runs])
 
     @guarded.get("/runs", response_model=RunListOut, tags=["operations"])
-    async def list_runs(status: RunStatus | None = None, limit: Limit = 100) -> RunListOut:
-        """Runs of every app on the store, newest first, optionally of one status."""
-        runs = await ops.list_runs(status=status, limit=limit)
+    async def list_runs(
+        status: RunStatus | None = None, app_name: AppName = None, limit: Limit = 100
+    ) -> RunListOut:
+        """Runs of every app on the store (or of one), newest first, optionally of one status."""
+        runs = await ops.list_runs(status=status, limit=limit, app_name=app_name)
         return RunListOut(runs=[run_out(r) for r in runs])
 
     @guarded.get("/runs-by-status", response_model=RunCountsOut, tags=["operations"])
-    async def run_counts() -> RunCountsOut:
-        """How many runs stand in each status."""
-        return RunCountsOut(counts=await ops.run_counts())
+    async def run_counts(app_name: AppName = None) -> RunCountsOut:
+        """How many runs stand in each status (of every app, or of one)."""
+        return RunCountsOut(counts=await ops.run_counts(app_name=app_name))
+
+    @guarded.get("/apps", response_model=AppsOut, tags=["operations"])
+    async def apps() -> AppsOut:
+        """The apps with runs on this store, and the one this worker serves."""
+        return AppsOut(serving=worker.app_name, apps=await ops.apps())
+
+    @guarded.get("/actions", response_model=ActionListOut, tags=["operations"])
+    async def actions(
+        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+        app_name: AppName = None,
+        limit: Limit = 100,
+    ) -> ActionListOut:
+        """The operators' audit trail, newest first, of one run, one app, or all."""
+        found = await ops.actions(run_id=run_id, app_name=app_name, limit=limit)
+        return ActionListOut(actions=[action_out(a) for a in found])
 
     @guarded.get(
         "/runs/{run_id}", response_model=RunDetailOut, tags=["operations"], responses=_NOT_FOUND
@@ -269,16 +389,75 @@ def create_app(worker: Worker) -> FastAPI:
             409: {"model": ErrorOut, "description": "The run is not parked."},
         },
     )
-    async def retry_run(run_id: RunId) -> RunOut:
-        """Puts a parked run back in its session's queue; a sweeper recovers it."""
-        return run_out(await ops.retry(run_id))
+    async def retry_run(run_id: RunId, body: ActionIn | None = None) -> RunOut:
+        """Puts a parked run back in its session's queue; a sweeper recovers it.
+
+        The optional body names who retries it and why (the audit trail says
+        ``api`` otherwise).
+        """
+        by = body.by if body else "api"
+        return run_out(await ops.retry(run_id, by=by, reason=body.reason if body else None))
+
+    _ACTION_ERRORS: dict[int | str, dict[str, Any]] = {
+        **_NOT_FOUND,
+        409: {"model": ErrorOut, "description": "The action does not apply to the run now."},
+    }
+
+    @guarded.post(
+        "/runs/{run_id}/cancel",
+        response_model=OutcomeOut,
+        tags=["operations"],
+        responses=_ACTION_ERRORS,
+    )
+    async def cancel_run(run_id: RunId, body: ActionIn) -> OutcomeOut:
+        """Cancels a run: at once if it is queued, paused or parked (or its owner is dead);
+        a running one is stopped by its owner at its next heartbeat.
+
+        Safe to call twice: ``changed`` is false and ``message`` says where the run stands.
+        """
+        return outcome_out(await ops.cancel(run_id, by=body.by, reason=body.reason))
+
+    @guarded.post(
+        "/runs/{run_id}/resolve",
+        response_model=OutcomeOut,
+        tags=["operations"],
+        responses=_ACTION_ERRORS,
+    )
+    async def resolve_run(run_id: RunId, body: ResolveIn) -> OutcomeOut:
+        """Resolves a parked (or failed) run with the result of its unanswered call(s).
+
+        The result is written as the calls' function responses and the run goes
+        back in its session's queue: a worker of its app drives it on from there.
+        Safe to call twice.
+        """
+        return outcome_out(
+            await ops.resolve(
+                run_id,
+                by=body.by,
+                reason=body.reason,
+                result=body.result,
+                results=body.results,
+            )
+        )
+
+    @guarded.post(
+        "/runs/{run_id}/abandon",
+        response_model=OutcomeOut,
+        tags=["operations"],
+        responses=_ACTION_ERRORS,
+    )
+    async def abandon_run(run_id: RunId, body: AbandonIn) -> OutcomeOut:
+        """Closes a parked (or failed) run as FAILED with the operator's reason; safe twice."""
+        return outcome_out(await ops.abandon(run_id, by=body.by, reason=body.reason))
 
     @guarded.get("/dead-letters", response_model=DeadLetterListOut, tags=["operations"])
     async def dead_letters(
-        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None, limit: Limit = 100
+        run_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+        app_name: AppName = None,
+        limit: Limit = 100,
     ) -> DeadLetterListOut:
-        """Dead letters, newest first, optionally of one run."""
-        letters = await ops.dead_letters(run_id=run_id, limit=limit)
+        """Dead letters, newest first, optionally of one run or of one app's runs."""
+        letters = await ops.dead_letters(run_id=run_id, limit=limit, app_name=app_name)
         return DeadLetterListOut(dead_letters=[letter_out(d) for d in letters])
 
     @guarded.get("/stats", response_model=StatsOut, tags=["operations"])

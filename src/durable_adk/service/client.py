@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 
@@ -18,7 +19,13 @@ from durable_adk import errors
 from durable_adk.ledger import RunStatus
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
-from durable_adk.service.schemas import detail_out, letter_out, run_out
+from durable_adk.service.schemas import (
+    action_out,
+    detail_out,
+    letter_out,
+    outcome_out,
+    run_out,
+)
 from durable_adk.store.base import Store
 
 JSON = dict[str, Any]
@@ -39,19 +46,46 @@ _ERROR_BY_CODE: dict[str, type[errors.DurableError]] = {
 class OpsSource(Protocol):
     """What the CLI's operations commands need."""
 
-    async def list_runs(self, status: RunStatus | None, limit: int) -> list[JSON]:
+    async def list_runs(
+        self, status: RunStatus | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
         """Runs, newest first."""
         ...
 
     async def run_detail(self, run_id: str) -> JSON:
-        """One run with its finding, events and dead letters."""
+        """One run with its finding, events, dead letters and operator actions."""
         ...
 
-    async def retry(self, run_id: str) -> JSON:
+    async def retry(self, run_id: str, by: str = "cli", reason: str | None = None) -> JSON:
         """Retries a parked run."""
         ...
 
-    async def dead_letters(self, run_id: str | None, limit: int) -> list[JSON]:
+    async def cancel(self, run_id: str, by: str, reason: str | None) -> JSON:
+        """Cancels a run (an outcome: ``run``, ``changed``, ``message``)."""
+        ...
+
+    async def abandon(self, run_id: str, by: str, reason: str) -> JSON:
+        """Abandons a parked run (an outcome)."""
+        ...
+
+    async def resolve(
+        self,
+        run_id: str,
+        by: str,
+        reason: str | None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> JSON:
+        """Resolves a parked run with the result of its unanswered call(s) (an outcome)."""
+        ...
+
+    async def actions(self, run_id: str | None, app_name: str | None, limit: int) -> list[JSON]:
+        """The operators' audit trail, newest first."""
+        ...
+
+    async def dead_letters(
+        self, run_id: str | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
         """Dead letters, newest first."""
         ...
 
@@ -76,19 +110,45 @@ class StoreOps:
         self.store = store
         self.ops = Operations(store)
 
-    async def list_runs(self, status: RunStatus | None, limit: int) -> list[JSON]:
-        return [
-            run_out(r).model_dump() for r in await self.ops.list_runs(status=status, limit=limit)
-        ]
+    async def list_runs(
+        self, status: RunStatus | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        runs = await self.ops.list_runs(status=status, limit=limit, app_name=app_name)
+        return [run_out(r).model_dump() for r in runs]
 
     async def run_detail(self, run_id: str) -> JSON:
         return detail_out(await self.ops.run_detail(run_id)).model_dump()
 
-    async def retry(self, run_id: str) -> JSON:
-        return run_out(await self.ops.retry(run_id)).model_dump()
+    async def retry(self, run_id: str, by: str = "cli", reason: str | None = None) -> JSON:
+        return run_out(await self.ops.retry(run_id, by=by, reason=reason)).model_dump()
 
-    async def dead_letters(self, run_id: str | None, limit: int) -> list[JSON]:
-        letters = await self.ops.dead_letters(run_id=run_id, limit=limit)
+    async def cancel(self, run_id: str, by: str, reason: str | None) -> JSON:
+        return outcome_out(await self.ops.cancel(run_id, by=by, reason=reason)).model_dump()
+
+    async def abandon(self, run_id: str, by: str, reason: str) -> JSON:
+        return outcome_out(await self.ops.abandon(run_id, by=by, reason=reason)).model_dump()
+
+    async def resolve(
+        self,
+        run_id: str,
+        by: str,
+        reason: str | None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> JSON:
+        outcome = await self.ops.resolve(
+            run_id, by=by, reason=reason, result=result, results=results
+        )
+        return outcome_out(outcome).model_dump()
+
+    async def actions(self, run_id: str | None, app_name: str | None, limit: int) -> list[JSON]:
+        found = await self.ops.actions(run_id=run_id, app_name=app_name, limit=limit)
+        return [action_out(a).model_dump() for a in found]
+
+    async def dead_letters(
+        self, run_id: str | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        letters = await self.ops.dead_letters(run_id=run_id, limit=limit, app_name=app_name)
         return [letter_out(d).model_dump() for d in letters]
 
     async def jobs(self, state: str | None, limit: int) -> JSON:
@@ -143,23 +203,59 @@ class HttpOps:
         kind = _ERROR_BY_CODE.get(str(error.get("code")), errors.DurableError)
         raise kind(error.get("message") or f"HTTP {response.status_code}")
 
-    async def list_runs(self, status: RunStatus | None, limit: int) -> list[JSON]:
+    async def list_runs(
+        self, status: RunStatus | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
         params: dict[str, Any] = {"limit": limit}
         if status is not None:
             params["status"] = status.value
+        if app_name is not None:
+            params["app_name"] = app_name
         runs: list[JSON] = (await self._call("GET", "/v1/runs", params=params))["runs"]
         return runs
 
     async def run_detail(self, run_id: str) -> JSON:
-        return await self._call("GET", f"/v1/runs/{run_id}")
+        return await self._call("GET", f"/v1/runs/{_segment(run_id)}")
 
-    async def retry(self, run_id: str) -> JSON:
-        return await self._call("POST", f"/v1/runs/{run_id}/retry")
+    async def retry(self, run_id: str, by: str = "cli", reason: str | None = None) -> JSON:
+        return await self._call(
+            "POST", f"/v1/runs/{_segment(run_id)}/retry", json=_body(by=by, reason=reason)
+        )
 
-    async def dead_letters(self, run_id: str | None, limit: int) -> list[JSON]:
+    async def cancel(self, run_id: str, by: str, reason: str | None) -> JSON:
+        return await self._call(
+            "POST", f"/v1/runs/{_segment(run_id)}/cancel", json=_body(by=by, reason=reason)
+        )
+
+    async def abandon(self, run_id: str, by: str, reason: str) -> JSON:
+        return await self._call(
+            "POST", f"/v1/runs/{_segment(run_id)}/abandon", json=_body(by=by, reason=reason)
+        )
+
+    async def resolve(
+        self,
+        run_id: str,
+        by: str,
+        reason: str | None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> JSON:
+        body = _body(by=by, reason=reason, result=result, results=results)
+        return await self._call("POST", f"/v1/runs/{_segment(run_id)}/resolve", json=body)
+
+    async def actions(self, run_id: str | None, app_name: str | None, limit: int) -> list[JSON]:
+        params = _body(run_id=run_id, app_name=app_name, limit=limit)
+        found: list[JSON] = (await self._call("GET", "/v1/actions", params=params))["actions"]
+        return found
+
+    async def dead_letters(
+        self, run_id: str | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
         params: dict[str, Any] = {"limit": limit}
         if run_id is not None:
             params["run_id"] = run_id
+        if app_name is not None:
+            params["app_name"] = app_name
         letters: list[JSON] = (await self._call("GET", "/v1/dead-letters", params=params))[
             "dead_letters"
         ]
@@ -181,3 +277,13 @@ class HttpOps:
         if status is not None:
             params["status"] = status
         return await self._call("GET", "/v1/sagas", params=params)
+
+
+def _segment(value: str) -> str:
+    """A path segment, percent-encoded (an id with '/' or '?' stays one segment)."""
+    return quote(value, safe="")
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    """The fields that are given (None left out)."""
+    return {name: value for name, value in fields.items() if value is not None}

@@ -165,6 +165,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        malformed = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if malformed:
+            # A body that is not JSON at all is malformed (400), not invalid (422).
+            where = malformed[0].get("ctx", {}).get("error", "cannot be parsed")
+            return error_response(400, "bad_request", f"the body is not JSON: {where}")
         problems = [
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
             for e in exc.errors()

@@ -3,9 +3,13 @@
 Every answer is read from the durable store, never from a worker's memory, so
 any worker (or the CLI with ``--db``) gives the same answer about any run,
 including one in progress on another worker. Reads return frozen records;
-the only write is :meth:`Operations.retry`, which goes through the ledger's
-own conditional statement (retrying a run that is neither parked nor failed changes
-nothing).
+the writes are the operator's actions (cancel, resolve, abandon, retry, see
+:mod:`durable_adk.adk.operators`), each one conditional ledger statement that
+also writes its line in the audit trail.
+
+Several apps may share one database: listings take an ``app_name`` filter,
+and a run is classified only by a worker that serves its app (another app's
+run is shown with its events and a note saying why it is not classified).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from typing import Any
 from google.adk.events.event import Event
 
 from durable_adk import errors
+from durable_adk.adk import operators
 from durable_adk.adk.classify import classify
-from durable_adk.ledger import TERMINAL, DeadLetter, Run, RunLedger, RunStatus
+from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.ledger import TERMINAL, DeadLetter, OperatorAction, Run, RunLedger, RunStatus
 from durable_adk.store.base import Store
 
 MAX_PAGE = 1000
@@ -81,21 +87,47 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """One holder of a run, as its events show it (a takeover marker).
+
+    Attributes:
+        epoch: The fencing epoch the events were written at.
+        first_seq: The first event written at that epoch.
+        last_seq: The last one.
+        events: How many.
+        by_operator: Who, when the events were an operator's answer (else None).
+    """
+
+    epoch: int
+    first_seq: int
+    last_seq: int
+    events: int
+    by_operator: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RunDetail:
     """One run, as an operator sees it.
 
     Attributes:
         run: The ledger row (``classification`` is what recovery last recorded).
         finding: What the classifier reads in its events now (None when the
-            root agent is unknown, as in the CLI on a bare database).
+            root agent is unknown, as in the CLI on a bare database, or the
+            run belongs to another app than this worker's).
         events: The run's invocation's events, in log order.
         dead_letters: Its dead letters, newest first.
+        actions: What operators did to it, oldest first.
+        attempts: Its holders by epoch, from the events' stamps, oldest first.
+        note: Why there is no finding, when there is none.
     """
 
     run: Run
     finding: Finding | None
     events: tuple[SeqEvent, ...]
     dead_letters: tuple[DeadLetter, ...]
+    actions: tuple[OperatorAction, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +140,7 @@ class StoreStats:
         runs: Runs on the ledger.
         runs_changed_at: When a run row last changed (database clock).
         dead_letters: Dead letters.
+        operator_actions: Lines in the operators' audit trail.
     """
 
     sessions: int
@@ -115,6 +148,7 @@ class StoreStats:
     runs: int
     runs_changed_at: float
     dead_letters: int
+    operator_actions: int
 
 
 def _page(limit: int) -> int:
@@ -123,31 +157,74 @@ def _page(limit: int) -> int:
     return limit
 
 
-class Operations:
-    """Reads for operators, and the one action they take on a run: retry."""
+def attempts_of(events: Sequence[SeqEvent]) -> tuple[Attempt, ...]:
+    """The run's holders by epoch, read from the events' run stamps (takeover markers)."""
+    found: list[Attempt] = []
+    for event in events:
+        data = event.as_dict()
+        meta = data.get("custom_metadata") or {}
+        stamp = meta.get(RUN_METADATA_KEY)
+        if not isinstance(stamp, dict) or "epoch" not in stamp:
+            continue
+        epoch = int(stamp["epoch"])
+        operator = meta.get(operators.OPERATOR_METADATA_KEY)
+        by = str(operator.get("by")) if isinstance(operator, dict) else None
+        if found and found[-1].epoch == epoch:
+            last = found[-1]
+            found[-1] = Attempt(epoch, last.first_seq, event.seq, last.events + 1, last.by_operator)
+        else:
+            found.append(Attempt(epoch, event.seq, event.seq, 1, by))
+    return tuple(found)
 
-    def __init__(self, store: Store, *, root_agent_name: str | None = None) -> None:
+
+class Operations:
+    """Reads for operators, and the actions they take on runs."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        root_agent_name: str | None = None,
+        app_name: str | None = None,
+        lease_seconds: float = 30.0,
+    ) -> None:
         """Creates the operations over a store.
 
         Args:
             store: The open store.
             root_agent_name: The app's root agent, which the classifier's done
                 test needs; without it run details carry no live finding.
+            app_name: The app whose agent ``root_agent_name`` is; another
+                app's run is not classified. None with a root agent: every
+                run is taken to be of that app (one app per database).
+            lease_seconds: How long an operator's claim of a run (while an
+                answer is written) holds.
         """
         self.store = store
-        self.ledger = RunLedger(store)
+        self.ledger = RunLedger(store, lease_seconds=lease_seconds)
         self.root_agent_name = root_agent_name
+        self.app_name = app_name
 
-    async def run_counts(self) -> dict[str, int]:
+    async def run_counts(self, *, app_name: str | None = None) -> dict[str, int]:
         """How many runs stand in each status (every status present, zeros included)."""
         counts = {status.value: 0 for status in RunStatus}
-        for row in await self.store.fetch("service_run_counts"):
+        for row in await self.store.fetch("service_run_counts_of_app", {"app_name": app_name}):
             counts[str(row["status"])] = int(row["n"])
         return counts
 
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
-        """Runs, newest first, optionally of one status."""
-        return await self.ledger.list_runs(status=status, limit=_page(limit))
+    async def apps(self) -> dict[str, int]:
+        """The apps with runs on this store, and how many runs each has."""
+        return {
+            str(row["app_name"]): int(row["runs"]) for row in await self.store.fetch("service_apps")
+        }
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, app_name: str | None = None
+    ) -> list[Run]:
+        """Runs, newest first, optionally of one status and of one app."""
+        return await self.ledger.list_runs_of_app(
+            app_name=app_name, status=status, limit=_page(limit)
+        )
 
     async def get_run(self, run_id: str) -> Run:
         """One run.
@@ -173,7 +250,15 @@ class Operations:
         )
         events = tuple(SeqEvent(int(r["seq"]), str(r["data"])) for r in rows)
         finding = None
-        if self.root_agent_name is not None:
+        note = None
+        if self.root_agent_name is None:
+            note = "no agent is known here: run the command through a worker of its app to classify"
+        elif self.app_name is not None and run.app_name != self.app_name:
+            note = (
+                f"this run is of app {run.app_name!r}; this worker serves {self.app_name!r} and "
+                "does not know that app's agents: ask a worker of that app to classify it"
+            )
+        else:
             found = classify(
                 [Event.model_validate_json(e.data) for e in events],
                 run.invocation_id,
@@ -186,32 +271,61 @@ class Operations:
                 pending_long_running=found.pending_long_running,
             )
         letters = await self.ledger.dead_letters(run_id=run_id, limit=MAX_PAGE)
-        return RunDetail(run=run, finding=finding, events=events, dead_letters=tuple(letters))
+        actions = await self.ledger.actions(run_id=run_id, limit=MAX_PAGE)
+        return RunDetail(
+            run=run,
+            finding=finding,
+            events=events,
+            dead_letters=tuple(letters),
+            actions=tuple(reversed(actions)),
+            attempts=attempts_of(events),
+            note=note,
+        )
 
-    async def retry(self, run_id: str) -> Run:
-        """Puts a parked or failed run back in its session's queue; the next sweep recovers it.
+    async def retry(self, run_id: str, *, by: str = "operator", reason: str | None = None) -> Run:
+        """Puts a parked run back in its session's queue; the next sweep recovers it.
 
         Raises:
             NotFound: No such run.
             Conflict: The run is neither parked nor failed (nothing was changed).
         """
-        retryable = (RunStatus.PARKED, RunStatus.FAILED)
-        before = await self.get_run(run_id)
-        after = await self.ledger.retry(run_id)
-        if after is None:
-            raise errors.NotFound(f"no run {run_id!r}")
-        if before.status not in retryable or after.status in retryable:
-            raise errors.Conflict(
-                f"run {run_id!r} is {after.status.value}, not PARKED or FAILED: "
-                "only a parked or failed run is retried"
-            )
-        return after
+        return (await operators.retry_run(self.ledger, run_id, by=by, reason=reason)).run
+
+    async def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> operators.Outcome:
+        """Cancels a run (see :func:`durable_adk.adk.operators.cancel_run`)."""
+        return await operators.cancel_run(self.ledger, run_id, by=by, reason=reason)
+
+    async def abandon(self, run_id: str, *, by: str, reason: str) -> operators.Outcome:
+        """Abandons a parked run (see :func:`durable_adk.adk.operators.abandon_run`)."""
+        return await operators.abandon_run(self.ledger, run_id, by=by, reason=reason)
+
+    async def resolve(
+        self,
+        run_id: str,
+        *,
+        by: str,
+        reason: str | None = None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> operators.Outcome:
+        """Resolves a parked run (see :func:`durable_adk.adk.operators.resolve_run`)."""
+        return await operators.resolve_run(
+            self.ledger, run_id, by=by, reason=reason, result=result, results=results
+        )
+
+    async def actions(
+        self, *, run_id: str | None = None, app_name: str | None = None, limit: int = 100
+    ) -> list[OperatorAction]:
+        """The audit trail, newest first, of one run or one app or all."""
+        return await self.ledger.actions(run_id=run_id, app_name=app_name, limit=_page(limit))
 
     async def dead_letters(
-        self, *, run_id: str | None = None, limit: int = 100
+        self, *, run_id: str | None = None, limit: int = 100, app_name: str | None = None
     ) -> list[DeadLetter]:
-        """Dead letters, newest first, optionally of one run."""
-        return await self.ledger.dead_letters(run_id=run_id, limit=_page(limit))
+        """Dead letters, newest first, optionally of one run and of one app's runs."""
+        return await self.ledger.dead_letters_of_app(
+            app_name=app_name, run_id=run_id, limit=_page(limit)
+        )
 
     async def last_seq(self, key: SessionKey) -> int:
         """The sequence number of a session's newest event.
@@ -252,6 +366,7 @@ class Operations:
             runs=int(row["runs"]),
             runs_changed_at=float(row["runs_changed_at"]),
             dead_letters=int(row["dead_letters"]),
+            operator_actions=int(row["operator_actions"]),
         )
 
 

@@ -3,9 +3,10 @@
 Pydantic lives here and nowhere deeper: routes validate requests into these
 models, call the worker and :class:`~durable_adk.service.ops.Operations`
 (which speak frozen dataclasses), and map the answers back with
-``from_attributes``. Every identifier has a bounded length and a plain
-character set, so hostile strings are refused with 422 before anything is read
-or written.
+``from_attributes``. Every identifier obeys the library's one id rule
+(:data:`durable_adk.ids.ID_PATTERN`: 1 to 512 characters, no ``/``, NUL or
+other control character), so hostile strings are refused with 422 before
+anything is read or written, and every id the library stores can be named.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from durable_adk.ledger import DeadLetter, Run
+from durable_adk.adk.operators import MAX_REASON_CHARS, Outcome
+from durable_adk.ids import ID_PATTERN as ID_PATTERN  # the library's rule, for the routes
+from durable_adk.ledger import DeadLetter, OperatorAction, Run
 from durable_adk.service.ops import RunDetail, SeqEvent
-
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-"""User, session and run ids the API accepts: 1 to 128 plain characters."""
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 
@@ -48,7 +48,13 @@ class ErrorOut(_Out):
 
 
 class StartRunIn(BaseModel):
-    """A run to start: the user's message as text, or as a genai ``Content``."""
+    """A run to start: the user's message as text, or as a genai ``Content``.
+
+    With ``invocation_id``, the run continues that paused invocation instead:
+    ``content`` is then made only of ``function_response`` parts, each
+    answering one of its open long-running calls (a tool confirmation, a
+    request for input, a long-running tool) by id and name.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +64,14 @@ class StartRunIn(BaseModel):
     content: dict[str, Any] | None = Field(
         default=None,
         description="The user's message as a google.genai Content object (role 'user').",
+    )
+    invocation_id: Id | None = Field(
+        default=None,
+        description="A paused invocation of the session that 'content' answers "
+        "(function_response parts only).",
+    )
+    by: Id | None = Field(
+        default=None, description="Who answers (recorded in the audit trail with invocation_id)."
     )
 
 
@@ -141,14 +155,112 @@ class DeadLetterListOut(_Out):
     dead_letters: list[DeadLetterOut]
 
 
+class ActionOut(_Out):
+    """One line of the operators' audit trail."""
+
+    run_id: str
+    app_name: str
+    action: str = Field(description="cancel, resolve, abandon, retry or answer.")
+    actor: str = Field(description="Who.")
+    reason: str | None = Field(description="Why.")
+    status_before: str
+    status_after: str
+    epoch: int = Field(description="The run's fencing epoch after the action.")
+    detail: dict[str, Any] | None = Field(description="The operator's result, the outcome...")
+    created_at: float
+
+
+class ActionListOut(_Out):
+    """Operator actions, newest first."""
+
+    actions: list[ActionOut]
+
+
+class AttemptOut(_Out):
+    """One holder of the run, by the epoch its events were written at (takeover marker)."""
+
+    epoch: int
+    first_seq: int
+    last_seq: int
+    events: int
+    by_operator: str | None
+
+
 class RunDetailOut(_Out):
-    """One run with its classification, its events and its dead letters."""
+    """One run with its classification, its events, dead letters and operator actions."""
 
     run: RunOut
     request: dict[str, Any]
     finding: FindingOut | None
+    note: str | None = Field(default=None, description="Why there is no finding.")
     events: list[SeqEventOut]
     dead_letters: list[DeadLetterOut]
+    actions: list[ActionOut] = Field(description="What operators did to it, oldest first.")
+    attempts: list[AttemptOut] = Field(
+        description="Its holders by fencing epoch, from its events' stamps, oldest first."
+    )
+
+
+Who = Annotated[
+    str,
+    StringConstraints(pattern=ID_PATTERN),
+    Field(description="Who acts (recorded in the audit trail)."),
+]
+Reason = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_REASON_CHARS),
+    Field(description="Why (recorded in the audit trail)."),
+]
+
+
+class ActionIn(BaseModel):
+    """An operator action without a result: cancel or retry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason | None = None
+
+
+class AbandonIn(BaseModel):
+    """Abandon a parked run: it becomes FAILED with this reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason
+
+
+class ResolveIn(BaseModel):
+    """Resolve a parked run: the result of its unanswered call(s), as the operator checked it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason | None = None
+    result: Any = Field(
+        default=None,
+        description="The result of the one unanswered call (a JSON object is the "
+        "function response as it is; anything else becomes {'result': value}).",
+    )
+    results: dict[Annotated[str, StringConstraints(min_length=1, max_length=512)], Any] | None = (
+        Field(default=None, description="Results by call id, for several unanswered calls.")
+    )
+
+
+class OutcomeOut(_Out):
+    """What an operator action did, and where the run stands."""
+
+    run: RunOut
+    changed: bool = Field(description="False: nothing was changed (already done).")
+    message: str
+
+
+class AppsOut(_Out):
+    """The apps with runs on this store."""
+
+    serving: str = Field(description="The app this worker serves.")
+    apps: dict[str, int] = Field(description="Runs per app.")
 
 
 class StatsOut(_Out):
@@ -159,6 +271,7 @@ class StatsOut(_Out):
     runs: int
     runs_changed_at: float
     dead_letters: int
+    operator_actions: int
 
 
 class HealthOut(_Out):
@@ -200,12 +313,37 @@ def letter_out(letter: DeadLetter) -> DeadLetterOut:
     return DeadLetterOut.model_validate(letter, from_attributes=True)
 
 
+def action_out(action: OperatorAction) -> ActionOut:
+    """An audit line for the wire."""
+    detail = json.loads(action.detail) if action.detail else None
+    return ActionOut(
+        run_id=action.run_id,
+        app_name=action.app_name,
+        action=action.action,
+        actor=action.actor,
+        reason=action.reason,
+        status_before=action.status_before,
+        status_after=action.status_after,
+        epoch=action.epoch,
+        detail=detail if isinstance(detail, dict) else None,
+        created_at=action.created_at,
+    )
+
+
+def outcome_out(outcome: Outcome) -> OutcomeOut:
+    """An operator action's outcome for the wire."""
+    return OutcomeOut(run=run_out(outcome.run), changed=outcome.changed, message=outcome.message)
+
+
 def detail_out(detail: RunDetail) -> RunDetailOut:
     """A run's details for the wire."""
     finding = detail.finding
     return RunDetailOut(
         run=run_out(detail.run),
         request=json.loads(detail.run.request),
+        note=detail.note,
+        actions=[action_out(a) for a in detail.actions],
+        attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in detail.attempts],
         finding=None
         if finding is None
         else FindingOut(

@@ -44,7 +44,7 @@ from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
-from durable_adk.ledger import Run
+from durable_adk.ledger import Lease, Run
 from durable_adk.metrics import Metrics
 from durable_adk.service.ops import Operations
 from durable_adk.service.settings import ServiceSettings
@@ -127,7 +127,12 @@ class Worker:
             interval=settings.sweep_interval,
             metrics=self.metrics,
         )
-        self.ops = Operations(store, root_agent_name=self.runner.root_agent_name)
+        self.ops = Operations(
+            store,
+            root_agent_name=self.runner.root_agent_name,
+            app_name=self.runner.app_name,
+            lease_seconds=settings.lease,
+        )
         self.jobs = JobTable(store)
         self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
         # Submissions not accepted yet are retried on the resumer's cadence.
@@ -142,6 +147,7 @@ class Worker:
         self._job_loops = contextlib.AsyncExitStack()
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._leases: dict[str, Lease] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._drained = False
 
@@ -243,6 +249,10 @@ class Worker:
         await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
 
     async def _sweep_once(self) -> None:
+        # A run asked to stop whose owner died is cancelled, never re-driven.
+        for run_id in await self.runner.ledger.cancel_expired(app_name=self.app_name):
+            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
+        await self._stop_cancelled()
         # The sweeper logs each recovery itself (run id, class, epoch, action).
         await self.sweeper.recover_once()
 
@@ -254,7 +264,14 @@ class Worker:
 
     # ----------------------------------------------------------------- runs
 
-    async def start_run(self, *, user_id: str, session_id: str, message: types.Content) -> Run:
+    async def start_run(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: types.Content,
+        invocation_id: str | None = None,
+    ) -> Run:
         """Puts a run on the ledger and drives it in the background.
 
         DurableRunner.run's steps, split (``submit``, then ``wait_for_turn`` and
@@ -265,6 +282,8 @@ class Worker:
             user_id: The session's user.
             session_id: The session (created if missing).
             message: The user's message.
+            invocation_id: A paused invocation that ``message`` (function
+                responses only) continues; None starts a new one.
 
         Returns:
             The run as recorded (QUEUED).
@@ -275,17 +294,40 @@ class Worker:
         if self.draining.is_set():
             raise errors.Draining()
         run, message = await self.runner.submit(
-            user_id=user_id, session_id=session_id, message=message
+            user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
-        task = asyncio.create_task(self._drive(run, message), name=f"durable-adk-{run.run_id}")
+        task = asyncio.create_task(
+            self._drive(run, message, resume=invocation_id is not None),
+            name=f"durable-adk-{run.run_id}",
+        )
         self._runs[run.run_id] = task
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
         return run
 
-    async def _drive(self, run: Run, message: types.Content) -> None:
+    async def _stop_cancelled(self) -> None:
+        """Stops the runs this worker drives for HTTP callers that an operator cancelled.
+
+        The check is one read per run per sweep interval; a stopped run is
+        ended CANCELLED under its own lease (fenced: a run taken over since is
+        not touched).
+        """
+        for run_id, lease in list(self._leases.items()):
+            task = self._runs.get(run_id)
+            if task is None or task.done():
+                continue
+            by = await self.runner.ledger.cancel_requested(lease)
+            if by is None:
+                continue
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if await self.runner.ledger.finish_cancelled(lease):
+                logger.info("run %s cancelled by %s", run_id, by)
+
+    async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
-            async for _event in self.runner.drive(claimed, message, resume=False):
+            self._leases[run.run_id] = claimed.lease
+            async for _event in self.runner.drive(claimed, message, resume=resume):
                 pass
         except errors.Fenced as exc:
             logger.warning("run %s: %s", run.run_id, exc)
@@ -305,6 +347,8 @@ class Worker:
             )
         except Exception:  # the ledger already says FAILED, with the error
             logger.exception("run %s failed", run.run_id)
+        finally:
+            self._leases.pop(run.run_id, None)
 
     async def refresh_gauges(self) -> dict[str, int]:
         """Samples the runs-by-status gauge from the ledger; returns the counts."""

@@ -50,15 +50,18 @@ async def connect(url: str = DEFAULT_URL, **options: Any) -> Store:
             whose URL may also carry the two timeouts:
             ``postgresql://u@h/db?command_timeout=5&acquire_timeout=2``).
 
+    A SQLite URL may carry one query parameter, ``busy_timeout_ms=N`` (as the
+    option of that name); any other (``mode=ro``, ``cache=shared``...) is
+    refused, never taken as part of the file name.
+
     Raises:
-        UnsupportedUrl: The URL names another kind of database.
+        UnsupportedUrl: The URL names another kind of database, or a SQLite
+            URL carries a query parameter or fragment this store does not know.
         StoreUnavailable: The database cannot be reached.
     """
     if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        if not path:
-            raise errors.UnsupportedUrl(f"{url!r} names no file: use sqlite:///path.db")
-        return await SqliteStore(path, **options).open()
+        path, sqlite_options = _sqlite_target(url)
+        return await SqliteStore(path, **{**sqlite_options, **options}).open()
     if url.startswith(("postgresql://", "postgres://")):
         return await _postgres_store_class()(url, **options).open()
     raise errors.UnsupportedUrl(
@@ -82,6 +85,34 @@ async def open_store(
         yield store
     finally:
         await store.close()
+
+
+SQLITE_URL_PARAMETERS = frozenset({"busy_timeout_ms"})
+"""The query parameters a ``sqlite:///`` URL may carry."""
+
+
+def _sqlite_target(url: str) -> tuple[str, dict[str, int]]:
+    """The file and options a ``sqlite:///`` URL names, or UnsupportedUrl."""
+    rest = url.removeprefix("sqlite:///")
+    if "#" in rest:
+        raise errors.UnsupportedUrl(f"{url!r}: a SQLite store URL takes no '#' fragment")
+    path, _, query = rest.partition("?")
+    if not path:
+        raise errors.UnsupportedUrl(f"{url!r} names no file: use sqlite:///path.db")
+    options: dict[str, int] = {}
+    if query:
+        for item in query.split("&"):
+            name, sep, value = item.partition("=")
+            if name not in SQLITE_URL_PARAMETERS:
+                raise errors.UnsupportedUrl(
+                    f"{url!r}: unknown SQLite URL parameter {name!r} (the only one is "
+                    "busy_timeout_ms; read-only and shared-cache modes are not supported): "
+                    "the query string is not part of the file name"
+                )
+            if not sep or not value.isdigit():
+                raise errors.UnsupportedUrl(f"{url!r}: {name} takes a whole number of ms")
+            options[name] = int(value)
+    return path, options
 
 
 def _postgres_store_class() -> type[PostgresStore]:

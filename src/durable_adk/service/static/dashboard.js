@@ -3,11 +3,12 @@
 // tool arguments and error messages may hold hostile strings.
 "use strict";
 
-const STATUSES = ["QUEUED", "RUNNING", "PAUSED", "DONE", "FAILED", "PARKED"];
+const STATUSES = ["QUEUED", "RUNNING", "PAUSED", "DONE", "FAILED", "PARKED", "CANCELLED"];
 const REFRESH_MS = 2000;
 const TOKEN_KEY = "durable-adk-token";
+const OPERATOR_KEY = "durable-adk-operator";
 
-const state = { status: "", selected: null, timer: null };
+const state = { status: "", app: "", selected: null, timer: null };
 
 function $(id) { return document.getElementById(id); }
 
@@ -56,10 +57,9 @@ function showLogin(message) {
 class Unauthorized extends Error {}
 
 async function api(path, options) {
-  const response = await fetch(path, {
-    ...(options || {}),
-    headers: { Authorization: "Bearer " + token(), Accept: "application/json" },
-  });
+  const headers = { Authorization: "Bearer " + token(), Accept: "application/json" };
+  if (options && options.body) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, { ...(options || {}), headers });
   if (response.status === 401) throw new Unauthorized("wrong or missing token");
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
@@ -90,9 +90,24 @@ function renderCounts(counts) {
   $("counts").replaceChildren(...tiles);
 }
 
+function appQuery() {
+  return state.app ? "&app_name=" + encodeURIComponent(state.app) : "";
+}
+
+function renderApps(apps) {
+  const filter = $("app-filter");
+  const names = Object.keys(apps.apps);
+  if (state.app && !names.includes(state.app)) names.push(state.app);
+  const options = [el("option", { value: "" }, "all apps")].concat(
+    names.map((name) => el("option", { value: name }, name + (name === apps.serving ? " (this worker)" : ""))));
+  filter.replaceChildren(...options);
+  filter.value = state.app;
+}
+
 function renderParked(runs) {
   const rows = runs.map((run) => el("tr", { "data-run-id": run.run_id },
     el("td", { class: "id" }, run.run_id),
+    el("td", { class: "id" }, run.app_name),
     el("td", { class: "id" }, run.user_id + "/" + run.session_id),
     el("td", {}, run.classification || ""),
     el("td", { class: "reason" }, run.last_error || ""),
@@ -101,7 +116,10 @@ function renderParked(runs) {
     el("td", {}, el("button", {
       class: "retry", type: "button", "data-run-id": run.run_id,
       onclick: (event) => retry(run.run_id, event.target),
-    }, "Retry"))));
+    }, "Retry"), " ", el("button", {
+      class: "open", type: "button", "data-run-id": run.run_id,
+      onclick: () => select(run),
+    }, "Resolve / abandon…"))));
   fill($("parked").tBodies[0], rows);
   $("parked-empty").hidden = runs.length > 0;
 }
@@ -111,6 +129,7 @@ function renderRuns(runs) {
     class: "pick", "data-run-id": run.run_id, onclick: () => select(run),
   },
     el("td", { class: "id" }, run.run_id),
+    el("td", { class: "id" }, run.app_name),
     el("td", { class: "id" }, run.user_id + "/" + run.session_id),
     statusCell(run.status),
     el("td", {}, run.classification || ""),
@@ -149,21 +168,53 @@ function describe(event) {
   return out;
 }
 
-function renderTimeline(run, detail, events) {
-  $("timeline-title").textContent = run.user_id + "/" + run.session_id;
+function actionItem(action) {
+  const why = action.reason ? ": " + action.reason : "";
+  return el("li", { class: "action", "data-action": action.action },
+    el("span", { class: "id" }, when(action.created_at)),
+    el("span", {}, action.actor, " ", el("span", { class: "kind" }, action.action)),
+    el("span", { class: "reason" }, action.status_before + " → " + action.status_after + why));
+}
+
+function renderTimeline(run, detail) {
+  // The run's own events (read by the run's app and session, whatever app this
+  // worker serves), with operator actions and a marker where the epoch changes.
+  $("timeline-title").textContent = run.user_id + "/" + run.session_id + " · app " + detail.run.app_name;
   const finding = detail.finding;
   $("finding").textContent = "run " + run.run_id + " is " + detail.run.status +
-    (finding ? "; the classifier reads " + finding.cls + ": " + finding.reason : "");
+    (finding ? "; the classifier reads " + finding.cls + ": " + finding.reason : "") +
+    (detail.note ? "; not classified: " + detail.note : "");
+  const starts = new Map((detail.attempts || []).map((a) => [a.first_seq, a]));
+  const actions = (detail.actions || []).slice();
   const items = [];
-  for (const { seq, event } of events) {
+  for (const { seq, event } of detail.events) {
+    while (actions.length && actions[0].created_at <= (event.timestamp || 0)) items.push(actionItem(actions.shift()));
+    const attempt = starts.get(seq);
+    if (attempt) {
+      items.push(el("li", { class: "takeover", "data-epoch": attempt.epoch },
+        el("span", { class: "id" }, "epoch " + attempt.epoch),
+        el("span", {}, attempt.by_operator ? "operator " + attempt.by_operator : "a worker"),
+        el("span", { class: "muted" }, attempt.events + " event(s)")));
+    }
     for (const [kind, text] of describe(event)) {
-      items.push(el("li", { "data-seq": seq, class: event.invocation_id === run.invocation_id ? "mine" : "" },
+      items.push(el("li", { "data-seq": seq, class: "mine" },
         el("span", { class: "id" }, "#" + seq),
         el("span", {}, event.author, " ", el("span", { class: "kind" }, kind)),
         el("span", { class: "reason" }, short(text, 400))));
     }
   }
+  for (const action of actions) items.push(actionItem(action));
   $("timeline").replaceChildren(...items);
+  renderControls(detail.run);
+}
+
+function renderControls(run) {
+  $("controls").hidden = false;
+  $("controls-run").textContent = run.run_id + " (" + run.status + ")";
+  const closable = run.status === "PARKED" || run.status === "FAILED";
+  $("do-resolve").disabled = !closable;
+  $("do-abandon").disabled = !closable;
+  $("do-cancel").disabled = !["QUEUED", "RUNNING", "PAUSED", "PARKED"].includes(run.status);
 }
 
 // ---------------------------------------------------------------- actions
@@ -171,12 +222,44 @@ function renderTimeline(run, detail, events) {
 async function retry(runId, button) {
   button.disabled = true;
   try {
-    const run = await api("/v1/runs/" + encodeURIComponent(runId) + "/retry", { method: "POST" });
+    const by = operatorName() || "dashboard";
+    const run = await api("/v1/runs/" + encodeURIComponent(runId) + "/retry",
+      { method: "POST", body: JSON.stringify({ by }) });
     $("action-message").textContent = "Run " + run.run_id + " is " + run.status + ": a worker will recover it.";
   } catch (error) {
     if (error instanceof Unauthorized) return showLogin(error.message);
     $("action-message").textContent = "Retry failed: " + error.message;
     button.disabled = false;
+  }
+  refresh();
+}
+
+function operatorName() {
+  const name = $("op-by").value.trim();
+  if (name) sessionStorage.setItem(OPERATOR_KEY, name);
+  return name;
+}
+
+async function act(kind) {
+  const run = state.selected;
+  if (!run) return;
+  const body = { by: operatorName() };
+  const reason = $("op-reason").value.trim();
+  if (reason) body.reason = reason;
+  if (!body.by) { $("action-message").textContent = "Give your name (who acts) first."; return; }
+  if (kind === "resolve") {
+    try { body.result = JSON.parse($("op-result").value); }
+    catch (error) { $("action-message").textContent = "The result is not JSON: " + error.message; return; }
+  }
+  const buttons = document.querySelectorAll("#controls button");
+  buttons.forEach((b) => { b.disabled = true; });
+  try {
+    const outcome = await api("/v1/runs/" + encodeURIComponent(run.run_id) + "/" + kind,
+      { method: "POST", body: JSON.stringify(body) });
+    $("action-message").textContent = outcome.message;
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("action-message").textContent = kind + " failed: " + error.message;
   }
   refresh();
 }
@@ -189,32 +272,30 @@ async function select(run) {
 async function loadTimeline() {
   const run = state.selected;
   if (!run) return;
-  const base = "/v1/users/" + encodeURIComponent(run.user_id) + "/sessions/" + encodeURIComponent(run.session_id);
-  const [detail, events] = await Promise.all([
-    api("/v1/runs/" + encodeURIComponent(run.run_id)),
-    api(base + "/events?limit=1000"),
-  ]);
-  renderTimeline(run, detail, events.events);
+  renderTimeline(run, await api("/v1/runs/" + encodeURIComponent(run.run_id)));
 }
 
 async function refresh() {
   clearTimeout(state.timer);
   try {
     const filter = state.status ? "&status=" + state.status : "";
-    const [health, stats, counts, parked, runs, jobs, sagas] = await Promise.all([
+    const apps = appQuery();
+    const [health, stats, counts, parked, runs, jobs, sagas, known] = await Promise.all([
       fetch("/healthz").then((r) => r.json()),
       api("/v1/stats"),
-      api("/v1/runs-by-status"),
-      api("/v1/runs?status=PARKED&limit=200"),
-      api("/v1/runs?limit=50" + filter),
+      api("/v1/runs-by-status?" + apps.slice(1)),
+      api("/v1/runs?status=PARKED&limit=200" + apps),
+      api("/v1/runs?limit=50" + filter + apps),
       api("/v1/jobs?limit=50"),
       api("/v1/sagas?limit=50"),
+      api("/v1/apps"),
     ]);
     $("login").hidden = true;
     $("main").hidden = false;
     $("worker").textContent = "worker " + health.worker_id + " · app " + health.app_name + (health.draining ? " · draining" : "");
     $("stats").textContent = stats.sessions + " sessions · " + stats.events + " events · " + stats.runs + " runs · " + stats.dead_letters + " dead letters";
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    renderApps(known);
     renderCounts(counts.counts);
     renderParked(parked.runs);
     renderRuns(runs.runs);
@@ -233,6 +314,11 @@ function start() {
   const filter = $("status-filter");
   for (const status of STATUSES) filter.append(el("option", { value: status }, status));
   filter.addEventListener("change", () => { state.status = filter.value; refresh(); });
+  $("app-filter").addEventListener("change", () => { state.app = $("app-filter").value; refresh(); });
+  $("op-by").value = sessionStorage.getItem(OPERATOR_KEY) || "";
+  $("do-cancel").addEventListener("click", () => act("cancel"));
+  $("do-resolve").addEventListener("click", () => act("resolve"));
+  $("do-abandon").addEventListener("click", () => act("abandon"));
   $("login-form").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());

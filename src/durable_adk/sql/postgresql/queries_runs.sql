@@ -108,6 +108,7 @@ WITH picked AS MATERIALIZED (
      WHERE q.lease_until < extract(epoch FROM clock_timestamp())
        AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
        AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
+       AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
        AND (q.status = 'RUNNING'
             OR (q.status = 'QUEUED'
                 AND NOT EXISTS (SELECT 1 FROM runs r
@@ -183,3 +184,210 @@ RETURNING lease_until;
 SELECT * FROM dead_letters
  WHERE (:run_id::text IS NULL OR run_id = :run_id::text)
  ORDER BY pk DESC LIMIT :limit::int;
+
+-- ------------------------------------------------------- operator control
+-- What people do to runs (issue 14). Each action changes the run and writes
+-- its line in operator_actions in one statement, so the audit trail holds
+-- every change made and nothing else. A refused action changes nothing (no row).
+
+-- name: run_cancel
+-- Cancels a run: QUEUED, PAUSED and PARKED runs, and RUNNING runs whose owner
+-- stopped renewing, become CANCELLED at once; a RUNNING run with a live lease
+-- gets cancel_requested_at, and its owner stops at its next heartbeat. A run
+-- already ended, or already asked, is left as it is (no row).
+WITH cur AS (
+    SELECT r.pk, r.run_id, r.app_name, r.status, r.epoch,
+           CASE WHEN r.status = 'RUNNING' AND r.lease_until >= extract(epoch FROM clock_timestamp())
+                THEN 'RUNNING' ELSE 'CANCELLED' END AS next_status
+      FROM runs r
+     WHERE r.run_id = :run_id::text
+       AND (r.status IN ('QUEUED', 'PAUSED', 'PARKED')
+            OR (r.status = 'RUNNING' AND r.cancel_requested_at IS NULL))
+       FOR UPDATE
+), u AS (
+    UPDATE runs
+       SET status = cur.next_status,
+           cancel_requested_at = extract(epoch FROM clock_timestamp()),
+           cancel_requested_by = :actor::text,
+           last_error = CASE WHEN cur.next_status = 'CANCELLED'
+                             THEN 'cancelled by ' || :actor::text || COALESCE(': ' || :reason::text, '')
+                             ELSE runs.last_error END,
+           finished_at = CASE WHEN cur.next_status = 'CANCELLED'
+                              THEN extract(epoch FROM clock_timestamp()) ELSE runs.finished_at END,
+           updated_at = extract(epoch FROM clock_timestamp())
+      FROM cur
+     WHERE runs.pk = cur.pk
+    RETURNING runs.*
+), a AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT cur.run_id, cur.app_name, 'cancel', :actor::text, :reason::text, cur.status,
+           cur.next_status, cur.epoch,
+           CASE WHEN cur.next_status = 'RUNNING' THEN '{"outcome": "requested"}'
+                ELSE '{"outcome": "cancelled"}' END,
+           extract(epoch FROM clock_timestamp())
+      FROM cur
+    RETURNING 1
+)
+SELECT u.* FROM u;
+
+-- name: run_cancel_requested
+-- The owner's check at each heartbeat: has an operator asked it to stop?
+SELECT cancel_requested_at, cancel_requested_by FROM runs
+ WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
+   AND status = 'RUNNING';
+
+-- name: run_finish_cancelled inline
+-- The owner stopped a run whose cancellation was asked for.
+UPDATE runs
+   SET status = 'CANCELLED',
+       last_error = 'cancelled by ' || COALESCE(cancel_requested_by, 'an operator'),
+       finished_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
+   AND status = 'RUNNING'
+RETURNING status;
+
+-- name: run_cancel_expired
+-- Recovery's side of a cancel: a RUNNING run asked to stop whose owner died
+-- (its lease ran out) is CANCELLED, never re-driven.
+UPDATE runs
+   SET status = 'CANCELLED',
+       last_error = 'cancelled by ' || COALESCE(cancel_requested_by, 'an operator'),
+       finished_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE status = 'RUNNING' AND cancel_requested_at IS NOT NULL
+   AND lease_until < extract(epoch FROM clock_timestamp())
+   AND (:app_name::text IS NULL OR app_name = :app_name::text)
+RETURNING run_id;
+
+-- name: run_operator_claim
+-- An operator takes a PARKED or FAILED run (as it was read, at :epoch; never
+-- an abandoned one) to write for it: RUNNING, held by the operator, a new epoch. Unique violation
+-- when another run of the session is RUNNING.
+UPDATE runs
+   SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1,
+       lease_until = extract(epoch FROM clock_timestamp()) + :lease::double precision,
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE run_id = :run_id::text AND epoch = :epoch::bigint AND status IN ('PARKED', 'FAILED')
+   AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                    WHERE a.run_id = :run_id::text AND a.action = 'abandon')
+RETURNING *;
+
+-- name: run_operator_release
+-- An operator's claim given back unchanged (the resolution could not be written).
+UPDATE runs
+   SET status = :status::text, updated_at = extract(epoch FROM clock_timestamp())
+ WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
+   AND status = 'RUNNING'
+RETURNING *;
+
+-- name: run_operator_requeue
+-- After a resolution was written: the run goes back in its session's queue
+-- (expired lease, fresh attempts) for the next sweep to drive on, and the
+-- action is recorded.
+WITH u AS (
+    UPDATE runs
+       SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
+           lease_until = 0, last_error = NULL, finished_at = NULL,
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
+       AND status = 'RUNNING'
+    RETURNING runs.*
+), a AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT u.run_id, u.app_name, :action::text, :actor::text, :reason::text,
+           :status_before::text, 'QUEUED', u.epoch, :detail::text,
+           extract(epoch FROM clock_timestamp())
+      FROM u
+    RETURNING 1
+)
+SELECT u.* FROM u;
+
+-- name: run_abandon
+-- An operator closes a PARKED run (or a FAILED one not yet abandoned) as
+-- FAILED with their reason; the error it had is kept in the action's detail.
+WITH cur AS (
+    SELECT r.pk, r.run_id, r.app_name, r.status, r.epoch, r.last_error
+      FROM runs r
+     WHERE r.run_id = :run_id::text
+       AND (r.status = 'PARKED'
+            OR (r.status = 'FAILED'
+                AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                                 WHERE a.run_id = :run_id::text AND a.action = 'abandon')))
+       FOR UPDATE
+), u AS (
+    UPDATE runs
+       SET status = 'FAILED', last_error = 'abandoned by ' || :actor::text || ': ' || :reason::text,
+           finished_at = COALESCE(runs.finished_at, extract(epoch FROM clock_timestamp())),
+           updated_at = extract(epoch FROM clock_timestamp())
+      FROM cur
+     WHERE runs.pk = cur.pk
+    RETURNING runs.*
+), a AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT cur.run_id, cur.app_name, 'abandon', :actor::text, :reason::text, cur.status,
+           'FAILED', cur.epoch, json_build_object('previous_error', cur.last_error)::text,
+           extract(epoch FROM clock_timestamp())
+      FROM cur
+    RETURNING 1
+)
+SELECT u.* FROM u;
+
+-- name: run_retry_recorded
+-- run_retry with its line in the audit trail: a PARKED or FAILED run re-enters
+-- its session's queue; any other run is left as it is (no row).
+WITH cur AS (
+    SELECT r.pk, r.run_id, r.app_name, r.status, r.epoch, r.last_error
+      FROM runs r
+     WHERE r.run_id = :run_id::text AND r.status IN ('PARKED', 'FAILED')
+       FOR UPDATE
+), u AS (
+    UPDATE runs
+       SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
+           lease_until = 0, last_error = NULL, finished_at = NULL,
+           updated_at = extract(epoch FROM clock_timestamp())
+      FROM cur
+     WHERE runs.pk = cur.pk
+    RETURNING runs.*
+), a AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT cur.run_id, cur.app_name, 'retry', :actor::text, :reason::text, cur.status,
+           'QUEUED', cur.epoch, json_build_object('previous_error', cur.last_error)::text,
+           extract(epoch FROM clock_timestamp())
+      FROM cur
+    RETURNING 1
+)
+SELECT u.* FROM u;
+
+-- name: operator_action_record
+-- An action that changed no run row itself (an answer given through the
+-- session, say), written against the run's current row.
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, :action::text, :actor::text, :reason::text, status, status, epoch,
+       :detail::text, extract(epoch FROM clock_timestamp())
+  FROM runs WHERE run_id = :run_id::text
+RETURNING *;
+
+-- name: operator_action_list
+SELECT * FROM operator_actions
+ WHERE (:run_id::text IS NULL OR run_id = :run_id::text)
+   AND (:app_name::text IS NULL OR app_name = :app_name::text)
+ ORDER BY pk DESC LIMIT :limit::bigint;
+
+-- name: run_list_of_app
+SELECT * FROM runs
+ WHERE (:status::text IS NULL OR status = :status::text)
+   AND (:app_name::text IS NULL OR app_name = :app_name::text)
+ ORDER BY pk DESC LIMIT :limit::bigint;
+
+-- name: dead_letter_list_of_app
+SELECT d.* FROM dead_letters d
+ WHERE (:run_id::text IS NULL OR d.run_id = :run_id::text)
+   AND (:app_name::text IS NULL
+        OR EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.app_name = :app_name::text))
+ ORDER BY d.pk DESC LIMIT :limit::bigint;

@@ -44,7 +44,8 @@ SELECT (SELECT COUNT(*) FROM sessions) AS sessions,
        (SELECT COALESCE(SUM(last_seq), 0)::bigint FROM sessions) AS events,
        (SELECT COUNT(*) FROM runs) AS runs,
        (SELECT COALESCE(MAX(updated_at), 0) FROM runs) AS runs_changed_at,
-       (SELECT COUNT(*) FROM dead_letters) AS dead_letters;
+       (SELECT COUNT(*) FROM dead_letters) AS dead_letters,
+       (SELECT COUNT(*) FROM operator_actions) AS operator_actions;
 
 -- name: service_hand_back
 -- Graceful shutdown: every run this worker still holds gets an expired lease
@@ -58,3 +59,12 @@ UPDATE runs
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE owner = :owner::text AND status IN ('QUEUED', 'RUNNING')
 RETURNING run_id, status;
+
+-- name: service_run_counts_of_app
+SELECT status, COUNT(*) AS n FROM runs
+ WHERE (:app_name::text IS NULL OR app_name = :app_name::text)
+ GROUP BY status ORDER BY status;
+
+-- name: service_apps
+-- The apps that have runs on this store (the dashboard's app filter).
+SELECT app_name, COUNT(*) AS runs FROM runs GROUP BY app_name ORDER BY app_name;

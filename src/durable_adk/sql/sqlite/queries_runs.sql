@@ -100,6 +100,7 @@ UPDATE runs
          WHERE q.lease_until < (julianday('now') - 2440587.5) * 86400.0
            AND q.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
            AND (:app_name IS NULL OR q.app_name = :app_name)
+           AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
            AND (q.status = 'RUNNING'
                 OR (q.status = 'QUEUED'
                     AND NOT EXISTS (SELECT 1 FROM runs r
@@ -159,3 +160,178 @@ RETURNING lease_until;
 SELECT * FROM dead_letters
  WHERE (:run_id IS NULL OR run_id = :run_id)
  ORDER BY pk DESC LIMIT :limit;
+
+-- ------------------------------------------------------- operator control
+-- What people do to runs (issue 14). Each action changes the run and writes
+-- its line in operator_actions in one unit of work, so the audit trail holds
+-- every change made and nothing else. A refused action changes nothing.
+
+-- name: run_cancel guarded
+-- Cancels a run: QUEUED, PAUSED and PARKED runs, and RUNNING runs whose owner
+-- stopped renewing, become CANCELLED at once; a RUNNING run with a live lease
+-- gets cancel_requested_at, and its owner stops at its next heartbeat. A run
+-- already ended, or already asked, is left as it is ('unchanged').
+SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id
+                           AND (status IN ('QUEUED', 'PAUSED', 'PARKED')
+                                OR (status = 'RUNNING' AND cancel_requested_at IS NULL)))
+            THEN 'ok' ELSE 'unchanged' END AS status;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, 'cancel', :actor, :reason, status,
+       CASE WHEN status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0
+            THEN 'RUNNING' ELSE 'CANCELLED' END,
+       epoch,
+       CASE WHEN status = 'RUNNING' AND lease_until >= (julianday('now') - 2440587.5) * 86400.0
+            THEN '{"outcome": "requested"}' ELSE '{"outcome": "cancelled"}' END,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = :run_id;
+UPDATE runs
+   SET status = (SELECT status_after FROM operator_actions WHERE pk = last_insert_rowid()),
+       cancel_requested_at = (julianday('now') - 2440587.5) * 86400.0,
+       cancel_requested_by = :actor,
+       last_error = CASE WHEN (SELECT status_after FROM operator_actions
+                                WHERE pk = last_insert_rowid()) = 'CANCELLED'
+                         THEN 'cancelled by ' || :actor || COALESCE(': ' || :reason, '')
+                         ELSE last_error END,
+       finished_at = CASE WHEN (SELECT status_after FROM operator_actions
+                                 WHERE pk = last_insert_rowid()) = 'CANCELLED'
+                          THEN (julianday('now') - 2440587.5) * 86400.0 ELSE finished_at END,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id;
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: run_cancel_requested
+-- The owner's check at each heartbeat: has an operator asked it to stop?
+SELECT cancel_requested_at, cancel_requested_by FROM runs
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING';
+
+-- name: run_finish_cancelled inline
+-- The owner stopped a run whose cancellation was asked for.
+UPDATE runs
+   SET status = 'CANCELLED',
+       last_error = 'cancelled by ' || COALESCE(cancel_requested_by, 'an operator'),
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
+RETURNING status;
+
+-- name: run_cancel_expired
+-- Recovery's side of a cancel: a RUNNING run asked to stop whose owner died
+-- (its lease ran out) is CANCELLED, never re-driven.
+UPDATE runs
+   SET status = 'CANCELLED',
+       last_error = 'cancelled by ' || COALESCE(cancel_requested_by, 'an operator'),
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE status = 'RUNNING' AND cancel_requested_at IS NOT NULL
+   AND lease_until < (julianday('now') - 2440587.5) * 86400.0
+   AND (:app_name IS NULL OR app_name = :app_name)
+RETURNING run_id;
+
+-- name: run_operator_claim
+-- An operator takes a PARKED or FAILED run (as it was read, at :epoch; never
+-- an abandoned one) to write for it: RUNNING, held by the operator, a new epoch. Unique violation
+-- when another run of the session is RUNNING.
+UPDATE runs
+   SET status = 'RUNNING', owner = :owner, epoch = epoch + 1,
+       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND epoch = :epoch AND status IN ('PARKED', 'FAILED')
+   AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                    WHERE a.run_id = :run_id AND a.action = 'abandon')
+RETURNING *;
+
+-- name: run_operator_release
+-- An operator's claim given back unchanged (the resolution could not be written).
+UPDATE runs
+   SET status = :status, updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
+RETURNING *;
+
+-- name: run_operator_requeue guarded
+-- After a resolution was written: the run goes back in its session's queue
+-- (expired lease, fresh attempts) for the next sweep to drive on, and the
+-- action is recorded.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND owner = :owner
+                           AND epoch = :epoch AND status = 'RUNNING')
+            THEN 'ok' ELSE 'fenced' END AS status;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, :action, :actor, :reason, :status_before, 'QUEUED', epoch, :detail,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = :run_id;
+UPDATE runs
+   SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
+       lease_until = 0, last_error = NULL, finished_at = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id;
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: run_abandon guarded
+-- An operator closes a PARKED run (or a FAILED one not yet abandoned) as
+-- FAILED with their reason; the error it had is kept in the action's detail.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id
+                           AND (status = 'PARKED'
+                                OR (status = 'FAILED'
+                                    AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                                                     WHERE a.run_id = :run_id
+                                                       AND a.action = 'abandon'))))
+            THEN 'ok' ELSE 'unchanged' END AS status;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, 'abandon', :actor, :reason, status, 'FAILED', epoch,
+       json_object('previous_error', last_error), (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = :run_id;
+UPDATE runs
+   SET status = 'FAILED', last_error = 'abandoned by ' || :actor || ': ' || :reason,
+       finished_at = COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0),
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id;
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: run_retry_recorded guarded
+-- run_retry with its line in the audit trail: a PARKED or FAILED run re-enters
+-- its session's queue; any other run is left as it is.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id
+                                              AND status IN ('PARKED', 'FAILED'))
+            THEN 'ok' ELSE 'unchanged' END AS status;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, 'retry', :actor, :reason, status, 'QUEUED', epoch,
+       json_object('previous_error', last_error), (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = :run_id;
+UPDATE runs
+   SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
+       lease_until = 0, last_error = NULL, finished_at = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id;
+SELECT * FROM runs WHERE run_id = :run_id;
+
+-- name: operator_action_record
+-- An action that changed no run row itself (an answer given through the
+-- session, say), written against the run's current row.
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, :action, :actor, :reason, status, status, epoch, :detail,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = :run_id
+RETURNING *;
+
+-- name: operator_action_list
+SELECT * FROM operator_actions
+ WHERE (:run_id IS NULL OR run_id = :run_id)
+   AND (:app_name IS NULL OR app_name = :app_name)
+ ORDER BY pk DESC LIMIT :limit;
+
+-- name: run_list_of_app
+SELECT * FROM runs
+ WHERE (:status IS NULL OR status = :status)
+   AND (:app_name IS NULL OR app_name = :app_name)
+ ORDER BY pk DESC LIMIT :limit;
+
+-- name: dead_letter_list_of_app
+SELECT d.* FROM dead_letters d
+ WHERE (:run_id IS NULL OR d.run_id = :run_id)
+   AND (:app_name IS NULL
+        OR EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.app_name = :app_name))
+ ORDER BY d.pk DESC LIMIT :limit;
