@@ -77,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "DurableRunner": "durable_adk.adk.runner",
     "DurableSessionService": "durable_adk.adk.session_service",
     "journaled": "durable_adk.adk.tools",
+    "idempotent": "durable_adk.adk.marks",
     "attempt_of": "durable_adk.adk.tools",
     "attempt_in": "durable_adk.adk.tools",
     "long_running_tool": "durable_adk.adk.long_running",
@@ -156,6 +157,7 @@ __all__ = [
     "current_fence",
     "errors",
     "handle_job_webhook",
+    "idempotent",
     "journaled",
     "long_running_tool",
     "open_store",
@@ -185,6 +187,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from durable_adk import errors, webhooks
     from durable_adk.adk.classify import OrphanClass
     from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
+    from durable_adk.adk.marks import idempotent
     from durable_adk.adk.recovery import Recovery, Sweeper
     from durable_adk.adk.resume import (
         ExpirySweeper,

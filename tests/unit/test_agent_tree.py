@@ -97,3 +97,32 @@ def test_shared_and_repeated_items_are_visited_once() -> None:
     b = LlmAgent(name="b", model=model(), tools=[shared])
     root = SequentialAgent(name="root", sub_agents=[a, b])
     assert [agent_tree.tool_name(f.item) for f in agent_tree.tools(root)] == ["audit"]
+
+
+def test_marked_and_journaled_tools_anywhere_are_safe_to_re_drive(tmp_path: Any) -> None:
+    """The runner's safe-tool set comes from the one walk and the marks tools carry."""
+    import asyncio
+
+    from durable_adk import DurableRunner, idempotent, journaled, open_store
+
+    @idempotent
+    def read_weather(city: str) -> str:
+        """Reads the weather."""
+        return "sunny"
+
+    @journaled(key="mail:{to}")
+    def send_mail(to: str, idempotency_key: str) -> str:
+        """Sends a mail."""
+        return to
+
+    child = LlmAgent(name="helper", model=model(), tools=[send_mail])
+    node = LlmAgent(name="node", model=model(), tools=[read_weather, AgentTool(agent=child)])
+    flow = Workflow(name="flow", edges=[("START", node)])
+
+    async def safe() -> frozenset[str]:
+        async with open_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
+            return DurableRunner(app=flow, store=store, app_name="app").idempotent_tools
+
+    found = asyncio.run(safe())
+    assert {"read_weather", "send_mail"} <= found
+    assert "check_stock" not in found

@@ -66,6 +66,7 @@ EXPECTED = [
     "current_fence",
     "errors",
     "handle_job_webhook",
+    "idempotent",
     "journaled",
     "long_running_tool",
     "open_store",

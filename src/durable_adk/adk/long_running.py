@@ -46,6 +46,7 @@ from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
+from durable_adk.adk import agent_tree
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.adk.tools import as_async, template_fields
 from durable_adk.jobs import Job, JobTable
@@ -370,13 +371,9 @@ def long_running_tool(
 
 
 def long_running_tools(root: object) -> dict[str, DurableLongRunningTool]:
-    """The job-backed long-running tools anywhere in an agent tree, by name."""
-    found: dict[str, DurableLongRunningTool] = {}
-    pending = [root]
-    while pending:
-        agent = pending.pop()
-        for tool in getattr(agent, "tools", None) or ():
-            if isinstance(tool, DurableLongRunningTool):
-                found[tool.tool_name] = tool
-        pending.extend(getattr(agent, "sub_agents", None) or ())
-    return found
+    """The job-backed long-running tools anywhere in an app's tree, by name (the one tree walk)."""
+    return {
+        found.item.tool_name: found.item
+        for found in agent_tree.tools(root)
+        if isinstance(found.item, DurableLongRunningTool)
+    }

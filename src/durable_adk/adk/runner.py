@@ -68,13 +68,14 @@ from google.adk.sessions.session import Session
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk import optional_imports
+from durable_adk.adk import agent_tree, optional_imports
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, heartbeat, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
+from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
 from durable_adk.fence import RunFence, using_fence
@@ -183,16 +184,19 @@ def cause_of(exc: BaseException, kind: type[E]) -> E | None:
 
 
 def journaled_tool_names(root: object) -> frozenset[str]:
-    """Names of the journaled tools anywhere in an agent tree (safe to re-drive)."""
-    names: set[str] = set()
-    pending = [root]
-    while pending:
-        agent = pending.pop()
-        for tool in getattr(agent, "tools", None) or ():
-            if is_journaled(tool):
-                names.add(str(getattr(tool, "name", getattr(tool, "__name__", ""))))
-        pending.extend(getattr(agent, "sub_agents", None) or ())
-    return frozenset(names)
+    """Names of the tools anywhere in an app's tree that are safe to re-drive.
+
+    Journaled tools (the journal makes a re-run harmless) and tools marked
+    :func:`~durable_adk.adk.marks.idempotent`, found by the one tree walk
+    (:mod:`durable_adk.adk.agent_tree`: sub-agents, Workflow graph nodes,
+    AgentTool children, static toolsets). The marks travel with the tools, so
+    every worker that loads the app agrees.
+    """
+    return frozenset(
+        agent_tree.tool_name(found.item)
+        for found in agent_tree.tools(root)
+        if is_journaled(found.item) or is_idempotent(found.item)
+    )
 
 
 class DurableRunner:
@@ -244,7 +248,7 @@ class DurableRunner:
                 back for recovery) rather than terminal (FAILED); default
                 ``RetryPolicy()``.
         """
-        if isinstance(app, BaseAgent):
+        if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
                 # ADK flags resumability as experimental; durable runs depend on it by design.
                 warnings.simplefilter("ignore", UserWarning)
