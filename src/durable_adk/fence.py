@@ -46,16 +46,21 @@ class RunFence:
         epoch: The fencing epoch the drive holds.
     """
 
-    def __init__(self, run_id: str, epoch: int, *, trusted_until: float) -> None:
+    def __init__(
+        self, run_id: str, epoch: int, *, trusted_until: float, invocation_id: str | None = None
+    ) -> None:
         """Creates a trusted fence.
 
         Args:
             run_id: The run.
             epoch: Its fencing epoch.
             trusted_until: The local deadline, on ``time.monotonic()``.
+            invocation_id: The ADK invocation the run drives (for writes that
+                record it, such as artifacts).
         """
         self.run_id = run_id
         self.epoch = epoch
+        self.invocation_id = invocation_id
         self._trusted_until = trusted_until
         self._lost: str | None = None
         self._lost_event = asyncio.Event()

@@ -10,6 +10,7 @@ same bytes in one invocation keeps its version.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from google.genai import types
 
 from durable_adk import RunLedger, errors, open_store
 from durable_adk.adk.artifact_service import DurableArtifactService
-from durable_adk.adk.run_context import RunStamp, driving
+from durable_adk.fence import RunFence, using_fence
 from durable_adk.store import Store
 
 APP, USER = "reports", "u1"
@@ -118,6 +119,16 @@ async def test_artifacts_survive_a_reopened_store(store_url: str) -> None:
     assert part.inline_data.data == b"kept"
 
 
+def fence_of(run: Any) -> RunFence:
+    """A trusted local fence for ``run`` (the database still fences by epoch)."""
+    return RunFence(
+        run.run_id,
+        run.epoch,
+        trusted_until=time.monotonic() + 3600,
+        invocation_id=run.invocation_id,
+    )
+
+
 async def running_run(store: Store, session_id: str = "s1") -> Any:
     ledger = RunLedger(store)
     started = await ledger.start(
@@ -135,7 +146,7 @@ async def running_run(store: Store, session_id: str = "s1") -> Any:
 async def test_a_save_for_a_run_taken_over_is_refused_and_writes_nothing(store: Store) -> None:
     ledger, run = await running_run(store)
     service = DurableArtifactService(store)
-    with driving(RunStamp(run.run_id, run.epoch, run.invocation_id)):
+    with using_fence(fence_of(run)):
         assert (
             await service.save_artifact(
                 app_name=APP,
@@ -149,14 +160,14 @@ async def test_a_save_for_a_run_taken_over_is_refused_and_writes_nothing(store: 
     await ledger.backdate(run.run_id, 3600)
     (taken,) = await ledger.claim_expired("w2")
     assert taken.epoch == run.epoch + 1
-    with driving(RunStamp(run.run_id, run.epoch, run.invocation_id)), pytest.raises(errors.Fenced):
+    with using_fence(fence_of(run)), pytest.raises(errors.Fenced):
         await service.save_artifact(
             app_name=APP, user_id=USER, session_id="s1", filename="r.pdf", artifact=blob(b"zombie")
         )
     assert await service.list_versions(
         app_name=APP, user_id=USER, session_id="s1", filename="r.pdf"
     ) == [0]
-    with driving(RunStamp(taken.run_id, taken.epoch, taken.invocation_id)):
+    with using_fence(fence_of(taken)):
         assert (
             await service.save_artifact(
                 app_name=APP,
@@ -172,14 +183,14 @@ async def test_a_save_for_a_run_taken_over_is_refused_and_writes_nothing(store: 
 async def test_a_re_driven_save_of_the_same_bytes_keeps_its_version(store: Store) -> None:
     _, run = await running_run(store)
     service = DurableArtifactService(store)
-    stamp = RunStamp(run.run_id, run.epoch, run.invocation_id)
+    stamp = fence_of(run)
     kwargs: dict[str, Any] = {
         "app_name": APP,
         "user_id": USER,
         "session_id": "s1",
         "filename": "r.pdf",
     }
-    with driving(stamp):
+    with using_fence(stamp):
         first = await service.save_artifact(artifact=blob(b"report"), **kwargs)
         again = await service.save_artifact(artifact=blob(b"report"), **kwargs)
         changed = await service.save_artifact(artifact=blob(b"report v2"), **kwargs)

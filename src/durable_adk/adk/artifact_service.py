@@ -15,9 +15,10 @@ What it guarantees:
   the version it saved before instead of a new one, so recovery does not pile
   up copies.
 
-The run a save belongs to is known from :mod:`durable_adk.adk.run_context`,
-which ``DurableRunner`` sets while it drives a run. Outside a durable run the
-service works as a plain, unfenced artifact store.
+The run a save belongs to is the drive's fence
+(:func:`durable_adk.fence.current_fence`), which ``DurableRunner`` sets while
+it drives a run; ADK copies it into every task and worker thread of the run.
+Outside a durable run the service works as a plain, unfenced artifact store.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from google.adk.errors.input_validation_error import InputValidationError
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.run_context import current_run
+from durable_adk.fence import current_fence
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
 
@@ -123,7 +124,9 @@ class DurableArtifactService(BaseArtifactService):
             metadata = json.dumps(custom_metadata or {})
         except (TypeError, ValueError) as exc:
             raise errors.InvalidArgument(f"artifact custom_metadata is not JSON: {exc}") from exc
-        run = current_run()
+        run = current_fence()
+        if run is not None:
+            run.check()  # a worker past its lease writes nothing, before the database says so
         params = {
             **key,
             "part": encoded,

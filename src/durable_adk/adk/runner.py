@@ -60,8 +60,12 @@ from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
+from google.adk.artifacts.base_artifact_service import BaseArtifactService
+from google.adk.auth.credential_service.base_credential_service import BaseCredentialService
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
+from google.adk.memory.base_memory_service import BaseMemoryService
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.session import Session
@@ -69,6 +73,7 @@ from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk import agent_tree, optional_imports
+from durable_adk.adk.artifact_service import DurableArtifactService
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
@@ -225,6 +230,11 @@ class DurableRunner:
         queue_poll: float = 0.1,
         metrics: Metrics = NO_METRICS,
         retry_policy: RetryPolicy | None = None,
+        artifact_service: BaseArtifactService | None = None,
+        memory_service: BaseMemoryService | None = None,
+        credential_service: BaseCredentialService | None = None,
+        plugins: Iterable[BasePlugin] = (),
+        run_config: RunConfig | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -247,6 +257,17 @@ class DurableRunner:
             retry_policy: Which drive errors are transient (the run is handed
                 back for recovery) rather than terminal (FAILED); default
                 ``RetryPolicy()``.
+            artifact_service: ADK's artifact service for the app's tools
+                (default: a :class:`DurableArtifactService` on ``store``, so a
+                recovered run finds what its earlier steps saved). ADK's own
+                services work too.
+            memory_service: ADK's memory service (``search_memory``), if any.
+            credential_service: ADK's credential service, if any.
+            plugins: ADK plugins, added to the App's own.
+            run_config: The RunConfig of every drive of this runner, recovered
+                ones included (``max_llm_calls``, streaming, ...); a call of
+                :meth:`run_async` may pass its own for that live drive. The
+                run's fence always goes into its ``custom_metadata``.
         """
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
@@ -254,6 +275,9 @@ class DurableRunner:
                 warnings.simplefilter("ignore", UserWarning)
                 resumable = ResumabilityConfig(is_resumable=True)
             app = App(name=app_name or app.name, root_agent=app, resumability_config=resumable)
+        extra_plugins = list(plugins)
+        if extra_plugins:
+            app = app.model_copy(update={"plugins": [*(app.plugins or []), *extra_plugins]})
         if not (app.resumability_config and app.resumability_config.is_resumable):
             raise errors.InvalidArgument(
                 "durable runs need ADK resumability: build the App with "
@@ -278,7 +302,16 @@ class DurableRunner:
         self.queue_poll = queue_poll
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
-        self.adk = _InvocationIdRunner(app=app, session_service=session_service)
+        self.run_config = run_config or RunConfig()
+        self.adk = _InvocationIdRunner(
+            app=app,
+            session_service=session_service,
+            artifact_service=(
+                artifact_service if artifact_service is not None else DurableArtifactService(store)
+            ),
+            memory_service=memory_service,
+            credential_service=credential_service,
+        )
         self._drives: dict[tuple[str, int], Drive] = {}
         self._detached: set[Drive] = set()
 
@@ -322,7 +355,13 @@ class DurableRunner:
             The drive's fence and its heartbeat task.
         """
         drive = Drive(
-            run, RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+            run,
+            RunFence(
+                run.run_id,
+                run.epoch,
+                trusted_until=trust_from(None, self.lease_seconds),
+                invocation_id=run.invocation_id,
+            ),
         )
         drive.task = task
         heartbeat = asyncio.create_task(
@@ -364,6 +403,8 @@ class DurableRunner:
         session_id: str,
         message: types.Content | str,
         invocation_id: str | None = None,
+        run_config: RunConfig | None = None,
+        state_delta: dict[str, Any] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Runs one turn durably and yields its events.
 
@@ -379,6 +420,11 @@ class DurableRunner:
             invocation_id: Continue this existing invocation instead of
                 starting a new one: the ledger row carries its id, so recovery
                 re-drives the invocation that made the calls.
+            run_config: This drive's RunConfig (default: the runner's); a
+                recovered drive uses the runner's.
+            state_delta: State changes applied with the message, as in ADK.
+                A recovered drive whose message was never stored
+                (NOT_STARTED) starts again without them.
 
         Raises:
             durable_adk.errors.Fenced: This worker lost the run to another.
@@ -392,7 +438,42 @@ class DurableRunner:
         crash_point("runner.before_first_event")
         # Closed here, not by whoever drops this generator: an early exit of the
         # caller ends the drive (and its heartbeat) at once.
-        driven = self.drive(claimed, content, resume=invocation_id is not None)
+        driven = self.drive(
+            claimed,
+            content,
+            resume=invocation_id is not None,
+            run_config=run_config,
+            state_delta=state_delta,
+        )
+        async with contextlib.aclosing(driven) as events:
+            async for event in events:
+                yield event
+
+    async def run_async(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        new_message: types.Content,
+        run_config: RunConfig | None = None,
+        state_delta: dict[str, Any] | None = None,
+        invocation_id: str | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """ADK's ``Runner.run_async``, durably: the call sites of an ADK app stay as they are.
+
+        The arguments mean what they mean to ADK's Runner; ``invocation_id``
+        continues an invocation paused on long-running calls (``new_message``
+        then answers them). The run's fence is merged into ``run_config``'s
+        ``custom_metadata``. See :meth:`run`.
+        """
+        driven = self.run(
+            user_id=user_id,
+            session_id=session_id,
+            message=new_message,
+            invocation_id=invocation_id,
+            run_config=run_config,
+            state_delta=state_delta,
+        )
         async with contextlib.aclosing(driven) as events:
             async for event in events:
                 yield event
@@ -505,6 +586,8 @@ class DurableRunner:
         resume: bool,
         classification: str | None = None,
         outcome: list[RunStatus] | None = None,
+        run_config: RunConfig | None = None,
+        state_delta: dict[str, Any] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
 
@@ -523,8 +606,15 @@ class DurableRunner:
             durable_adk.journal.OutcomeUnknown: The run was parked.
         """
         drive = Drive(
-            run, RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+            run,
+            RunFence(
+                run.run_id,
+                run.epoch,
+                trusted_until=trust_from(None, self.lease_seconds),
+                invocation_id=run.invocation_id,
+            ),
         )
+        drive.run_config, drive.state_delta = run_config, state_delta
         # Created here, in the caller's context: the run span is a child of the caller's.
         drive.task = asyncio.create_task(
             self._pump(
@@ -661,8 +751,14 @@ class DurableRunner:
             # We hold the session's run and have just read it: ADK's read, next, need not.
             self.sessions.trust_next_read(key)
         heartbeat = asyncio.create_task(self._heartbeat(drive))
-        run_config = RunConfig(
-            custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch}}
+        base = drive.run_config or self.run_config
+        run_config = base.model_copy(
+            update={
+                "custom_metadata": {
+                    **(base.custom_metadata or {}),
+                    RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch},
+                }
+            }
         )
         seen: list[Event] = []
         chosen = self.adk.__dict__.setdefault("chosen", {})
@@ -677,6 +773,7 @@ class DurableRunner:
                     invocation_id=run.invocation_id if resume else None,
                     new_message=new_message,
                     run_config=run_config,
+                    state_delta=drive.state_delta,
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:

@@ -44,7 +44,6 @@ import os
 import socket
 import uuid
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +58,6 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.run_context import RunStamp, driving
 from durable_adk.adk.runner import DurableRunner, cause_of
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.fence import RunFence, current_fence, using_fence
@@ -247,12 +245,6 @@ class _Live:
             self._scopes.close()
 
 
-@contextlib.contextmanager
-def _both(fence: RunFence, stamp: RunStamp) -> Iterator[None]:
-    with using_fence(fence), driving(stamp):
-        yield
-
-
 async def refresh_in_place(sessions: DurableSessionService, session: Any) -> None:
     """Makes ``session`` (the object ADK loaded) what the store now holds.
 
@@ -384,7 +376,8 @@ class DurableRunsPlugin(BasePlugin):
         ic.run_config = config
         fence, heartbeat = runner.keep_lease(run, task)
         scopes = contextlib.ExitStack()
-        scopes.enter_context(_both(fence, RunStamp(run.run_id, run.epoch, ic.invocation_id)))
+        fence.invocation_id = ic.invocation_id
+        scopes.enter_context(using_fence(fence))
         live = _Live(runner, run, fence, heartbeat, scopes)
         self._live[ic.invocation_id] = live
         invocation_id = ic.invocation_id
