@@ -471,6 +471,23 @@ class RunLedger:
     # Issue 14: what people do to runs. Each action writes its line in
     # ``operator_actions`` in the same unit of work as the change it makes.
 
+    async def _operator_action(
+        self, query: str, run_id: str, *, by: str, reason: str | None
+    ) -> ActionResult:
+        """Runs one recorded operator statement; reads the run back when it changed nothing.
+
+        Raises:
+            NotFound: No such run.
+        """
+        check_id("by", by)
+        row = await self.store.fetchrow(query, {"run_id": run_id, "actor": by, "reason": reason})
+        if row is not None and "run_id" in row:
+            return ActionResult(Run.from_row(row), changed=True)
+        run = await self.get(run_id)
+        if run is None:
+            raise errors.NotFound(f"no run {run_id!r}")
+        return ActionResult(run, changed=False)
+
     async def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> ActionResult:
         """Cancels a run; safe to call twice.
 
@@ -487,16 +504,7 @@ class RunLedger:
         Raises:
             NotFound: No such run.
         """
-        check_id("by", by)
-        row = await self.store.fetchrow(
-            "run_cancel", {"run_id": run_id, "actor": by, "reason": reason}
-        )
-        if row is not None and "run_id" in row:
-            return ActionResult(Run.from_row(row), changed=True)
-        run = await self.get(run_id)
-        if run is None:
-            raise errors.NotFound(f"no run {run_id!r}")
-        return ActionResult(run, changed=False)
+        return await self._operator_action("run_cancel", run_id, by=by, reason=reason)
 
     async def cancel_requested(self, lease: Lease) -> str | None:
         """Who asked the holder of ``lease`` to stop, or None (also when the lease was lost)."""
@@ -607,16 +615,7 @@ class RunLedger:
         Raises:
             NotFound: No such run.
         """
-        check_id("by", by)
-        row = await self.store.fetchrow(
-            "run_abandon", {"run_id": run_id, "actor": by, "reason": reason}
-        )
-        if row is not None and "run_id" in row:
-            return ActionResult(Run.from_row(row), changed=True)
-        run = await self.get(run_id)
-        if run is None:
-            raise errors.NotFound(f"no run {run_id!r}")
-        return ActionResult(run, changed=False)
+        return await self._operator_action("run_abandon", run_id, by=by, reason=reason)
 
     async def retry_recorded(
         self, run_id: str, *, by: str, reason: str | None = None
@@ -629,16 +628,7 @@ class RunLedger:
         Raises:
             NotFound: No such run.
         """
-        check_id("by", by)
-        row = await self.store.fetchrow(
-            "run_retry_recorded", {"run_id": run_id, "actor": by, "reason": reason}
-        )
-        if row is not None and "run_id" in row:
-            return ActionResult(Run.from_row(row), changed=True)
-        run = await self.get(run_id)
-        if run is None:
-            raise errors.NotFound(f"no run {run_id!r}")
-        return ActionResult(run, changed=False)
+        return await self._operator_action("run_retry_recorded", run_id, by=by, reason=reason)
 
     async def record_action(
         self,

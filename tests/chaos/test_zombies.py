@@ -16,6 +16,7 @@ also runs the soak's whole verdict (:func:`durable_adk.testing.chaos_check.judge
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -152,7 +153,9 @@ def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
     tmp_path: Path, mode: str, down: float
 ) -> None:
     if not TempPostgres.is_available():
-        pytest.skip("PostgreSQL binaries not found")  # conftest's rule: CI requires them
+        if os.environ.get("DURABLE_ADK_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required (DURABLE_ADK_REQUIRE_POSTGRES=1) but not installed")
+        pytest.skip("PostgreSQL binaries not found")
     markers = tmp_path / "markers"
     markers.mkdir()
     with TempPostgres() as pg, fake_services(tmp_path) as urls:
