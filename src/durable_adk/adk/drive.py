@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,14 +81,21 @@ class RetryPolicy:
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` (or an error behind it) is transient under this policy."""
-        seen: set[int] = set()
-        current: BaseException | None = exc
-        while current is not None and id(current) not in seen:
-            if isinstance(current, self.transient) or self.retryable(current):
-                return True
-            seen.add(id(current))
-            current = current.__cause__ or current.__context__
-        return False
+        return any(isinstance(e, self.transient) or self.retryable(e) for e in causes(exc))
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the errors behind it (cause, else context), each once.
+
+    ADK's node runner wraps agent errors, so what a drive meets is often a
+    wrapper around the error that decides what to do.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        yield current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
 
 
 LEASE_MARGIN_FRACTION = 1 / 6

@@ -77,7 +77,7 @@ from durable_adk.adk.artifact_service import DurableArtifactService
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
-from durable_adk.adk.drive import Drive, End, heartbeat, trust_from
+from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.marks import is_idempotent
@@ -178,14 +178,7 @@ def _unanswered(
 
 def cause_of(exc: BaseException, kind: type[E]) -> E | None:
     """The ``kind`` error behind ``exc``, if any (ADK's node runner wraps agent errors)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    return next((e for e in causes(exc) if isinstance(e, kind)), None)
 
 
 def journaled_tool_names(root: object) -> frozenset[str]:
