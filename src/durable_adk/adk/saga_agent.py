@@ -52,6 +52,7 @@ from pydantic import Field, model_validator
 from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk import agent_tree
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import as_async, attempt_in
 from durable_adk.fence import current_fence
@@ -172,11 +173,9 @@ def _fence_in(ctx: InvocationContext) -> Fence:
 
 
 def _effects(agent: BaseAgent) -> tuple[bool, bool]:
-    """(has a compensatable stage, has an uncompensatable stage) within ``agent``."""
-    if isinstance(agent, SagaStage):
-        return (not agent.uncompensatable, agent.uncompensatable)
-    found = [_effects(sub) for sub in agent.sub_agents]
-    return (any(c for c, _ in found), any(u for _, u in found))
+    """(has a compensatable stage, has an uncompensatable stage) within ``agent`` (the one walk)."""
+    stages = [f.item for f in agent_tree.agents(agent) if isinstance(f.item, SagaStage)]
+    return (any(not s.uncompensatable for s in stages), any(s.uncompensatable for s in stages))
 
 
 class SagaSequence(BaseAgent):
