@@ -77,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "DurableRunner": "durable_adk.adk.runner",
     "DurableSessionService": "durable_adk.adk.session_service",
     "journaled": "durable_adk.adk.tools",
+    "journaled_node": "durable_adk.adk.workflow_nodes",
     "idempotent": "durable_adk.adk.marks",
     "attempt_of": "durable_adk.adk.tools",
     "attempt_in": "durable_adk.adk.tools",
@@ -159,6 +160,7 @@ __all__ = [
     "handle_job_webhook",
     "idempotent",
     "journaled",
+    "journaled_node",
     "long_running_tool",
     "open_store",
     "reattach_open_calls",
@@ -208,6 +210,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from durable_adk.adk.service_uri import register as register_session_uris
     from durable_adk.adk.session_service import DurableSessionService
     from durable_adk.adk.tools import attempt_in, attempt_of, journaled
+    from durable_adk.adk.workflow_nodes import journaled_node
     from durable_adk.errors import (
         Conflict,
         DatabaseBusy,

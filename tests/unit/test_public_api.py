@@ -68,6 +68,7 @@ EXPECTED = [
     "handle_job_webhook",
     "idempotent",
     "journaled",
+    "journaled_node",
     "long_running_tool",
     "open_store",
     "reattach_open_calls",

@@ -11,8 +11,8 @@ The recovery sweeper asks `classify` about the invocation of each run it claims
 * Events with neither content nor ``error_code`` (checkpoint-only
   ``agent_state`` / ``end_of_agent`` events among them) are never the "last
   meaningful event"; only the end marker of the root or terminal agent counts.
-* Precedence: NOT_STARTED, TOOL_UNANSWERED, PAUSED, ACTUALLY_DONE, else
-  MODEL_INFLIGHT. An invocation with a call that is not long-running and has
+* Precedence: NOT_STARTED, TOOL_UNANSWERED, NODE_INFLIGHT, PAUSED,
+  ACTUALLY_DONE, else MODEL_INFLIGHT. An invocation with a call that is not long-running and has
   no function response is TOOL_UNANSWERED, never ACTUALLY_DONE or
   MODEL_INFLIGHT, whatever follows the call (an error event is not an answer).
 * ``is_final_response()`` is never a done test: it is true for sub-agents'
@@ -43,13 +43,27 @@ Decisions:
 * An abort seal (``error_code == "INVOCATION_ABORTED"``: a client cancelled)
   gives ACTUALLY_DONE: a re-drive would undo the cancellation.
 * An invocation whose events were all rewound away gives NOT_STARTED.
+
+Workflow roots (``nodes`` given): a Workflow records its nodes' statuses in
+checkpoint events (``actions.agent_state == {"nodes": {name: {"status": n}}}``,
+authored by the workflow, written when a node starts and when it ends,
+``workflow/_workflow.py`` ``_emit_node_checkpoint``). A node is *in flight*
+when the workflow's last checkpoint says RUNNING and no output event of that
+node (``node_info.path`` ending ``<workflow>@k/<node>@j``) follows it. An agent
+node in flight shows its own progress in events (its calls, its texts), so it
+is classified by them as before; a nested Workflow by its own checkpoints. Any
+other node in flight (a FunctionNode, a tool node, a custom node) did work that
+no event shows: NODE_INFLIGHT, whose ``unsafe_nodes`` are those not declared
+idempotent or journaled (the sweeper parks them; it re-drives the rest, and
+ADK re-runs the node).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from google.adk.events.event import Event
 
@@ -60,6 +74,8 @@ ABORT_ERROR_CODE = "INVOCATION_ABORTED"
 """The ``error_code`` of the events ADK writes to seal a cancelled invocation."""
 
 _CONFIRMATION = "adk_request_confirmation"
+_NODE_RUNNING = 2
+"""``NodeStatus.RUNNING.value`` as a checkpoint stores it (checked by verify_adk_facts.py)."""
 _LEGACY_INTERRUPTS = frozenset({"adk_request_input", "adk_request_credential"})
 
 
@@ -69,8 +85,22 @@ class OrphanClass(StrEnum):
     NOT_STARTED = "NOT_STARTED"
     MODEL_INFLIGHT = "MODEL_INFLIGHT"
     TOOL_UNANSWERED = "TOOL_UNANSWERED"
+    NODE_INFLIGHT = "NODE_INFLIGHT"
     PAUSED = "PAUSED"
     ACTUALLY_DONE = "ACTUALLY_DONE"
+
+
+class NodeKind(StrEnum):
+    """What recovery may do with a Workflow graph node that a crash left in flight."""
+
+    AGENT = "agent"
+    """An agent node: its calls and texts are events, classified as such."""
+    WORKFLOW = "workflow"
+    """A nested Workflow: classified by its own checkpoints."""
+    RERUNNABLE = "rerunnable"
+    """A node declared idempotent or journaled: ADK may run it again."""
+    OPAQUE = "opaque"
+    """Any other node (a FunctionNode, a tool node): it may have acted unseen."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,10 @@ class Classification:
         last_event_id: Id of the invocation's last live event (of any kind).
         abandoned_calls: Ids of the ``unanswered_calls`` whose author made a
             later model turn: a re-drive will not replay them.
+        inflight_nodes: ``workflow/node`` of each Workflow node in flight
+            that is neither an agent nor a workflow (NODE_INFLIGHT).
+        unsafe_nodes: Those of ``inflight_nodes`` not declared idempotent or
+            journaled: re-running them might repeat what they did.
     """
 
     cls: OrphanClass
@@ -96,6 +130,8 @@ class Classification:
     reason: str
     last_event_id: str | None
     abandoned_calls: tuple[str, ...] = ()
+    inflight_nodes: tuple[str, ...] = ()
+    unsafe_nodes: tuple[str, ...] = ()
 
 
 def live_events(events: Sequence[Event]) -> list[Event]:
@@ -216,6 +252,51 @@ def _open_calls(
     return unanswered, abandoned, pending
 
 
+def _node_of(path: str | None) -> tuple[str, str] | None:
+    """``(workflow, node)`` names of an event's ``node_info.path`` (``"flow@1/bill@1"``)."""
+    segments = [segment.split("@", 1)[0] for segment in (path or "").split("/") if segment]
+    return (segments[-2], segments[-1]) if len(segments) >= 2 else None
+
+
+def nodes_in_flight(
+    mine: Sequence[Event], nodes: Mapping[str, NodeKind]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The in-flight Workflow nodes that are neither agents nor workflows, and the unsafe ones.
+
+    Args:
+        mine: One invocation's live events, oldest first.
+        nodes: Each graph node's kind, keyed ``workflow/node``; a node missing
+            from it counts as OPAQUE.
+
+    Returns:
+        ``(in_flight, unsafe)``, each ``workflow/node`` names in checkpoint order.
+    """
+    latest: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for index, event in enumerate(mine):
+        state = event.actions.agent_state
+        if isinstance(state, Mapping) and isinstance(state.get("nodes"), Mapping):
+            latest[event.author] = (index, state["nodes"])
+    in_flight: list[str] = []
+    unsafe: list[str] = []
+    for workflow, (index, states) in latest.items():
+        for name, state in states.items():
+            if not (isinstance(state, Mapping) and state.get("status") == _NODE_RUNNING):
+                continue
+            key = f"{workflow}/{name}"
+            kind = nodes.get(key, NodeKind.OPAQUE)
+            if kind in (NodeKind.AGENT, NodeKind.WORKFLOW):
+                continue
+            if any(
+                e.output is not None and _node_of(e.node_info.path) == (workflow, name)
+                for e in mine[index + 1 :]
+            ):
+                continue  # it finished; only the checkpoint saying so was lost
+            in_flight.append(key)
+            if kind is not NodeKind.RERUNNABLE:
+                unsafe.append(key)
+    return tuple(in_flight), tuple(unsafe)
+
+
 def recover_invocation_id(
     events: Sequence[Event],
     *,
@@ -264,6 +345,7 @@ def classify(
     *,
     root_agent_name: str,
     terminal_agent_name: str | None = None,
+    nodes: Mapping[str, NodeKind] | None = None,
 ) -> Classification:
     """Classifies what the stored events say about one invocation.
 
@@ -286,6 +368,9 @@ def classify(
         invocation_id: The invocation to classify; ``None`` if unknown.
         root_agent_name: The name of the app's root agent.
         terminal_agent_name: The agent whose final text ends the invocation.
+        nodes: For a Workflow root, each graph node's kind keyed
+            ``workflow/node`` (:func:`durable_adk.adk.workflow_nodes.node_kinds`):
+            turns on NODE_INFLIGHT. None for other roots.
 
     Returns:
         The classification; the module docstring lists the rules.
@@ -318,6 +403,22 @@ def classify(
         return Classification(
             OrphanClass.TOOL_UNANSWERED, invocation_id, unanswered, pending, why, last_id, abandoned
         )
+    if nodes is not None:
+        in_flight, unsafe = nodes_in_flight(mine, nodes)
+        if in_flight:
+            why = f"node in flight: {', '.join(in_flight)}"
+            if unsafe:
+                why += f" ({', '.join(unsafe)} neither idempotent nor journaled)"
+            return Classification(
+                OrphanClass.NODE_INFLIGHT,
+                invocation_id,
+                (),
+                pending,
+                why,
+                last_id,
+                inflight_nodes=in_flight,
+                unsafe_nodes=unsafe,
+            )
     if pending:
         return verdict(OrphanClass.PAUSED, "long-running call awaits its answer", (), pending)
 

@@ -123,6 +123,7 @@ class Drive:
         self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
         self.run_config: Any = None  # the caller's RunConfig for this drive (None: the runner's)
         self.state_delta: dict[str, Any] | None = None  # applied with the message, as in ADK
+        self.answer_first: tuple[str, ...] = ()  # lost calls to answer before ADK re-enters
         self.ended = False  # the pump has handed over how the drive ended
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()

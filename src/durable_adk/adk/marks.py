@@ -1,6 +1,7 @@
 """Marks a tool carries itself: what recovery may do with its unanswered calls.
 
-``@idempotent`` on a tool's function (or on the tool) says "running this call
+``@idempotent`` on a tool's function (or on the tool, or on a Workflow
+node's function or the ``FunctionNode`` itself) says "running this call
 again after a crash is harmless" (a read, a lookup, an upsert keyed by the
 call's own arguments). The mark travels with the tool, so every worker that
 loads the app honours it: no per-worker list of names to keep in step.
@@ -28,7 +29,8 @@ def idempotent(tool: T) -> T:
         @idempotent
         def get_weather(city: str) -> dict: ...
     """
-    target: Any = getattr(tool, "func", tool)  # a FunctionTool marks its function
+    # A FunctionTool marks its function, and so does a Workflow FunctionNode.
+    target: Any = getattr(tool, "func", None) or getattr(tool, "_func", None) or tool
     try:
         setattr(target, IDEMPOTENT_MARK, True)
     except (AttributeError, TypeError):
@@ -42,4 +44,5 @@ def is_idempotent(tool: object) -> bool:
     return bool(
         getattr(tool, IDEMPOTENT_MARK, False)
         or getattr(getattr(tool, "func", None), IDEMPOTENT_MARK, False)
+        or getattr(getattr(tool, "_func", None), IDEMPOTENT_MARK, False)
     )

@@ -14,8 +14,15 @@ TOOL_UNANSWERED    re-drive when every unanswered tool is declared idempotent
 PAUSED             mark PAUSED: only the job resumer may answer the call; but a
                    run that carries that answer (a resume whose worker died
                    before ADK stored it) is re-driven with it
+NODE_INFLIGHT      (Workflow roots) re-drive when every node in flight is
+                   idempotent or journaled (ADK runs it again); otherwise
+                   park: "node in flight", with a dead letter
 ACTUALLY_DONE      mark DONE; never re-drive (that would ask the model again)
 =================  ==========================================================
+
+On a Workflow root, a TOOL_UNANSWERED re-drive first answers the dangling
+calls (``DurableRunner.drive(answer_first=...)``, under the run's fence):
+ADK itself would write the node's end marker over them and move on.
 
 A claim past ``max_attempts`` parks the run with a dead letter holding the
 request, the classification, the last events and the error. ``serve()`` runs a
@@ -67,7 +74,6 @@ from durable_adk import errors
 from durable_adk.adk.classify import (
     Classification,
     OrphanClass,
-    classify,
     recover_invocation_id,
     replay_blockers,
 )
@@ -275,7 +281,7 @@ class Sweeper:
             invocation_id = recover_invocation_id(
                 events, started_at=run.created_at, request_text=_request_text(run.request)
             )
-        found = classify(events, invocation_id, root_agent_name=self.runner.root_agent_name)
+        found = self.runner.classify(events, invocation_id)
         mine = [e for e in events if e.invocation_id == invocation_id][-LAST_EVENTS_KEPT:]
         if run.attempts > self.ledger.max_attempts:
             return await self._park(
@@ -293,6 +299,16 @@ class Sweeper:
             await self._finish(run, RunStatus.PAUSED, found)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
         hidden: frozenset[str] = frozenset()
+        answer_first: tuple[str, ...] = ()
+        if found.cls is OrphanClass.NODE_INFLIGHT and found.unsafe_nodes:
+            return await self._park(
+                run,
+                found,
+                mine,
+                f"node in flight: {', '.join(found.unsafe_nodes)} was running when its worker "
+                "died and may have acted; it is neither idempotent nor journaled, so it is not "
+                "run again (mark its function @idempotent, or make it a journaled_node)",
+            )
         if found.cls is OrphanClass.TOOL_UNANSWERED:
             names = dict(found.unanswered_calls)
             if found.abandoned_calls:
@@ -312,7 +328,12 @@ class Sweeper:
                     mine,
                     f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted",
                 )
-            hidden = replay_blockers(events, found)
+            if self.runner.is_workflow:
+                # ADK would write the node's end marker over the call (docs/adk-notes.md,
+                # section 6): the drive answers it first, then ADK continues the node.
+                answer_first = tuple(call_id for call_id, _ in found.unanswered_calls)
+            else:
+                hidden = replay_blockers(events, found)
         resume = found.cls is not OrphanClass.NOT_STARTED
         # This worker holds the run and has just read its session: ADK's read,
         # next, is served from that.
@@ -328,7 +349,12 @@ class Sweeper:
             self._replay.hidden[run.invocation_id or invocation_id or ""] = hidden
         try:
             driven = self.runner.drive(
-                run, message, resume=resume, classification=found.cls.value, outcome=ended
+                run,
+                message,
+                resume=resume,
+                classification=found.cls.value,
+                outcome=ended,
+                answer_first=answer_first,
             )
             async for _event in driven:
                 pass

@@ -74,7 +74,7 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk import agent_tree, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
-from durable_adk.adk.classify import OrphanClass, classify
+from durable_adk.adk.classify import Classification, OrphanClass, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
@@ -83,6 +83,12 @@ from durable_adk.adk.drive import model_error_is_retryable as model_error_is_ret
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
+from durable_adk.adk.workflow_nodes import (
+    NodeInFlight,
+    answer_lost_calls,
+    guard_function_nodes,
+    node_kinds,
+)
 from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
@@ -292,6 +298,9 @@ class DurableRunner:
             store, lease_seconds=lease, backoff_seconds=backoff, max_attempts=max_attempts
         )
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
+        self.node_kinds = node_kinds(app.root_agent)
+        if self.node_kinds is not None:
+            guard_function_nodes(app.root_agent)
         self.queue_poll = queue_poll
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
@@ -320,6 +329,17 @@ class DurableRunner:
     def app_name(self) -> str:
         """The ADK app's name."""
         return self.app.name
+
+    @property
+    def is_workflow(self) -> bool:
+        """Whether the app's root is a Workflow graph (its nodes' checkpoints are read)."""
+        return self.node_kinds is not None
+
+    def classify(self, events: list[Event], invocation_id: str | None) -> Classification:
+        """What the stored events say about an invocation of this app (node-aware for Workflows)."""
+        return classify(
+            events, invocation_id, root_agent_name=self.root_agent_name, nodes=self.node_kinds
+        )
 
     @property
     def detached_runs(self) -> list[str]:
@@ -581,6 +601,7 @@ class DurableRunner:
         outcome: list[RunStatus] | None = None,
         run_config: RunConfig | None = None,
         state_delta: dict[str, Any] | None = None,
+        answer_first: tuple[str, ...] = (),
     ) -> AsyncGenerator[Event, None]:
         """Drives a claimed run to its end under a renewed lease, in a ``durable_adk.run`` span.
 
@@ -608,6 +629,7 @@ class DurableRunner:
             ),
         )
         drive.run_config, drive.state_delta = run_config, state_delta
+        drive.answer_first = answer_first
         # Created here, in the caller's context: the run span is a child of the caller's.
         drive.task = asyncio.create_task(
             self._pump(
@@ -757,6 +779,8 @@ class DurableRunner:
         chosen = self.adk.__dict__.setdefault("chosen", {})
         chosen[(run.user_id, run.session_id)] = run.invocation_id
         try:
+            if drive.answer_first:
+                await self._answer_first(drive, run_config)
             if new_message is _ALREADY_ANSWERED:
                 events_of: Any = _no_events()  # another run answered every call: nothing to do
             else:
@@ -817,7 +841,7 @@ class DurableRunner:
                 cause=None,
             )
             events = session.events if session else seen
-        verdict = classify(events, run.invocation_id, root_agent_name=self.root_agent_name)
+        verdict = self.classify(events, run.invocation_id)
         if new_message is _ALREADY_ANSWERED or verdict.cls is OrphanClass.ACTUALLY_DONE:
             status = RunStatus.DONE
         elif verdict.cls is OrphanClass.PAUSED:
@@ -838,6 +862,35 @@ class DurableRunner:
         self.metrics.run_finished(status.value)
         if outcome is not None:
             outcome.append(status)
+
+    async def _answer_first(self, drive: Drive, run_config: RunConfig) -> None:
+        """Answers the lost calls of a Workflow node before ADK re-enters the node.
+
+        Under the drive's lease and fence, like the rest of the drive. ADK
+        re-reads the session afterwards (it is not trusted from the cache).
+        """
+        run = drive.run
+        session = await self.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        if session is None or run.invocation_id is None:
+            raise errors.InvalidArgument(f"run {run.run_id}: no session or invocation to answer")
+        stored = await answer_lost_calls(
+            self.adk,
+            self.sessions,
+            session,
+            invocation_id=run.invocation_id,
+            call_ids=drive.answer_first,
+            run_config=run_config,
+        )
+        # We hold the session's run and have just written to it: ADK's read, next, need not.
+        self.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
+        logger.info(
+            "run %s (epoch %d): answered %d lost call(s) before ADK re-enters the node",
+            run.run_id,
+            run.epoch,
+            len(stored),
+        )
 
     async def _ledger_write(
         self, run: Run, write: Awaitable[T], *, cause: BaseException | None
@@ -895,8 +948,9 @@ class DurableRunner:
             e for e in (session.events if session else []) if e.invocation_id == run.invocation_id
         ]
         last = [json.loads(e.model_dump_json(exclude_none=True)) for e in mine[-LAST_EVENTS_KEPT:]]
+        found = "NODE_INFLIGHT" if isinstance(unknown, NodeInFlight) else "TOOL_UNANSWERED"
         if not await self.ledger.park(
-            run.lease, error=str(unknown), classification="TOOL_UNANSWERED", last_events=last
+            run.lease, error=str(unknown), classification=found, last_events=last
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could be parked")
         self.metrics.run_parked()
