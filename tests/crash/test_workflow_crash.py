@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from examples.approvals.app import APP_NAME, USER_ID, make_runner
 
 from durable_adk.adk.classify import OrphanClass
 from durable_adk.adk.session_service import DurableSessionService
@@ -28,7 +29,6 @@ from durable_adk.store import open_store
 from durable_adk.testing import arm
 from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService
-from examples.approvals.app import APP_NAME, USER_ID, make_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION = "order-7"
