@@ -336,6 +336,93 @@ async def q6_workflow() -> None:
     )
 
 
+async def q11_workflow_nodes() -> None:
+    from google.adk.agents.context import Context
+    from google.adk.workflow import FunctionNode, Workflow
+    from google.adk.workflow._node_status import NodeStatus
+
+    from durable_adk.adk import classify, workflow_nodes
+
+    seen: dict[str, Any] = {}
+
+    def bill(ctx: Context) -> dict[str, bool]:
+        own = [
+            e.actions.agent_state["nodes"].get("bill", {}).get("status")
+            for e in ctx.session.events
+            if e.actions.agent_state and "nodes" in e.actions.agent_state
+        ]
+        seen["running_stored"] = NodeStatus.RUNNING.value in own
+        return {"billed": True}
+
+    node = FunctionNode(func=bill)
+    for private in ("_func", "_unwrapped_func", "_sig", "_context_param_name"):
+        assert hasattr(node, private), private
+    flow = Workflow(name="flow", edges=[("START", node)])
+    assert workflow_nodes.guard_function_nodes(flow) == ["flow/bill"]
+    ss = await fresh()
+    await drive(app(flow, True), ss, new_message=msg("go"))
+    evs = await events(ss)
+    assert NodeStatus.RUNNING.value == classify._NODE_RUNNING
+    states = [e.actions.agent_state["nodes"] for e in evs if e.actions.agent_state]
+    assert states[0] == {"bill": {"status": NodeStatus.RUNNING.value, "interrupts": []}}
+    assert states[-1]["bill"]["status"] == NodeStatus.COMPLETED.value
+    assert [e.output for e in evs if e.output is not None] == [{"billed": True}]
+    assert [e.node_info.path for e in evs if e.output is not None] == ["flow@1/bill@1"]
+    ok(
+        "Q11 a Workflow checkpoints its nodes as agent_state={'nodes': {name: {'status': n}}} "
+        "(RUNNING=2) by the workflow; a node's output event has path <workflow>@k/<node>@j; "
+        "FunctionNode keeps _func/_unwrapped_func/_sig/_context_param_name, and a guarded "
+        "node runs outside a durable run as before"
+    )
+    assert seen["running_stored"] is False
+    ok("Q11 a FunctionNode runs before the workflow's RUNNING checkpoint of it is stored")
+
+
+async def q11_lost_call_answered_first(include_contents: str) -> list[str]:
+    """Crash a Workflow agent node mid-call, answer the call first, re-drive; the tool runs."""
+    from google.adk.workflow import Workflow
+
+    from durable_adk.adk.workflow_nodes import answer_lost_calls
+
+    m = ScriptedModel({"b": [Call("charge", {"amount": 1}, id="c1"), Say("B")]})
+    b = LlmAgent(name="b", model=m, tools=[charge], include_contents=include_contents)  # type: ignore[arg-type]
+    flow = Workflow(name="pipe", edges=[("START", b)])
+    ss = await fresh()
+    CRASH["on"], TOOL_CALL_IDS[:] = True, []
+    with contextlib.suppress(Crash):
+        await drive(app(flow, True), ss, invocation_id="inv-1", new_message=msg("go"))
+    CRASH["on"] = False
+    session = await ss.get_session(app_name="app", user_id="u", session_id="s")
+    assert session is not None
+    runner = Runner(app=app(flow, True), session_service=ss)  # _new_invocation_context
+    stored = await answer_lost_calls(
+        runner, ss, session, invocation_id="inv-1", call_ids=["c1"], run_config=RunConfig()
+    )
+    assert [r.id for e in stored for r in e.get_function_responses()] == ["c1"]
+    assert stored[0].author == "b" and stored[0].node_info.path == "pipe@1/b@1"
+    await drive(app(flow, True), ss, invocation_id="inv-1")
+    evs = await events(ss)
+    texts = [p.text for e in evs if e.author == "b" and e.content for p in e.content.parts or ()]
+    assert [t for t in texts if t] == ["B"] and evs[-1].actions.end_of_agent
+    return list(TOOL_CALL_IDS)
+
+
+async def q11_lost_calls() -> None:
+    # The crashed run's call, then the answer made first; the node goes on from it.
+    assert await q11_lost_call_answered_first("default") == ["c1", "c1"]
+    ok(
+        "Q11 Runner._new_invocation_context + flows.llm_flows.functions."
+        "handle_function_call_list_async answer a Workflow node's lost call; the re-driven "
+        "node (include_contents='default') continues from that answer and the workflow finishes"
+    )
+    # ADK's default for a workflow node: the node is asked again from its input and calls again.
+    assert await q11_lost_call_answered_first("none") == ["c1", "c1", "c1"]
+    ok(
+        "Q11 a single-turn node (include_contents='none') re-driven after its call was "
+        "answered asks its model again from its input and calls the tool again"
+    )
+
+
 def q9_static_children() -> None:
     from google.adk.tools.agent_tool import AgentTool
     from google.adk.workflow import Workflow
@@ -421,6 +508,8 @@ async def main() -> None:
     await q6()
     await q6_error_event()
     await q6_workflow()
+    await q11_workflow_nodes()
+    await q11_lost_calls()
 
 
 if __name__ == "__main__":
