@@ -146,6 +146,7 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
     )
     _recovery_demo(db)
     _invoicing_demo(db)
+    _approvals_demo()
     run_saga_demo(console)
 
 
@@ -237,6 +238,55 @@ def _invoicing_demo(db: str) -> None:
                     found["status"],
                 )
     console.print(table)
+
+
+APPROVAL_STEPS = [
+    ("run", "journal.after_act", "the clerk's reservation went out, its answer was not stored"),
+    ("recover", None, "a fresh worker answers the lost call first, then pauses on the approval"),
+    ("approve", "journal.after_act", "approved; the charge went out, the node's output was lost"),
+    ("recover", None, "a fresh worker re-runs the journaled node: it finds the charge"),
+]
+
+
+def _approvals_demo() -> None:
+    console.rule("[bold]durable-adk demo: a Workflow with a human approval, killed twice")
+    if not Path("examples/approvals/app.py").exists():
+        console.print("examples/approvals is not here: run `make demo` from a checkout to see it")
+        return
+    table = Table(title="intake -> clerk (journaled tool) -> approved charge (journaled node)")
+    for column in ("step", "crash point", "what happened", "result", "reservations", "charges"):
+        table.add_column(column)
+    with tempfile.TemporaryDirectory(prefix="durable-adk-demo-") as scratch:
+        where = Path(scratch)
+        url = f"sqlite:///{where / 'durable_adk.db'}"
+        with (
+            FakeService("inventory", where / "inventory.db") as inventory,
+            FakeService("payments", where / "payments.db") as payments,
+        ):
+            common = ["--db", url, "--inventory", inventory.url, "--payments", payments.url]
+            for step, point, what in APPROVAL_STEPS:
+                session = [] if step == "recover" else ["--session", "order-7"]
+                env = arm(dict(os.environ), point) if point else dict(os.environ)
+                done = _child(["examples.approvals.app", step, *common, *session], env)
+                if done.returncode != (EXIT_CODE if point else 0):
+                    _fail(f"approvals {step}: exit {done.returncode}:\n{done.stderr}")
+                result = f"killed (exit {EXIT_CODE})"
+                if not point:
+                    rows = json.loads(done.stdout.strip().splitlines()[-1])
+                    result = ", ".join(f"{r['found']} -> {r['status']}" for r in rows) or "-"
+                table.add_row(
+                    step,
+                    point or "-",
+                    what,
+                    result,
+                    str(inventory.acts("reservations", "create")),
+                    str(payments.acts("charges", "create")),
+                )
+    console.print(table)
+    console.print(
+        "Each outside effect happened once (the columns count create requests). A plain "
+        "FunctionNode killed after its effect is parked instead: examples/approvals --plain-charge."
+    )
 
 
 register_service_commands(app)
