@@ -13,7 +13,7 @@ from typing import Any
 from google.adk.agents.context import Context
 from google.adk.workflow import Workflow
 
-from durable_adk import errors, journaled_node
+from durable_adk import errors, journaled, journaled_node
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.ledger import RunStatus
@@ -48,6 +48,22 @@ async def test_a_journaled_node_acts_once_per_business_key(store: Store) -> None
     second = await drive(runner, "s2")
     assert acts == ["charge:O1"]  # the second session's node got the stored result
     assert first[-1] == second[-1] == {"charged": "O1", "n": 1}
+    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE] * 2
+
+
+async def test_a_journaled_tool_used_as_a_graph_node_keeps_its_journal(store: Store) -> None:
+    acts: list[str] = []
+
+    @journaled(key="ship:{order_id}")
+    def ship(order_id: str, idempotency_key: str) -> dict[str, str]:
+        acts.append(idempotency_key)
+        return {"shipped": order_id}
+
+    flow = Workflow(name="flow", edges=[("START", intake, ship)])
+    runner = DurableRunner(app=flow, app_name="shop", store=store)
+    await drive(runner, "s1")
+    await drive(runner, "s2")
+    assert acts == ["ship:O1"]
     assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE] * 2
 
 
