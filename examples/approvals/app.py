@@ -21,12 +21,11 @@ Command line (each action in its own process)::
     python -m examples.approvals.app approve --db URL --session S --inventory URL --payments URL
     python -m examples.approvals.app recover --db URL --inventory URL --payments URL
 
-Crash points (``DURABLE_ADK_CRASH_AT``): ``journal.before_intent``,
-``journal.after_act`` (first pass: the reservation; with
-``DURABLE_ADK_CRASH_AFTER=1`` on ``approve``... see the tests),
-``approvals.clerk_answer`` (the tool's answer is stored, the model not yet
-asked), ``approvals.charge_after_act`` (the plain charge went out),
-``runner.before_finish``.
+Crash points (``DURABLE_ADK_CRASH_AT``): ``journal.before_intent`` and
+``journal.after_act`` (in ``run``: around the reservation; in ``approve``:
+around the charge), ``approvals.clerk_answer`` (the tool's answer is stored,
+the model not yet asked), ``approvals.charge_after_act`` (the charge went out,
+the node has not returned), ``runner.before_finish``.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from google.adk.agents import LlmAgent
@@ -44,7 +44,6 @@ from google.genai import types
 
 from durable_adk import (
     DurableRunner,
-    RunStatus,
     Store,
     errors,
     idempotent,
@@ -64,12 +63,12 @@ REQUEST = "Fulfil order ORD-7: two lamps for ACME, 80.00 EUR."
 CONFIRMATION_CALL = "adk_request_input"
 
 
-def _found(find: Any) -> Any:
+def _found(find: Callable[[str], dict[str, Any] | None]) -> Callable[[str], Any]:
     """A lookup that says "cannot tell" (LookupUnavailable) the journal's way."""
 
     def lookup(idempotency_key: str) -> dict[str, Any] | None:
         try:
-            return find(idempotency_key)  # type: ignore[no-any-return]
+            return find(idempotency_key)
         except LookupUnavailable as exc:
             raise errors.LookupUnavailable(str(exc)) from exc
 
@@ -221,13 +220,6 @@ async def recover(urls: tuple[str, str], db: str, plain: bool) -> list[dict[str,
         )
 
 
-async def statuses(db: str) -> list[str]:
-    async with open_store(db) as store:
-        from durable_adk import RunLedger
-
-        return [r.status.value for r in await RunLedger(store).list_runs()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["run", "approve", "recover"])
@@ -248,5 +240,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-__all__ = ["RunStatus", "build_workflow", "make_runner", "pending_approval", "statuses"]

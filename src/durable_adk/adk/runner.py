@@ -69,6 +69,7 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.session import Session
+from google.adk.workflow import BaseNode
 from google.genai import types
 
 from durable_adk import errors
@@ -217,7 +218,7 @@ class DurableRunner:
     def __init__(
         self,
         *,
-        app: App | BaseAgent,
+        app: App | BaseAgent | BaseNode,
         store: Any,
         worker_id: str | None = None,
         lease: float = 30.0,
@@ -238,8 +239,8 @@ class DurableRunner:
         """Creates the runner.
 
         Args:
-            app: An ADK App with resumability on, or a bare root agent (an App
-                with resumability is made for it).
+            app: An ADK App with resumability on, or a bare root agent or
+                Workflow (an App with resumability is made for it).
             store: The open durable store.
             worker_id: This worker's name on the ledger (default: host:pid:random).
             lease: Lease length in seconds; renewed every third of it. A drive
