@@ -1,23 +1,30 @@
-"""DurableRunner on Workflow roots, both backends: journaled nodes and guarded plain nodes.
+"""DurableRunner on Workflow roots, both backends: nodes and agent nodes' lost calls.
 
 Real ADK runs (google-adk 2.13): a journaled FunctionNode acts once for one
 business key across two sessions; a plain FunctionNode that failed after
 acting (a transient fault, so the run is handed back for recovery) is never
-run again: recovery parks the run with a "node in flight" dead letter.
+run again: recovery parks the run with a "node in flight" dead letter. An
+agent node whose tool failed after acting (ADK stores an error event after the
+call and would, re-driven, end the node with the call unanswered) is answered
+first by the recovery: from the journal's lookup (one act), by running an
+idempotent tool again, or not at all for an unsafe tool (parked).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from google.adk.agents import LlmAgent
 from google.adk.agents.context import Context
 from google.adk.workflow import Workflow
 
-from durable_adk import errors, journaled, journaled_node
+from durable_adk import errors, idempotent, journaled, journaled_node
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.ledger import RunStatus
 from durable_adk.store import Store
+from durable_adk.testing import Call, Say, ScriptedModel
 
 
 def intake(ctx: Context) -> dict[str, str]:
@@ -94,3 +101,102 @@ async def test_a_plain_node_that_failed_after_acting_is_parked_not_run_again(sto
     (letter,) = await runner.ledger.dead_letters()
     assert "node in flight: flow/charge" in letter.error
     assert letter.classification == "NODE_INFLIGHT"
+
+
+class Billing:
+    """The outside world: charges by key; the first act fails after charging (a restart)."""
+
+    def __init__(self) -> None:
+        self.acts: list[str] = []
+        self.charges: dict[str, dict[str, str]] = {}
+
+    def charge(self, order: str, key: str) -> dict[str, str]:
+        self.acts.append(key)
+        self.charges.setdefault(key, {"order": order})
+        if len(self.acts) == 1:
+            raise errors.StoreUnavailable("injected: the database restarted after the charge")
+        return self.charges[key]
+
+    def find(self, key: str) -> dict[str, str] | None:
+        return self.charges.get(key)
+
+
+def clerk_flow(tool: Any) -> Workflow:
+    script = [Call("charge", {"order": "o-1"}), Say("Charged o-1.")]
+    clerk = LlmAgent(name="clerk", model=ScriptedModel({"clerk": script}), tools=[tool])
+    return Workflow(name="flow", edges=[("START", clerk)])
+
+
+async def fail_then_recover(store: Store, flow: Workflow) -> tuple[DurableRunner, Any]:
+    runner = DurableRunner(app=flow, app_name="shop", store=store, backoff=0.01)
+    with pytest.raises(errors.RunInterrupted):
+        await drive(runner, "s1")
+    (run,) = await runner.ledger.list_runs()
+    await runner.ledger.backdate(run.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    return runner, recovery
+
+
+async def answers(runner: DurableRunner) -> tuple[list[str], set[str], set[str]]:
+    session = await runner.sessions.get_session(app_name="shop", user_id="u", session_id="s1")
+    assert session is not None
+    texts = [
+        p.text
+        for e in session.events
+        if e.author == "clerk" and e.content
+        for p in e.content.parts or ()
+        if p.text
+    ]
+    calls = {c.id or "" for e in session.events for c in e.get_function_calls()}
+    answered = {r.id or "" for e in session.events for r in e.get_function_responses()}
+    return texts, calls, answered
+
+
+async def test_an_agent_nodes_lost_journaled_call_is_answered_first_and_acts_once(
+    store: Store,
+) -> None:
+    billing = Billing()
+
+    @journaled(key="charge:{order}", lookup=billing.find)
+    def charge(order: str, idempotency_key: str) -> dict[str, str]:
+        """Charges an order."""
+        return billing.charge(order, idempotency_key)
+
+    runner, recovery = await fail_then_recover(store, clerk_flow(charge))
+    assert (recovery.found.value, recovery.action, recovery.status) == (
+        "TOOL_UNANSWERED",
+        "redrive",
+        RunStatus.DONE,
+    )
+    assert billing.acts == ["charge:o-1"]  # the answer came from the lookup
+    texts, calls, answered = await answers(runner)
+    assert texts == ["Charged o-1."] and calls == answered  # every call answered, one answer
+
+
+async def test_an_agent_nodes_lost_idempotent_call_runs_again(store: Store) -> None:
+    billing = Billing()
+
+    @idempotent
+    def charge(order: str) -> dict[str, str]:
+        """Charges an order (declared safe to repeat: the service dedupes by key)."""
+        return billing.charge(order, f"charge:{order}")
+
+    runner, recovery = await fail_then_recover(store, clerk_flow(charge))
+    assert (recovery.found.value, recovery.status) == ("TOOL_UNANSWERED", RunStatus.DONE)
+    assert len(billing.acts) >= 2  # run again, as declared harmless
+    texts, calls, answered = await answers(runner)
+    assert texts == ["Charged o-1."] and calls == answered
+
+
+async def test_an_agent_nodes_lost_unsafe_call_is_parked_not_run_again(store: Store) -> None:
+    billing = Billing()
+
+    def charge(order: str) -> dict[str, str]:
+        """Charges an order (no journal, not idempotent)."""
+        return billing.charge(order, f"charge:{order}")
+
+    runner, recovery = await fail_then_recover(store, clerk_flow(charge))
+    assert recovery.status is RunStatus.PARKED and "outcome unknown" in recovery.reason
+    assert billing.acts == ["charge:o-1"]
+    texts, _, answered = await answers(runner)
+    assert texts == [] and answered == set()
