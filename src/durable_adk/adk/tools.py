@@ -69,6 +69,72 @@ def template_fields(template: str, *, what: str = "key template") -> set[str]:
     return fields
 
 
+def effect_parameters(fn: Callable[..., Any], fields: set[str]) -> dict[str, inspect.Parameter]:
+    """The parameters of a journaled function, checked against its key template's ``fields``.
+
+    Raises:
+        durable_adk.errors.InvalidArgument: No ``idempotency_key`` parameter, or
+            the template names a parameter the function does not have.
+    """
+    params = dict(inspect.signature(fn).parameters)
+    if KEY_PARAM not in params:
+        raise errors.InvalidArgument(f"{fn.__name__} must take an {KEY_PARAM!r} parameter")
+    unknown = fields - set(params) - {KEY_PARAM}
+    if unknown:
+        raise errors.InvalidArgument(f"key template names unknown parameters {sorted(unknown)}")
+    return params
+
+
+def format_key(key: str, arguments: dict[str, Any], owner: str) -> str:
+    """The effect's key: ``key`` formatted from a call's arguments.
+
+    Raises:
+        durable_adk.errors.InvalidArgument: An argument the template names is missing.
+    """
+    try:
+        return key.format(**arguments)
+    except (KeyError, IndexError) as exc:
+        raise errors.InvalidArgument(f"{owner}: missing argument {exc} for its key") from exc
+
+
+def present_as(
+    wrapper: Callable[..., Any],
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    key: str,
+    context: tuple[str, type],
+) -> None:
+    """Gives ``wrapper`` the face ADK reads of ``fn``: its keyword parameters without
+    ``idempotency_key``, plus the ADK context parameter; its name, doc and module; the mark.
+
+    ADK binds a tool's or node's arguments from this signature and its annotations
+    (which are resolved in ``fn``'s own module, where its names live).
+    """
+    context_name, context_type = context
+    signature = inspect.signature(fn)
+    hidden = (KEY_PARAM, context_name)
+    visible = [p for n, p in signature.parameters.items() if n not in hidden]
+    parameter = inspect.Parameter(
+        context_name, inspect.Parameter.KEYWORD_ONLY, annotation=context_type
+    )
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in visible] + [parameter]
+    )
+    try:
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError):
+        hints = dict(getattr(fn, "__annotations__", {}))
+    annotations = {n: a for n, a in hints.items() if n not in hidden}
+    annotations[context_name] = context_type
+    wrapper.__annotations__ = annotations
+    wrapper.__name__ = name
+    wrapper.__qualname__ = name
+    wrapper.__doc__ = fn.__doc__
+    wrapper.__module__ = fn.__module__
+    setattr(wrapper, JOURNALED_MARK, key)
+
+
 def attempt_of(tool_context: ToolContext, tool_name: str) -> tuple[Journal | None, Attempt]:
     """The journal of the durable run this call belongs to (None outside one) and the attempt."""
     return attempt_in(
@@ -119,13 +185,7 @@ def journaled(
     fields = template_fields(key)
 
     def decorate(fn: Callable[..., Any]) -> FunctionTool:
-        signature = inspect.signature(fn)
-        params = dict(signature.parameters)
-        if KEY_PARAM not in params:
-            raise errors.InvalidArgument(f"{fn.__name__} must take an {KEY_PARAM!r} parameter")
-        unknown = fields - set(params) - {KEY_PARAM}
-        if unknown:
-            raise errors.InvalidArgument(f"key template names unknown parameters {sorted(unknown)}")
+        params = effect_parameters(fn, fields)
         tool_name = name or fn.__name__
         act_fn = as_async(fn)
         find = as_async(lookup) if lookup is not None else None
@@ -147,12 +207,7 @@ def journaled(
                     del in_flight[effect_key]
 
         async def tool(tool_context: ToolContext, **kwargs: Any) -> Any:
-            try:
-                effect_key = key.format(**kwargs)
-            except (KeyError, IndexError) as exc:
-                raise errors.InvalidArgument(
-                    f"{tool_name}: missing argument {exc} for its key"
-                ) from exc
+            effect_key = format_key(key, kwargs, tool_name)
             extra = {"tool_context": tool_context} if passes_context else {}
 
             async def act(idempotency_key: str) -> Any:
@@ -163,25 +218,7 @@ def journaled(
                 return await once(effect_key, act)
             return await journal.execute(effect_key, attempt, act, find, fence=current_fence())
 
-        visible = [p for n, p in params.items() if n not in (KEY_PARAM, "tool_context")]
-        context = inspect.Parameter(
-            "tool_context", inspect.Parameter.KEYWORD_ONLY, annotation=ToolContext
-        )
-        tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in visible] + [context]
-        )
-        try:  # resolved in the function's own module, where its names live
-            hints = typing.get_type_hints(fn)
-        except (NameError, TypeError):
-            hints = dict(getattr(fn, "__annotations__", {}))
-        annotations = {n: a for n, a in hints.items() if n not in (KEY_PARAM, "tool_context")}
-        annotations["tool_context"] = ToolContext
-        tool.__annotations__ = annotations
-        tool.__name__ = tool_name
-        tool.__qualname__ = tool_name
-        tool.__doc__ = fn.__doc__
-        tool.__module__ = fn.__module__
-        setattr(tool, JOURNALED_MARK, key)
+        present_as(tool, fn, name=tool_name, key=key, context=("tool_context", ToolContext))
         return FunctionTool(func=tool)
 
     return decorate

@@ -30,7 +30,6 @@ depends on its kind (docs/adk-notes.md, section 11):
 from __future__ import annotations
 
 import inspect
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -50,11 +49,13 @@ from durable_adk.adk import agent_tree
 from durable_adk.adk.classify import NodeKind, live_events
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.tools import (
-    JOURNALED_MARK,
     KEY_PARAM,
     as_async,
     attempt_in,
+    effect_parameters,
+    format_key,
     is_journaled,
+    present_as,
     template_fields,
 )
 from durable_adk.fence import current_fence
@@ -143,25 +144,14 @@ def journaled_node(
     fields = template_fields(key)
 
     def decorate(fn: Callable[..., Any]) -> FunctionNode:
-        signature = inspect.signature(fn)
-        params = dict(signature.parameters)
-        if KEY_PARAM not in params:
-            raise errors.InvalidArgument(f"{fn.__name__} must take an {KEY_PARAM!r} parameter")
-        unknown = fields - set(params) - {KEY_PARAM}
-        if unknown:
-            raise errors.InvalidArgument(f"key template names unknown parameters {sorted(unknown)}")
+        params = effect_parameters(fn, fields)
         node_name = name or fn.__name__
         act_fn = as_async(fn)
         find = as_async(lookup) if lookup is not None else None
         passes_context = CTX_PARAM in params
 
         async def run(ctx: Context, **kwargs: Any) -> Any:
-            try:
-                effect_key = key.format(**kwargs)
-            except (KeyError, IndexError) as exc:
-                raise errors.InvalidArgument(
-                    f"{node_name}: missing argument {exc} for its key"
-                ) from exc
+            effect_key = format_key(key, kwargs, node_name)
             extra = {CTX_PARAM: ctx} if passes_context else {}
 
             async def act(idempotency_key: str) -> Any:
@@ -172,25 +162,7 @@ def journaled_node(
                 return await act(effect_key)
             return await journal.execute(effect_key, attempt, act, find, fence=current_fence())
 
-        visible = [p for n, p in params.items() if n not in (KEY_PARAM, CTX_PARAM)]
-        context = inspect.Parameter(CTX_PARAM, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
-        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in visible]
-            + [context],
-            return_annotation=inspect.Signature.empty,
-        )
-        try:  # resolved in the function's own module, where its names live
-            hints = typing.get_type_hints(fn)
-        except (NameError, TypeError):
-            hints = dict(getattr(fn, "__annotations__", {}))
-        annotations = {n: a for n, a in hints.items() if n not in (KEY_PARAM, CTX_PARAM, "return")}
-        annotations[CTX_PARAM] = Context
-        run.__annotations__ = annotations
-        run.__name__ = node_name
-        run.__qualname__ = node_name
-        run.__doc__ = fn.__doc__
-        run.__module__ = fn.__module__
-        setattr(run, JOURNALED_MARK, key)
+        present_as(run, fn, name=node_name, key=key, context=(CTX_PARAM, Context))
         return FunctionNode(
             func=run,
             name=node_name,
