@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from google.adk.agents import LlmAgent
 from google.adk.agents.context import Context
+from google.adk.tools.function_tool import FunctionTool
 from google.adk.workflow import Workflow
+from google.genai import types
 
 from durable_adk import errors, idempotent, journaled, journaled_node
 from durable_adk.adk.recovery import Sweeper
@@ -200,3 +202,39 @@ async def test_an_agent_nodes_lost_unsafe_call_is_parked_not_run_again(store: St
     assert billing.acts == ["charge:o-1"]
     texts, _, answered = await answers(runner)
     assert texts == [] and answered == set()
+
+
+async def test_a_lost_call_reopened_by_its_approval_is_answered_with_that_approval(
+    store: Store,
+) -> None:
+    billing = Billing()
+
+    @idempotent
+    def charge(order: str) -> dict[str, str]:
+        """Charges an order, once a person approved it."""
+        return billing.charge(order, f"charge:{order}")
+
+    flow = clerk_flow(FunctionTool(charge, require_confirmation=True))
+    runner = DurableRunner(app=flow, app_name="shop", store=store, backoff=0.01)
+    await drive(runner, "s1")
+    session = await runner.sessions.get_session(app_name="shop", user_id="u", session_id="s1")
+    assert session is not None
+    request = next(e for e in session.events if e.long_running_tool_ids)
+    approval = types.FunctionResponse(
+        id=next(iter(request.long_running_tool_ids or ())),
+        name="adk_request_confirmation",
+        response={"confirmed": True},
+    )
+    message = types.Content(role="user", parts=[types.Part(function_response=approval)])
+    with pytest.raises(errors.RunInterrupted):  # the approved charge acted, then failed
+        async for _ in runner.run(
+            user_id="u", session_id="s1", message=message, invocation_id=request.invocation_id
+        ):
+            pass
+    (handed_back,) = [r for r in await runner.ledger.list_runs() if r.status is RunStatus.RUNNING]
+    await runner.ledger.backdate(handed_back.run_id, 3600)
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert (recovery.found.value, recovery.status) == ("TOOL_UNANSWERED", RunStatus.DONE)
+    assert billing.acts == ["charge:o-1", "charge:o-1"]  # approved: run again, not asked again
+    texts, _, _ = await answers(runner)
+    assert texts == ["Charged o-1."]

@@ -42,6 +42,7 @@ from google.adk.flows.llm_flows import functions as adk_functions
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.session import Session
+from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.adk.workflow import FunctionNode, JoinNode, Workflow
 
 from durable_adk import errors
@@ -247,6 +248,33 @@ def guard_function_nodes(root: object) -> list[str]:
     return guarded
 
 
+_CONFIRMATION = "adk_request_confirmation"
+
+
+def _confirmations(mine: Sequence[Event]) -> dict[str, ToolConfirmation]:
+    """The user's decisions on confirmation requests, keyed by the call each one guards.
+
+    A call reopened by its confirmation (the tool asked, the user answered) is run
+    with that decision, as ADK runs it, rather than asking again.
+    """
+    guarded: dict[str, str] = {}
+    for event in mine:
+        for call in event.get_function_calls():
+            original = (call.args or {}).get("originalFunctionCall")
+            if call.name == _CONFIRMATION and call.id and isinstance(original, dict):
+                guarded[call.id] = str(original.get("id"))
+    decisions: dict[str, ToolConfirmation] = {}
+    for event in mine:
+        if event.author != "user":
+            continue
+        for response in event.get_function_responses():
+            if response.id in guarded:
+                decisions[guarded[response.id]] = ToolConfirmation.from_response_dict(
+                    response.response or {}
+                )
+    return decisions
+
+
 def _agent_named(root: object, name: str) -> LlmAgent | None:
     for found in agent_tree.agents(root):
         if isinstance(found.item, LlmAgent) and found.item.name == name:
@@ -267,7 +295,8 @@ async def answer_lost_calls(
 
     Each call is run by ADK's own function-call code in a context of the
     agent that made it (its tools, its callbacks, the app's plugins), on the
-    call's branch, and the response event is appended with the call's node
+    call's branch (with the user's decision when the call was reopened by its
+    confirmation), and the response event is appended with the call's node
     path and the run's metadata, as ADK would have stored it. A journaled tool
     answers from its journal (or looks its effect up); an idempotent one runs
     again. Errors propagate: :class:`~durable_adk.journal.OutcomeUnknown`
@@ -311,7 +340,9 @@ async def answer_lost_calls(
         ).model_copy(update={"agent": agent, "branch": event.branch})
         tools = {tool.name: tool for tool in await agent.canonical_tools(ReadonlyContext(context))}
         calls = [c for c in event.get_function_calls() if c.id in wanted]
-        response = await adk_functions.handle_function_call_list_async(context, calls, tools)
+        response = await adk_functions.handle_function_call_list_async(
+            context, calls, tools, tool_confirmation_dict=_confirmations(mine) or None
+        )
         if response is None:
             continue  # long-running calls only: nothing to store (the classifier never asks)
         response.invocation_id = invocation_id
