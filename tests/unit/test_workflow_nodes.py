@@ -222,6 +222,14 @@ def test_node_kinds_name_each_graph_node_by_workflow() -> None:
     assert node_kinds(clerk) is None  # not a Workflow root: no checkpoints to read
 
 
+def test_a_node_with_adks_retry_config_counts_as_rerunnable_and_is_not_guarded() -> None:
+    from google.adk.workflow import RetryConfig
+
+    node = FunctionNode(func=bill, name="retried", retry_config=RetryConfig(max_attempts=3))
+    assert kind_of(node) is NodeKind.RERUNNABLE
+    assert guard_function_nodes(Workflow(name="flow", edges=[("START", node)])) == []
+
+
 def test_idempotent_marks_a_function_node_itself() -> None:
     node = FunctionNode(func=lambda node_input: node_input, name="echo")
     assert kind_of(node) is NodeKind.OPAQUE

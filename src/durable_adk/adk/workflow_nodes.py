@@ -7,8 +7,9 @@ depends on its kind (docs/adk-notes.md, section 11):
 * :func:`node_kinds` names the kind of every graph node of an app, keyed
   ``workflow/node``, for the classifier (:class:`~durable_adk.adk.classify.NodeKind`):
   a FunctionNode or tool node is RERUNNABLE when its function or tool is
-  journaled or marked :func:`~durable_adk.adk.marks.idempotent`, else OPAQUE
-  (parked when in flight: it may have acted and no event says so).
+  journaled or marked :func:`~durable_adk.adk.marks.idempotent`, or when it
+  has ADK's ``retry_config`` (ADK itself runs it again after a failure part-way),
+  else OPAQUE (parked when in flight: it may have acted and no event says so).
 * :func:`journaled_node` makes a function a FunctionNode whose effect goes
   through the journal, with the key rules of :func:`~durable_adk.adk.tools.journaled`
   tools: the effect happens once across crashes, under the run's fence.
@@ -86,6 +87,9 @@ def kind_of(node: object) -> NodeKind:
     if isinstance(node, JoinNode):
         return NodeKind.RERUNNABLE  # merges its predecessors' outputs, acts on nothing
     if _is_safe(node) or _is_safe(_function_of(node)) or _is_safe(getattr(node, "tool", None)):
+        return NodeKind.RERUNNABLE
+    if getattr(node, "retry_config", None) is not None:
+        # ADK runs such a node again after it failed part-way: its author declared that safe.
         return NodeKind.RERUNNABLE
     return NodeKind.OPAQUE
 
