@@ -16,7 +16,7 @@ import contextvars
 import logging
 import warnings
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Literal
 
 from google.adk.agents import BaseAgent, LlmAgent, SequentialAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -378,14 +378,14 @@ async def q11_workflow_nodes() -> None:
     ok("Q11 a FunctionNode runs before the workflow's RUNNING checkpoint of it is stored")
 
 
-async def q11_lost_call_answered_first(include_contents: str) -> list[str]:
+async def q11_lost_call_answered_first(include_contents: Literal["default", "none"]) -> list[str]:
     """Crash a Workflow agent node mid-call, answer the call first, re-drive; the tool runs."""
     from google.adk.workflow import Workflow
 
     from durable_adk.adk.workflow_nodes import answer_lost_calls
 
     m = ScriptedModel({"b": [Call("charge", {"amount": 1}, id="c1"), Say("B")]})
-    b = LlmAgent(name="b", model=m, tools=[charge], include_contents=include_contents)  # type: ignore[arg-type]
+    b = LlmAgent(name="b", model=m, tools=[charge], include_contents=include_contents)
     flow = Workflow(name="pipe", edges=[("START", b)])
     ss = await fresh()
     CRASH["on"], TOOL_CALL_IDS[:] = True, []
