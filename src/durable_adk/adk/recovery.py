@@ -67,7 +67,6 @@ from durable_adk import errors
 from durable_adk.adk.classify import (
     Classification,
     OrphanClass,
-    classify,
     recover_invocation_id,
     replay_blockers,
 )
@@ -275,7 +274,7 @@ class Sweeper:
             invocation_id = recover_invocation_id(
                 events, started_at=run.created_at, request_text=_request_text(run.request)
             )
-        found = classify(events, invocation_id, root_agent_name=self.runner.root_agent_name)
+        found = self.runner.classify(events, invocation_id)
         mine = [e for e in events if e.invocation_id == invocation_id][-LAST_EVENTS_KEPT:]
         if run.attempts > self.ledger.max_attempts:
             return await self._park(

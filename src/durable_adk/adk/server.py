@@ -56,7 +56,7 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.classify import OrphanClass, classify
+from durable_adk.adk.classify import OrphanClass
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner, cause_of
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
@@ -439,9 +439,7 @@ class DurableRunsPlugin(BasePlugin):
             if await ledger.finish(run.lease, RunStatus.FAILED, error=failed):
                 runner.metrics.run_finished(RunStatus.FAILED.value)
             return
-        verdict = classify(
-            ic.session.events, run.invocation_id, root_agent_name=runner.root_agent_name
-        )
+        verdict = runner.classify(ic.session.events, run.invocation_id)
         if verdict.cls is OrphanClass.ACTUALLY_DONE:
             status = RunStatus.DONE
         elif verdict.cls is OrphanClass.PAUSED:
