@@ -72,7 +72,7 @@ from google.adk.sessions.session import Session
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk import agent_tree, optional_imports
+from durable_adk.adk import agent_tools, agent_tree, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
 from durable_adk.adk.classify import INTERIM_KEY as INTERIM_KEY
 from durable_adk.adk.classify import Classification, OrphanClass, check_answers, classify
@@ -201,13 +201,17 @@ def journaled_tool_names(root: object) -> frozenset[str]:
     Journaled tools (the journal makes a re-run harmless) and tools marked
     :func:`~durable_adk.adk.marks.idempotent`, found by the one tree walk
     (:mod:`durable_adk.adk.agent_tree`: sub-agents, Workflow graph nodes,
-    AgentTool children, static toolsets). The marks travel with the tools, so
-    every worker that loads the app agrees.
+    AgentTool children, static toolsets), and each AgentTool whose child
+    reaches only such tools (:func:`durable_adk.adk.agent_tools.safe_agent_tools`).
+    The marks travel with the tools, so every worker that loads the app agrees.
     """
-    return frozenset(
+    direct = frozenset(
         agent_tree.tool_name(found.item)
         for found in agent_tree.tools(root)
         if is_journaled(found.item) or is_idempotent(found.item)
+    )
+    return direct | agent_tools.safe_agent_tools(
+        root, lambda tool: is_journaled(tool) or is_idempotent(tool)
     )
 
 
@@ -275,6 +279,12 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: The App is not resumable, the
+                session service is not durable, or an AgentTool's child holds
+                a long-running tool or a saga (ADK runs it on a throw-away
+                session: see :mod:`durable_adk.adk.agent_tools`).
         """
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
@@ -290,6 +300,9 @@ class DurableRunner:
                 "durable runs need ADK resumability: build the App with "
                 "resumability_config=ResumabilityConfig(is_resumable=True), or pass the bare agent"
             )
+        # Never an effect unguarded: shapes whose pauses or sagas would live in
+        # an AgentTool's throw-away session are refused here, loudly.
+        agent_tools.refuse_unguardable(app.root_agent)
         if session_service is None:
             session_service = DurableSessionService(store)
         if not isinstance(session_service, DurableSessionService):
@@ -383,6 +396,7 @@ class DurableRunner:
                 run.epoch,
                 trusted_until=trust_from(None, self.lease_seconds),
                 invocation_id=run.invocation_id,
+                store=self.store,
             ),
         )
         drive.task = task
@@ -642,6 +656,7 @@ class DurableRunner:
                 run.epoch,
                 trusted_until=trust_from(None, self.lease_seconds),
                 invocation_id=run.invocation_id,
+                store=self.store,
             ),
         )
         drive.run_config, drive.state_delta = run_config, state_delta
