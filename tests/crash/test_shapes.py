@@ -97,10 +97,7 @@ class Shape:
             if e.author != "user" and e.content and e.content.parts and e.content.parts[0].text
         ]
         answers = [
-            r.id
-            for e in session.events
-            if e.author == "user"
-            for r in e.get_function_responses()
+            r.id for e in session.events if e.author == "user" for r in e.get_function_responses()
         ]
         outputs = [e.output for e in session.events if e.output is not None]
         return {
