@@ -24,6 +24,7 @@ from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
 from durable_adk import DurableRunner, RunStatus, errors, journaled, long_running_tool
+from durable_adk.adk.runner import cause_of
 from durable_adk.adk.saga_agent import SagaSequence
 from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import Journal
@@ -88,16 +89,17 @@ async def test_a_journaled_tool_that_cannot_reach_its_journal_inside_a_drive_ref
     runner = Runner(app=app, session_service=sessions)
     session = await sessions.create_session(app_name="x", user_id="u")
     fence = RunFence("run-x", 1, trusted_until=float("inf"))
-    responses: list[Any] = []
-    with using_fence(fence):  # inside a durable drive, but no run stamp and no store
-        async for event in runner.run_async(
+    with using_fence(fence), pytest.raises(Exception) as raised:
+        # Inside a durable drive, but no run stamp and no store: the tool refuses.
+        async for _ in runner.run_async(
             user_id="u",
             session_id=session.id,
             new_message=types.Content(role="user", parts=[types.Part(text="go")]),
         ):
-            responses.extend(r.response for r in event.get_function_responses())
+            pass
+    fenced = cause_of(raised.value, errors.Fenced)
+    assert fenced is not None and "refused rather than act without its journal" in str(fenced)
     assert acts == []  # never acted unguarded
-    assert any("refused rather than act without its journal" in str(r) for r in responses)
 
 
 @pytest.mark.parametrize("inside", ["durable_long_running", "long_running", "saga"])
