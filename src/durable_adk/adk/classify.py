@@ -37,6 +37,12 @@ Decisions:
   that request (PAUSED), not on a tool. The user's answer to it reopens the call it
   guards (whose placeholder response said "requires confirmation"): ADK then
   runs the tool and answers again, so a crash in between is TOOL_UNANSWERED.
+  Only an answer that closed an open request reopens the call; a repeated
+  answer does not.
+* A progress answer (``response["interim"]`` true) leaves its call open.
+* The terminal agent (the done test's) is the root, or ``terminal_agent_name``,
+  or with ``owner_speaks_first`` the first agent that speaks in the
+  invocation; it then follows each transfer it makes.
 * An error event (``error_code``) as the last meaningful event gives
   MODEL_INFLIGHT: no answer was given, so a re-drive duplicates nothing the
   user saw and retries a maybe transient failure; the attempt limit parks a
