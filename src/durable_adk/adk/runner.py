@@ -31,9 +31,13 @@ What it guarantees:
   :class:`~durable_adk.errors.RunInterrupted`.
 * A run that answers long-running calls (``run(..., invocation_id=...)`` with a
   message of function responses) continues the invocation that made the calls
-  and answers each call at most once: an answer the session already holds from
-  another run is dropped, and a re-drive of a run whose answer was stored
-  continues the invocation without storing it again.
+  and answers each pause at most once (calls and answers matched by count, so
+  an interrupt id a loop reuses takes one answer per ask): an answer to a pause
+  that is not open is refused before anything is written (``Conflict``); one
+  that another run stored meanwhile is dropped at drive time; and a re-drive of
+  a run whose answer was stored continues the invocation without storing it
+  again.
+* The done test follows the agent that owns the turn (:meth:`DurableRunner.classify`).
 
 Apps run with ADK resumability on: a re-driven invocation then skips finished
 steps and replays an unanswered call with its original id instead of asking
