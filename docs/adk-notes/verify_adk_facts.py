@@ -501,6 +501,120 @@ async def q6_error_event() -> None:
     ok("Q6 without the error event in ADK's view the call is replayed with its own id")
 
 
+SHAPE_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("shape_var", default="")
+
+
+async def q11_shapes() -> None:
+    """Section 11: AgentTool's child session, confirmation re-drive, reused interrupt ids."""
+    from google.adk.events.request_input import RequestInput
+    from google.adk.tools.agent_tool import AgentTool
+    from google.adk.tools.function_tool import FunctionTool
+    from google.adk.tools.tool_context import ToolContext
+    from google.adk.workflow import FunctionNode, Workflow
+
+    seen: dict[str, Any] = {}
+
+    def probe(tool_context: ToolContext) -> dict[str, bool]:
+        """Looks at where it runs."""
+        ic = tool_context.get_invocation_context()
+        seen["service"] = type(ic.session_service).__name__
+        seen["metadata"] = dict((ic.run_config.custom_metadata or {}) if ic.run_config else {})
+        seen["var"] = SHAPE_VAR.get()
+        return {"ok": True}
+
+    model = ScriptedModel(
+        {
+            "desk": [Call("clerk", {"request": "x"}), Say("done")],
+            "clerk": [Call("probe"), Say("ok")],
+        }
+    )
+    clerk = LlmAgent(name="clerk", model=model, tools=[probe])
+    desk = LlmAgent(name="desk", model=model, tools=[AgentTool(clerk)])
+    ss = await fresh()
+    SHAPE_VAR.set("parent")
+    config = RunConfig(custom_metadata={"stamp": 1})
+    await drive(app(desk, True), ss, new_message=msg("go"), run_config=config)
+    assert seen == {"service": "InMemorySessionService", "metadata": {"stamp": 1}, "var": "parent"}
+    assert not any(e.author == "clerk" for e in await events(ss))  # child events never stored
+    ok(
+        "Q11 AgentTool runs its agent on an InMemorySessionService, with the caller's "
+        "RunConfig custom_metadata and context variables; its events are not stored"
+    )
+
+    class Crash(BaseException):
+        pass
+
+    runs: list[str] = []
+
+    def pay(amount: int, tool_context: ToolContext) -> dict[str, int]:
+        """Pays."""
+        runs.append(tool_context.function_call_id or "")
+        if len(runs) == 1:
+            raise Crash
+        return {"paid": amount}
+
+    cashier = LlmAgent(
+        name="cashier",
+        model=ScriptedModel({"cashier": [Call("pay", {"amount": 5}), Say("Paid.")]}),
+        tools=[FunctionTool(pay, require_confirmation=True)],
+    )
+    ss = await fresh()
+    await drive(app(cashier, True), ss, new_message=msg("pay"))
+    evs = await events(ss)
+    request = next(c for e in evs for c in e.get_function_calls() if e.long_running_tool_ids)
+    approval = types.Content(
+        role="user",
+        parts=[
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=request.id, name=request.name, response={"confirmed": True}
+                )
+            )
+        ],
+    )
+    with contextlib.suppress(Crash):
+        await drive(app(cashier, True), ss, new_message=approval)
+    await drive(app(cashier, True), ss, invocation_id=evs[0].invocation_id)
+    assert len(runs) == 2 and len(set(runs)) == 1
+    ok("Q11 killed in an approved tool, a re-drive with no message runs it again, same call id")
+
+    def ask(ctx: Any) -> Any:
+        got = ctx.resume_inputs.get("review")
+        return got if got is not None else RequestInput(interrupt_id="review")
+
+    def decide(node_input: Any) -> Event:
+        return Event(output=node_input, route="done" if node_input == {"a": "yes"} else "again")
+
+    def finish(node_input: Any) -> str:
+        return "finished"
+
+    asking = FunctionNode(func=ask, name="ask", rerun_on_resume=True)
+    deciding = FunctionNode(func=decide, name="decide")
+    loop = Workflow(
+        name="loop",
+        edges=[
+            ("START", asking, deciding),
+            (deciding, {"again": asking, "done": FunctionNode(func=finish, name="finish")}),
+        ],
+    )
+    ss = await fresh()
+    await drive(app(loop, True), ss, new_message=msg("go"))
+    for answer in ("no", "yes"):
+        reply = types.FunctionResponse(
+            id="review", name="adk_request_input", response={"a": answer}
+        )
+        await drive(
+            app(loop, True),
+            ss,
+            new_message=types.Content(role="user", parts=[types.Part(function_response=reply)]),
+        )
+    evs = await events(ss)
+    asks = [c.id for e in evs for c in e.get_function_calls()]
+    assert asks == ["review", "review"] and any(e.output == "finished" for e in evs)
+    assert evs[-1].actions.end_of_agent
+    ok("Q11 a RequestInput reusing its interrupt id pauses at each ask and takes one answer each")
+
+
 async def main() -> None:
     q9_static_children()
     await q1()
@@ -510,6 +624,7 @@ async def main() -> None:
     await q6_workflow()
     await q11_workflow_nodes()
     await q11_lost_calls()
+    await q11_shapes()
 
 
 if __name__ == "__main__":

@@ -47,7 +47,13 @@ class RunFence:
     """
 
     def __init__(
-        self, run_id: str, epoch: int, *, trusted_until: float, invocation_id: str | None = None
+        self,
+        run_id: str,
+        epoch: int,
+        *,
+        trusted_until: float,
+        invocation_id: str | None = None,
+        store: object | None = None,
     ) -> None:
         """Creates a trusted fence.
 
@@ -57,10 +63,15 @@ class RunFence:
             trusted_until: The local deadline, on ``time.monotonic()``.
             invocation_id: The ADK invocation the run drives (for writes that
                 record it, such as artifacts).
+            store: The durable store the run's writes go to: code the drive
+                runs on another session service (an ADK ``AgentTool``'s child
+                agent, on a throw-away in-memory session) finds the run's
+                journal through it.
         """
         self.run_id = run_id
         self.epoch = epoch
         self.invocation_id = invocation_id
+        self.store = store
         self._trusted_until = trusted_until
         self._lost: str | None = None
         self._lost_event = asyncio.Event()

@@ -666,3 +666,90 @@ def test_replay_blockers_are_only_the_callers_own_content_less_events() -> None:
     moved_on = [user, call, err, mk("inv", "payer", text="done anyway")]
     assert verdict(moved_on).abandoned_calls == ("c1",)
     assert replay_blockers(moved_on, verdict(moved_on)) == set()
+
+
+# ------------------------------------- interrupts by count; the turn's owner
+
+
+def _review_loop() -> Workflow:
+    from google.adk.events.request_input import RequestInput
+    from google.adk.workflow import FunctionNode
+
+    def ask(ctx: Any) -> Any:
+        got = ctx.resume_inputs.get("review")
+        return got if got is not None else RequestInput(interrupt_id="review", message="ok?")
+
+    def decide(node_input: Any) -> Event:
+        answer = node_input.get("answer") if isinstance(node_input, dict) else node_input
+        return Event(output=answer, route="again" if answer != "yes" else "done")
+
+    def finish(node_input: Any) -> str:
+        return f"approved: {node_input}"
+
+    asking = FunctionNode(func=ask, name="ask", rerun_on_resume=True)
+    deciding = FunctionNode(func=decide, name="decide")
+    return Workflow(
+        name="loop",
+        edges=[
+            ("START", asking, deciding),
+            (deciding, {"again": asking, "done": FunctionNode(func=finish, name="finish")}),
+        ],
+    )
+
+
+def review(answer: str) -> types.Content:
+    response = types.FunctionResponse(
+        id="review", name="adk_request_input", response={"answer": answer}
+    )
+    return types.Content(role="user", parts=[types.Part(function_response=response)])
+
+
+def test_a_reused_interrupt_id_is_paused_at_each_ask_and_done_after_the_last_answer() -> None:
+    events = asyncio.run(_drive(_review_loop(), True, [msg("go"), review("no"), review("yes")]))
+    inv = events[0].invocation_id
+    asks = [i for i, e in enumerate(events) if e.get_function_calls()]
+    answers = [i for i, e in enumerate(events) if e.author == "user" and e.get_function_responses()]
+    assert len(asks) == 2 and len(answers) == 2  # one id, asked twice, answered twice
+    for cut in range(1, len(events) + 1):
+        found = classify(events[:cut], inv, root_agent_name="loop")
+        if asks[0] < cut <= answers[0] or asks[1] < cut <= answers[1]:
+            # Asked and not (yet) answered this time: PAUSED, even the second time.
+            assert found.cls is P and found.pending_long_running == ("review",), cut
+        else:
+            assert found.cls is not P, cut
+    assert classify(events, inv, root_agent_name="loop").cls is D
+
+
+def test_a_repeated_answer_to_a_confirmation_does_not_reopen_the_tool() -> None:
+    script = [Call("charge", {"amount": 5}, id="c1"), Say("charged")]
+    root = llm(script, tools=[FunctionTool(charge, require_confirmation=True)])
+    events = asyncio.run(_drive(root, True, [msg("pay"), confirm]))
+    inv = events[0].invocation_id
+    assert classify(events, inv, root_agent_name="payer").cls is D
+    repeat = confirm(events)
+    again = Event(invocation_id=inv, author="user", content=repeat)
+    found = classify([*events, again], inv, root_agent_name="payer")
+    # The repeat answers nothing open: the tool is not waiting for a run again.
+    assert found.cls is not T and found.unanswered_calls == ()
+
+
+def test_the_done_test_follows_the_agent_that_owns_a_later_turn() -> None:
+    model = ScriptedModel(
+        {
+            "triage": [Call("transfer_to_agent", {"agent_name": "billing"})],
+            "billing": [Say("Refunded."), Say("You are welcome.")],
+        }
+    )
+    specialist = LlmAgent(name="billing", model=model, description="billing")
+    root = LlmAgent(name="triage", model=model, sub_agents=[specialist])
+    events = asyncio.run(_drive(root, True, [msg("refund"), msg("thanks")]))
+    second = events[-1].invocation_id
+    start = next(i for i, e in enumerate(events) if e.invocation_id == second)
+    text = next(i for i in range(start, len(events)) if events[i].content)
+    text = next(i for i in range(text + 1, len(events)) if events[i].content)  # billing's
+    for cut in range(start + 1, len(events) + 1):
+        found = classify(events[:cut], second, root_agent_name="triage", owner_speaks_first=True)
+        assert found.cls is (D if cut > text else M), cut
+    # Without following the owner, the specialist's answer looks unfinished (re-asked).
+    legacy = classify(events, second, root_agent_name="triage")
+    assert legacy.cls is M

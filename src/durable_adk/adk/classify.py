@@ -29,10 +29,20 @@ Decisions:
   ``adk_request_input`` / ``adk_request_credential`` call) is open until a
   function response with its id comes from the user or an abort seal, as in
   ADK's interrupt index; the tool's own interim response does not answer it.
+* Calls and responses are matched by count, in log order, as ADK matches
+  them: an interrupt id reused by a later call (a Workflow ``RequestInput``
+  in a loop) is open again until its next answer, so a second pause on a
+  reused id is PAUSED, not done.
 * A call whose ``adk_request_confirmation`` request is still open waits on
   that request (PAUSED), not on a tool. The user's answer to it reopens the call it
   guards (whose placeholder response said "requires confirmation"): ADK then
   runs the tool and answers again, so a crash in between is TOOL_UNANSWERED.
+  Only an answer that closed an open request reopens the call; a repeated
+  answer does not.
+* A progress answer (``response["interim"]`` true) leaves its call open.
+* The terminal agent (the done test's) is the root, or ``terminal_agent_name``,
+  or with ``owner_speaks_first`` the first agent that speaks in the
+  invocation; it then follows each transfer it makes.
 * An error event (``error_code``) as the last meaningful event gives
   MODEL_INFLIGHT: no answer was given, so a re-drive duplicates nothing the
   user saw and retries a maybe transient failure; the attempt limit parks a
@@ -66,12 +76,18 @@ from enum import StrEnum
 from typing import Any
 
 from google.adk.events.event import Event
+from google.genai import types
+
+from durable_adk import errors
 
 RECOVERY_SKEW_SECONDS = 5.0
 """How far before the ledger's start time a stored user event may be stamped."""
 
 ABORT_ERROR_CODE = "INVOCATION_ABORTED"
 """The ``error_code`` of the events ADK writes to seal a cancelled invocation."""
+
+INTERIM_KEY = "interim"
+"""A function response whose ``response[INTERIM_KEY]`` is true (progress) leaves its call open."""
 
 _CONFIRMATION = "adk_request_confirmation"
 _NODE_RUNNING = 2
@@ -195,60 +211,85 @@ def _is_final_text(event: Event) -> bool:
     )
 
 
+@dataclass
+class _Occurrence:
+    """One issue of a call id (ADK lets an interrupt id be reused: a loop asks again)."""
+
+    name: str
+    author: str
+    index: int
+    long_running: bool
+
+
 def _open_calls(
     mine: Sequence[Event],
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
     """Returns the unanswered ``(id, name)`` calls, the abandoned ones' ids and the open
-    long-running call ids."""
-    calls: dict[str, tuple[str, str, int]] = {}  # id -> (name, author, index)
-    long_running: set[str] = set()
-    answered: set[str] = set()
-    by_user: set[str] = set()
+    long-running call ids.
+
+    Calls and responses are matched by count, in log order, as ADK matches
+    them (``events/_interrupts.py`` ``index_open_interrupts``, the workflow
+    rehydration scan): a call id issued again after its answer (a
+    ``RequestInput`` reusing its ``interrupt_id`` in a loop) is open again,
+    and each response closes the oldest open issue of its id.
+    """
+    open_issues: dict[str, list[_Occurrence]] = {}
     confirms: dict[str, str] = {}  # confirmation call id -> id of the call it guards
+    last_issue: dict[str, _Occurrence] = {}  # the latest issue of each call id
     last_turn: dict[str, int] = {}
     for index, event in enumerate(mine):
         from_user = event.author == "user" or event.error_code == ABORT_ERROR_CODE
         for response in event.get_function_responses():
-            if response.id:
-                answered.add(response.id)
-                if from_user:
-                    by_user.add(response.id)
+            if (response.response or {}).get(INTERIM_KEY):
+                continue  # progress: the call stays open
+            issues = open_issues.get(response.id or "", [])
+            # The user (or an abort seal) answers any call; a tool's own
+            # (interim) response does not close a long-running one.
+            closing = next((o for o in issues if from_user or not o.long_running), None)
+            if closing is None:
+                continue  # answers nothing open (a repeat, or an unknown id)
+            issues.remove(closing)
             guarded = confirms.get(response.id or "")
-            if event.author == "user" and guarded is not None and guarded in calls:
+            if event.author == "user" and guarded is not None and guarded in last_issue:
                 # The user's decision reopens the guarded call: ADK answers it again.
-                answered.discard(guarded)
-                calls[guarded] = (calls[guarded][0], calls[guarded][1], index)
+                before = last_issue[guarded]
+                reopened = _Occurrence(before.name, before.author, index, long_running=False)
+                open_issues.setdefault(guarded, []).append(reopened)
+                last_issue[guarded] = reopened
+        marked = set(event.long_running_tool_ids or ())
         for call in event.get_function_calls():
             if not call.id:
                 continue  # ADK gives every call an id; one without cannot be answered
-            calls.setdefault(call.id, (call.name or "", event.author, index))
-            if call.name in _LEGACY_INTERRUPTS:
-                long_running.add(call.id)
+            issue = _Occurrence(
+                call.name or "",
+                event.author,
+                index,
+                long_running=call.id in marked or call.name in _LEGACY_INTERRUPTS,
+            )
+            open_issues.setdefault(call.id, []).append(issue)
+            last_issue[call.id] = issue
             original = (call.args or {}).get("originalFunctionCall")
             if call.name == _CONFIRMATION and isinstance(original, dict):
                 confirms[call.id] = str(original.get("id"))
-        long_running.update(event.long_running_tool_ids or ())
+        for call_id in marked:  # marked on a later event than its call
+            for issue in open_issues.get(call_id, []):
+                issue.long_running = True
         if _is_model_turn(event):
             last_turn[event.author] = index
+    pending = tuple(c for c, issues in open_issues.items() if any(o.long_running for o in issues))
     # A call awaiting its confirmation waits on that (long-running) request, not on a tool.
-    awaiting_confirmation = {
-        guarded
-        for request, guarded in confirms.items()
-        if request in long_running and request not in by_user
-    }
-    unanswered = tuple(
-        (call_id, name)
-        for call_id, (name, _, _) in calls.items()
-        if call_id not in long_running
-        and call_id not in answered
-        and call_id not in awaiting_confirmation
-    )
+    awaiting_confirmation = {guarded for request, guarded in confirms.items() if request in pending}
+    unanswered_issues = [
+        (call_id, issue)
+        for call_id, issues in open_issues.items()
+        if call_id not in awaiting_confirmation
+        for issue in issues
+        if not issue.long_running
+    ]
+    unanswered = tuple(dict.fromkeys((c, o.name) for c, o in unanswered_issues))
     abandoned = tuple(
-        call_id
-        for call_id, _ in unanswered
-        if last_turn.get(calls[call_id][1], -1) > calls[call_id][2]
+        dict.fromkeys(c for c, o in unanswered_issues if last_turn.get(o.author, -1) > o.index)
     )
-    pending = tuple(c for c in calls if c in long_running and c not in by_user)
     return unanswered, abandoned, pending
 
 
@@ -346,6 +387,7 @@ def classify(
     root_agent_name: str,
     terminal_agent_name: str | None = None,
     nodes: Mapping[str, NodeKind] | None = None,
+    owner_speaks_first: bool = False,
 ) -> Classification:
     """Classifies what the stored events say about one invocation.
 
@@ -362,6 +404,12 @@ def classify(
     invocation, pass that sub-agent. A loop's sub-agents answer every round:
     for a LoopAgent root pass none (only the root's marker then counts).
 
+    With ``owner_speaks_first`` (an LlmAgent root: ADK hands each new message
+    to the agent that owns the conversation, the target of an earlier turn's
+    transfer), the terminal agent is the first agent that speaks in the
+    invocation, then follows its transfers: a specialist's answer in turn 2
+    ends the turn.
+
     Args:
         events: The whole session's events, oldest first (rewinds may come
             from other invocations).
@@ -371,6 +419,7 @@ def classify(
         nodes: For a Workflow root, each graph node's kind keyed
             ``workflow/node`` (:func:`durable_adk.adk.workflow_nodes.node_kinds`):
             turns on NODE_INFLIGHT. None for other roots.
+        owner_speaks_first: The root is a conversational LlmAgent (see above).
 
     Returns:
         The classification; the module docstring lists the rules.
@@ -423,6 +472,10 @@ def classify(
         return verdict(OrphanClass.PAUSED, "long-running call awaits its answer", (), pending)
 
     terminal = terminal_agent_name or root_agent_name
+    if owner_speaks_first:
+        terminal = next(
+            (e.author for e in mine if e.author != "user" and _is_meaningful(e)), terminal
+        )
     for event in mine:
         if event.author == terminal and event.actions.transfer_to_agent:
             terminal = event.actions.transfer_to_agent
@@ -451,6 +504,52 @@ def classify(
     else:
         why = f"awaiting the model after {last.author}"
     return verdict(OrphanClass.MODEL_INFLIGHT, why)
+
+
+def check_answers(events: Sequence[Event], invocation_id: str, content: types.Content) -> None:
+    """Refuses a message that does not answer open interrupts of the invocation, once each.
+
+    An interrupt (a long-running call, ``adk_request_confirmation``,
+    ``adk_request_input``) takes one answer per time it was asked: with a
+    reused id (a loop asking again) each pause takes its own answer, and a
+    second answer to the same pause is refused. Nothing is written by this check.
+
+    Args:
+        events: The session's events, oldest first.
+        invocation_id: The invocation the message continues.
+        content: The message: function responses only.
+
+    Raises:
+        durable_adk.errors.NotFound: The session has no such invocation.
+        durable_adk.errors.InvalidArgument: An unknown call id, a name that
+            is not the call's, or one call answered twice in the message.
+        durable_adk.errors.Conflict: The call's interrupt is not open: it was
+            already answered.
+    """
+    mine = [e for e in live_events(events) if e.invocation_id == invocation_id]
+    if not mine:
+        raise errors.NotFound(f"the session has no invocation {invocation_id!r}")
+    calls = {c.id: c.name for e in mine for c in e.get_function_calls() if c.id}
+    pending = set(classify(events, invocation_id, root_agent_name="-").pending_long_running)
+    seen: set[str] = set()
+    for part in content.parts or ():
+        answer = part.function_response
+        if answer is None or not answer.id:
+            raise errors.InvalidArgument("each part must be a function response with the call's id")
+        if answer.id in seen:
+            raise errors.InvalidArgument(f"call {answer.id!r} is answered twice")
+        seen.add(answer.id)
+        if answer.id not in calls:
+            raise errors.InvalidArgument(
+                f"invocation {invocation_id!r} made no call {answer.id!r}"
+                + (f"; its open calls: {', '.join(sorted(pending))}" if pending else "")
+            )
+        if calls[answer.id] != answer.name:
+            raise errors.InvalidArgument(
+                f"call {answer.id!r} is {calls[answer.id]!r}, not {answer.name!r}"
+            )
+        if answer.id not in pending:
+            raise errors.Conflict(f"call {answer.id!r} was already answered (nothing changed)")
 
 
 def replay_blockers(events: Sequence[Event], found: Classification) -> frozenset[str]:

@@ -78,6 +78,7 @@ from durable_adk.adk.classify import (
     replay_blockers,
 )
 from durable_adk.adk.runner import LAST_EVENTS_KEPT, DurableRunner
+from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
 from durable_adk.loops import periodically
@@ -94,6 +95,21 @@ def _request_text(request: str) -> str | None:
         return None
     texts = [str(p["text"]) for p in parts if isinstance(p, dict) and p.get("text")]
     return "".join(texts) or None
+
+
+def _answered_by(events: list[Event], invocation_id: str | None, run_id: str) -> set[str]:
+    """Ids of the calls of the invocation that ``run_id`` stored an answer to."""
+    answered: set[str] = set()
+    for event in events:
+        stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
+        if (
+            event.invocation_id == invocation_id
+            and event.author == "user"
+            and isinstance(stamp, dict)
+            and stamp.get("run_id") == run_id
+        ):
+            answered.update(r.id for r in event.get_function_responses() if r.id)
+    return answered
 
 
 class _ReplayUnansweredCalls(BasePlugin):
@@ -295,6 +311,9 @@ class Sweeper:
             return Recovery(run.run_id, found.cls, "mark_done", RunStatus.DONE, found.reason)
         message = types.Content.model_validate(json.loads(run.request))
         answers = {p.function_response.id for p in message.parts or () if p.function_response}
+        # An answer this run already stored was delivered: with a reused interrupt id
+        # (a loop asking again) the id is open again, for the next answer, not this one.
+        answers -= _answered_by(events, invocation_id, run.run_id)
         if found.cls is OrphanClass.PAUSED and not answers & set(found.pending_long_running):
             await self._finish(run, RunStatus.PAUSED, found)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)

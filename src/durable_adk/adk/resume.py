@@ -306,6 +306,9 @@ class ProgressSender:
                 invocation_id=job.invocation_id,
             ):
                 await _emit(self.on_event, job, event)
+        except errors.Conflict:
+            # The call was answered meanwhile (the job finished): progress is moot.
+            logger.info("progress of job %s not delivered: its call is answered", job.job_id)
         except Exception:
             logger.exception("progress of job %s was not delivered", job.job_id)
 

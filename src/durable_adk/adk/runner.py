@@ -31,9 +31,13 @@ What it guarantees:
   :class:`~durable_adk.errors.RunInterrupted`.
 * A run that answers long-running calls (``run(..., invocation_id=...)`` with a
   message of function responses) continues the invocation that made the calls
-  and answers each call at most once: an answer the session already holds from
-  another run is dropped, and a re-drive of a run whose answer was stored
-  continues the invocation without storing it again.
+  and answers each pause at most once (calls and answers matched by count, so
+  an interrupt id a loop reuses takes one answer per ask): an answer to a pause
+  that is not open is refused before anything is written (``Conflict``); one
+  that another run stored meanwhile is dropped at drive time; and a re-drive of
+  a run whose answer was stored continues the invocation without storing it
+  again.
+* The done test follows the agent that owns the turn (:meth:`DurableRunner.classify`).
 
 Apps run with ADK resumability on: a re-driven invocation then skips finished
 steps and replays an unanswered call with its original id instead of asking
@@ -53,10 +57,10 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from google.adk.agents import BaseAgent
+from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
@@ -73,9 +77,10 @@ from google.adk.workflow import BaseNode
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk import agent_tree, optional_imports
+from durable_adk.adk import agent_tools, agent_tree, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
-from durable_adk.adk.classify import Classification, OrphanClass, classify
+from durable_adk.adk.classify import INTERIM_KEY as INTERIM_KEY
+from durable_adk.adk.classify import Classification, OrphanClass, check_answers, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
@@ -136,44 +141,57 @@ async def _no_events() -> AsyncGenerator[Event, None]:
     yield  # pragma: no cover - makes this an (empty) async generator
 
 
-INTERIM_KEY = "interim"
-"""A function response whose ``response[INTERIM_KEY]`` is true (progress) leaves its call open."""
-
-
 def _unanswered(
-    events: Iterable[Event], message: types.Content, run_id: str
+    events: Iterable[Event], message: types.Content, run_id: str, invocation_id: str | None
 ) -> types.Content | None:
     """What to send for a message of function responses, given the stored events.
 
-    Each call is answered once. Parts answering a call the session already
-    holds a final answer for (from another run) are dropped: two resumes of one
-    call, the second changes nothing. Parts this run already stored (a crash
-    after ADK stored them) are not sent again: with nothing left to send, the
-    invocation is re-driven without a message.
+    Each time an interrupt was asked it takes one answer; calls and answers
+    of the invocation are matched by count, in log order, as ADK matches
+    them (an id reused by a loop is open again after its answer). A part
+    this run already stored (a crash after ADK stored it) is not sent again;
+    with nothing left to send, the invocation is re-driven without a message.
+    A part whose call is asked but not open (another run answered it) is
+    dropped: two resumes of one call, the second changes nothing.
 
     Returns:
         The message (possibly with fewer parts), ``None`` to re-drive without a
         message, or ``_ALREADY_ANSWERED``.
     """
-    final: set[str] = set()
+    open_count: dict[str, int] = {}
     own: set[str] = set()
     for event in events:
+        if event.invocation_id != invocation_id:
+            continue
         if event.author != "user":
+            for call in event.get_function_calls():
+                if call.id:
+                    open_count[call.id] = open_count.get(call.id, 0) + 1
             continue
         stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
         by_this_run = isinstance(stamp, dict) and stamp.get("run_id") == run_id
         for response in event.get_function_responses():
-            if not response.id:
+            if not response.id or (response.response or {}).get(INTERIM_KEY):
                 continue
             if by_this_run:
                 own.add(response.id)
-            elif not (response.response or {}).get(INTERIM_KEY):
-                final.add(response.id)
+            if open_count.get(response.id, 0) > 0:
+                open_count[response.id] -= 1
     parts = message.parts or []
+
+    def answered_elsewhere(call_id: str) -> bool:
+        return call_id in open_count and open_count[call_id] == 0
+
     kept = [
         p
         for p in parts
-        if not (p.function_response and (p.function_response.id or "") in own | final)
+        if not (
+            p.function_response
+            and (
+                (p.function_response.id or "") in own
+                or answered_elsewhere(p.function_response.id or "")
+            )
+        )
     ]
     if len(kept) == len(parts):
         return message
@@ -194,13 +212,17 @@ def journaled_tool_names(root: object) -> frozenset[str]:
     Journaled tools (the journal makes a re-run harmless) and tools marked
     :func:`~durable_adk.adk.marks.idempotent`, found by the one tree walk
     (:mod:`durable_adk.adk.agent_tree`: sub-agents, Workflow graph nodes,
-    AgentTool children, static toolsets). The marks travel with the tools, so
-    every worker that loads the app agrees.
+    AgentTool children, static toolsets), and each AgentTool whose child
+    reaches only such tools (:func:`durable_adk.adk.agent_tools.safe_agent_tools`).
+    The marks travel with the tools, so every worker that loads the app agrees.
     """
-    return frozenset(
+    direct = frozenset(
         agent_tree.tool_name(found.item)
         for found in agent_tree.tools(root)
         if is_journaled(found.item) or is_idempotent(found.item)
+    )
+    return direct | agent_tools.safe_agent_tools(
+        root, lambda tool: is_journaled(tool) or is_idempotent(tool)
     )
 
 
@@ -268,6 +290,12 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: The App is not resumable, the
+                session service is not durable, or an AgentTool's child holds
+                a long-running tool or a saga (ADK runs it on a throw-away
+                session: see :mod:`durable_adk.adk.agent_tools`).
         """
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
@@ -283,6 +311,9 @@ class DurableRunner:
                 "durable runs need ADK resumability: build the App with "
                 "resumability_config=ResumabilityConfig(is_resumable=True), or pass the bare agent"
             )
+        # Never an effect unguarded: shapes whose pauses or sagas would live in
+        # an AgentTool's throw-away session are refused here, loudly.
+        agent_tools.refuse_unguardable(app.root_agent)
         if session_service is None:
             session_service = DurableSessionService(store)
         if not isinstance(session_service, DurableSessionService):
@@ -326,6 +357,24 @@ class DurableRunner:
             raise errors.InvalidArgument("the App has no root agent")
         return root.name
 
+    def classify(self, events: Sequence[Event], invocation_id: str | None) -> Classification:
+        """The classifier's verdict on an invocation of this app (finish and recovery alike).
+
+        The done test follows the agent that owns the turn: for an LlmAgent
+        root, whose conversation may have moved to a sub-agent by
+        ``transfer_to_agent`` in an earlier turn, the agent that speaks first
+        in the invocation and then each agent it transfers to. For a Workflow
+        root it is node-aware: each graph node's checkpoints say whether the
+        node is in flight.
+        """
+        return classify(
+            events,
+            invocation_id,
+            root_agent_name=self.root_agent_name,
+            nodes=self.node_kinds,
+            owner_speaks_first=isinstance(self.app.root_agent, LlmAgent),
+        )
+
     @property
     def app_name(self) -> str:
         """The ADK app's name."""
@@ -335,12 +384,6 @@ class DurableRunner:
     def is_workflow(self) -> bool:
         """Whether the app's root is a Workflow graph (its nodes' checkpoints are read)."""
         return self.node_kinds is not None
-
-    def classify(self, events: list[Event], invocation_id: str | None) -> Classification:
-        """What the stored events say about an invocation of this app (node-aware for Workflows)."""
-        return classify(
-            events, invocation_id, root_agent_name=self.root_agent_name, nodes=self.node_kinds
-        )
 
     @property
     def detached_runs(self) -> list[str]:
@@ -375,6 +418,7 @@ class DurableRunner:
                 run.epoch,
                 trusted_until=trust_from(None, self.lease_seconds),
                 invocation_id=run.invocation_id,
+                store=self.store,
             ),
         )
         drive.task = task
@@ -443,7 +487,11 @@ class DurableRunner:
         Raises:
             durable_adk.errors.Fenced: This worker lost the run to another.
             durable_adk.errors.InvalidArgument: ``invocation_id`` with a
-                message that is not made of function responses.
+                message that is not made of function responses, or one that
+                answers a call the invocation never made (or by another name).
+            durable_adk.errors.NotFound: ``invocation_id`` is not in the session.
+            durable_adk.errors.Conflict: The message answers a pause that was
+                already answered (each pause takes one answer); nothing is written.
         """
         run, content = await self.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
@@ -553,6 +601,10 @@ class DurableRunner:
         existing = await self.sessions.get_session(
             app_name=self.app_name, user_id=user_id, session_id=session_id
         )
+        if invocation_id is not None:
+            # Each pause takes one answer: a second answer to it is refused here,
+            # before anything is written.
+            check_answers(existing.events if existing else [], invocation_id, content)
         if existing is None:
             # Another caller may create it at the same moment; either way it exists.
             with contextlib.suppress(AlreadyExistsError):
@@ -627,6 +679,7 @@ class DurableRunner:
                 run.epoch,
                 trusted_until=trust_from(None, self.lease_seconds),
                 invocation_id=run.invocation_id,
+                store=self.store,
             ),
         )
         drive.run_config, drive.state_delta = run_config, state_delta
@@ -763,7 +816,9 @@ class DurableRunner:
             before = await self.sessions.get_session(
                 app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
             )
-            new_message = _unanswered(before.events if before else [], message, run.run_id)
+            new_message = _unanswered(
+                before.events if before else [], message, run.run_id, run.invocation_id
+            )
             # We hold the session's run and have just read it: ADK's read, next, need not.
             self.sessions.trust_next_read(key)
         heartbeat = asyncio.create_task(self._heartbeat(drive))

@@ -292,6 +292,8 @@ class DurableRunsPlugin(BasePlugin):
         service = ic.session_service
         if isinstance(service, DurableSessionService):
             return service
+        if self._in_durable_drive(ic):
+            return None  # a child runner inside a durable run (an AgentTool's agent)
         if not self._warned:
             self._warned = True
             logger.warning(

@@ -37,6 +37,7 @@ from durable_adk import errors
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.fence import current_fence
 from durable_adk.journal import Attempt, Journal
+from durable_adk.store.base import Store
 
 KEY_PARAM = "idempotency_key"
 JOURNALED_MARK = "__durable_adk_journaled__"
@@ -145,7 +146,20 @@ def attempt_of(tool_context: ToolContext, tool_name: str) -> tuple[Journal | Non
 def attempt_in(
     invocation: InvocationContext, tool_name: str, function_call_id: str | None = None
 ) -> tuple[Journal | None, Attempt]:
-    """Like :func:`attempt_of`, from an invocation context (for agents that act themselves)."""
+    """Like :func:`attempt_of`, from an invocation context (for agents that act themselves).
+
+    An ADK ``AgentTool`` runs its child agent on a throw-away in-memory
+    session, with the caller's RunConfig (so the run's stamp) and in the
+    caller's task (so the drive's fence): a call there belongs to the
+    parent's durable run, and uses its journal, epoch and invocation id,
+    found through the fence.
+
+    Raises:
+        durable_adk.errors.Fenced: The call runs inside a durable drive whose
+            journal it cannot reach (its session service is not durable and
+            the run's stamp is not the drive's): refused rather than acting
+            unguarded.
+    """
     service = invocation.session_service
     stamp = (
         (invocation.run_config.custom_metadata or {}).get(RUN_METADATA_KEY)
@@ -154,14 +168,30 @@ def attempt_in(
     )
     run_id = str(stamp["run_id"]) if isinstance(stamp, dict) and "run_id" in stamp else None
     epoch = int(stamp["epoch"]) if isinstance(stamp, dict) and "epoch" in stamp else None
+    invocation_id = invocation.invocation_id
+    journal: Journal | None = None
+    if isinstance(service, DurableSessionService):
+        journal = Journal(service.store)
+    else:
+        fence = current_fence()
+        if fence is not None:
+            if not (
+                run_id == fence.run_id and epoch == fence.epoch and isinstance(fence.store, Store)
+            ):
+                raise errors.Fenced(
+                    f"{tool_name} runs inside durable run {fence.run_id} on a "
+                    f"{type(service).__name__} that does not carry the run: refused rather "
+                    "than act without its journal"
+                )
+            journal = Journal(fence.store)  # a child runner of the run (an AgentTool's agent)
+            invocation_id = fence.invocation_id or invocation_id
     attempt = Attempt(
         tool_name=tool_name,
         run_id=run_id,
         run_epoch=epoch,
-        invocation_id=invocation.invocation_id,
+        invocation_id=invocation_id,
         function_call_id=function_call_id,
     )
-    journal = Journal(service.store) if isinstance(service, DurableSessionService) else None
     return journal, attempt
 
 

@@ -17,13 +17,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
-from google.adk.events.event import Event
 from google.genai import types
 from pydantic import ValidationError
 
 import durable_adk
 from durable_adk import errors
-from durable_adk.adk.classify import classify, live_events
+from durable_adk.adk.classify import check_answers
 from durable_adk.ledger import RunStatus
 from durable_adk.service import dashboard, features
 from durable_adk.service.follow import follow, sse
@@ -139,36 +138,6 @@ def _answers_of(body: StartRunIn) -> types.Content:
         seen.add(answer.id)
     content.role = "user"
     return content
-
-
-def check_answers(events: list[Event], invocation_id: str, content: types.Content) -> None:
-    """Refuses answers that do not match the invocation's open long-running calls.
-
-    Raises:
-        NotFound: The session has no such invocation.
-        InvalidArgument: An unknown call id, or a name that is not the call's.
-        Conflict: A call that was already answered.
-    """
-    mine = [e for e in live_events(events) if e.invocation_id == invocation_id]
-    if not mine:
-        raise errors.NotFound(f"the session has no invocation {invocation_id!r}")
-    calls = {c.id: c.name for e in mine for c in e.get_function_calls() if c.id}
-    found = classify(events, invocation_id, root_agent_name="-")
-    pending = set(found.pending_long_running)
-    for part in content.parts or ():
-        answer = part.function_response
-        assert answer is not None and answer.id
-        if answer.id not in calls:
-            raise errors.InvalidArgument(
-                f"invocation {invocation_id!r} made no call {answer.id!r}"
-                + (f"; its open calls: {', '.join(sorted(pending))}" if pending else "")
-            )
-        if calls[answer.id] != answer.name:
-            raise errors.InvalidArgument(
-                f"call {answer.id!r} is {calls[answer.id]!r}, not {answer.name!r}"
-            )
-        if answer.id not in pending:
-            raise errors.Conflict(f"call {answer.id!r} was already answered (nothing changed)")
 
 
 def create_app(worker: Worker) -> FastAPI:

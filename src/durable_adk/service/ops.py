@@ -187,6 +187,7 @@ class Operations:
         root_agent_name: str | None = None,
         app_name: str | None = None,
         lease_seconds: float = 30.0,
+        owner_speaks_first: bool = False,
     ) -> None:
         """Creates the operations over a store.
 
@@ -199,11 +200,14 @@ class Operations:
                 run is taken to be of that app (one app per database).
             lease_seconds: How long an operator's claim of a run (while an
                 answer is written) holds.
+            owner_speaks_first: The root is an LlmAgent: the done test
+                follows the agent that owns the turn (see ``classify``).
         """
         self.store = store
         self.ledger = RunLedger(store, lease_seconds=lease_seconds)
         self.root_agent_name = root_agent_name
         self.app_name = app_name
+        self.owner_speaks_first = owner_speaks_first
 
     async def run_counts(self, *, app_name: str | None = None) -> dict[str, int]:
         """How many runs stand in each status (every status present, zeros included)."""
@@ -263,6 +267,7 @@ class Operations:
                 [Event.model_validate_json(e.data) for e in events],
                 run.invocation_id,
                 root_agent_name=self.root_agent_name,
+                owner_speaks_first=self.owner_speaks_first,
             )
             finding = Finding(
                 cls=found.cls.value,

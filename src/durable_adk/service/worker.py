@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from google.adk.agents import BaseAgent
+from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
@@ -132,6 +132,7 @@ class Worker:
             root_agent_name=self.runner.root_agent_name,
             app_name=self.runner.app_name,
             lease_seconds=settings.lease,
+            owner_speaks_first=isinstance(self.runner.app.root_agent, LlmAgent),
         )
         self.jobs = JobTable(store)
         self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)

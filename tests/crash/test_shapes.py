@@ -1,0 +1,332 @@
+"""Crash matrices for the ADK app shapes of issue 11, real kills, both backends.
+
+Each case drives a shape of ``tests/crash/shapes_app.py`` in a child process
+that dies with ``os._exit(137)`` at a named crash point, lets a fresh child
+(``worker-B``) recover it, and then asserts on the outside world (the acts the
+fake billing service received, and from which worker), on the stored answers
+(one answer per user message, each pause answered once) and on the end state
+on the ledger (DONE, PAUSED, PARKED with a dead letter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.store import open_store
+from durable_adk.testing import arm
+from durable_adk.testing.children import run_module
+from durable_adk.testing.services import FakeService
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "tests.crash.shapes_app"
+APP, USER = "shapes", "u"
+
+DONE, PAUSED, PARKED = RunStatus.DONE, RunStatus.PAUSED, RunStatus.PARKED
+
+
+@pytest.fixture
+def billing(tmp_path: Path) -> Iterator[FakeService]:
+    with FakeService("billing", tmp_path / "billing.db") as service:
+        yield service
+
+
+@pytest.fixture
+async def url(store_url: str) -> str:
+    async with open_store(store_url):
+        pass  # schema first, so child processes never race to create it
+    return store_url
+
+
+class Shape:
+    """One shape's processes, against one database and one billing service."""
+
+    def __init__(self, name: str, url: str, billing: FakeService) -> None:
+        self.name, self.url, self.billing = name, url, billing
+
+    def _child(
+        self, action: str, *args: str, crash_at: str | None = None, after: int = 0
+    ) -> subprocess.CompletedProcess[str]:
+        env = arm(dict(os.environ), crash_at, after=after) if crash_at else dict(os.environ)
+        argv = [self.name, action, "--db", self.url, "--billing", self.billing.url, *args]
+        done = run_module(MODULE, argv, env=env, cwd=ROOT)
+        if crash_at:
+            assert done.returncode == 137, done.stderr
+        else:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def run(self, text: str = "go", **crash: Any) -> str | None:
+        done = self._child("run", "--text", text, **crash)
+        return None if crash else json.loads(done.stdout.strip().splitlines()[-1])["error"]
+
+    def answer(self, payload: dict[str, Any], **crash: Any) -> str | None:
+        done = self._child("answer", "--payload", json.dumps(payload), **crash)
+        return None if crash else json.loads(done.stdout.strip().splitlines()[-1])["error"]
+
+    def recover(self) -> list[tuple[str, str, str]]:
+        done = self._child("recover")
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        return [(r["found"], r["action"], r["status"]) for r in report]
+
+    def acts(self) -> list[tuple[str | None, str | None]]:
+        """(worker, idempotency key) of every create the billing service received."""
+        return [
+            (r.caller.get("worker"), r.key) for r in self.billing.requests("invoices") if r.mutating
+        ]
+
+    async def facts(self) -> dict[str, Any]:
+        async with open_store(self.url) as store:
+            session = await DurableSessionService(store).get_session(
+                app_name=APP, user_id=USER, session_id="s1"
+            )
+            runs = list(reversed(await RunLedger(store).list_runs()))
+            letters = await RunLedger(store).dead_letters()
+        assert session is not None
+        texts = [
+            "".join(p.text or "" for p in e.content.parts)
+            for e in session.events
+            if e.author != "user" and e.content and e.content.parts and e.content.parts[0].text
+        ]
+        answers = [
+            r.id for e in session.events if e.author == "user" for r in e.get_function_responses()
+        ]
+        outputs = [e.output for e in session.events if e.output is not None]
+        return {
+            "status": [r.status for r in runs],
+            "texts": texts,
+            "answers": answers,
+            "outputs": outputs,
+            "letters": letters,
+        }
+
+
+def shape(name: str, url: str, billing: FakeService) -> Shape:
+    return Shape(name, url, billing)
+
+
+# ------------------------------------------------- RequestInput loop, reused id
+
+
+async def test_a_reused_interrupt_id_pauses_and_resumes_each_time(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("input_loop", url, billing)
+    assert app.run() is None
+    assert (await app.facts())["status"] == [PAUSED]
+    assert app.answer({"answer": "no"}) is None  # the loop asks again, same id
+    assert (await app.facts())["status"] == [PAUSED, PAUSED]
+    assert app.answer({"answer": "yes"}) is None
+    seen = await app.facts()
+    assert seen["status"] == [PAUSED, PAUSED, DONE]
+    assert seen["answers"] == ["review", "review"]  # each pause answered once
+    assert "approved: yes" in seen["outputs"]
+    # A third answer: the pause it would answer was answered; refused, nothing written.
+    refused = app.answer({"answer": "yes"})
+    assert refused is not None and "Conflict" in refused and "already answered" in refused
+    again = await app.facts()
+    assert again["status"] == seen["status"] and again["answers"] == seen["answers"]
+
+
+@pytest.mark.parametrize(
+    ("point", "found"),
+    [
+        # The answer's run is on the ledger, nothing of it stored: re-driven with it.
+        ("runner.before_first_event", "PAUSED"),
+        # The answer was stored and the loop asked again (same id): paused, not re-sent.
+        ("runner.before_finish", "PAUSED"),
+    ],
+)
+async def test_a_kill_around_an_answer_to_a_reused_id_ends_paused_then_done(
+    url: str, billing: FakeService, point: str, found: str
+) -> None:
+    app = shape("input_loop", url, billing)
+    assert app.run() is None
+    app.answer({"answer": "no"}, crash_at=point)
+    assert [(f, s) for f, _, s in app.recover()] == [(found, "PAUSED")]
+    seen = await app.facts()
+    assert seen["status"] == [PAUSED, PAUSED]
+    assert seen["answers"] == ["review"]  # stored once, never twice
+    assert app.answer({"answer": "yes"}) is None
+    seen = await app.facts()
+    assert seen["status"] == [PAUSED, PAUSED, DONE]
+    assert seen["answers"] == ["review", "review"]
+    assert "approved: yes" in seen["outputs"]
+    assert app.recover() == []
+
+
+async def test_a_kill_before_the_first_pause_is_recorded_ends_paused(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("input_loop", url, billing)
+    app.run(crash_at="runner.before_finish")
+    assert app.recover() == [("PAUSED", "mark_paused", "PAUSED")]
+    assert app.answer({"answer": "yes"}) is None
+    assert (await app.facts())["status"] == [PAUSED, DONE]
+
+
+# ------------------------------------------ tool confirmation, approved, killed
+
+
+@pytest.mark.parametrize(
+    ("point", "acts_by"),
+    [
+        ("journal.before_intent", ["worker-B"]),  # killed before the act: B acts
+        ("journal.after_act", ["worker-A"]),  # killed after it: B looks it up
+    ],
+)
+async def test_an_approved_tool_killed_in_the_tool_runs_once(
+    url: str, billing: FakeService, point: str, acts_by: list[str]
+) -> None:
+    app = shape("confirm", url, billing)
+    assert app.run() is None
+    assert (await app.facts())["status"] == [PAUSED]
+    assert app.acts() == []  # nothing before the approval
+    app.answer({"confirmed": True}, crash_at=point)
+    assert app.recover() == [("TOOL_UNANSWERED", "redrive", "DONE")]
+    seen = await app.facts()
+    assert seen["status"] == [PAUSED, DONE]
+    assert [w for w, _ in app.acts()] == acts_by  # the approved effect, once
+    assert [k for _, k in app.acts()] == ["pay:C-1"]
+    assert seen["texts"] == ["Paid C-1."]  # one answer
+    refused = app.answer({"confirmed": True})  # the approval cannot be given twice
+    assert refused is not None and "already answered" in refused
+    assert len(app.acts()) == 1 and (await app.facts())["status"] == [PAUSED, DONE]
+    assert app.recover() == []
+
+
+async def test_an_approval_killed_before_its_drive_finishes_is_done_once(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("confirm", url, billing)
+    app.run(crash_at="runner.before_finish")
+    assert app.recover() == [("PAUSED", "mark_paused", "PAUSED")]
+    app.answer({"confirmed": True}, crash_at="runner.before_finish")
+    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
+    assert (await app.facts())["texts"] == ["Paid C-1."]
+
+
+# ---------------------------------------------------------- two-turn transfer
+
+
+async def test_a_kill_after_the_specialists_second_answer_is_done_without_a_new_answer(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("transfer", url, billing)
+    assert app.run("refund R-1 please") is None
+    app.run("thanks", crash_at="runner.before_finish")
+    # The specialist owns turn 2: its stored answer ends it; the model is not asked again.
+    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    seen = await app.facts()
+    assert seen["status"] == [DONE, DONE]
+    assert seen["texts"] == ["Refunded R-1.", "You are welcome."]  # one answer per message
+    assert app.acts() == [("worker-A", "refund:R-1")]
+    assert app.recover() == []
+
+
+@pytest.mark.parametrize(
+    ("point", "found", "acts_by"),
+    [
+        ("journal.after_act", "TOOL_UNANSWERED", ["worker-A"]),
+        ("runner.before_finish", "ACTUALLY_DONE", ["worker-A"]),
+    ],
+)
+async def test_a_kill_in_the_specialists_first_turn_is_recovered_once(
+    url: str, billing: FakeService, point: str, found: str, acts_by: list[str]
+) -> None:
+    app = shape("transfer", url, billing)
+    app.run("refund R-1 please", crash_at=point)
+    assert [(f, s) for f, _, s in app.recover()] == [(found, "DONE")]
+    assert app.run("thanks") is None
+    seen = await app.facts()
+    assert seen["status"] == [DONE, DONE]
+    assert seen["texts"] == ["Refunded R-1.", "You are welcome."]
+    assert [w for w, _ in app.acts()] == acts_by
+
+
+# ----------------------------------------------- AgentTool child, journaled tool
+
+
+@pytest.mark.parametrize(
+    ("point", "acts_by"),
+    [
+        ("journal.before_intent", ["worker-B"]),
+        ("journal.after_act", ["worker-A"]),
+    ],
+)
+async def test_a_journaled_tool_in_an_agent_tools_child_acts_once_across_a_kill(
+    url: str, billing: FakeService, point: str, acts_by: list[str]
+) -> None:
+    app = shape("agent_tool", url, billing)
+    app.run(crash_at=point)
+    assert app.recover() == [("TOOL_UNANSWERED", "redrive", "DONE")]
+    seen = await app.facts()
+    assert seen["status"] == [DONE]
+    assert [w for w, _ in app.acts()] == acts_by and [k for _, k in app.acts()] == ["refund:R-7"]
+    assert seen["texts"] == ["The clerk refunded R-7."]
+    assert app.recover() == []
+
+
+async def test_an_unjournaled_tool_in_an_agent_tools_child_parks_the_run(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("agent_tool_unsafe", url, billing)
+    app.run(crash_at="shapes.after_plain_refund")
+    assert app.recover() == [("TOOL_UNANSWERED", "park", "PARKED")]
+    seen = await app.facts()
+    assert seen["status"] == [PARKED]
+    (letter,) = seen["letters"]
+    assert "outcome unknown: clerk" in letter.error
+    assert app.acts() == [("worker-A", "plain:R-7")]  # not run again blindly
+    assert app.recover() == []
+
+
+# ------------------------------------------------------ ParallelAgent, LoopAgent
+
+
+@pytest.mark.parametrize("after", [0, 1])
+async def test_a_parallel_root_killed_after_an_act_finishes_with_each_act_once(
+    url: str, billing: FakeService, after: int
+) -> None:
+    app = shape("parallel", url, billing)
+    app.run(crash_at="journal.after_act", after=after)
+    assert [(a, s) for _, a, s in app.recover()] == [("redrive", "DONE")]
+    assert sorted(k or "" for _, k in app.acts()) == ["invoice:P-N", "invoice:P-S"]
+    seen = await app.facts()
+    assert seen["status"] == [DONE]
+    assert sorted(seen["texts"]) == ["North invoiced.", "South invoiced."]
+
+
+@pytest.mark.parametrize(("after", "found"), [(0, "TOOL_UNANSWERED"), (1, "TOOL_UNANSWERED")])
+async def test_a_loop_root_killed_in_a_round_finishes_with_each_round_once(
+    url: str, billing: FakeService, after: int, found: str
+) -> None:
+    app = shape("loop", url, billing)
+    app.run(crash_at="journal.after_act", after=after)
+    assert app.recover() == [(found, "redrive", "DONE")]
+    assert [k for _, k in app.acts()] == ["invoice:L-1", "invoice:L-2"]
+    assert all(w for w, _ in app.acts())
+    seen = await app.facts()
+    assert seen["status"] == [DONE]
+    assert seen["texts"] == ["Round 1 invoiced.", "Round 2 invoiced."]
+
+
+async def test_a_loop_root_killed_before_finish_is_done_without_another_round(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("loop", url, billing)
+    app.run(crash_at="runner.before_finish")
+    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    assert [(w, k) for w, k in app.acts()] == [
+        ("worker-A", "invoice:L-1"),
+        ("worker-A", "invoice:L-2"),
+    ]
