@@ -141,8 +141,13 @@ def worker_env(
     *,
     tool_seconds: float,
     marker_dir: Path | None = None,
+    gate: bool = False,
 ) -> dict[str, str]:
-    """The environment of one chaos worker: the services' URLs, its name, its tools' pace."""
+    """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
+
+    ``gate`` (with ``marker_dir``) makes each tool wait for ``<marker>.go``
+    before it calls out (see :mod:`durable_adk.testing.chaos_app`).
+    """
     env = {
         **os.environ,
         chaos_app.WORKER_ENV: worker_id,
@@ -151,6 +156,8 @@ def worker_env(
     }
     if marker_dir is not None:
         env[chaos_app.MARKER_DIR_ENV] = str(marker_dir)
+        if gate:
+            env[chaos_app.GATE_ENV] = "1"
     return env
 
 
@@ -564,6 +571,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("submits with no answer", soak.unanswered_submits),
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
+        ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]
     for name, value in rows:
@@ -578,6 +586,10 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
             say(f"  {name}: {line}")
         if verdict.count(name) > 10:
             say(f"  {name}: ... and {verdict.count(name) - 10} more")
+    for line in verdict.fenced[:10]:
+        say(f"  refused as fenced (information): {line}")
+    if len(verdict.fenced) > 10:
+        say(f"  refused as fenced (information): ... and {len(verdict.fenced) - 10} more")
     say("PASS: every violation count is 0" if verdict.violations == 0 else "FAIL")
 
 
