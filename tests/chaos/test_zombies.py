@@ -41,7 +41,7 @@ from chaos_support import (
     wait_until,
 )
 
-from durable_adk.testing.chaos import restart_postgres
+from durable_adk.testing.chaos import read_log, restart_postgres
 from durable_adk.testing.chaos_check import TERMINAL
 from durable_adk.testing.chaos_net import Namespace, partitions_available
 from durable_adk.testing.pg_cluster import TempPostgres
@@ -61,6 +61,11 @@ def finished(worker: Worker, run_id: str) -> Callable[[], dict[str, Any] | None]
         return row if row is not None and row["status"] in TERMINAL else None
 
     return check
+
+
+def held(payments: str) -> Callable[[], bool]:
+    """A poll: whether payments has received epoch 1's charge (the one the cut held)."""
+    return lambda: any(r.epoch == 1 and r.mutating for r in read_log("payments", payments))
 
 
 def _free_port() -> int:
@@ -142,6 +147,80 @@ def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
     assert late == [], describe(result, cut, rescuer)
     assert (result.acts("charge:ORD-P1"), result.acts("notify:ORD-P1")) == (1, 1)
     assert result.verdict.violations == 0, describe(result, cut, rescuer)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_request_the_partition_held_past_the_takeover_is_refused_by_the_service(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The cut-off worker sends its charge into the cut while its lease is valid.
+
+    The network holds the request (a new connection's SYN waits for the link)
+    until the partition heals, after the rescuer took the run over and
+    charged: the service receives it late, its fence's valid-until has passed,
+    and it is refused unacted. Zero acts after the takeover; one charge.
+    """
+    why = partitions_available()
+    if why is not None:
+        pytest.skip(why)
+    prepare(store_url)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with fake_services(tmp_path) as urls:
+        ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
+        name = f"dadk-held-{time.monotonic_ns() % 10**9}"
+        net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
+        cut = launch(
+            store_url,
+            "cut-off",
+            urls,
+            tmp_path,
+            tool_seconds=0.1,
+            marker_dir=markers,
+            prefix=net.prefix(),
+            port=net.inbound[0],
+            gate=True,
+        )
+        rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
+        try:
+            ready(cut, rescuer)
+            run_id = submit(cut, "s1", "ORD-H1")
+            marker = wait_marker(markers, ".1.charge", cut)
+            net.link(up=False)
+            marker.with_name(marker.name + ".go").touch()  # the charge goes out into the cut
+            wait_until(
+                lambda: (run_row(rescuer, run_id) or {}).get("epoch", 1) > 1,
+                120,
+                "the rescuer taking the run over",
+            )
+            wait_until(
+                lambda: any(r.acted for r in read_log("payments", urls["payments"])),
+                120,
+                "the rescuer's charge",
+            )
+            net.link(up=True)  # the held request is delivered now, late
+            wait_until(held(urls["payments"]), 60, "the held request reaching payments")
+            row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
+        finally:
+            stop(cut, rescuer)
+            net.delete()
+        result = outcome(store_url, urls, [run_id])
+    assert (row["status"], row["owner"]) == ("DONE", "rescuer"), describe(result, cut, rescuer)
+    takeover = result.takeovers[run_id][2]
+    late = result.calls_of(run_id, 1, after=takeover)
+    # The held request did reach the service after the takeover...
+    assert [(r.service, r.action, r.key) for r in late] == [
+        ("payments", "create", "charge:ORD-H1")
+    ], describe(result, cut, rescuer)
+    # ...and was refused there before acting: no act after the takeover.
+    (refused,) = late
+    assert refused.outcome == "fenced", describe(result, cut, rescuer)
+    # The rescuer's requests (epoch 2) came first, so the epoch check refuses
+    # it; its valid-until had passed as well.
+    assert refused.reason in ("fence_superseded", "fence_expired"), describe(result, cut, rescuer)
+    assert (result.acts("charge:ORD-H1"), result.acts("notify:ORD-H1")) == (1, 1)
+    assert result.verdict.violations == 0, describe(result, cut, rescuer)
+    assert len(result.verdict.fenced) == 1
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,9 @@ def _request(
         headers["Idempotency-Key"] = key
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with _OPENER.open(request, timeout=10) as answer:
+        # Long enough for a connection the soak's partition holds to be delivered
+        # when it heals (the services refuse it then, if its fence is stale).
+        with _OPENER.open(request, timeout=30) as answer:
             return int(answer.status), json.loads(answer.read() or b"null")
     except urllib.error.HTTPError as err:
         with err:
