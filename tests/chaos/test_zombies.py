@@ -68,6 +68,45 @@ def held(payments: str) -> Callable[[], bool]:
     return lambda: any(r.epoch == 1 and r.mutating for r in read_log("payments", payments))
 
 
+def partition_test(store_url: str, tmp_path: Path) -> Path:
+    """Skips without partitions; else prepares the database and returns a markers folder."""
+    why = partitions_available()
+    if why is not None:
+        pytest.skip(why)
+    prepare(store_url)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    return markers
+
+
+def cut_off_and_rescuer(
+    store_url: str,
+    urls: dict[str, str],
+    tmp_path: Path,
+    markers: Path,
+    *,
+    tool_seconds: float,
+    gate: bool = False,
+) -> tuple[Namespace, Worker, Worker]:
+    """A worker in its own network namespace (``cut-off``) and one on the host (``rescuer``)."""
+    ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
+    name = f"dadk-zombie-{time.monotonic_ns() % 10**9}"
+    net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
+    cut = launch(
+        store_url,
+        "cut-off",
+        urls,
+        tmp_path,
+        tool_seconds=tool_seconds,
+        marker_dir=markers,
+        prefix=net.prefix(),
+        port=net.inbound[0],
+        gate=gate,
+    )
+    rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
+    return net, cut, rescuer
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -106,27 +145,11 @@ def test_a_worker_frozen_past_its_lease_calls_out_no_more_after_takeover(
 def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
     store_url: str, tmp_path: Path
 ) -> None:
-    why = partitions_available()
-    if why is not None:
-        pytest.skip(why)
-    prepare(store_url)
-    markers = tmp_path / "markers"
-    markers.mkdir()
+    markers = partition_test(store_url, tmp_path)
     with fake_services(tmp_path) as urls:
-        ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
-        name = f"dadk-zombie-{time.monotonic_ns() % 10**9}"
-        net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
-        cut = launch(
-            store_url,
-            "cut-off",
-            urls,
-            tmp_path,
-            tool_seconds=12.0,
-            marker_dir=markers,
-            prefix=net.prefix(),
-            port=net.inbound[0],
+        net, cut, rescuer = cut_off_and_rescuer(
+            store_url, urls, tmp_path, markers, tool_seconds=12.0
         )
-        rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
         try:
             ready(cut, rescuer)
             run_id = submit(cut, "s1", "ORD-P1")
@@ -160,28 +183,11 @@ def test_a_request_the_partition_held_past_the_takeover_is_refused_by_the_servic
     charged: the service receives it late, its fence's valid-until has passed,
     and it is refused unacted. Zero acts after the takeover; one charge.
     """
-    why = partitions_available()
-    if why is not None:
-        pytest.skip(why)
-    prepare(store_url)
-    markers = tmp_path / "markers"
-    markers.mkdir()
+    markers = partition_test(store_url, tmp_path)
     with fake_services(tmp_path) as urls:
-        ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
-        name = f"dadk-held-{time.monotonic_ns() % 10**9}"
-        net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
-        cut = launch(
-            store_url,
-            "cut-off",
-            urls,
-            tmp_path,
-            tool_seconds=0.1,
-            marker_dir=markers,
-            prefix=net.prefix(),
-            port=net.inbound[0],
-            gate=True,
+        net, cut, rescuer = cut_off_and_rescuer(
+            store_url, urls, tmp_path, markers, tool_seconds=0.1, gate=True
         )
-        rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
         try:
             ready(cut, rescuer)
             run_id = submit(cut, "s1", "ORD-H1")
