@@ -64,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "SchemaAhead": "durable_adk.errors",
     "UnsupportedUrl": "durable_adk.errors",
     "Fenced": "durable_adk.errors",
+    "FenceRefused": "durable_adk.errors",
     "RunInterrupted": "durable_adk.errors",
     "LookupUnavailable": "durable_adk.errors",
     "NotFound": "durable_adk.errors",
@@ -73,6 +74,8 @@ _EXPORTS: dict[str, str] = {
     "check_lease": "durable_adk.fence",
     "RunFence": "durable_adk.fence",
     "current_fence": "durable_adk.fence",
+    "fence_headers": "durable_adk.fence",
+    "FenceToken": "durable_adk.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
     "DurableSessionService": "durable_adk.adk.session_service",
@@ -114,6 +117,8 @@ __all__ = [
     "DurableRunsPlugin",
     "DurableSessionService",
     "ExpirySweeper",
+    "FenceRefused",
+    "FenceToken",
     "Fenced",
     "InvalidArgument",
     "Job",
@@ -157,6 +162,7 @@ __all__ = [
     "check_lease",
     "current_fence",
     "errors",
+    "fence_headers",
     "handle_job_webhook",
     "idempotent",
     "journaled",
@@ -217,6 +223,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         Draining,
         DurableError,
         Fenced,
+        FenceRefused,
         InvalidArgument,
         LookupUnavailable,
         NotFound,
@@ -227,7 +234,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         StoreUnavailable,
         UnsupportedUrl,
     )
-    from durable_adk.fence import RunFence, check_lease, current_fence
+    from durable_adk.fence import FenceToken, RunFence, check_lease, current_fence, fence_headers
     from durable_adk.jobs import Job, JobNotFound, JobState, JobTable
     from durable_adk.journal import Journal, JournalEntry, OutcomeUnknown
     from durable_adk.ledger import DeadLetter, Run, RunLedger, RunStatus

@@ -127,6 +127,9 @@ def serve(
     ] = None,
     worker_id: Annotated[str | None, typer.Option(help="This worker's name on the ledger.")] = None,
     lease: Annotated[float, typer.Option(min=0.1, help="Run lease, seconds.")] = 30.0,
+    max_attempts: Annotated[
+        int, typer.Option(min=1, help="Recovery claims of a run before it is parked.")
+    ] = 3,
     idempotent_tool: Annotated[
         list[str] | None, typer.Option(help="A tool safe to re-run after a crash (repeatable).")
     ] = None,
@@ -158,6 +161,7 @@ def serve(
             token=token or new_token(),
             worker_id=worker_id,
             lease=lease,
+            max_attempts=max_attempts,
             idempotent_tools=tuple(idempotent_tool or ()),
             sweep_interval=sweep_interval,
             drain_seconds=drain_seconds,

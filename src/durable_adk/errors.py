@@ -61,6 +61,10 @@ class Fenced(DurableError):
     """The write was refused: this worker no longer owns the run (its fencing epoch is old)."""
 
 
+class FenceRefused(Fenced):
+    """An outside service refused the request as fenced off; it did not act."""
+
+
 class RunInterrupted(DurableError):
     """The run met a transient fault and was handed back: recovery finishes it after a back-off."""
 

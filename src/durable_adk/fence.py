@@ -23,19 +23,140 @@ What it guarantees (framework-agnostic: no ADK import here):
 
 The fence is advisory for code that calls out; writes to the store are fenced
 by the run's epoch in the database whatever this object says.
+
+What no worker-side check can stop is a request sent while the lease was
+trusted that the network then holds until after another worker took the run
+over. For that the fence travels with the request: :func:`fence_headers`
+(:meth:`RunFence.headers`) gives the headers of a :class:`FenceToken` (run
+id, epoch, and a wall-clock *valid until* at or before the local deadline, so
+before the database lease runs out and before any takeover), and the outside
+service refuses a request whose valid-until has passed or whose epoch is lower
+than the highest it has seen for the run (:meth:`FenceToken.refusal`), before
+acting. See docs/journal.md, "Fencing at the outside service".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
+from email.message import Message
+from typing import Final
 
 from durable_adk import errors
 
 _current: ContextVar[RunFence | None] = ContextVar("durable_adk_run_fence", default=None)
+
+FENCE_RUN_HEADER: Final = "Durable-Fence-Run"
+"""The run the request is made for (its run id)."""
+FENCE_EPOCH_HEADER: Final = "Durable-Fence-Epoch"
+"""The fencing epoch the sender holds for that run (a non-negative integer)."""
+FENCE_VALID_UNTIL_HEADER: Final = "Durable-Fence-Valid-Until"
+"""Unix seconds (wall clock, decimal, milliseconds) after which the request must not act."""
+FENCE_HEADERS: Final = (FENCE_RUN_HEADER, FENCE_EPOCH_HEADER, FENCE_VALID_UNTIL_HEADER)
+
+FENCE_REFUSED_STATUS: Final = 412
+"""What a fencing service answers a refused request with (412 Precondition Failed)."""
+FENCE_EXPIRED: Final = "fence_expired"
+"""Refusal reason: the request's valid-until had passed when the service got to it."""
+FENCE_SUPERSEDED: Final = "fence_superseded"
+"""Refusal reason: the service has seen a higher epoch of the same run."""
+
+
+@dataclass(frozen=True, slots=True)
+class FenceToken:
+    """The fence a request carries to an outside service: who sends it, and until when.
+
+    Attributes:
+        run_id: The durable run the request belongs to.
+        epoch: The fencing epoch its sender held when it sent the request.
+        valid_until: Unix seconds (the sender's wall clock) after which the
+            request must not act: no later than the sender's local lease
+            deadline, which is before the database lease runs out.
+    """
+
+    run_id: str
+    epoch: int
+    valid_until: float
+
+    def headers(self) -> dict[str, str]:
+        """The request headers (:data:`FENCE_HEADERS`) that carry this token."""
+        return {
+            FENCE_RUN_HEADER: self.run_id,
+            FENCE_EPOCH_HEADER: str(self.epoch),
+            # rounded down to the millisecond: never later than the deadline
+            FENCE_VALID_UNTIL_HEADER: f"{math.floor(self.valid_until * 1000) / 1000:.3f}",
+        }
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str] | Message) -> FenceToken | None:
+        """Reads the token of a received request; None when it carries none of the headers.
+
+        ``headers`` is looked up case-insensitively when it is an
+        ``email.message.Message`` (``http.server``'s), else by the exact names
+        of :data:`FENCE_HEADERS`, or their lower-case forms.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: Some of the headers are
+                missing, repeated or malformed: refuse the request as bad
+                input, without acting.
+        """
+        values: dict[str, str] = {}
+        for name in FENCE_HEADERS:
+            if isinstance(headers, Message):
+                found = [str(v) for v in headers.get_all(name) or []]
+            else:
+                value = headers.get(name, headers.get(name.lower()))
+                found = [] if value is None else [str(value)]
+            if len(found) > 1:
+                raise errors.InvalidArgument(f"the {name} header appears more than once")
+            if found:
+                values[name] = found[0].strip()
+        if not values:
+            return None
+        missing = [name for name in FENCE_HEADERS if name not in values]
+        if missing:
+            raise errors.InvalidArgument(
+                f"a fenced request needs all of {', '.join(FENCE_HEADERS)}; missing {missing}"
+            )
+        run_id, epoch, until = (values[name] for name in FENCE_HEADERS)
+        if not run_id or len(run_id) > 256:
+            raise errors.InvalidArgument(f"{FENCE_RUN_HEADER} must be 1..256 characters")
+        if not (epoch.isascii() and epoch.isdigit()) or len(epoch) > 18:
+            raise errors.InvalidArgument(
+                f"{FENCE_EPOCH_HEADER} must be a non-negative integer, got {epoch!r:.40}"
+            )
+        try:
+            valid_until = float(until)
+        except ValueError:
+            valid_until = math.nan
+        if not math.isfinite(valid_until) or valid_until < 0:
+            raise errors.InvalidArgument(
+                f"{FENCE_VALID_UNTIL_HEADER} must be Unix seconds, got {until!r:.40}"
+            )
+        return cls(run_id, int(epoch), valid_until)
+
+    def refusal(self, *, now: float, highest_epoch: int | None) -> str | None:
+        """Why a service must refuse this request, or None if it may act.
+
+        Args:
+            now: The service's wall clock (Unix seconds) at the moment it would act.
+            highest_epoch: The highest epoch the service has seen for this
+                run (None if none).
+
+        Returns:
+            :data:`FENCE_SUPERSEDED` (a later epoch of the run has been seen),
+            :data:`FENCE_EXPIRED` (``now`` is past the valid-until), or None.
+        """
+        if highest_epoch is not None and self.epoch < highest_epoch:
+            return FENCE_SUPERSEDED
+        if now >= self.valid_until:
+            return FENCE_EXPIRED
+        return None
 
 
 class RunFence:
@@ -120,6 +241,29 @@ class RunFence:
                 return
             await self._changed.wait()
 
+    def token(self) -> FenceToken:
+        """The fence to send with an outside request; raises unless the fence is trusted.
+
+        Its valid-until is the local deadline on the wall clock,
+        ``time.time() + (trusted_until - time.monotonic())``, read now: a
+        later renewal does not extend a token already sent.
+
+        Raises:
+            durable_adk.errors.Fenced: As :meth:`check`.
+        """
+        self.check()
+        return FenceToken(
+            self.run_id, self.epoch, time.time() + (self._trusted_until - time.monotonic())
+        )
+
+    def headers(self) -> dict[str, str]:
+        """The headers of :meth:`token`: put them on the outside request about to be sent.
+
+        Raises:
+            durable_adk.errors.Fenced: As :meth:`check`.
+        """
+        return self.token().headers()
+
     def check_not_lost(self) -> None:
         """Raises if the lease was lost; an undecided fence passes.
 
@@ -176,6 +320,23 @@ def check_lease() -> None:
     fence = _current.get()
     if fence is not None:
         fence.check()
+
+
+def fence_headers() -> dict[str, str]:
+    """The fence headers for an outside request made now, from the current durable run.
+
+    Inside a durable drive: the current fence's :meth:`RunFence.headers`
+    (``Durable-Fence-Run``, ``Durable-Fence-Epoch``,
+    ``Durable-Fence-Valid-Until``), after the same check as
+    :func:`check_lease`. Outside one: ``{}``. Call it right before sending
+    (in the tool, or in the HTTP client it uses; ADK's worker threads inherit
+    the fence) and add the result to the request's headers.
+
+    Raises:
+        durable_adk.errors.Fenced: The run's lease was lost or has run out.
+    """
+    fence = _current.get()
+    return {} if fence is None else fence.headers()
 
 
 def current_fence() -> RunFence | None:

@@ -21,7 +21,12 @@ the database clock; a caller outside any run is never fenced):
   and return it; not found: act;
 * an abandoned INTENT and no way to look up: raise :class:`OutcomeUnknown`,
   which parks the run for a person. Never a guess;
-* an entry written by another tool: :class:`~durable_adk.errors.InvalidArgument`.
+* an entry written by another tool: :class:`~durable_adk.errors.InvalidArgument`;
+* the act raises :class:`~durable_adk.errors.FenceRefused` (the outside
+  service refused the request's fence before acting, see
+  :func:`durable_adk.fence.fence_headers`): nothing happened. An intent this
+  attempt wrote is removed; one it took over is released (its first owner may
+  have acted). The error propagates: the drive stops as fenced.
 
 Two calls of one key at once (two parallel calls in one model turn, two
 sessions) make one outside call. This module has no ADK import.
@@ -235,6 +240,9 @@ class Journal:
                 seconds (transient: retry later).
             durable_adk.errors.Fenced: The caller's run was taken over, ended,
                 or its lease ran out (database clock); nothing was done.
+            durable_adk.errors.FenceRefused: ``act`` raised it: the outside
+                service refused the request as fenced off; nothing was done
+                (see the module's docstring for the entry).
             durable_adk.errors.InvalidArgument: The key is empty or too long,
                 ``wait`` is negative, or the key belongs to another tool;
                 nothing was written.
@@ -313,6 +321,16 @@ class Journal:
                 await fence.confirm()
             result = await act(key)
         except _Lost:
+            raise
+        except errors.FenceRefused:
+            # The outside service refused the request as fenced off, before
+            # acting: nothing happened. An intent we wrote ourselves goes (the
+            # next caller acts, with no lookup and no "outcome unknown"); one
+            # we took over stays released, since its first owner may have acted.
+            if taken:
+                await self._release(key, holder)
+            else:
+                await self._forget(key, holder)
             raise
         except BaseException:
             # The effect may or may not have happened: keep the intent, but say
@@ -410,6 +428,13 @@ class Journal:
             await self.store.execute("journal_release", {"key": key, "holder": holder})
         except Exception:  # the original error matters more; the run's epoch still decides
             logger.warning("could not release the journal intent %r", key, exc_info=True)
+
+    async def _forget(self, key: str, holder: str) -> None:
+        try:
+            await self.store.execute("journal_forget", {"key": key, "holder": holder})
+        except Exception:  # left as a released intent: the next caller looks up
+            logger.warning("could not forget the refused journal intent %r", key, exc_info=True)
+            await self._release(key, holder)
 
     async def _keep_holding(self, key: str, holder: str) -> None:
         while True:

@@ -73,10 +73,14 @@ def launch(
     marker_dir: Path | None = None,
     prefix: list[str] | None = None,
     port: int = 0,
+    gate: bool = False,
 ) -> Worker:
-    """Starts ``durable-adk serve`` with the chaos app (lease 3 s, sweeps every 0.3 s)."""
+    """Starts ``durable-adk serve`` with the chaos app (lease 3 s, sweeps every 0.3 s).
+
+    ``gate``: each tool waits for ``<marker>.go`` before it calls out.
+    """
     command = (prefix or []) + serve_command(db, name, lease=LEASE, sweep_interval=0.3, port=port)
-    env = worker_env(name, urls, tool_seconds=tool_seconds, marker_dir=marker_dir)
+    env = worker_env(name, urls, tool_seconds=tool_seconds, marker_dir=marker_dir, gate=gate)
     log = folder / f"{name}.log"
     return Worker(name, start_logged(command, env, log), log)
 
@@ -156,7 +160,8 @@ class Outcome:
         ]
 
     def acts(self, key: str) -> int:
-        return sum(1 for r in self.requests if r.mutating and r.key == key)
+        """Acts under ``key`` the services did not refuse as fenced off."""
+        return sum(1 for r in self.requests if r.acted and r.key == key)
 
 
 def outcome(db: str, urls: dict[str, str], accepted: list[str]) -> Outcome:

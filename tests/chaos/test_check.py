@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from durable_adk.testing.chaos_check import Claim, EventRow, Request, RunRow, judge
@@ -10,9 +11,18 @@ RUN = "run-1"
 
 
 def request(
-    key: str, epoch: int, at: float, *, mutating: bool = True, run: str = RUN, service: str = "p"
+    key: str,
+    epoch: int,
+    at: float,
+    *,
+    mutating: bool = True,
+    run: str = RUN,
+    service: str = "p",
+    outcome: str | None = None,
 ) -> Request:
     return Request(
+        outcome=outcome or ("created" if mutating else "found"),
+        reason="fence_expired" if outcome == "fenced" else None,
         service=service,
         seq=int(at * 10),
         method="POST" if mutating else "GET",
@@ -132,3 +142,39 @@ def test_failed_parked_and_hollow_done_runs_are_unexpected_endings() -> None:
     assert list(hollow) == ["unexpected endings"]
     unanswered = verdict(events=good_log()[:-1])  # DONE without the final answer
     assert list(unanswered) == ["unexpected endings"]
+
+
+def test_a_late_request_the_service_refused_as_fenced_is_no_violation_but_is_reported() -> None:
+    # Sent by epoch 1 while its lease was valid, held by the network, received
+    # after epoch 2 took over: the service refused it before acting.
+    late = request("charge:ORD-1", 1, 6.2, outcome="fenced")
+    late_lookup = request("notify:ORD-1", 1, 5.5, mutating=False, outcome="fenced")
+    records: dict[str, Any] = {
+        "runs": [run_row()],
+        "accepted": [RUN],
+        "claims": CLAIMS,
+        "events": good_log(),
+        "requests": [*GOOD, late, late_lookup],
+    }
+    result = judge(**records)
+    assert result.violations == 0
+    assert result.acts == 2  # the refused act is not one
+    assert len(result.fenced) == 2
+    assert "refused (fence_expired), 1.200s after the takeover" in result.fenced[0]
+
+
+def test_a_late_request_the_service_accepted_is_still_a_violation() -> None:
+    # The same late request without fence headers (or from a service that does
+    # not check them): the service answered it from the key: an act after takeover.
+    late = request("charge:ORD-1", 1, 6.2, outcome="replayed")
+    found = verdict(requests=[*GOOD, late])
+    assert set(found) == {"calls after takeover", "doubled effects", "double drives"}
+    unanswered = dataclasses.replace(late, outcome=None)  # never answered: may have acted
+    assert set(verdict(requests=[*GOOD, unanswered])) == set(found)
+
+
+def test_a_run_whose_only_charge_was_refused_as_fenced_never_acted() -> None:
+    refused = request("charge:ORD-1", 1, 2.0, outcome="fenced")
+    found = verdict(requests=[refused, request("notify:ORD-1", 2, 6.0)])
+    assert list(found) == ["unexpected endings"]
+    assert "never acted: ['charge:ORD-1']" in found["unexpected endings"][0]

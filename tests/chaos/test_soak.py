@@ -2,16 +2,15 @@
 
 The same soak as ``make chaos`` (see :mod:`durable_adk.testing.chaos`), bounded:
 three ``durable-adk serve`` workers on a private PostgreSQL, a minute of runs
-and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts), then the
+and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts and, as root,
+network partitions: the soak skips them with a notice otherwise), then the
 verdict. The seed is fixed so a failure can be replayed; its output is printed
 when it fails.
 
-Partitions are left to ``make chaos`` and to the partition test in
-test_zombies.py: a request a worker sent while its lease was valid can sit in
-the cut network and reach the service after the takeover. The service dedupes
-it by its idempotency key, but the soak counts it (rightly) as a second act and
-a call after takeover; what would remove it (services refusing requests past
-the sender's lease deadline) is not built yet (docs/testing.md, "Chaos soak").
+A request a partitioned worker sent while its lease was valid can sit in the
+cut network and reach a service after the takeover; the services refuse it
+there by its fence headers (docs/journal.md, "Fencing at the outside
+service"), and the verdict reports it as refused, not as a violation.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ pytestmark = pytest.mark.slow
 SEED = 20261201
 ARGS = [
     "--duration", "60", "--workers", "3", "--runs", "60", "--tool-seconds", "1.5",
-    "--faults", "kill,stop,pg",
+    "--faults", "kill,stop,pg,partition",
 ]  # fmt: skip
 
 

@@ -41,7 +41,7 @@ from chaos_support import (
     wait_until,
 )
 
-from durable_adk.testing.chaos import restart_postgres
+from durable_adk.testing.chaos import read_log, restart_postgres
 from durable_adk.testing.chaos_check import TERMINAL
 from durable_adk.testing.chaos_net import Namespace, partitions_available
 from durable_adk.testing.pg_cluster import TempPostgres
@@ -61,6 +61,50 @@ def finished(worker: Worker, run_id: str) -> Callable[[], dict[str, Any] | None]
         return row if row is not None and row["status"] in TERMINAL else None
 
     return check
+
+
+def held(payments: str) -> Callable[[], bool]:
+    """A poll: whether payments has received epoch 1's charge (the one the cut held)."""
+    return lambda: any(r.epoch == 1 and r.mutating for r in read_log("payments", payments))
+
+
+def partition_test(store_url: str, tmp_path: Path) -> Path:
+    """Skips without partitions; else prepares the database and returns a markers folder."""
+    why = partitions_available()
+    if why is not None:
+        pytest.skip(why)
+    prepare(store_url)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    return markers
+
+
+def cut_off_and_rescuer(
+    store_url: str,
+    urls: dict[str, str],
+    tmp_path: Path,
+    markers: Path,
+    *,
+    tool_seconds: float,
+    gate: bool = False,
+) -> tuple[Namespace, Worker, Worker]:
+    """A worker in its own network namespace (``cut-off``) and one on the host (``rescuer``)."""
+    ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
+    name = f"dadk-zombie-{time.monotonic_ns() % 10**9}"
+    net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
+    cut = launch(
+        store_url,
+        "cut-off",
+        urls,
+        tmp_path,
+        tool_seconds=tool_seconds,
+        marker_dir=markers,
+        prefix=net.prefix(),
+        port=net.inbound[0],
+        gate=gate,
+    )
+    rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
+    return net, cut, rescuer
 
 
 def _free_port() -> int:
@@ -101,27 +145,11 @@ def test_a_worker_frozen_past_its_lease_calls_out_no_more_after_takeover(
 def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
     store_url: str, tmp_path: Path
 ) -> None:
-    why = partitions_available()
-    if why is not None:
-        pytest.skip(why)
-    prepare(store_url)
-    markers = tmp_path / "markers"
-    markers.mkdir()
+    markers = partition_test(store_url, tmp_path)
     with fake_services(tmp_path) as urls:
-        ports = [urlsplit(store_url).port or 5432, *(urlsplit(u).port or 80 for u in urls.values())]
-        name = f"dadk-zombie-{time.monotonic_ns() % 10**9}"
-        net = Namespace(name, tmp_path / "net", ports, [_free_port()]).create()
-        cut = launch(
-            store_url,
-            "cut-off",
-            urls,
-            tmp_path,
-            tool_seconds=12.0,
-            marker_dir=markers,
-            prefix=net.prefix(),
-            port=net.inbound[0],
+        net, cut, rescuer = cut_off_and_rescuer(
+            store_url, urls, tmp_path, markers, tool_seconds=12.0
         )
-        rescuer = launch(store_url, "rescuer", urls, tmp_path, tool_seconds=0.1)
         try:
             ready(cut, rescuer)
             run_id = submit(cut, "s1", "ORD-P1")
@@ -142,6 +170,63 @@ def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
     assert late == [], describe(result, cut, rescuer)
     assert (result.acts("charge:ORD-P1"), result.acts("notify:ORD-P1")) == (1, 1)
     assert result.verdict.violations == 0, describe(result, cut, rescuer)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_request_the_partition_held_past_the_takeover_is_refused_by_the_service(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The cut-off worker sends its charge into the cut while its lease is valid.
+
+    The network holds the request (a new connection's SYN waits for the link)
+    until the partition heals, after the rescuer took the run over and
+    charged: the service receives it late, its fence's valid-until has passed,
+    and it is refused unacted. Zero acts after the takeover; one charge.
+    """
+    markers = partition_test(store_url, tmp_path)
+    with fake_services(tmp_path) as urls:
+        net, cut, rescuer = cut_off_and_rescuer(
+            store_url, urls, tmp_path, markers, tool_seconds=0.1, gate=True
+        )
+        try:
+            ready(cut, rescuer)
+            run_id = submit(cut, "s1", "ORD-H1")
+            marker = wait_marker(markers, ".1.charge", cut)
+            net.link(up=False)
+            marker.with_name(marker.name + ".go").touch()  # the charge goes out into the cut
+            wait_until(
+                lambda: (run_row(rescuer, run_id) or {}).get("epoch", 1) > 1,
+                120,
+                "the rescuer taking the run over",
+            )
+            wait_until(
+                lambda: any(r.acted for r in read_log("payments", urls["payments"])),
+                120,
+                "the rescuer's charge",
+            )
+            net.link(up=True)  # the held request is delivered now, late
+            wait_until(held(urls["payments"]), 60, "the held request reaching payments")
+            row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
+        finally:
+            stop(cut, rescuer)
+            net.delete()
+        result = outcome(store_url, urls, [run_id])
+    assert (row["status"], row["owner"]) == ("DONE", "rescuer"), describe(result, cut, rescuer)
+    takeover = result.takeovers[run_id][2]
+    late = result.calls_of(run_id, 1, after=takeover)
+    # The held request did reach the service after the takeover...
+    assert [(r.service, r.action, r.key) for r in late] == [
+        ("payments", "create", "charge:ORD-H1")
+    ], describe(result, cut, rescuer)
+    # ...and was refused there before acting: no act after the takeover.
+    (refused,) = late
+    assert refused.outcome == "fenced", describe(result, cut, rescuer)
+    # The rescuer's requests (epoch 2) came first, so the epoch check refuses
+    # it; its valid-until had passed as well.
+    assert refused.reason in ("fence_superseded", "fence_expired"), describe(result, cut, rescuer)
+    assert (result.acts("charge:ORD-H1"), result.acts("notify:ORD-H1")) == (1, 1)
+    assert result.verdict.violations == 0, describe(result, cut, rescuer)
+    assert len(result.verdict.fenced) == 1
 
 
 @pytest.mark.parametrize(
@@ -166,7 +251,9 @@ def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
         try:
             ready(first, second)
             runs = [submit(first, "s1", "ORD-R1"), submit(second, "s2", "ORD-R2")]
-            wait_marker(markers, ".1.charge", first)
+            # a charge at work, whatever its epoch: on a loaded machine a cold first
+            # drive can lose its 3 s lease before the tool starts
+            wait_marker(markers, ".charge", first)
             # A short outage meets the tools' journal writes and the next ledger
             # write finds the server back; a long one outlasts the lease.
             restart_postgres(pg, mode=mode, down=down)

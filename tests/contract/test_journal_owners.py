@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from durable_adk import errors
+from durable_adk.fence import FenceToken, RunFence, using_fence
 from durable_adk.journal import (
     Attempt,
     Journal,
@@ -31,7 +33,7 @@ from durable_adk.journal import (
 )
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
-from durable_adk.testing.services import BillingClient, FakeService
+from durable_adk.testing.services import BillingClient, FakeService, request_json
 
 TOOL = "send_invoice"
 LEASE = 600.0  # long enough never to run out by itself on a loaded machine
@@ -498,3 +500,57 @@ async def test_two_takers_of_one_abandoned_intent_one_wins_the_other_waits(
         )
     assert a == b
     assert (outside.lookups, outside.acts, outside.invoices()) == (1, 1, 1)
+
+
+def seen_by_billing(billing: FakeService, run_id: str, epoch: int) -> None:
+    """Billing admits a request of ``epoch`` of the run: lower epochs are refused from now on."""
+    headers = FenceToken(run_id, epoch, time.time() + 60).headers()
+    status, _, _ = request_json("GET", f"{billing.url}/invoices/count", headers=headers)
+    assert status == 200
+
+
+async def test_an_act_refused_by_the_services_fence_is_forgotten_and_needs_no_lookup(
+    store: Store, billing: FakeService
+) -> None:
+    ledger, journal = RunLedger(store, lease_seconds=LEASE), Journal(store)
+    run = await running(ledger, "s1")
+    key, invoice = new_key()
+    outside = Billing(billing, invoice)
+    # The request of this epoch reaches billing after a later epoch's did (it
+    # was late, the run was taken over meanwhile): billing refuses it unacted.
+    seen_by_billing(billing, run.run_id, run.epoch + 1)
+    late = RunFence(run.run_id, run.epoch, trusted_until=time.monotonic() + LEASE)
+    with using_fence(late), pytest.raises(errors.FenceRefused):
+        await journal.execute(key, attempt_of(run, "c1"), outside.act, None)
+    assert outside.entered == 1 and outside.invoices() == 0
+    assert await journal.get(key) is None  # our own intent, refused: as if never written
+    assert billing.acts("invoices", "create", key) == 0
+    assert len(billing.requests("invoices", "create", key, outcome="fenced")) == 1
+    # No lookup, yet no "outcome unknown": the next caller simply acts, once.
+    result = await journal.execute(key, attempt_of(run, "c2"), outside.act, None)
+    assert result["idempotency_key"] == key
+    assert (outside.acts, outside.invoices(), billing.acts("invoices", "create", key)) == (2, 1, 1)
+    entry = await journal.get(key)
+    assert entry is not None and entry.status is JournalStatus.DONE
+
+
+async def test_a_taken_over_intent_whose_act_is_refused_stays_released_for_a_lookup(
+    store: Store, billing: FakeService
+) -> None:
+    ledger, journal = RunLedger(store, lease_seconds=LEASE), Journal(store)
+    run = await running(ledger, "s1")
+    key, invoice = new_key()
+    outside = Billing(billing, invoice)
+    await hold_intent(store, key, attempt_of(run, "c-dead"), "holder-of-a-dead-process")
+    new = await take_over(ledger, run)
+    seen_by_billing(billing, new.run_id, new.epoch + 1)
+    late = RunFence(new.run_id, new.epoch, trusted_until=time.monotonic() + LEASE)
+    with using_fence(late), pytest.raises(errors.FenceRefused):  # the lookup is refused first
+        await journal.execute(key, attempt_of(new, "c1"), outside.act, outside.lookup)
+    assert (outside.lookups, outside.entered) == (1, 0)
+    entry = await journal.get(key)
+    # The first owner may have acted: the intent stays, released, for the next lookup.
+    assert entry is not None and entry.status is JournalStatus.INTENT and entry.released
+    with pytest.raises(OutcomeUnknown):
+        await journal.execute(key, attempt_of(new, "c2"), outside.act, None)
+    assert outside.invoices() == 0

@@ -116,3 +116,10 @@ def test_operations_through_a_running_worker(tmp_path: Path) -> None:
 def test_serve_refuses_what_is_not_an_app(spec: str, reason: str, tmp_path: Path) -> None:
     code, out = cli("serve", spec, "--db", f"sqlite:///{tmp_path}/x.db")
     assert code == 2 and reason in out
+
+
+def test_serve_refuses_a_max_attempts_below_one(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/x.db"
+    code, out = cli("serve", "durable_adk.demo.service_app:app", "--db", db, "--max-attempts", "0")
+    assert code == 2 and "max-attempts" in out
+    assert not (tmp_path / "x.db").exists()  # refused before anything was opened

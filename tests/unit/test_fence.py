@@ -8,7 +8,19 @@ import time
 import pytest
 
 from durable_adk import errors
-from durable_adk.fence import RunFence, current_fence, using_fence
+from durable_adk.fence import (
+    FENCE_EPOCH_HEADER,
+    FENCE_EXPIRED,
+    FENCE_HEADERS,
+    FENCE_RUN_HEADER,
+    FENCE_SUPERSEDED,
+    FENCE_VALID_UNTIL_HEADER,
+    FenceToken,
+    RunFence,
+    current_fence,
+    fence_headers,
+    using_fence,
+)
 
 
 async def test_a_fence_is_trusted_until_its_deadline_then_undecided_until_renewed() -> None:
@@ -58,3 +70,63 @@ async def test_the_current_fence_is_set_only_inside_its_block() -> None:
         assert await asyncio.create_task(in_a_child_task()) is fence
         assert await asyncio.to_thread(current_fence) is fence
     assert current_fence() is None
+
+
+def test_a_trusted_fence_gives_headers_whose_valid_until_is_its_deadline_on_the_wall_clock() -> (
+    None
+):
+    fence = RunFence("run-7", 4, trusted_until=time.monotonic() + 30)
+    before = time.time()
+    headers = fence.headers()
+    after = time.time()
+    assert set(headers) == set(FENCE_HEADERS)
+    assert headers[FENCE_RUN_HEADER] == "run-7" and headers[FENCE_EPOCH_HEADER] == "4"
+    until = float(headers[FENCE_VALID_UNTIL_HEADER])
+    assert before + 29 < until <= after + 30  # the local deadline, read now, never later
+    token = FenceToken.from_headers(headers)
+    assert token is not None and (token.run_id, token.epoch) == ("run-7", 4)
+    assert token.valid_until == until
+
+
+def test_fence_headers_are_empty_outside_a_run_and_refused_once_the_lease_is_not_trusted() -> None:
+    assert fence_headers() == {}
+    fence = RunFence("run-1", 2, trusted_until=time.monotonic() + 60)
+    with using_fence(fence):
+        assert fence_headers()[FENCE_EPOCH_HEADER] == "2"
+    past = RunFence("run-1", 2, trusted_until=time.monotonic() - 1)
+    with using_fence(past), pytest.raises(errors.Fenced, match="not renewed in time"):
+        fence_headers()
+    fence.lose("taken over")
+    with using_fence(fence), pytest.raises(errors.Fenced, match="taken over"):
+        fence_headers()
+
+
+def test_a_token_is_refused_past_its_valid_until_or_below_the_highest_epoch_seen() -> None:
+    token = FenceToken("run-1", 3, valid_until=1000.0)
+    assert token.refusal(now=999.0, highest_epoch=None) is None
+    assert token.refusal(now=999.0, highest_epoch=3) is None
+    assert token.refusal(now=999.0, highest_epoch=2) is None
+    assert token.refusal(now=1000.0, highest_epoch=None) == FENCE_EXPIRED
+    assert token.refusal(now=999.0, highest_epoch=4) == FENCE_SUPERSEDED
+    assert token.refusal(now=2000.0, highest_epoch=4) == FENCE_SUPERSEDED
+
+
+@pytest.mark.parametrize(
+    ("headers", "problem"),
+    [
+        ({FENCE_RUN_HEADER: "r", FENCE_EPOCH_HEADER: "1"}, "missing"),
+        ({FENCE_RUN_HEADER: "", FENCE_EPOCH_HEADER: "1", FENCE_VALID_UNTIL_HEADER: "5"}, "Run"),
+        ({FENCE_RUN_HEADER: "r", FENCE_EPOCH_HEADER: "x", FENCE_VALID_UNTIL_HEADER: "5"}, "Epoch"),
+        (
+            {FENCE_RUN_HEADER: "r", FENCE_EPOCH_HEADER: "1", FENCE_VALID_UNTIL_HEADER: "inf"},
+            "Valid",
+        ),
+        ({FENCE_RUN_HEADER: "r", FENCE_EPOCH_HEADER: "1", FENCE_VALID_UNTIL_HEADER: "-3"}, "Valid"),
+    ],
+)
+def test_incomplete_or_malformed_fence_headers_are_invalid(
+    headers: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(errors.InvalidArgument, match=problem):
+        FenceToken.from_headers(headers)
+    assert FenceToken.from_headers({"Content-Type": "application/json"}) is None

@@ -854,6 +854,14 @@ class DurableRunner:
                     seen.append(event)
                     yield event
         except Exception as exc:
+            refused = cause_of(exc, errors.FenceRefused)
+            if refused is not None and drive.fence.lost is None:
+                # An outside service refused a request as fenced off (it did
+                # not act). The lease may still be ours (the request was late,
+                # not the run taken over): hand the run back for recovery now
+                # rather than leave it to expire. Fenced if it was taken over.
+                why = f"an outside service refused the request as fenced off: {refused}"
+                await self._hand_back(run, why, cause=exc)
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
                 logger.warning(

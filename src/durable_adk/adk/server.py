@@ -428,6 +428,10 @@ class DurableRunsPlugin(BasePlugin):
     ) -> None:
         run, runner, ledger = live.run, live.runner, live.runner.ledger
         if error is not None:
+            refused = cause_of(error, errors.FenceRefused)
+            if refused is not None:  # an outside service refused as fenced off: did not act
+                await self._hand_back(live, f"an outside service refused the request: {refused}")
+                return
             if cause_of(error, errors.Fenced) is not None:
                 return
             unknown = cause_of(error, OutcomeUnknown)

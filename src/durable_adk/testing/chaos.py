@@ -91,6 +91,12 @@ class SoakConfig:
         faults: Which faults to inject.
         fault_gap: Seconds between faults, drawn between these bounds.
         settle: Seconds to wait, after the faults, for every run to end.
+        max_attempts: The workers' recovery claims before a run is parked.
+            Each fault that meets a run costs it one (by design); with a
+            fault every few seconds and leases of seconds a run can meet
+            three in a row, which the library's default cap of 3 parks. The
+            soak tests that no fault ends a run by itself, so its default is
+            10 (``--max-attempts 3`` shows the cap at work).
         folder: Where the databases and logs go (None: a temporary folder).
         keep: Keep the folder afterwards.
     """
@@ -105,6 +111,7 @@ class SoakConfig:
     faults: tuple[str, ...] = FAULTS
     fault_gap: tuple[float, float] = (2.0, 6.0)
     settle: float = 90.0
+    max_attempts: int = 10
     folder: Path | None = None
     keep: bool = False
 
@@ -125,13 +132,20 @@ class WorkerProc:
 
 
 def serve_command(
-    db: str, worker_id: str, *, lease: float, sweep_interval: float, port: int = 0
+    db: str,
+    worker_id: str,
+    *,
+    lease: float,
+    sweep_interval: float,
+    port: int = 0,
+    max_attempts: int = 3,
 ) -> list[str]:
     """The ``durable-adk serve`` command line of one chaos worker."""
     return [
         sys.executable, "-m", "durable_adk.cli", "serve", APP_SPEC,
         "--db", db, "--port", str(port), "--token", TOKEN, "--worker-id", worker_id,
         "--lease", str(lease), "--sweep-interval", str(sweep_interval), "--drain-seconds", "1",
+        "--max-attempts", str(max_attempts),
     ]  # fmt: skip
 
 
@@ -141,8 +155,13 @@ def worker_env(
     *,
     tool_seconds: float,
     marker_dir: Path | None = None,
+    gate: bool = False,
 ) -> dict[str, str]:
-    """The environment of one chaos worker: the services' URLs, its name, its tools' pace."""
+    """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
+
+    ``gate`` (with ``marker_dir``) makes each tool wait for ``<marker>.go``
+    before it calls out (see :mod:`durable_adk.testing.chaos_app`).
+    """
     env = {
         **os.environ,
         chaos_app.WORKER_ENV: worker_id,
@@ -151,6 +170,8 @@ def worker_env(
     }
     if marker_dir is not None:
         env[chaos_app.MARKER_DIR_ENV] = str(marker_dir)
+        if gate:
+            env[chaos_app.GATE_ENV] = "1"
     return env
 
 
@@ -245,7 +266,12 @@ class Soak:
         worker_id = f"{name}.{incarnation}"
         port = self.namespace.inbound[0] if inside and self.namespace else 0
         command = serve_command(
-            self.db, worker_id, lease=cfg.lease, sweep_interval=cfg.sweep_interval, port=port
+            self.db,
+            worker_id,
+            lease=cfg.lease,
+            sweep_interval=cfg.sweep_interval,
+            port=port,
+            max_attempts=cfg.max_attempts,
         )
         if inside and self.namespace:
             command = self.namespace.prefix() + command
@@ -476,7 +502,8 @@ class Soak:
         cfg = self.config
         self.say(
             f"chaos soak: seed {cfg.seed}, {cfg.workers} workers, {cfg.runs} runs, "
-            f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s"
+            f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
+            f"max attempts {cfg.max_attempts}"
         )
         try:
             self.setup()
@@ -564,6 +591,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("submits with no answer", soak.unanswered_submits),
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
+        ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]
     for name, value in rows:
@@ -578,6 +606,10 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
             say(f"  {name}: {line}")
         if verdict.count(name) > 10:
             say(f"  {name}: ... and {verdict.count(name) - 10} more")
+    for line in verdict.fenced[:10]:
+        say(f"  refused as fenced (information): {line}")
+    if len(verdict.fenced) > 10:
+        say(f"  refused as fenced (information): ... and {len(verdict.fenced) - 10} more")
     say("PASS: every violation count is 0" if verdict.violations == 0 else "FAIL")
 
 
@@ -596,6 +628,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--faults", default=",".join(FAULTS), help="comma-separated: " + ",".join(FAULTS)
     )
     parser.add_argument("--settle", type=float, default=defaults.settle)
+    parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
     parser.add_argument("--folder", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the folder with every log")
     return parser.parse_args(argv)
@@ -610,8 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(args_list)
     faults = tuple(f for f in args.faults.split(",") if f)
     unknown = set(faults) - set(FAULTS)
-    if unknown or args.workers < 2 or args.runs < 1 or args.duration <= 0:
-        print(f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0")
+    if unknown or args.workers < 2 or args.runs < 1 or args.duration <= 0 or args.max_attempts < 1:
+        print(
+            f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0, "
+            "max-attempts >= 1"
+        )
         return 2
     config = SoakConfig(
         duration=args.duration,
@@ -622,6 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tool_seconds=args.tool_seconds,
         faults=faults,
         settle=args.settle,
+        max_attempts=args.max_attempts,
         folder=args.folder,
         keep=args.keep,
     )

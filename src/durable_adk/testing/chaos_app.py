@@ -17,6 +17,14 @@ the run stamp ADK passes in ``run_config.custom_metadata``). The fake services
 log every request with those headers before handling it, so the soak can tell
 which epoch of which run called out, and when.
 
+Every request also carries the drive's fence (``Durable-Fence-Run``,
+``Durable-Fence-Epoch``, ``Durable-Fence-Valid-Until``, from
+:func:`durable_adk.fence.fence_headers`, which refuses to send once the lease
+is not trusted), and the services refuse a request whose valid-until has
+passed or whose epoch is older than one they have seen for the run (412): the
+tool then raises :class:`durable_adk.errors.FenceRefused`, which the journal
+takes as "did not act".
+
 Environment (set by the soak for each worker it starts):
 
 * ``DURABLE_ADK_CHAOS_PAYMENTS``, ``DURABLE_ADK_CHAOS_NOTIFY``: the services' URLs;
@@ -25,7 +33,10 @@ Environment (set by the soak for each worker it starts):
   outside call (default 0.2), so that faults land inside tools;
 * ``DURABLE_ADK_CHAOS_MARKER_DIR``: if set, each tool announces itself there
   (a file ``<run>.<epoch>.<tool>``) as it starts its work, so a test can freeze
-  a worker exactly while one of its tools is mid-way.
+  a worker exactly while one of its tools is mid-way;
+* ``DURABLE_ADK_CHAOS_GATE``: if set (with the marker dir), each tool, after
+  its work, waits until a file ``<marker>.go`` exists before it calls out, so
+  a test can cut a worker's network first and have it send into the cut.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from google.adk.tools.tool_context import ToolContext
 from durable_adk import errors
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.adk.tools import journaled
-from durable_adk.fence import check_lease
+from durable_adk.fence import FENCE_REFUSED_STATUS, fence_headers
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Step, Turn
 
 APP_NAME = "chaos"
@@ -59,6 +70,7 @@ NOTIFY_ENV = "DURABLE_ADK_CHAOS_NOTIFY"
 WORKER_ENV = "DURABLE_ADK_CHAOS_WORKER"
 TOOL_SECONDS_ENV = "DURABLE_ADK_CHAOS_TOOL_SECONDS"
 MARKER_DIR_ENV = "DURABLE_ADK_CHAOS_MARKER_DIR"
+GATE_ENV = "DURABLE_ADK_CHAOS_GATE"
 
 CALLER_WORKER = "X-Caller-Worker"
 CALLER_RUN = "X-Caller-Run"
@@ -73,6 +85,10 @@ ORDER_RE = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
 # the same tags as the effect.
 _caller: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "durable_adk_chaos_caller", default=None
+)
+# The tool's marker file (when markers are on), for the gate.
+_marker: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "durable_adk_chaos_marker", default=None
 )
 
 
@@ -99,7 +115,9 @@ def _tag_call(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext) -
     if marker_dir:
         tags = _caller.get() or {}
         name = f"{tags[CALLER_RUN]}.{tags[CALLER_EPOCH]}.{tool.name}"
-        Path(marker_dir, name).write_text(str(os.getpid()), encoding="utf-8")
+        marker = Path(marker_dir, name)
+        marker.write_text(str(os.getpid()), encoding="utf-8")
+        _marker.set(marker)
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
@@ -109,9 +127,9 @@ def _request(
     method: str, url: str, *, payload: dict[str, Any] | None = None, key: str | None = None
 ) -> tuple[int, Any]:
     # The last moment before the request leaves: a worker frozen past its
-    # lease while the tool prepared refuses here, on waking, whatever ran first.
-    check_lease()
-    headers = {"Accept": "application/json", **(_caller.get() or {})}
+    # lease while the tool prepared refuses here, on waking, whatever ran first;
+    # otherwise the fence goes with the request, for the service to check.
+    headers = {"Accept": "application/json", **(_caller.get() or {}), **fence_headers()}
     data = None
     if payload is not None:
         data = json.dumps(payload).encode("utf-8")
@@ -120,11 +138,16 @@ def _request(
         headers["Idempotency-Key"] = key
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with _OPENER.open(request, timeout=10) as answer:
+        # Long enough for a connection the soak's partition holds to be delivered
+        # when it heals (the services refuse it then, if its fence is stale).
+        with _OPENER.open(request, timeout=30) as answer:
             return int(answer.status), json.loads(answer.read() or b"null")
     except urllib.error.HTTPError as err:
         with err:
-            return err.code, err.read().decode("utf-8", errors="replace")
+            body = err.read().decode("utf-8", errors="replace")
+        if err.code == FENCE_REFUSED_STATUS:
+            raise errors.FenceRefused(f"{method} {url} refused as fenced off: {body:.200}") from err
+        return err.code, body
     except (OSError, ValueError) as err:
         raise OutsideCallFailed(f"{method} {url}: no answer ({err})") from err
 
@@ -157,6 +180,11 @@ def _find(env: str, collection: str, key: str) -> dict[str, Any] | None:
 
 async def _work() -> None:
     await asyncio.sleep(float(os.environ.get(TOOL_SECONDS_ENV, "0.2")))
+    marker = _marker.get()
+    if marker is not None and os.environ.get(GATE_ENV):
+        gate = marker.with_name(marker.name + ".go")
+        while not gate.exists():  # noqa: ASYNC110 - a file another process makes
+            await asyncio.sleep(0.02)  # cancelled with the drive if the lease is lost meanwhile
 
 
 def amount_of(order_id: str) -> float:

@@ -12,20 +12,34 @@ Pure functions over four records, read once the soak has settled:
 * :class:`RunRow`: a run as the ledger holds it at the end;
 * :class:`EventRow`: one stored event of a session.
 
+**What counts as acted on.** Every request of the chaos app carries its
+drive's fence (``Durable-Fence-*`` headers), and the services refuse, before
+doing anything, a request whose valid-until has passed or whose epoch is below
+one they have seen for the run: status 412, outcome ``fenced`` in their log.
+Such a refused request had no effect and gave its sender nothing, so the
+checks below leave it out; the verdict counts those refusals separately
+(``fenced``, with evidence), as information, not as a violation. Every other
+request counts, whatever its answer: a replay that the idempotency key
+deduplicated, a 400, an injected failure, a request never answered, and a
+request with no fence headers at all (which the services serve as before).
+
 The checks, each a count of violations with the evidence kept:
 
 * **lost**: a run the ledger accepted (or a client was told was accepted)
   that is not DONE, PAUSED, FAILED or PARKED at the end;
 * **unexpected endings**: FAILED or PARKED (the chaos app raises nothing, so
   only a fault can end a run so: a transient fault must never), or DONE
-  without both effects or without the final answer in the session;
-* **doubled effects**: more than one act (a mutating request, deduplicated or
-  not) under one business key: the journal must not even try twice;
-* **calls after takeover**: a request tagged with epoch ``e`` of a run that the
-  service received after epoch ``e + 1`` (or any later one) was claimed;
-* **double drives**: at the services, a request of epoch ``e`` after one of a
-  later epoch of the same run (two epochs interleaving); in the session, an
-  event stamped with an older epoch after one with a newer epoch of that run;
+  without both effects acted on or without the final answer in the session;
+* **doubled effects**: more than one act acted on (a mutating request not
+  refused as fenced, deduplicated or not) under one business key: the journal
+  must not even try twice;
+* **calls after takeover**: a request (act or lookup) not refused as fenced,
+  tagged with epoch ``e`` of a run, that the service received after epoch
+  ``e + 1`` (or any later one) was claimed;
+* **double drives**: at the services, a request of epoch ``e`` not refused as
+  fenced after one of a later epoch of the same run (two epochs interleaving);
+  in the session, an event stamped with an older epoch after one with a newer
+  epoch of that run;
 * **order violations**: a session whose sequence numbers have a gap, whose
   runs' events interleave or come out of submission order, or where a function
   response comes before its call.
@@ -62,6 +76,9 @@ class Request:
         run_id: ``X-Caller-Run`` (None if untagged).
         epoch: ``X-Caller-Epoch`` as an int (None if untagged).
         at: When the service received it (Unix seconds).
+        outcome: What the service's log says it came to (``created``,
+            ``replayed``, ``found``, ``fenced``, ...; None if never answered).
+        reason: The error answer's reason code (``fence_expired``, ...), if any.
     """
 
     service: str
@@ -75,6 +92,18 @@ class Request:
     run_id: str | None
     epoch: int | None
     at: float
+    outcome: str | None = None
+    reason: str | None = None
+
+    @property
+    def refused(self) -> bool:
+        """Whether the service refused it as fenced off (it did nothing)."""
+        return self.outcome == "fenced"
+
+    @property
+    def acted(self) -> bool:
+        """A mutating request the service did not refuse as fenced (it may have acted)."""
+        return self.mutating and not self.refused
 
     @classmethod
     def from_log(cls, service: str, record: Mapping[str, Any]) -> Request:
@@ -93,6 +122,8 @@ class Request:
             run_id=caller.get("run") or None,
             epoch=int(epoch) if isinstance(epoch, str) and epoch.isdigit() else None,
             at=float(record["received_at"]),
+            outcome=record.get("outcome"),
+            reason=record.get("reason"),
         )
 
 
@@ -168,6 +199,8 @@ class Verdict:
     findings: dict[str, list[str]] = field(
         default_factory=lambda: {name: [] for name in VIOLATIONS}
     )
+    fenced: list[str] = field(default_factory=list)
+    """Requests the services refused as fenced off (information, not a violation)."""
 
     def count(self, name: str) -> int:
         """How many violations of one check were found."""
@@ -188,11 +221,14 @@ def claim_times(claims: Iterable[Claim]) -> dict[str, dict[int, float]]:
 
 
 def calls_after_takeover(requests: Iterable[Request], claims: Iterable[Claim]) -> list[str]:
-    """Requests of an epoch received after a later epoch of the run was claimed."""
+    """Requests of an epoch received after a later epoch of the run was claimed.
+
+    A request the service refused as fenced off is not one: it did nothing.
+    """
     times = claim_times(claims)
     found = []
     for request in requests:
-        if request.run_id is None or request.epoch is None:
+        if request.run_id is None or request.epoch is None or request.refused:
             continue
         later = [at for epoch, at in times.get(request.run_id, {}).items() if epoch > request.epoch]
         if later and request.at > min(later):
@@ -205,10 +241,10 @@ def calls_after_takeover(requests: Iterable[Request], claims: Iterable[Claim]) -
 
 
 def doubled_effects(requests: Iterable[Request]) -> list[str]:
-    """Business keys that more than one act asked for."""
+    """Business keys that more than one act asked for (refused as fenced: not an act)."""
     acts: dict[tuple[str, str], list[Request]] = defaultdict(list)
     for request in requests:
-        if request.mutating and request.key is not None:
+        if request.acted and request.key is not None:
             acts[(request.service, request.key)].append(request)
     return [
         f"{service} {key}: {len(tries)} acts, from "
@@ -223,7 +259,7 @@ def double_drives(requests: Iterable[Request], events: Iterable[EventRow]) -> li
     found = []
     by_run: dict[str, list[Request]] = defaultdict(list)
     for request in requests:
-        if request.run_id is not None and request.epoch is not None:
+        if request.run_id is not None and request.epoch is not None and not request.refused:
             by_run[request.run_id].append(request)
     for run_id, tagged in sorted(by_run.items()):
         newest = -1
@@ -302,7 +338,7 @@ def unexpected_endings(
 ) -> list[str]:
     """FAILED or PARKED runs, and DONE runs without both effects or their final answer."""
     found = []
-    acted = {r.key for r in requests if r.mutating and r.key is not None}
+    acted = {r.key for r in requests if r.acted and r.key is not None}
     by_invocation: dict[str, list[EventRow]] = defaultdict(list)
     for event in events:
         by_invocation[event.invocation_id].append(event)
@@ -323,6 +359,30 @@ def unexpected_endings(
             found.append(f"run {run.run_id} DONE but never acted: {missing}")
         elif f"Order {order} charged and confirmed." not in said:
             found.append(f"run {run.run_id} DONE without its final answer")
+    return found
+
+
+def fenced_refusals(requests: Iterable[Request], claims: Iterable[Claim]) -> list[str]:
+    """Requests the services refused as fenced off, each with how late it came (information)."""
+    times = claim_times(claims)
+    found = []
+    for request in requests:
+        if not request.refused:
+            continue
+        later = [
+            at
+            for epoch, at in times.get(request.run_id or "", {}).items()
+            if request.epoch is not None and epoch > request.epoch
+        ]
+        when = (
+            f"{request.at - min(later):.3f}s after the takeover"
+            if later and request.at > min(later)
+            else "before any takeover"
+        )
+        found.append(
+            f"{request.service} {request.method} {request.key} from {request.worker} "
+            f"(run {request.run_id} epoch {request.epoch}) refused ({request.reason}), {when}"
+        )
     return found
 
 
@@ -353,7 +413,8 @@ def judge(
     for run in runs:
         verdict.by_status[run.status] = verdict.by_status.get(run.status, 0) + 1
     verdict.terminal = sum(1 for run in runs if run.status in TERMINAL)
-    verdict.acts = sum(1 for r in requests if r.mutating)
+    verdict.acts = sum(1 for r in requests if r.acted)
+    verdict.fenced = fenced_refusals(requests, claims)
     verdict.findings["lost"] = lost_runs(runs, accepted)
     verdict.findings["unexpected endings"] = unexpected_endings(runs, events, requests)
     verdict.findings["doubled effects"] = doubled_effects(requests)

@@ -45,7 +45,8 @@ HTTP interface, for each collection ``C`` (e.g. ``invoices``):
   addresses, its idempotency key, whether it is an act (a create or an
   action), its ``X-Caller-*`` headers, and, once answered, its outcome
   (``created``, ``applied``, ``replayed``, ``found``, ``not_found``,
-  ``error``), status and the service's wall-clock times. See
+  ``fenced``, ``error``), status, its fence headers and the service's
+  wall-clock times. See
   :class:`RequestRecord`; :meth:`FakeService.requests` and
   :meth:`FakeService.acts` read it.
 
@@ -69,6 +70,20 @@ Guarantees:
   before any write.
 * **Acts are counted, not only records.** A repeat that the key dedupes
   writes no item but is in the request log: ``acts`` counts it.
+* **Fenced requests are checked before anything is done.** A request to a
+  collection that carries the fence headers of a durable run
+  (``Durable-Fence-Run``, ``Durable-Fence-Epoch``,
+  ``Durable-Fence-Valid-Until``: :func:`durable_adk.fence.fence_headers`) is
+  refused with 412 (``reason`` ``fence_expired`` or ``fence_superseded``,
+  logged with the outcome ``fenced``) when its valid-until has passed by the
+  service's clock, or when the service has already admitted a request with
+  a higher epoch of the same run; otherwise its epoch is recorded (per run,
+  in the SQLite file, so across restarts) and it is served. The check and
+  the write it guards happen under one lock. Incomplete or malformed fence
+  headers are a 400. Requests without them are served as they always were.
+  The clients send the current run's fence headers by themselves and raise
+  :class:`ServiceFenced` (a :class:`durable_adk.errors.FenceRefused`) on a
+  refusal.
 * **Only loopback.** The server binds ``127.0.0.1`` and nothing else.
 * **Injected failures.** With ``--fail-times N``, the first N create requests
   that pass validation (repeats included) answer 503: ``--fail-mode before``
@@ -101,6 +116,7 @@ from durable_adk.testing.fakes.clients import (
     NotificationClient,
     ResourceClient,
     ServiceError,
+    ServiceFenced,
     ServiceUnreachable,
     read_requests,
     request_json,
@@ -159,6 +175,7 @@ __all__ = [
     "Resource",
     "ResourceClient",
     "ServiceError",
+    "ServiceFenced",
     "ServiceSpec",
     "ServiceStartError",
     "ServiceUnreachable",

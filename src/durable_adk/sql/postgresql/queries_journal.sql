@@ -140,6 +140,14 @@ UPDATE journal
  WHERE key = :key::text AND status = 'INTENT' AND holder = :holder::text
 RETURNING key;
 
+-- name: journal_forget inline
+-- The holder's act was refused by the outside service's fence check (it did
+-- not act) on an intent this attempt wrote itself: no effect was ever made
+-- under it, so the entry goes, as if never written.
+DELETE FROM journal
+ WHERE key = :key::text AND status = 'INTENT' AND holder = :holder::text
+RETURNING key;
+
 -- name: journal_hold inline
 -- Outside a run, the holder renews its hold while it acts.
 UPDATE journal

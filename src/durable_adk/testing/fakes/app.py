@@ -2,6 +2,13 @@
 
 Every request is logged (:mod:`.request_log`) before it is handled, and its
 outcome after; only the log's own reader, ``GET /_requests``, is not logged.
+
+A request to a collection that carries fence headers
+(:data:`durable_adk.fence.FENCE_HEADERS`) is admitted by the store before it
+does anything: refused with 412 (outcome ``fenced``, reason ``fence_expired``
+or ``fence_superseded``) when its valid-until has passed or a later epoch of
+its run has been seen. Incomplete or malformed fence headers are a 400.
+Requests without them are served as before.
 """
 
 from __future__ import annotations
@@ -16,17 +23,20 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
 
+from durable_adk import errors
+from durable_adk.fence import FENCE_REFUSED_STATUS, FenceToken
 from durable_adk.testing.fakes.protocol import (
     REQUESTS_PATH,
     FailMode,
     JsonObject,
     Outcome,
     caller_of,
+    fence_of,
     key_problem,
 )
 from durable_adk.testing.fakes.request_log import IN_MEMORY, RequestLog
 from durable_adk.testing.fakes.specs import Field, Rejected, Resource, ServiceSpec, json_type
-from durable_adk.testing.fakes.storage import NotFound, Store, StoreClosed
+from durable_adk.testing.fakes.storage import FencedOff, NotFound, Store, StoreClosed
 
 __all__ = ["HttpError", "Request", "Response", "ServiceApp", "bad_request"]
 
@@ -243,6 +253,17 @@ class ServiceApp:
             return Response(err.status, {"error": err.message, "reason": err.reason}, err.headers)
         except Rejected as err:
             return Response(err.status, {"error": err.message, "reason": err.reason})
+        except FencedOff as err:
+            return Response(
+                FENCE_REFUSED_STATUS,
+                {
+                    "error": "refused: the request's fence is stale (its valid-until has passed, "
+                    "or a later epoch of its run has been seen); nothing was done",
+                    "reason": err.reason,
+                    "highest_epoch": err.highest_epoch,
+                },
+                outcome="fenced",
+            )
         except StoreClosed:
             return _shutting_down()
 
@@ -288,6 +309,7 @@ class ServiceApp:
             "key": key,
             "mutating": mutating,
             "caller": caller_of(request.headers),
+            "fence": fence_of(request.headers),
         }
 
     def _read_log(self, request: Request) -> Response:
@@ -310,26 +332,30 @@ class ServiceApp:
                 404, f"no such collection {segments[0]!r}; this service has {known}", "no_route"
             )
         rest = segments[1:]
+        fence = self._fence_from(request)
         if not rest:
             _only(method, "GET", "POST")
             if method == "POST":
-                return self._create(request, resource)
+                return self._create(request, resource, fence)
+            self.store.admit(fence)
             return Response(200, self.store.items(resource.collection))
         if rest == ["count"]:
             _only(method, "GET")
+            self.store.admit(fence)
             return Response(200, {"count": self.store.count(resource.collection)})
         if rest[0] == "by-key" and len(rest) == 2:
             _only(method, "GET")
-            return self._by_key(resource, rest[1])
+            return self._by_key(resource, rest[1], fence)
         if len(rest) == 1 and rest[0] != "by-key":
             _only(method, "GET")
+            self.store.admit(fence)
             item = self.store.get(resource.collection, rest[0])
             if item is None:
                 raise HttpError(404, f"no {resource.noun} with id {rest[0]!r}", "not_found")
             return Response(200, item)
         if len(rest) == 2 and resource.action(rest[1]) is not None:
             _only(method, "POST")
-            return self._act(request, resource, rest[0], rest[1])
+            return self._act(request, resource, rest[0], rest[1], fence)
         raise HttpError(404, f"no such path: {request.target!r}", "no_route")
 
     def _info(self) -> JsonObject:
@@ -340,6 +366,13 @@ class ServiceApp:
             "pid": os.getpid(),
             "db": self.db_path,
         }
+
+    @staticmethod
+    def _fence_from(request: Request) -> FenceToken | None:
+        try:
+            return FenceToken.from_headers(request.headers)
+        except errors.InvalidArgument as err:
+            raise bad_request(str(err)) from err
 
     @staticmethod
     def _key_from(request: Request) -> str:
@@ -354,7 +387,7 @@ class ServiceApp:
             raise bad_request(problem)
         return key
 
-    def _create(self, request: Request, resource: Resource) -> Response:
+    def _create(self, request: Request, resource: Resource, fence: FenceToken | None) -> Response:
         body = request.read_body()  # first, so that no answer leaves a body unread
         key = self._key_from(request)
         values = _check_fields(resource.fields, _parse_object(body))
@@ -366,7 +399,7 @@ class ServiceApp:
                 503, {"error": "injected failure before the write", "reason": "injected_failure"}
             )
         item, created = self.store.create(
-            resource.collection, key, lambda: resource.new_item(values, key)
+            resource.collection, key, lambda: resource.new_item(values, key), fence
         )
         outcome: Outcome = "created" if created else "replayed"
         if fail:
@@ -378,7 +411,7 @@ class ServiceApp:
         replayed = {"Idempotent-Replayed": "false" if created else "true"}
         return Response(201 if created else 200, item, replayed, outcome=outcome)
 
-    def _by_key(self, resource: Resource, key: str) -> Response:
+    def _by_key(self, resource: Resource, key: str, fence: FenceToken | None) -> Response:
         if not self.lookup:
             raise HttpError(
                 501,
@@ -388,12 +421,20 @@ class ServiceApp:
         problem = key_problem(key)
         if problem is not None:
             raise bad_request(problem)
+        self.store.admit(fence)
         item = self.store.by_key(resource.collection, key)
         if item is None:
             raise HttpError(404, f"no {resource.noun} with this idempotency key", "not_found")
         return Response(200, item)
 
-    def _act(self, request: Request, resource: Resource, item_id: str, name: str) -> Response:
+    def _act(
+        self,
+        request: Request,
+        resource: Resource,
+        item_id: str,
+        name: str,
+        fence: FenceToken | None,
+    ) -> Response:
         body = request.read_body()
         key = self._key_from(request)
         action = resource.action(name)
@@ -405,7 +446,12 @@ class ServiceApp:
             )
         try:
             answer, applied = self.store.act(
-                resource.collection, item_id, name, key, lambda item: action.apply(item, values)
+                resource.collection,
+                item_id,
+                name,
+                key,
+                lambda item: action.apply(item, values),
+                fence,
             )
         except NotFound:
             raise HttpError(404, f"no {resource.noun} with id {item_id!r}", "not_found") from None

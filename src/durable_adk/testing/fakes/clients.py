@@ -1,6 +1,11 @@
 """Clients of the fake services: what an agent's tools (and the tests) call.
 
-Synchronous ``urllib``, short timeouts, never through a proxy.
+Synchronous ``urllib``, short timeouts, never through a proxy. Inside a
+durable run, every request of a :class:`ResourceClient` (and so of the typed
+clients) carries the run's fence headers (:func:`durable_adk.fence.fence_headers`,
+which also refuses to send once the lease is not trusted), and a refusal of
+the service's fence check is :class:`ServiceFenced`, a
+:class:`durable_adk.errors.FenceRefused`: the journal knows it did not act.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections.abc import Mapping
 from email.message import Message
 from typing import Any
 
+from durable_adk import errors
+from durable_adk.fence import FENCE_REFUSED_STATUS, fence_headers
 from durable_adk.testing.fakes.protocol import (
     MAX_LOG_PAGE,
     REQUESTS_PATH,
@@ -30,6 +37,7 @@ __all__ = [
     "NotificationClient",
     "ResourceClient",
     "ServiceError",
+    "ServiceFenced",
     "ServiceUnreachable",
     "as_object",
     "read_requests",
@@ -74,6 +82,20 @@ class LookupUnavailable(ServiceError):
     """The service offers no lookup by idempotency key (it answered 501)."""
 
 
+class ServiceFenced(ServiceError, errors.FenceRefused):
+    """The service refused the request's fence (412): it did nothing.
+
+    Its ``reason`` is ``fence_expired`` or ``fence_superseded``. Being a
+    :class:`durable_adk.errors.FenceRefused` too, it tells the journal that
+    the effect did not happen, and the runner that the drive is fenced off.
+    """
+
+
+def _fenced_refusal(status: int, body: Any) -> bool:
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return status == FENCE_REFUSED_STATUS and isinstance(reason, str) and reason.startswith("fence")
+
+
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
 
@@ -92,6 +114,7 @@ def request_json(
     idempotency_key: str | None = None,
     timeout: float = 5.0,
     caller: Caller | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, Any, Message]:
     """Sends one JSON request and returns the status, decoded body and headers.
 
@@ -99,20 +122,21 @@ def request_json(
 
     Args:
         caller: Sent as ``X-Caller-<name>`` headers (see :data:`Caller`).
+        headers: More headers to send as they are (such as the fence's).
 
     Raises:
         ServiceUnreachable: No answer arrived.
         ValueError: ``caller`` has a name or value that cannot be a header.
     """
     data = None if payload is None else json.dumps(payload, allow_nan=True).encode("utf-8")
-    headers = {"Accept": "application/json"}
+    sent = {"Accept": "application/json", **(headers or {})}
     if caller is not None:
-        headers.update(caller_headers(caller() if callable(caller) else caller))
+        sent.update(caller_headers(caller() if callable(caller) else caller))
     if data is not None:
-        headers["Content-Type"] = "application/json"
+        sent["Content-Type"] = "application/json"
     if idempotency_key is not None:
-        headers["Idempotency-Key"] = idempotency_key
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        sent["Idempotency-Key"] = idempotency_key
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
         with _OPENER.open(request, timeout=timeout) as answer:
             return int(answer.status), _decode(answer.read()), answer.headers
@@ -172,15 +196,27 @@ class ResourceClient:
         timeout: Seconds to wait for each answer.
         caller: Tags every request with ``X-Caller-<name>`` headers, which the
             service's request log records (see :data:`Caller`).
+        fenced: Send the current durable run's fence headers with every
+            request (:func:`durable_adk.fence.fence_headers`: none outside a
+            run; :class:`durable_adk.errors.Fenced` instead of sending once
+            the run's lease is not trusted). False sends none (a caller that
+            does not fence, for tests).
     """
 
     def __init__(
-        self, base_url: str, collection: str, *, timeout: float = 5.0, caller: Caller | None = None
+        self,
+        base_url: str,
+        collection: str,
+        *,
+        timeout: float = 5.0,
+        caller: Caller | None = None,
+        fenced: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.collection = collection
         self.timeout = timeout
         self.caller = caller
+        self.fenced = fenced
         if isinstance(caller, Mapping):
             caller_headers(caller)  # a bad name fails here, not at the first call
 
@@ -194,22 +230,32 @@ class ResourceClient:
         if problem is not None:
             raise ValueError(problem)
 
-    def _post(self, url: str, payload: JsonObject, key: str) -> JsonObject:
-        self._check_key(key)
+    def _send(
+        self, method: str, url: str, *, payload: JsonObject | None = None, key: str | None = None
+    ) -> tuple[int, Any]:
+        """One request, with the fence's headers; a refused fence raises :class:`ServiceFenced`."""
         status, body, _ = request_json(
-            "POST",
+            method,
             url,
             payload=payload,
             idempotency_key=key,
             timeout=self.timeout,
             caller=self.caller,
+            headers=fence_headers() if self.fenced else None,  # the last check before sending
         )
+        if _fenced_refusal(status, body):
+            raise ServiceFenced(status, body, request=f"{method} {url}")
+        return status, body
+
+    def _post(self, url: str, payload: JsonObject, key: str) -> JsonObject:
+        self._check_key(key)
+        status, body = self._send("POST", url, payload=payload, key=key)
         if not 200 <= status < 300:
             raise ServiceError(status, body, request=f"POST {url}")
         return as_object(body, f"POST {url}")
 
     def _get_optional(self, url: str) -> JsonObject | None:
-        status, body, _ = request_json("GET", url, timeout=self.timeout, caller=self.caller)
+        status, body = self._send("GET", url)
         if status == 404 and isinstance(body, dict) and body.get("reason") == "not_found":
             return None
         if status == 501:
@@ -251,7 +297,7 @@ class ResourceClient:
     def count(self) -> int:
         """How many items the collection holds."""
         url = self._url("count")
-        status, body, _ = request_json("GET", url, timeout=self.timeout, caller=self.caller)
+        status, body = self._send("GET", url)
         if status != 200 or not isinstance(body, dict) or not isinstance(body.get("count"), int):
             raise ServiceError(status, body, request=f"GET {url}")
         return int(body["count"])
@@ -259,7 +305,7 @@ class ResourceClient:
     def items(self) -> list[JsonObject]:
         """Every item of the collection, oldest first."""
         url = self._url()
-        status, body, _ = request_json("GET", url, timeout=self.timeout, caller=self.caller)
+        status, body = self._send("GET", url)
         if status != 200 or not isinstance(body, list):
             raise ServiceError(status, body, request=f"GET {url}")
         return [as_object(item, f"GET {url}") for item in body]
@@ -272,12 +318,20 @@ class BillingClient:
         base_url: The service's URL.
         timeout: Seconds to wait for each answer.
         caller: Tags every request (see :class:`ResourceClient`).
+        fenced: Send the current run's fence headers (see :class:`ResourceClient`).
     """
 
     def __init__(
-        self, base_url: str, *, timeout: float = 5.0, caller: Caller | None = None
+        self,
+        base_url: str,
+        *,
+        timeout: float = 5.0,
+        caller: Caller | None = None,
+        fenced: bool = True,
     ) -> None:
-        self.invoices = ResourceClient(base_url, "invoices", timeout=timeout, caller=caller)
+        self.invoices = ResourceClient(
+            base_url, "invoices", timeout=timeout, caller=caller, fenced=fenced
+        )
 
     def create_invoice(
         self,
@@ -333,13 +387,19 @@ class NotificationClient:
         base_url: The service's URL.
         timeout: Seconds to wait for each answer.
         caller: Tags every request (see :class:`ResourceClient`).
+        fenced: Send the current run's fence headers (see :class:`ResourceClient`).
     """
 
     def __init__(
-        self, base_url: str, *, timeout: float = 5.0, caller: Caller | None = None
+        self,
+        base_url: str,
+        *,
+        timeout: float = 5.0,
+        caller: Caller | None = None,
+        fenced: bool = True,
     ) -> None:
         self.notifications = ResourceClient(
-            base_url, "notifications", timeout=timeout, caller=caller
+            base_url, "notifications", timeout=timeout, caller=caller, fenced=fenced
         )
 
     def send(self, to: str, message: str, idempotency_key: str) -> JsonObject:

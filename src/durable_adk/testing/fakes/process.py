@@ -265,10 +265,19 @@ class FakeService:
     # -- readers, over HTTP
 
     def client(
-        self, collection: str, *, timeout: float = 5.0, caller: Caller | None = None
+        self,
+        collection: str,
+        *,
+        timeout: float = 5.0,
+        caller: Caller | None = None,
+        fenced: bool = True,
     ) -> ResourceClient:
-        """A client for one collection of this service (``caller``: see :class:`ResourceClient`)."""
-        return ResourceClient(self.url, collection, timeout=timeout, caller=caller)
+        """A client for one collection of this service (``caller``, ``fenced``: see
+        :class:`ResourceClient`)."""
+        return ResourceClient(self.url, collection, timeout=timeout, caller=caller, fenced=fenced)
+
+    def _reader(self, collection: str) -> ResourceClient:
+        return self.client(collection, fenced=False)  # a test's reads are nobody's run
 
     def requests(
         self,
@@ -278,6 +287,7 @@ class FakeService:
         *,
         caller: Mapping[str, str] | None = None,
         mutating: bool | None = None,
+        outcome: str | None = None,
         since: int = 0,
     ) -> list[RequestRecord]:
         """The requests the service received, oldest first, reads included.
@@ -293,6 +303,7 @@ class FakeService:
             key: Only requests with this idempotency key.
             caller: Only requests whose ``X-Caller-*`` headers have these values.
             mutating: Only acts (True) or only reads (False).
+            outcome: Only requests that came to this (``fenced``, ``created``, ...).
             since: Only records with a greater ``seq``.
         """
         return read_requests(
@@ -303,6 +314,7 @@ class FakeService:
             key=key,
             caller=caller,
             mutating=mutating,
+            outcome=outcome,
         )
 
     def acts(
@@ -316,23 +328,24 @@ class FakeService:
     ) -> int:
         """How many mutating requests (creates and actions) the service received.
 
-        Deduplicated or not, refused, failed or unanswered: each request to
-        cause an effect counts once. ``billing.count("invoices") == 1`` with
-        ``billing.acts("invoices", "create") == 2`` means one invoice and a
-        second attempt that only its idempotency key kept from doubling.
-        The filters are those of :meth:`requests`.
+        Deduplicated or not, refused as bad input, failed or unanswered: each
+        request to cause an effect counts once. ``billing.count("invoices") ==
+        1`` with ``billing.acts("invoices", "create") == 2`` means one invoice
+        and a second attempt that only its idempotency key kept from doubling.
+        Not counted: a request the service refused because of its fence (outcome
+        ``fenced``, checked before anything else was done; count those with
+        ``requests(outcome="fenced")``). The filters are those of :meth:`requests`.
         """
-        return len(
-            self.requests(collection, action, key, caller=caller, mutating=True, since=since)
-        )
+        found = self.requests(collection, action, key, caller=caller, mutating=True, since=since)
+        return sum(1 for r in found if r.outcome != "fenced")
 
     def count(self, collection: str) -> int:
         """How many items the collection holds."""
-        return self.client(collection).count()
+        return self._reader(collection).count()
 
     def items(self, collection: str) -> list[JsonObject]:
         """Every item of the collection, oldest first."""
-        return self.client(collection).items()
+        return self._reader(collection).items()
 
     def by_key(self, collection: str, key: str) -> JsonObject | None:
         """The item created under ``key``, or None.
@@ -340,11 +353,11 @@ class FakeService:
         Raises:
             LookupUnavailable: The service runs with ``--no-lookup``.
         """
-        return self.client(collection).find(key)
+        return self._reader(collection).find(key)
 
     def get(self, collection: str, item_id: str) -> JsonObject | None:
         """The item with this generated id, or None."""
-        return self.client(collection).get(item_id)
+        return self._reader(collection).get(item_id)
 
     def info(self) -> JsonObject:
         """``GET /``: the service's name, collections, pid and lookup flag."""

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 
 __all__ = [
     "CALLER_PREFIX",
+    "FENCE_PREFIX",
     "HOST",
     "MAX_BODY_BYTES",
     "MAX_KEY_LENGTH",
@@ -28,6 +29,7 @@ __all__ = [
     "RequestRecord",
     "caller_headers",
     "caller_of",
+    "fence_of",
     "key_problem",
     "utc_now",
 ]
@@ -43,12 +45,14 @@ REQUESTS_PATH: Final = "/_requests"  # the request log; requests to it are not l
 MAX_LOG_PAGE: Final = 1000  # the most records one ``GET /_requests`` returns
 CALLER_PREFIX: Final = "X-Caller-"  # headers a caller tags its requests with
 
-Outcome = Literal["created", "applied", "replayed", "found", "not_found", "error"]
+Outcome = Literal["created", "applied", "replayed", "found", "not_found", "fenced", "error"]
 """What a logged request came to (None while it is being handled, or if it never ended):
 
 ``created`` / ``applied``: this request wrote the item / applied the action;
 ``replayed``: its idempotency key had already been used, nothing was written;
 ``found``: a read answered 2xx; ``not_found``: a 404 for a missing item or key;
+``fenced``: refused with 412 because of its fence headers (its valid-until had
+passed, or a later epoch of its run had been seen), before anything was done;
 ``error``: any other answer that is not 2xx, with nothing written.
 """
 
@@ -100,19 +104,35 @@ def caller_headers(caller: Mapping[str, str]) -> dict[str, str]:
     return headers
 
 
+FENCE_PREFIX: Final = "Durable-Fence-"  # durable_adk.fence's headers share it
+
+
+def fence_of(headers: Message) -> dict[str, str]:
+    """The fence headers of a received request as :attr:`RequestRecord.fence` holds them.
+
+    Names are lower-cased without the ``Durable-Fence-`` prefix; a repeated
+    header's values are joined with ``", "`` (the service refuses it).
+    """
+    return _tagged(headers, FENCE_PREFIX)
+
+
 def caller_of(headers: Message) -> dict[str, str]:
     """The ``X-Caller-*`` headers of a received request, as :attr:`RequestRecord.caller` holds them.
 
     Names are lower-cased without the prefix; a repeated header's values are
     joined with ``", "``.
     """
-    prefix = CALLER_PREFIX.lower()
-    caller: dict[str, str] = {}
+    return _tagged(headers, CALLER_PREFIX)
+
+
+def _tagged(headers: Message, prefix: str) -> dict[str, str]:
+    prefix = prefix.lower()
+    found: dict[str, str] = {}
     for name, value in headers.items():
         if name.lower().startswith(prefix) and len(name) > len(prefix):
             short = name[len(prefix) :].lower()
-            caller[short] = f"{caller[short]}, {value}" if short in caller else str(value)
-    return caller
+            found[short] = f"{found[short]}, {value}" if short in found else str(value)
+    return found
 
 
 @dataclass(frozen=True)
@@ -139,6 +159,9 @@ class RequestRecord:
             whatever its answer.
         caller: Its ``X-Caller-*`` headers, names lower-cased without the
             prefix (``X-Caller-Worker: w1`` is ``{"worker": "w1"}``).
+        fence: Its fence headers (``Durable-Fence-*``, see
+            :func:`durable_adk.fence.fence_headers`) as sent, by short name
+            (``run``, ``epoch``, ``valid-until``); empty if it had none.
         outcome: What it came to (see :data:`Outcome`); None if it was never answered.
         status: The HTTP status answered, or None.
         reason: The error answer's ``reason`` code (``injected_failure``, ...), or None.
@@ -160,6 +183,7 @@ class RequestRecord:
     reason: str | None = None
     received_at: float = 0.0
     answered_at: float | None = None
+    fence: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
         """The record as ``GET /_requests`` sends it."""
@@ -178,6 +202,7 @@ class RequestRecord:
             "reason": self.reason,
             "received_at": self.received_at,
             "answered_at": self.answered_at,
+            "fence": dict(self.fence),
         }
 
     @classmethod
@@ -208,6 +233,7 @@ class RequestRecord:
                 reason=_optional_str(data["reason"]),
                 received_at=float(data["received_at"]),
                 answered_at=None if data["answered_at"] is None else float(data["answered_at"]),
+                fence={str(k): str(v) for k, v in (data.get("fence") or {}).items()},
             )
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a request record: {data!r}") from err
@@ -220,10 +246,12 @@ class RequestRecord:
         key: str | None = None,
         caller: Mapping[str, str] | None = None,
         mutating: bool | None = None,
+        outcome: str | None = None,
     ) -> bool:
         """Whether the record has every value given (``caller``: each of its names)."""
         return (
-            (collection is None or self.collection == collection)
+            (outcome is None or self.outcome == outcome)
+            and (collection is None or self.collection == collection)
             and (action is None or self.action == action)
             and (key is None or self.key == key)
             and (mutating is None or self.mutating is mutating)

@@ -51,13 +51,14 @@ CREATE TABLE IF NOT EXISTS requests (
     status      INTEGER,
     reason      TEXT,
     received_at REAL NOT NULL,
-    answered_at REAL
+    answered_at REAL,
+    fence       TEXT NOT NULL DEFAULT '{}'
 );
 """
 
 _PAGE = (
     "SELECT seq, method, path, collection, action, item_id, idempotency_key, mutating, caller,"
-    " outcome, status, reason, received_at, answered_at"
+    " outcome, status, reason, received_at, answered_at, fence"
     " FROM requests WHERE seq > ? ORDER BY seq LIMIT ?"
 )
 
@@ -98,6 +99,9 @@ class RequestLog:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(requests)")}
+            if "fence" not in columns:  # a log written before requests carried fences
+                conn.execute("ALTER TABLE requests ADD COLUMN fence TEXT NOT NULL DEFAULT '{}'")
         except sqlite3.Error as err:
             conn.close()
             raise StoreError(f"cannot keep a request log in {where!r}: {err}") from err
@@ -126,6 +130,7 @@ class RequestLog:
         key: str | None,
         mutating: bool,
         caller: Mapping[str, str],
+        fence: Mapping[str, str] | None = None,
     ) -> int:
         """Logs a request that has just arrived; returns its ``seq``.
 
@@ -142,12 +147,13 @@ class RequestLog:
             int(mutating),
             json.dumps({k[:64]: v[:_MAX_TEXT] for k, v in caller.items()}),
             time.time(),
+            json.dumps({k[:64]: v[:_MAX_TEXT] for k, v in (fence or {}).items()}),
         )
         with self._lock:
             cursor = self._open().execute(
                 "INSERT INTO requests (method, path, collection, action, item_id,"
-                " idempotency_key, mutating, caller, received_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " idempotency_key, mutating, caller, received_at, fence)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 params,
             )
         seq = cursor.lastrowid
@@ -204,7 +210,7 @@ class RequestLog:
 
 def _record(row: tuple[Any, ...]) -> RequestRecord:
     (seq, method, path, collection, action, item_id, key, mutating, caller, *rest) = row
-    outcome, status, reason, received_at, answered_at = rest
+    outcome, status, reason, received_at, answered_at, fence = rest
     return RequestRecord(
         seq=seq,
         method=method,
@@ -220,4 +226,5 @@ def _record(row: tuple[Any, ...]) -> RequestRecord:
         reason=reason,
         received_at=received_at,
         answered_at=answered_at,
+        fence=json.loads(fence),
     )

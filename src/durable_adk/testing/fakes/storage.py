@@ -1,4 +1,10 @@
-"""The SQLite file of one fake service: items and actions keyed by idempotency key."""
+"""The SQLite file of one fake service: items and actions keyed by idempotency key.
+
+It also keeps, per run, the highest fencing epoch a request carried
+(``fences``), and admits a fenced request (:meth:`Store.admit`) only while its
+valid-until has not passed and its epoch is not below that: the check and the
+write it guards happen under one lock, so no request slips between them.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,14 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from durable_adk.fence import FenceToken
 from durable_adk.testing.fakes.protocol import JsonObject, utc_now
 
-__all__ = ["NotFound", "Store", "StoreClosed", "StoreError"]
+__all__ = ["FencedOff", "NotFound", "Store", "StoreClosed", "StoreError"]
 
 
 class StoreError(Exception):
@@ -24,6 +32,21 @@ class StoreClosed(Exception):
 
 class NotFound(Exception):
     """The item addressed does not exist."""
+
+
+class FencedOff(Exception):
+    """A fenced request was refused before anything was done.
+
+    Attributes:
+        reason: ``fence_expired`` or ``fence_superseded``
+            (:meth:`durable_adk.fence.FenceToken.refusal`).
+        highest_epoch: The highest epoch seen for the run, if any.
+    """
+
+    def __init__(self, reason: str, highest_epoch: int | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.highest_epoch = highest_epoch
 
 
 _SCHEMA = """
@@ -49,6 +72,11 @@ CREATE TABLE IF NOT EXISTS actions (
     response        TEXT NOT NULL,
     created_at      TEXT NOT NULL,
     UNIQUE (collection, action, idempotency_key)
+);
+CREATE TABLE IF NOT EXISTS fences (
+    run_id     TEXT PRIMARY KEY,
+    epoch      INTEGER NOT NULL,
+    updated_at TEXT NOT NULL
 );
 """
 
@@ -121,16 +149,62 @@ class Store:
             conn.execute("ROLLBACK")
             raise
 
+    def _admit(self, conn: sqlite3.Connection, fence: FenceToken | None) -> None:
+        """Refuses a stale fence; records a newer epoch. Called under the lock."""
+        if fence is None:
+            return
+        row = conn.execute("SELECT epoch FROM fences WHERE run_id = ?", (fence.run_id,)).fetchone()
+        highest = None if row is None else int(row[0])
+        reason = fence.refusal(now=time.time(), highest_epoch=highest)
+        if reason is not None:
+            raise FencedOff(reason, highest)
+        if highest is None or fence.epoch > highest:
+            upsert = (
+                "INSERT INTO fences (run_id, epoch, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET epoch = excluded.epoch,"
+                " updated_at = excluded.updated_at"
+            )
+            self._write(conn, [(upsert, (fence.run_id, fence.epoch, utc_now()))])
+
+    def admit(self, fence: FenceToken | None) -> None:
+        """Checks a fenced read (no effect to guard): refuses it or records its epoch.
+
+        Raises:
+            FencedOff: Its valid-until has passed, or a later epoch of its run was seen.
+        """
+        with self._lock:
+            self._admit(self._open(), fence)
+
+    def highest_epoch(self, run_id: str) -> int | None:
+        """The highest fencing epoch a request of ``run_id`` was admitted with, or None."""
+        with self._lock:
+            row = (
+                self._open()
+                .execute("SELECT epoch FROM fences WHERE run_id = ?", (run_id,))
+                .fetchone()
+            )
+        return None if row is None else int(row[0])
+
     def create(
-        self, collection: str, key: str, build: Callable[[], JsonObject]
+        self,
+        collection: str,
+        key: str,
+        build: Callable[[], JsonObject],
+        fence: FenceToken | None = None,
     ) -> tuple[JsonObject, bool]:
         """Returns the item stored under ``key``, creating it with ``build`` if there is none.
 
+        A fenced request is admitted first, under the same lock as the write.
+
         Returns:
             The item and whether it was created by this call.
+
+        Raises:
+            FencedOff: The fence was refused; nothing was read or written.
         """
         with self._lock:
             conn = self._open()
+            self._admit(conn, fence)
             row = conn.execute(
                 "SELECT data FROM items WHERE collection = ? AND idempotency_key = ?",
                 (collection, key),
@@ -153,19 +227,22 @@ class Store:
         action: str,
         key: str,
         apply: Callable[[JsonObject], JsonObject],
+        fence: FenceToken | None = None,
     ) -> tuple[JsonObject, bool]:
-        """Applies an action to an item once per ``key``.
+        """Applies an action to an item once per ``key`` (a fenced one admitted first).
 
         Returns:
             The answer (the changed item) and whether this call applied it; a
             repeated key returns the first answer, whichever item it names.
 
         Raises:
+            FencedOff: The fence was refused; nothing was read or written.
             NotFound: No item has this id.
             Rejected: ``apply`` refused.
         """
         with self._lock:
             conn = self._open()
+            self._admit(conn, fence)
             row = conn.execute(
                 "SELECT response FROM actions"
                 " WHERE collection = ? AND action = ? AND idempotency_key = ?",
