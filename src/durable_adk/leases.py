@@ -124,6 +124,25 @@ class LeaseKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def renew_once(self) -> dict[str, Renewal]:
+        """Renews everything held now in one statement, at once (tests, a drain); no retry.
+
+        Returns:
+            The per-run results (lost runs are lost and their ``on_lost`` called).
+
+        Raises:
+            durable_adk.errors.StoreError: The renewal failed (nothing is lost by it).
+        """
+        batch = self._live()
+        sent = time.monotonic()
+        self.renewals += bool(batch)
+        results = await self.ledger.renew_many(self.owner, [h.lease for h in batch])
+        self._apply(batch, results, sent)
+        return results
+
+    def _live(self) -> list[Holding]:
+        return [h for h in self._held.values() if h.fence.lost is None]
+
     def _arm(self, holding: Holding) -> None:
         """(Re)sets the holding's deadline timer on the fence's ``trusted_until``."""
         if holding._timer is not None:
@@ -141,6 +160,7 @@ class LeaseKeeper:
     def _lose(self, holding: Holding, reason: str) -> None:
         self.drop(holding)
         holding.on_lost(reason)
+        holding.fence.lose(reason)  # lost for good, whatever on_lost did
 
     async def _run(self) -> None:
         """Renews every interval while anything is held; ends when nothing is (hold restarts it)."""
@@ -159,7 +179,7 @@ class LeaseKeeper:
         """
         retry_in = min(interval / 4, 0.5)
         while True:
-            batch = [h for h in self._held.values() if h.fence.lost is None]
+            batch = self._live()
             if not batch:
                 return None
             until = max(h.fence.trusted_until for h in batch)
