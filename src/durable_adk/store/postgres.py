@@ -236,7 +236,8 @@ class PostgresStore(Store):
         """Connects both pools (and the listener, with ``notify`` on); returns self."""
         try:
             self._pool = await self._make_pool(self._min_size, self._max_size)
-            self._lease_pool = await self._make_pool(1, self._lease_size)
+            # All kept open: a renewal must not wait for a new connection.
+            self._lease_pool = await self._make_pool(self._lease_size, self._lease_size)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             if self._pool is not None:
                 self._pool.terminate()
