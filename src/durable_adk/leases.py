@@ -17,8 +17,9 @@ What it guarantees (framework-agnostic: no ADK import here):
   still trusted; each run is lost at its own deadline, not at the first
   failure.
 * Every renewal's per-run result reaches the holding's ``on_renewal``
-  (``cancel_requested`` included, so the owner can stop a cancelled run at
-  its next heartbeat).
+  (a :class:`~durable_adk.ledger.RenewResult`: ``ok`` and
+  ``cancel_requested_by``, so the owner can stop a cancelled run at its next
+  heartbeat).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from durable_adk.fence import RunFence
-from durable_adk.ledger import Lease, Renewal, RunLedger
+from durable_adk.ledger import Lease, RenewResult, RunLedger
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -60,8 +61,8 @@ class Holding:
     lease: Lease
     fence: RunFence
     on_lost: Callable[[str], None]
-    on_renewal: Callable[[Renewal], None] | None = None
-    last: Renewal | None = None
+    on_renewal: Callable[[RenewResult], None] | None = None
+    last: RenewResult | None = None
     _timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
@@ -96,7 +97,7 @@ class LeaseKeeper:
         lease: Lease,
         fence: RunFence,
         on_lost: Callable[[str], None],
-        on_renewal: Callable[[Renewal], None] | None = None,
+        on_renewal: Callable[[RenewResult], None] | None = None,
     ) -> Holding:
         """Keeps ``lease`` renewed until :meth:`drop`; its fence's deadline is armed now."""
         holding = Holding(lease, fence, on_lost, on_renewal)
@@ -124,7 +125,7 @@ class LeaseKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def renew_once(self) -> dict[str, Renewal]:
+    async def renew_once(self) -> dict[str, RenewResult]:
         """Renews everything held now in one statement, at once (tests, a drain); no retry.
 
         Returns:
@@ -207,7 +208,7 @@ class LeaseKeeper:
             self._apply(batch, results, sent)
             return sent
 
-    def _apply(self, batch: list[Holding], results: dict[str, Renewal], sent: float) -> None:
+    def _apply(self, batch: list[Holding], results: dict[str, RenewResult], sent: float) -> None:
         trusted = trust_from(sent, self.lease_seconds)
         for holding in batch:
             if self._held.get(holding.lease.run_id) is not holding or holding.fence.lost:

@@ -158,24 +158,6 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
-class Renewal:
-    """What one lease's renewal found.
-
-    Attributes:
-        run_id: The run.
-        epoch: The epoch renewed at.
-        ok: The lease was extended; False: the run was taken over or has ended.
-        cancel_requested: Who asked the owner to stop the run (an operator's
-            cancel), or None; the owner ends the run at this heartbeat.
-    """
-
-    run_id: str
-    epoch: int
-    ok: bool
-    cancel_requested: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A run (or later, a compensation) that needs a person.
 
@@ -360,15 +342,16 @@ class RunLedger:
         )
         return row is not None
 
-    async def renew_many(self, owner: str, leases: Sequence[Lease]) -> dict[str, Renewal]:
+    async def renew_many(self, owner: str, leases: Sequence[Lease]) -> dict[str, RenewResult]:
         """Extends every lease ``owner`` holds in one statement, whatever their number.
 
         The heartbeat of a whole worker (:class:`~durable_adk.leases.LeaseKeeper`).
 
         Returns:
-            One :class:`Renewal` per run id given; ``ok`` False for a run no
-            longer ours at its epoch (taken over or ended). Nothing is sent
-            for an empty ``leases``.
+            One :class:`RenewResult` per run id given, as :meth:`renew` returns
+            for one: ``ok`` False for a run no longer ours at its epoch (taken
+            over or ended), ``cancel_requested_by`` when an operator asked it
+            to stop. Nothing is sent for an empty ``leases``.
         """
         if not leases:
             return {}
@@ -382,21 +365,9 @@ class RunLedger:
                 "lease": self.lease_seconds,
             },
         )
-        renewed = {
-            (str(r["run_id"]), int(r["epoch"])): (
-                None
-                if r["cancel_requested_at"] is None
-                else str(r["cancel_requested_by"] or "an operator")
-            )
-            for r in rows
-        }
+        renewed = {(str(r["run_id"]), int(r["epoch"])): r for r in rows}
         return {
-            lease.run_id: Renewal(
-                run_id=lease.run_id,
-                epoch=lease.epoch,
-                ok=(lease.run_id, lease.epoch) in renewed,
-                cancel_requested=renewed.get((lease.run_id, lease.epoch)),
-            )
+            lease.run_id: RenewResult.from_row(renewed.get((lease.run_id, lease.epoch)))
             for lease in leases
         }
 
@@ -797,6 +768,39 @@ class RunLedger:
             "dead_letter_list_of_app", {"run_id": run_id, "app_name": app_name, "limit": limit}
         )
         return [DeadLetter.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewResult:
+    """What a lease renewal found: still ours, and whether to stop.
+
+    The shape one renewal statement returns per run, so a batched renewal of
+    many leases returns one of these for each.
+
+    Attributes:
+        ok: The lease was extended (False: lost, the run was taken over or ended).
+        cancel_requested_by: Who asked the run to stop (``"an operator"`` when
+            unnamed), or None when nobody did. Only meaningful when ``ok``.
+    """
+
+    ok: bool
+    cancel_requested_by: str | None = None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator asked the holder to stop the run."""
+        return self.ok and self.cancel_requested_by is not None
+
+    @classmethod
+    def from_row(cls, row: Row | None) -> RenewResult:
+        """Maps what ``run_renew`` returned (None: no row, the lease was lost)."""
+        if row is None:
+            return cls(ok=False)
+        if row.get("cancel_requested_at") is None:
+            return cls(ok=True)
+        return cls(
+            ok=True, cancel_requested_by=str(row.get("cancel_requested_by") or "an operator")
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.fence import RunFence
 from durable_adk.leases import LeaseKeeper
-from durable_adk.ledger import Renewal, Run, RunLedger, RunStatus
+from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
 
@@ -88,7 +88,7 @@ async def test_one_statement_renews_every_lease_the_keeper_holds(
     ledger = RunLedger(store, lease_seconds=300)
     runs = [await started(ledger, f"s{i}", "w1") for i in range(40)]
     keeper = LeaseKeeper(ledger, "w1")
-    seen: list[Renewal] = []
+    seen: list[RenewResult] = []
     fences = []
     for run in runs:
         fence = RunFence(run.run_id, run.epoch, trusted_until=time.monotonic() + 200)
@@ -98,9 +98,7 @@ async def test_one_statement_renews_every_lease_the_keeper_holds(
     counted = Counted(store, monkeypatch)
     for _ in range(3):
         results = await keeper.renew_once()
-        assert len(results) == 40 and all(
-            r.ok and r.cancel_requested is None for r in results.values()
-        )
+        assert len(results) == 40 and all(r.ok and not r.cancel_requested for r in results.values())
     assert counted.names == ["run_renew_many"] * 3  # one statement a round, not forty
     monkeypatch.undo()
     assert len(seen) == 120
@@ -119,7 +117,7 @@ async def test_a_renewal_loses_only_the_runs_no_longer_ours_and_reports_cancels(
     runs = [await started(ledger, f"s{i}", "w1") for i in range(3)]
     keeper = LeaseKeeper(ledger, "w1")
     lost: dict[str, str] = {}
-    last: dict[str, Renewal] = {}
+    last: dict[str, RenewResult] = {}
     fences = {}
     for run in runs:
         fence = RunFence(run.run_id, run.epoch, trusted_until=time.monotonic() + 200)
@@ -128,7 +126,7 @@ async def test_a_renewal_loses_only_the_runs_no_longer_ours_and_reports_cancels(
             run.lease,
             fence,
             lambda reason, rid=run.run_id: lost.setdefault(rid, reason),
-            lambda r: last.__setitem__(r.run_id, r),
+            lambda r, rid=run.run_id: last.__setitem__(rid, r),
         )
     ended, cancelled, kept = runs
     assert await ledger.finish(ended.lease, RunStatus.DONE)
@@ -138,8 +136,8 @@ async def test_a_renewal_loses_only_the_runs_no_longer_ours_and_reports_cancels(
     assert not results[ended.run_id].ok
     assert lost == {ended.run_id: "the run was taken over or has ended"}
     assert fences[ended.run_id].lost is not None and keeper.held() == 2
-    assert last[cancelled.run_id].cancel_requested == "ops"
-    assert last[kept.run_id].ok and last[kept.run_id].cancel_requested is None
+    assert last[cancelled.run_id].cancel_requested_by == "ops"
+    assert last[kept.run_id].ok and not last[kept.run_id].cancel_requested
     # A run taken over at a new epoch is lost too; the other still renews.
     await ledger.backdate(kept.run_id, 400)
     taken = await ledger.claim_expired("w2", limit=10)
@@ -178,8 +176,9 @@ async def test_a_runner_with_many_runs_in_flight_renews_them_in_one_statement(
 
     script = {"a": [Call("wait", {"job": "x"}), Say("done")] * 30}
     agent = LlmAgent(name="a", model=ScriptedModel(script), tools=[wait])
-    runner = DurableRunner(app=agent, app_name=APP, store=store, worker_id="w1", lease=6.0)
-    counted = Counted(store, monkeypatch)
+    # A long lease: the keeper's own loop does not renew within the test; it
+    # is made to renew by hand, so no timer decides the outcome.
+    runner = DurableRunner(app=agent, app_name=APP, store=store, worker_id="w1", lease=300.0)
 
     async def one(session: str) -> None:
         async for _ in runner.run(user_id="u", session_id=session, message="go"):
@@ -188,16 +187,16 @@ async def test_a_runner_with_many_runs_in_flight_renews_them_in_one_statement(
     tasks = [asyncio.create_task(one(f"s{i}")) for i in range(12)]
     try:
         await asyncio.wait_for(all_in.wait(), 60)
-        for _ in range(2):  # two rounds while all twelve hold leases
-            renewed = counted.event("run_renew_many")
-            renewed.clear()
-            await asyncio.wait_for(renewed.wait(), 60)
-            assert runner.keeper.held() == 12
+        assert runner.keeper.held() == 12
+        counted = Counted(store, monkeypatch)
+        for _ in range(2):
+            results = await runner.keeper.renew_once()
+            assert len(results) == 12 and all(r.ok for r in results.values())
+        assert counted.names == ["run_renew_many"] * 2  # twelve drives, one statement a round
+        monkeypatch.undo()
     finally:
         release.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
-    assert "run_renew" not in counted.names
-    assert counted.names.count("run_renew_many") == runner.keeper.renewals
     done = await runner.ledger.list_runs(status=RunStatus.DONE)
     assert len(done) == 12
 

@@ -9,7 +9,7 @@ What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
 * A drive's lease is kept by the runner's
   :class:`~durable_adk.leases.LeaseKeeper` (one batched heartbeat per
   worker); the drive remembers the last renewal's result
-  (:attr:`Drive.renewal`, with ``cancel_requested``).
+  (:attr:`Drive.renewal`, with ``cancel_requested_by``).
 * :class:`RetryPolicy` says which errors of a drive are transient.
 """
 
@@ -29,7 +29,7 @@ from durable_adk import errors
 from durable_adk.fence import RunFence
 from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.leases import trust_from as trust_from
-from durable_adk.ledger import Renewal, Run
+from durable_adk.ledger import RenewResult, Run
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -119,7 +119,7 @@ class Drive:
         self.run_config: Any = None  # the caller's RunConfig for this drive (None: the runner's)
         self.state_delta: dict[str, Any] | None = None  # applied with the message, as in ADK
         self.ended = False  # the pump has handed over how the drive ended
-        self.renewal: Renewal | None = None  # the last renewal's result (cancel_requested)
+        self.renewal: RenewResult | None = None  # the last renewal's result (cancel_requested_by)
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()
 

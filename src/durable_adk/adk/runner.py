@@ -91,7 +91,7 @@ from durable_adk.adk.tools import is_journaled
 from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.leases import Holding, LeaseKeeper
-from durable_adk.ledger import Renewal, Run, RunLedger, RunStatus
+from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.testing.crash import crash_point
 
@@ -936,7 +936,7 @@ class DurableRunner:
     def _hold(self, drive: Drive) -> Holding:
         """Has the keeper renew the drive's lease; a lost lease cancels the drive."""
 
-        def renewed(renewal: Renewal) -> None:
+        def renewed(renewal: RenewResult) -> None:
             drive.renewal = renewal
 
         return self.keeper.hold(
