@@ -693,7 +693,8 @@ async def parent_main(args: argparse.Namespace) -> str:
     if workers:
         out += ["### Worker processes on one PostgreSQL", workers_table(workers)]
     if args.json:
-        Path(args.json).write_text(json.dumps({"single": single, "workers": workers}))
+        raw = json.dumps({"single": single, "workers": workers})
+        await asyncio.to_thread(Path(args.json).write_text, raw)
     text = "\n\n".join(out)
     print("\n" + text, flush=True)
     return text
