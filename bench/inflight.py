@@ -173,6 +173,10 @@ def _rss_bytes() -> int:
     return 0
 
 
+def _maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 class Statements:
     """Counts database statements: our named queries, or SQLAlchemy's cursor executes."""
 
@@ -215,6 +219,7 @@ class Driver:
         self.lost = 0
         self.lost_reasons: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.error_samples: dict[str, str] = {}
         self.added: list[float] = []
         self.measuring = False
         self.done_in_window = 0
@@ -286,6 +291,7 @@ class Driver:
                     received += 1
         except Exception as exc:
             self.errors[type(exc).__name__] += 1
+            self.error_samples.setdefault(type(exc).__name__, str(exc)[:300])
             return
         finally:
             _ready.reset(token)
@@ -388,14 +394,18 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
         "added_p50": percentile(added, 50) if added else math.nan,
         "added_p99": percentile(added, 99) if added else math.nan,
         "events": len(added),
-        "rss_per_run": (rss_peak - rss_before) / size,
+        # The sampler may not run at all when the loop lags (5,000 in flight):
+        # the process's peak RSS (getrusage) is the fallback.
+        "rss_per_run": (max(rss_peak, _maxrss()) - rss_before) / size,
+        "rss_before": rss_before,
         "rss_peak": rss_peak,
-        "maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "maxrss": _maxrss(),
         "loop_lag_max": max(lags, default=math.nan),
         "loop_lag_p99": percentile(sorted(lags), 99) if lags else math.nan,
         "lost": driver.lost,
         "lost_reasons": dict(driver.lost_reasons),
         "errors": dict(driver.errors),
+        "error_samples": driver.error_samples,
         "profile": profile,
     }
 
@@ -532,31 +542,39 @@ def single_table(results: list[dict[str, Any]]) -> str:
     rows = []
     memory = {r["size"]: r for r in results if r["contender"] == "adk-memory"}
     for r in sorted(results, key=lambda r: (r["size"], CONTENDERS.index(r["contender"]))):
-        runs = max(1, r["runs"])
-        cpu = r["cpu"] / runs
+        runs = r["runs"]
         base = memory.get(r["size"])
-        vs = cpu / (base["cpu"] / max(1, base["runs"])) if base else math.nan
+        durable = r["contender"].startswith("durable")
+        database = r["contender"] != "adk-memory"
+
+        def per_run(value: str, when: bool = True, runs: int = runs) -> str:
+            """A per-run figure, or n/a when no run ended in the window."""
+            return "" if not when else value if runs else "n/a"
+
+        cpu = r["cpu"] / runs if runs else math.nan
+        vs = cpu / (base["cpu"] / base["runs"]) if base and base["runs"] and runs else math.nan
         errors = ", ".join(f"{n} {k}" for k, n in sorted(r["errors"].items()))
         rows.append(
             [
                 LABELS[r["contender"]],
                 r["size"],
-                r["runs"],
-                f"{r['runs'] / r['wall']:.1f}",
+                runs,
+                f"{runs / r['wall']:.1f}",
                 fmt_ms(r["added_p50"]),
                 fmt_ms(r["added_p99"]),
-                f"{r['statements'] / runs:.2f}" if r["contender"] != "adk-memory" else "",
-                f"{r['statements'] / r['wall']:.0f}" if r["contender"] != "adk-memory" else "",
-                f"{r['heartbeats'] / r['wall']:.2f}"
-                if r["contender"].startswith("durable")
-                else "",
-                fmt_ms(cpu),
-                fmt_ratio(vs),
-                f"{r['server_cpu'] / runs * 1000:.2f} ms" if "postgresql" in r["contender"] else "",
+                per_run(f"{r['statements'] / max(1, runs):.2f}", database),
+                f"{r['statements'] / r['wall']:.0f}" if database else "",
+                f"{r['heartbeats'] / r['wall']:.2f}" if durable else "",
+                per_run(fmt_ms(cpu)),
+                per_run(fmt_ratio(vs)),
+                per_run(
+                    f"{r['server_cpu'] / max(1, runs) * 1000:.2f} ms",
+                    "postgresql" in r["contender"],
+                ),
                 f"{r['rss_per_run'] / 1024:.0f} KiB",
                 fmt_ms(r["loop_lag_p99"]),
-                r["lost"] if r["contender"].startswith("durable") else "",
-                errors or "",
+                r["lost"] if durable else "",
+                errors,
             ]
         )
     return md_table(
