@@ -702,7 +702,7 @@ async def parent_main(args: argparse.Namespace) -> str:
         f"--lease {args.lease} --warmup {args.warmup} --duration {args.duration} "
         f"--queued {args.queued}`, {time.strftime('%Y-%m-%d %H:%M %Z')}, {elapsed:.0f} s. "
         f"Machine: {machine_note(f'PostgreSQL {pg_version} (TempPostgres, fsync on)')}. "
-        f"While it ran: {load.note()}.",
+        f"{load.note().capitalize()}.",
         "### One worker, N runs in flight",
         single_table(single),
         "### Targets",
