@@ -384,3 +384,6 @@ async def test_queue_polls_are_checked(store: Store) -> None:
     for first, most in ((0.0, 1.0), (3.0, 2.0), (-1.0, 2.0)):
         with pytest.raises(errors.InvalidArgument):
             runner_on(store, "w1", poll=first, poll_max=most)
+    agent = LlmAgent(name="a", model=ScriptedModel({"a": []}))
+    slow = DurableRunner(app=agent, app_name=APP, store=store, queue_poll=5.0)
+    assert (slow.queue_poll, slow.queue_poll_max) == (5.0, 5.0)  # a long first poll still works

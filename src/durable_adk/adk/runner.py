@@ -227,7 +227,7 @@ class DurableRunner:
         backoff: float = 1.0,
         idempotent_tools: Iterable[str] = (),
         queue_poll: float = 0.1,
-        queue_poll_max: float = 2.0,
+        queue_poll_max: float | None = None,
         metrics: Metrics = NO_METRICS,
         retry_policy: RetryPolicy | None = None,
         artifact_service: BaseArtifactService | None = None,
@@ -256,7 +256,8 @@ class DurableRunner:
                 (doubled after each attempt that was not woken). A run of the
                 session ending in this process, or announced by the store's
                 notifications, wakes the waiting run at once.
-            queue_poll_max: The longest back-off between two claim attempts.
+            queue_poll_max: The longest back-off between two claim attempts
+                (default: 2 s, or ``queue_poll`` if that is longer).
             metrics: Where run outcomes, lost leases and run spans go.
             retry_policy: Which drive errors are transient (the run is handed
                 back for recovery) rather than terminal (FAILED); default
@@ -303,6 +304,8 @@ class DurableRunner:
             store, lease_seconds=lease, backoff_seconds=backoff, max_attempts=max_attempts
         )
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
+        if queue_poll_max is None:
+            queue_poll_max = max(2.0, queue_poll)
         if not 0 < queue_poll <= queue_poll_max:
             raise errors.InvalidArgument("queue_poll must be > 0 and at most queue_poll_max")
         self.queue_poll = queue_poll
