@@ -21,6 +21,8 @@ What it guarantees (framework-agnostic: no ADK import here):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -31,6 +33,7 @@ from typing import Any
 from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
+from durable_adk.store.wakeups import session_key
 
 
 class RunStatus(StrEnum):
@@ -339,6 +342,79 @@ class RunLedger:
         )
         return row is not None
 
+    async def renew_many(self, owner: str, leases: Sequence[Lease]) -> dict[str, RenewResult]:
+        """Extends every lease ``owner`` holds in one statement, whatever their number.
+
+        The heartbeat of a whole worker (:class:`~durable_adk.leases.LeaseKeeper`).
+
+        Returns:
+            One :class:`RenewResult` per run id given, as :meth:`renew` returns
+            for one: ``ok`` False for a run no longer ours at its epoch (taken
+            over or ended), ``cancel_requested_by`` when an operator asked it
+            to stop. Nothing is sent for an empty ``leases``.
+        """
+        if not leases:
+            return {}
+        if any(lease.owner != owner for lease in leases):
+            raise errors.InvalidArgument("renew_many renews the leases of one owner")
+        rows = await self.store.fetch(
+            "run_renew_many",
+            {
+                "owner": owner,
+                "leases": json.dumps([[lease.run_id, lease.epoch] for lease in leases]),
+                "lease": self.lease_seconds,
+            },
+        )
+        renewed = {(str(r["run_id"]), int(r["epoch"])): r for r in rows}
+        return {
+            lease.run_id: RenewResult.from_row(renewed.get((lease.run_id, lease.epoch)))
+            for lease in leases
+        }
+
+    async def wait_turn(
+        self,
+        run: Run,
+        owner: str,
+        *,
+        first_poll: float = 0.1,
+        max_poll: float = 2.0,
+        lost: asyncio.Event | None = None,
+    ) -> Run | None:
+        """Waits until our QUEUED ``run`` heads its session's queue, then claims it.
+
+        Woken, not polled at a fixed pace: a run of the session that ends in
+        this process (or, with PostgreSQL's NOTIFY, in any worker) wakes the
+        wait at once; otherwise the claim is tried again after a back-off from
+        ``first_poll`` doubling to ``max_poll`` seconds (the fallback that
+        must suffice alone, across processes and on databases without
+        NOTIFY). A wake-up starts the back-off again.
+
+        Args:
+            lost: Set by whoever renews the queued run's lease when it is
+                lost; the wait then returns None.
+
+        Returns:
+            The claimed run (RUNNING, a new epoch), or None once ``lost`` is set.
+        """
+        key = session_key(run.app_name, run.user_id, run.session_id)
+        delay = first_poll
+        while lost is None or not lost.is_set():
+            with self.store.wakeups.ticket(key) as woken:
+                claimed = await self.claim_queued(run.run_id, owner)
+                if claimed is not None:
+                    return claimed
+                waits = [woken.wait()] + ([lost.wait()] if lost is not None else [])
+                tasks = [asyncio.ensure_future(w) for w in waits]
+                try:
+                    await asyncio.wait(tasks, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in tasks:
+                        task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.gather(*tasks, return_exceptions=True)
+                delay = first_poll if woken.is_set() else min(delay * 2, max_poll)
+        return None
+
     async def finish(
         self,
         lease: Lease,
@@ -361,7 +437,14 @@ class RunLedger:
                 "classification": classification,
             },
         )
-        return row is not None
+        if row is None:
+            return False
+        # The session's next run may start now: wake it (other workers too
+        # only when one waits, so a run without a queue sends nothing more).
+        key = session_key(row["app_name"], row["user_id"], row["session_id"])
+        with contextlib.suppress(errors.StoreError):  # a wake-up lost costs latency only
+            await self.store.wake(key, others_waiting=bool(row["queued_behind"]))
+        return True
 
     async def release(self, lease: Lease, *, error: str) -> bool:
         """Hands a RUNNING run back for recovery after a transient fault; False if it was lost.
@@ -482,7 +565,12 @@ class RunLedger:
         check_id("by", by)
         row = await self.store.fetchrow(query, {"run_id": run_id, "actor": by, "reason": reason})
         if row is not None and "run_id" in row:
-            return ActionResult(Run.from_row(row), changed=True)
+            changed = Run.from_row(row)
+            with contextlib.suppress(errors.StoreError):  # the next run may start: wake it
+                await self.store.wake(
+                    session_key(changed.app_name, changed.user_id, changed.session_id)
+                )
+            return ActionResult(changed, changed=True)
         run = await self.get(run_id)
         if run is None:
             raise errors.NotFound(f"no run {run_id!r}")
@@ -680,6 +768,39 @@ class RunLedger:
             "dead_letter_list_of_app", {"run_id": run_id, "app_name": app_name, "limit": limit}
         )
         return [DeadLetter.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewResult:
+    """What a lease renewal found: still ours, and whether to stop.
+
+    The shape one renewal statement returns per run, so a batched renewal of
+    many leases returns one of these for each.
+
+    Attributes:
+        ok: The lease was extended (False: lost, the run was taken over or ended).
+        cancel_requested_by: Who asked the run to stop (``"an operator"`` when
+            unnamed), or None when nobody did. Only meaningful when ``ok``.
+    """
+
+    ok: bool
+    cancel_requested_by: str | None = None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator asked the holder to stop the run."""
+        return self.ok and self.cancel_requested_by is not None
+
+    @classmethod
+    def from_row(cls, row: Row | None) -> RenewResult:
+        """Maps what ``run_renew`` returned (None: no row, the lease was lost)."""
+        if row is None:
+            return cls(ok=False)
+        if row.get("cancel_requested_at") is None:
+            return cls(ok=True)
+        return cls(
+            ok=True, cancel_requested_by=str(row.get("cancel_requested_by") or "an operator")
+        )
 
 
 @dataclass(frozen=True, slots=True)

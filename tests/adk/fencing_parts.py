@@ -59,11 +59,15 @@ class Counter:
                 return before
 
 
+RENEWALS = ("run_renew", "run_renew_many")
+
+
 class FaultyStore(Store):
     """Delegates to a real store, but can hang renewals or fail chosen queries once.
 
     Attributes:
-        hang_renewals: While set, ``run_renew`` never answers.
+        hang_renewals: While set, renewals (``run_renew``, the keeper's
+            ``run_renew_many``) never answer.
         fail_next: Query name -> how many calls to skip before raising its error once.
     """
 
@@ -78,7 +82,7 @@ class FaultyStore(Store):
         return getattr(self.inner, name)
 
     async def _gate(self, query: str) -> None:
-        if query == "run_renew":
+        if query in RENEWALS:
             self.renewals += 1
             if self.hang_renewals:
                 await asyncio.Event().wait()  # a partition: the call never returns
@@ -92,12 +96,15 @@ class FaultyStore(Store):
 
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         await self._gate(query)
-        return await self.inner.fetch(query, params)
+        rows = await self.inner.fetch(query, params)
+        if query in RENEWALS:
+            self.renewed.set()
+        return rows
 
     async def fetchrow(self, query: str, params: Params | None = None) -> Row | None:
         await self._gate(query)
         row = await self.inner.fetchrow(query, params)
-        if query == "run_renew":
+        if query in RENEWALS:
             self.renewed.set()
         return row
 

@@ -404,9 +404,12 @@ async def test_a_renewal_that_fails_once_is_retried_and_the_run_ends_done(
     await asyncio.wait_for(work.started.wait(), 60)
     faulty.renewed.clear()
     await asyncio.wait_for(faulty.renewed.wait(), 60)  # the heartbeat is on time again
-    faulty.fail_next["run_renew"] = (0, errors.StoreUnavailable("injected: connection reset"))
+    faulty.fail_next["run_renew_many"] = (
+        0,
+        errors.StoreUnavailable("injected: connection reset"),
+    )
     await asyncio.wait_for(driving, 120)
-    assert "run_renew" not in faulty.fail_next  # the failure did happen
+    assert "run_renew_many" not in faulty.fail_next  # the failure did happen
     run = next(r for r in await runner.ledger.list_runs() if r.session_id == "s")
     assert run.status is RunStatus.DONE and work.finished == 1 and counter.requests == 100
     assert lost_leases(metrics) == 0

@@ -6,11 +6,10 @@ What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
   reader lock-step: the pump waits until the reader asks for the next event,
   so ADK never runs ahead of the reader; once the reader is gone
   (:meth:`Drive.detach`) the pump runs on without waiting.
-* :func:`heartbeat` renews a lease every third of it, each renewal bounded in
-  time, retried after a failure until the fence's local deadline (last
-  renewal sent + lease * (1 - :data:`LEASE_MARGIN_FRACTION`)); it calls
-  ``on_lost`` exactly once when a renewal finds the run no longer ours or the
-  deadline passes without a renewal answering, and then returns.
+* A drive's lease is kept by the runner's
+  :class:`~durable_adk.leases.LeaseKeeper` (one batched heartbeat per
+  worker); the drive remembers the last renewal's result
+  (:attr:`Drive.renewal`, with ``cancel_requested_by``).
 * :class:`RetryPolicy` says which errors of a drive are transient.
 """
 
@@ -18,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +27,9 @@ from google.genai import errors as genai_errors
 
 from durable_adk import errors
 from durable_adk.fence import RunFence
-from durable_adk.ledger import Run
+from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
+from durable_adk.leases import trust_from as trust_from
+from durable_adk.ledger import RenewResult, Run
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -98,11 +98,6 @@ def causes(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-LEASE_MARGIN_FRACTION = 1 / 6
-"""The share of the lease a drive gives up to be safe: its local deadline is
-``last renewal sent + lease * (1 - LEASE_MARGIN_FRACTION)``."""
-
-
 class End:
     """The pump's last item: how the drive ended (None: it finished normally)."""
 
@@ -125,6 +120,7 @@ class Drive:
         self.state_delta: dict[str, Any] | None = None  # applied with the message, as in ADK
         self.answer_first: tuple[str, ...] = ()  # lost calls to answer before ADK re-enters
         self.ended = False  # the pump has handed over how the drive ended
+        self.renewal: RenewResult | None = None  # the last renewal's result (cancel_requested_by)
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()
 
@@ -157,111 +153,3 @@ class Drive:
             self.stop_reason = reason
         if self.task is not None and not self.task.done():
             self.task.cancel()
-
-
-def trust_from(sent: float | None, lease_seconds: float) -> float:
-    """The local deadline of a lease renewed or claimed at monotonic ``sent`` (None: now)."""
-    at = time.monotonic() if sent is None else sent
-    return at + lease_seconds * (1 - LEASE_MARGIN_FRACTION)
-
-
-async def heartbeat(
-    drive: Drive,
-    renew: Callable[[], Awaitable[bool]],
-    *,
-    lease_seconds: float,
-    on_lost: Callable[[Drive, str], None],
-) -> None:
-    """Renews the drive's lease every third of it; cancels the drive when it is lost.
-
-    A renewal that fails (a store error, or no answer within 80% of the
-    renewal interval) is retried with a short back-off until the fence's
-    local deadline (the last renewal *sent* + lease - margin: the database
-    extended the lease no earlier than that). A renewal that finds the row
-    no longer ours, or the deadline passing, loses the fence for good and
-    cancels the pump, so ADK and the tool in flight stop.
-    """
-    fence = drive.fence
-    interval = lease_seconds / 3
-    next_renewal = time.monotonic() + interval
-    # The deadline is enforced by a timer of its own, not only when this loop
-    # gets round to it: a process frozen (SIGSTOP, a partition, a long pause)
-    # past the deadline wakes with the tool's timers and this one due
-    # together, and the drive must be cancelled before the tool's next step,
-    # not after a renewal's round trip. loop.call_at runs on time.monotonic(),
-    # the fence's clock.
-    loop = asyncio.get_running_loop()
-
-    def expire() -> None:
-        if fence.lost is None and time.monotonic() >= fence.trusted_until:
-            on_lost(drive, "the lease's local deadline passed before a renewal succeeded")
-
-    guards: list[asyncio.TimerHandle] = []
-
-    def rearm() -> None:
-        for handle in guards:
-            handle.cancel()
-        guards[:] = [loop.call_at(fence.trusted_until, expire)]
-
-    rearm()
-    try:
-        await _renewals(drive, renew, lease_seconds, interval, next_renewal, on_lost, rearm)
-    finally:
-        for handle in guards:
-            handle.cancel()
-
-
-async def _renewals(
-    drive: Drive,
-    renew: Callable[[], Awaitable[bool]],
-    lease_seconds: float,
-    interval: float,
-    next_renewal: float,
-    on_lost: Callable[[Drive, str], None],
-    rearm: Callable[[], None],
-) -> None:
-    """The renewal loop of :func:`heartbeat`; ``rearm`` moves the deadline's timer."""
-    run, fence = drive.run, drive.fence
-    while True:
-        await asyncio.sleep(max(0.0, next_renewal - time.monotonic()))
-        retry_in = min(interval / 4, 0.5)
-        # Woken up past the deadline without having tried (the loop was blocked,
-        # not the store): keep asking for one more bounded window; a renewal at
-        # our epoch proves nobody took over. The fence is not trusted meanwhile.
-        late_until = (
-            time.monotonic() + interval * 0.8 if time.monotonic() >= fence.trusted_until else None
-        )
-        while True:
-            sent = time.monotonic()
-            until = max(fence.trusted_until, late_until or 0.0)
-            if sent >= until:
-                on_lost(drive, "no renewal succeeded before the lease's local deadline")
-                return
-            try:
-                renewed = await asyncio.wait_for(renew(), timeout=min(interval * 0.8, until - sent))
-            except Exception as exc:  # the store's, or the timeout: retried until the deadline
-                until = max(fence.trusted_until, late_until or 0.0)
-                if time.monotonic() >= until:
-                    on_lost(
-                        drive,
-                        f"no renewal succeeded before the lease's local deadline ({exc!r})",
-                    )
-                    return
-                logger.warning(
-                    "run %s (epoch %d): lease renewal failed (%s: %s); retrying for %.1fs more",
-                    run.run_id,
-                    run.epoch,
-                    type(exc).__name__,
-                    exc,
-                    max(0.0, until - time.monotonic()),
-                )
-                await asyncio.sleep(max(0.0, min(retry_in, until - time.monotonic())))
-                retry_in = min(retry_in * 2, interval)
-                continue
-            if not renewed:
-                on_lost(drive, "the run was taken over or has ended")
-                return
-            fence.renewed(trust_from(sent, lease_seconds))
-            rearm()
-            next_renewal = sent + interval
-            break

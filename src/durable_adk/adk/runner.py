@@ -7,12 +7,17 @@ What it guarantees:
   finds.
 * One run per session drives at a time across every worker; a second run for
   a busy session waits ``QUEUED``, in order, and its caller then gets its
-  events.
+  events. A waiting run is woken when the session's run ends (in this
+  process, or through the store's notifications), and polls at a back-off
+  besides (``queue_poll`` doubling to ``queue_poll_max``), never at a fixed
+  pace.
 * A drive runs in a task of its own (the pump) and hands its events to the
   caller lock-step: ADK never runs ahead of the caller's reading, so the crash
-  windows are those of a plain generator. The lease is renewed by a timer
-  task, independent of how fast the caller reads. Failed renewals are retried
-  until a local deadline (last renewal sent + lease - lease/6); when a renewal
+  windows are those of a plain generator. The lease is renewed by the
+  runner's :class:`~durable_adk.leases.LeaseKeeper` (one statement per
+  renewal interval for every run the runner holds, driving or queued),
+  independent of how fast the caller reads. Failed renewals are retried
+  until each run's local deadline (last renewal sent + lease - lease/6); when a renewal
   finds the run taken over or finished, or the deadline passes, the pump is
   cancelled (ADK's task and the running tool's task with it), the drive's
   :class:`~durable_adk.fence.RunFence` is lost for good, and the caller gets
@@ -83,7 +88,7 @@ from durable_adk.adk.classify import INTERIM_KEY as INTERIM_KEY
 from durable_adk.adk.classify import Classification, OrphanClass, check_answers, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
-from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
+from durable_adk.adk.drive import Drive, End, causes, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.marks import is_idempotent
@@ -97,7 +102,8 @@ from durable_adk.adk.workflow_nodes import (
 )
 from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import OutcomeUnknown
-from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.leases import Holding, LeaseKeeper
+from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.testing.crash import crash_point
 
@@ -250,6 +256,7 @@ class DurableRunner:
         backoff: float = 1.0,
         idempotent_tools: Iterable[str] = (),
         queue_poll: float = 0.1,
+        queue_poll_max: float | None = None,
         metrics: Metrics = NO_METRICS,
         retry_policy: RetryPolicy | None = None,
         artifact_service: BaseArtifactService | None = None,
@@ -274,7 +281,12 @@ class DurableRunner:
             backoff: First back-off between recovery attempts, doubled each time.
             idempotent_tools: Tools safe to run again after a crash (re-driven
                 rather than parked when their call is unanswered).
-            queue_poll: How often a queued run checks whether its turn came.
+            queue_poll: The first back-off of a queued run's claim attempts
+                (doubled after each attempt that was not woken). A run of the
+                session ending in this process, or announced by the store's
+                notifications, wakes the waiting run at once.
+            queue_poll_max: The longest back-off between two claim attempts
+                (default: 2 s, or ``queue_poll`` if that is longer).
             metrics: Where run outcomes, lost leases and run spans go.
             retry_policy: Which drive errors are transient (the run is handed
                 back for recovery) rather than terminal (FAILED); default
@@ -330,10 +342,16 @@ class DurableRunner:
             store, lease_seconds=lease, backoff_seconds=backoff, max_attempts=max_attempts
         )
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
+        if queue_poll_max is None:
+            queue_poll_max = max(2.0, queue_poll)
+        if not 0 < queue_poll <= queue_poll_max:
+            raise errors.InvalidArgument("queue_poll must be > 0 and at most queue_poll_max")
         self.node_kinds = node_kinds(app.root_agent)
         if self.node_kinds is not None:
             guard_function_nodes(app.root_agent)
         self.queue_poll = queue_poll
+        self.queue_poll_max = queue_poll_max
+        self.keeper = LeaseKeeper(self.ledger, self.worker_id)
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
         self.run_config = run_config or RunConfig()
@@ -423,9 +441,17 @@ class DurableRunner:
         )
         drive.task = task
         heartbeat = asyncio.create_task(
-            self._heartbeat(drive), name=f"durable-adk-lease-{run.run_id}"
+            self._held_while_running(drive), name=f"durable-adk-lease-{run.run_id}"
         )
         return drive.fence, heartbeat
+
+    async def _held_while_running(self, drive: Drive) -> None:
+        """Keeps the drive's lease with the keeper until cancelled (or lost)."""
+        holding = self._hold(drive)
+        try:
+            await drive.fence.wait_lost()
+        finally:
+            self.keeper.drop(holding)
 
     async def aclose(self, *, grace: float | None = None) -> None:
         """Waits for the detached drives to end, cancelling those still running after ``grace``.
@@ -629,20 +655,30 @@ class DurableRunner:
         """
         if run.status is RunStatus.RUNNING and run.owner == self.worker_id:
             return run  # claimed when it was submitted
-        renew_every = self.lease_seconds / 3
-        waited = 0.0
-        while True:
-            claimed = await self.ledger.claim_queued(run.run_id, self.worker_id)
-            if claimed is not None:
-                return claimed
-            await asyncio.sleep(self.queue_poll)
-            waited += self.queue_poll
-            if waited >= renew_every:
-                waited = 0.0
-                # Bounded like the heartbeat's: a hung store is noticed (TimeoutError).
-                renewal = self.ledger.renew(run.lease)
-                if not await asyncio.wait_for(renewal, timeout=renew_every * 0.8):
-                    raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
+        lost = asyncio.Event()
+        why: list[str] = []
+
+        def on_lost(reason: str) -> None:
+            why.append(reason)
+            lost.set()
+
+        fence = RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+        holding = self.keeper.hold(run.lease, fence, on_lost)
+        try:
+            claimed = await self.ledger.wait_turn(
+                run,
+                self.worker_id,
+                first_poll=self.queue_poll,
+                max_poll=self.queue_poll_max,
+                lost=lost,
+            )
+        finally:
+            self.keeper.drop(holding)
+        if claimed is None:
+            raise errors.Fenced(
+                f"queued run {run.run_id} was taken by another worker ({why[0] if why else 'lost'})"
+            )
+        return claimed
 
     async def drive(
         self,
@@ -821,7 +857,7 @@ class DurableRunner:
             )
             # We hold the session's run and have just read it: ADK's read, next, need not.
             self.sessions.trust_next_read(key)
-        heartbeat = asyncio.create_task(self._heartbeat(drive))
+        holding = self._hold(drive)
         base = drive.run_config or self.run_config
         run_config = base.model_copy(
             update={
@@ -887,9 +923,7 @@ class DurableRunner:
         finally:
             self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            self.keeper.drop(holding)
             # Nothing of this drive may act from here on (its writes are fenced anyway).
             drive.fence.lose("the drive has ended")
         crash_point("runner.before_finish")
@@ -1020,13 +1054,14 @@ class DurableRunner:
         self.metrics.run_parked()
         self.metrics.run_finished(RunStatus.PARKED.value)
 
-    async def _heartbeat(self, drive: Drive) -> None:
-        """Renews the drive's lease; cancels the drive when it is lost (see :func:`heartbeat`)."""
-        await heartbeat(
-            drive,
-            lambda: self.ledger.renew(drive.run.lease),
-            lease_seconds=self.lease_seconds,
-            on_lost=self._lose,
+    def _hold(self, drive: Drive) -> Holding:
+        """Has the keeper renew the drive's lease; a lost lease cancels the drive."""
+
+        def renewed(renewal: RenewResult) -> None:
+            drive.renewal = renewal
+
+        return self.keeper.hold(
+            drive.run.lease, drive.fence, lambda reason: self._lose(drive, reason), renewed
         )
 
     def _lose(self, drive: Drive, reason: str) -> None:

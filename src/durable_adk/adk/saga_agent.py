@@ -427,8 +427,9 @@ class SagaSweeper:
             batch: Most sagas per pass.
             lease: How long a claim (of a saga, or of the run that records its
                 outcome) holds without renewal; renewed every third of it.
-            queue_poll: How often the run that records an outcome checks whether
-                its turn in the session's queue came.
+            queue_poll: The first back-off (doubling to 2 s; a run of the
+                session that ends wakes it) at which the run that records an
+                outcome checks whether its turn in the session's queue came.
         """
         if lease <= 0 or queue_poll <= 0:
             raise errors.InvalidArgument("lease and queue_poll must be > 0")
@@ -511,9 +512,9 @@ class SagaSweeper:
             return await self.runs.renew(held[0].lease)
 
         async def turn_then_append() -> None:
-            # Polled like DurableRunner.wait_for_turn; the heartbeat renews meanwhile.
-            while (claimed := await self.runs.claim_queued(run.run_id, self.owner)) is None:  # noqa: ASYNC110
-                await asyncio.sleep(self.queue_poll)
+            # Woken like DurableRunner.wait_for_turn; the heartbeat renews meanwhile.
+            claimed = await self.runs.wait_turn(run, self.owner, first_poll=self.queue_poll)
+            assert claimed is not None  # no lost event given: it waits until it claims
             held[0] = claimed
             session = await self._session_of(saga)  # read now that no other run holds it
             if session is not None:

@@ -80,7 +80,8 @@ class ServerSettings:
         sweep_interval: Seconds between recovery passes.
         max_attempts: Recovery claims before a run is parked.
         backoff: First back-off between recovery attempts, doubled each time.
-        queue_poll: How often a queued turn checks whether its turn came.
+        queue_poll: The first back-off of a queued turn's claim attempts
+            (doubling to 2 s; a run of the session that ends wakes it at once).
     """
 
     lease: float = 30.0

@@ -14,6 +14,8 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from durable_adk.store.wakeups import Wakeups
+
 Row = Mapping[str, Any]
 Params = Mapping[str, Any]
 
@@ -23,6 +25,23 @@ class Store(abc.ABC):
 
     dialect: str
     url: str
+
+    @property
+    def wakeups(self) -> Wakeups:
+        """This store's in-process wake-ups (made on first use)."""
+        found = self.__dict__.get("_wakeups")
+        if found is None:
+            found = self.__dict__["_wakeups"] = Wakeups()
+        return found
+
+    async def wake(self, key: str, *, others_waiting: bool = True) -> None:
+        """Wakes the runs waiting for the turn of session ``key`` (see ``session_key``).
+
+        The base store wakes the waiters of this process; a store that can
+        reach other processes (PostgreSQL's NOTIFY) does so when
+        ``others_waiting`` says a run of the session is QUEUED.
+        """
+        self.wakeups.notify(key)
 
     @abc.abstractmethod
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:

@@ -15,6 +15,23 @@ statement timed out is terminated, never handed back to the pool in an
 unknown state (asyncpg would otherwise wait for the server to confirm a
 cancel that a frozen server never sends).
 
+Two pools, so a heartbeat never waits for a connection behind event-stream
+readers: the main pool (``pool_size``, default 10) for everything else, and a
+small lease pool (``lease_pool_size``, default 2) for the units marked
+``lease`` in the SQL (a heartbeat's batched renewal, claims). Both are bounded
+by ``acquire_timeout``. A worker's heartbeat is one statement per renewal
+interval for all its runs (:class:`~durable_adk.leases.LeaseKeeper`), so two
+connections are plenty; the lease pool costs the server ``lease_pool_size``
+more connections per worker.
+
+With ``notify`` on (the default), a dedicated connection outside both pools
+LISTENs on ``durable_adk_turns``: a run that ends while another run of its
+session waits QUEUED sends ``pg_notify`` and every worker's waiting runs of
+that session try their claim at once. It is only a wake-up: waiting runs poll
+at a back-off besides, so ``notify=off`` (CockroachDB, YugabyteDB, a pooler in
+transaction mode) loses latency, not correctness; a lost listener connection
+is reconnected with a back-off.
+
 Errors are translated by SQLSTATE and by exception type, never by message:
 23505 unique violation, 23503 foreign key, 40001/40P01/55P03 busy
 (serialization failure, deadlock, lock not available); class 08, 57P01-57P03
@@ -31,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -42,6 +60,8 @@ from durable_adk.store.base import Params, Row, Store
 from durable_adk.store.queries import Query, load_queries
 
 T = TypeVar("T")
+
+logger = logging.getLogger("durable_adk.store")
 
 _BUSY_STATES = {"40001", "40P01", "55P03"}
 _UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57014", "53300"}
@@ -58,8 +78,21 @@ DEFAULT_COMMAND_TIMEOUT = 10.0
 DEFAULT_ACQUIRE_TIMEOUT = 5.0
 """Seconds to wait for a pooled connection (or to make a new one)."""
 
-URL_OPTIONS = ("command_timeout", "acquire_timeout")
+DEFAULT_POOL_SIZE = 10
+"""Connections of the main pool (event streams, appends, reads)."""
+
+DEFAULT_LEASE_POOL_SIZE = 2
+"""Connections of the lease pool (heartbeats and claims)."""
+
+TURNS_CHANNEL = "durable_adk_turns"
+"""The LISTEN/NOTIFY channel of session turns (payload: the session key)."""
+
+URL_OPTIONS = ("command_timeout", "acquire_timeout", "pool_size", "lease_pool_size", "notify")
 """Store options that may be given in the URL's query string (removed before connecting)."""
+
+_SECONDS_OPTIONS = ("command_timeout", "acquire_timeout")
+_SIZE_OPTIONS = ("pool_size", "lease_pool_size")
+_SWITCHES = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
 def translate(exc: BaseException) -> errors.StoreError:
@@ -86,15 +119,16 @@ def translate(exc: BaseException) -> errors.StoreError:
     return errors.StoreError(f"{exc} ({kind})")
 
 
-def split_url_options(url: str) -> tuple[str, dict[str, float]]:
+def split_url_options(url: str) -> tuple[str, dict[str, Any]]:
     """Takes the store's own options out of a URL's query string.
 
     ``postgresql://u@h/db?command_timeout=5&sslmode=disable`` gives
     ``postgresql://u@h/db?sslmode=disable`` and ``{"command_timeout": 5.0}``;
-    other parameters are left for asyncpg.
+    other parameters are left for asyncpg. Timeouts are seconds > 0 (float),
+    pool sizes whole numbers >= 1 (int), ``notify`` is on/off (bool).
 
     Raises:
-        InvalidArgument: An option's value is not a positive number.
+        InvalidArgument: An option's value is out of its range.
     """
     parts = urlsplit(url)
     kept, options = [], {}
@@ -102,14 +136,28 @@ def split_url_options(url: str) -> tuple[str, dict[str, float]]:
         if name not in URL_OPTIONS:
             kept.append((name, value))
             continue
-        try:
-            number = float(value)
-        except ValueError:
-            number = 0.0
-        if not number > 0:
-            raise errors.InvalidArgument(f"{name} in the store URL must be seconds > 0: {value!r}")
-        options[name] = number
+        options[name] = _option(name, value)
     return urlunsplit(parts._replace(query=urlencode(kept))), options
+
+
+def _option(name: str, value: str) -> float | int | bool:
+    if name in _SIZE_OPTIONS:
+        if not (value.isdigit() and int(value) >= 1):
+            raise errors.InvalidArgument(
+                f"{name} in the store URL must be a whole number >= 1: {value!r}"
+            )
+        return int(value)
+    if name not in _SECONDS_OPTIONS:
+        if value.lower() not in _SWITCHES:
+            raise errors.InvalidArgument(f"{name} in the store URL must be on or off: {value!r}")
+        return _SWITCHES[value.lower()]
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0:
+        raise errors.InvalidArgument(f"{name} in the store URL must be seconds > 0: {value!r}")
+    return number
 
 
 async def _keep_session(connection: Any) -> None:
@@ -132,24 +180,30 @@ class PostgresStore(Store):
         url: str,
         *,
         min_size: int = 1,
-        max_size: int = 10,
+        max_size: int | None = None,
         command_timeout: float | None = None,
         acquire_timeout: float | None = None,
+        lease_pool_size: int | None = None,
+        notify: bool | None = None,
     ) -> None:
-        """Prepares a pool; call :meth:`open` to connect.
+        """Prepares the pools; call :meth:`open` to connect.
 
         Args:
-            url: A ``postgresql://`` URL. Its query string may carry
-                ``command_timeout`` and ``acquire_timeout`` (seconds); the
-                keyword arguments win over them.
-            min_size: Connections kept open.
-            max_size: Most connections at once.
+            url: A ``postgresql://`` URL. Its query string may carry the
+                options of :data:`URL_OPTIONS`; the keyword arguments win
+                over them.
+            min_size: Connections the main pool keeps open.
+            max_size: Most connections of the main pool (URL ``pool_size``,
+                default 10).
             command_timeout: Seconds a statement may take (default 10).
-            acquire_timeout: Seconds to get a connection from the pool,
+            acquire_timeout: Seconds to get a connection from either pool,
                 making a new one included (default 5).
+            lease_pool_size: Connections of the lease pool for heartbeats and
+                claims (default 2).
+            notify: LISTEN/NOTIFY wake-ups of queued runs (default on).
 
         Raises:
-            InvalidArgument: A timeout is not a positive number.
+            InvalidArgument: A timeout is not a positive number, or a size < 1.
         """
         self.url = url
         self._dsn, from_url = split_url_options(url)
@@ -157,29 +211,89 @@ class PostgresStore(Store):
             command_timeout = from_url.get("command_timeout", DEFAULT_COMMAND_TIMEOUT)
         if acquire_timeout is None:
             acquire_timeout = from_url.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT)
+        if max_size is None:
+            max_size = int(from_url.get("pool_size", DEFAULT_POOL_SIZE))
+        if lease_pool_size is None:
+            lease_pool_size = int(from_url.get("lease_pool_size", DEFAULT_LEASE_POOL_SIZE))
         command, acquire = command_timeout, acquire_timeout
         if not (command > 0 and acquire > 0):
             raise errors.InvalidArgument("command_timeout and acquire_timeout must be > 0")
+        if max_size < 1 or lease_pool_size < 1:
+            raise errors.InvalidArgument("pool_size and lease_pool_size must be >= 1")
         self.command_timeout = float(command)
         self.acquire_timeout = float(acquire)
+        self.notify = bool(from_url.get("notify", True) if notify is None else notify)
         self._queries = load_queries("postgresql")
-        self._min_size = min_size
+        self._min_size = min(min_size, max_size)
         self._max_size = max_size
+        self._lease_size = lease_pool_size
         self._pool: Any = None
+        self._lease_pool: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()  # set while the LISTEN connection is up (tests wait on it)
 
     async def open(self) -> PostgresStore:
-        """Connects the pool; returns self."""
+        """Connects both pools (and the listener, with ``notify`` on); returns self."""
         try:
-            self._pool = await asyncpg.create_pool(
-                self._dsn,
-                min_size=self._min_size,
-                max_size=self._max_size,
-                reset=_keep_session,
-                timeout=self.acquire_timeout,
-            )
+            self._pool = await self._make_pool(self._min_size, self._max_size)
+            # All kept open: a renewal must not wait for a new connection.
+            self._lease_pool = await self._make_pool(self._lease_size, self._lease_size)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            if self._pool is not None:
+                self._pool.terminate()
+                self._pool = None
             raise errors.StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        if self.notify:
+            self._listener = asyncio.create_task(self._listen(), name="durable-adk-listen")
         return self
+
+    async def _make_pool(self, min_size: int, max_size: int) -> Any:
+        return await asyncpg.create_pool(
+            self._dsn,
+            min_size=min_size,
+            max_size=max_size,
+            reset=_keep_session,
+            timeout=self.acquire_timeout,
+        )
+
+    async def _listen(self) -> None:
+        """Keeps a LISTEN connection up, outside the pools; reconnects with a back-off."""
+        delay = 0.5
+        while True:
+            lost = asyncio.Event()
+            conn: Any = None
+            try:
+                conn = await asyncpg.connect(self._dsn, timeout=self.acquire_timeout)
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await conn.add_listener(TURNS_CHANNEL, self._on_notification)
+            except asyncpg.FeatureNotSupportedError as exc:
+                logger.warning("no LISTEN on this database (%s): queued runs poll only", exc)
+                if conn is not None:
+                    conn.terminate()
+                return
+            except Exception as exc:
+                logger.warning("LISTEN failed (%s); retrying in %.1fs", exc, delay)
+                if conn is not None:
+                    conn.terminate()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 0.5
+            self.listening.set()
+            try:
+                await lost.wait()
+            finally:
+                self.listening.clear()
+                conn.terminate()
+            logger.warning("the LISTEN connection was lost; reconnecting")
+
+    def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self.wakeups.notify(payload)
+
+    async def wake(self, key: str, *, others_waiting: bool = True) -> None:
+        self.wakeups.notify(key)
+        if self.notify and others_waiting:
+            await self.execute("turn_notify", {"session": key})
 
     def _query(self, name: str) -> Query:
         try:
@@ -187,14 +301,16 @@ class PostgresStore(Store):
         except KeyError:
             raise errors.InvalidArgument(f"no query named {name!r}") from None
 
-    async def _with_connection(self, work: Callable[[Any], Awaitable[T]]) -> T:
+    async def _with_connection(
+        self, work: Callable[[Any], Awaitable[T]], *, lease: bool = False
+    ) -> T:
         """Runs ``work`` on a pooled connection, bounded in time, errors translated.
 
         A connection whose statement timed out, failed at the connection
         level or was cancelled is terminated before it goes back, so the pool
         makes a new one instead of reusing a connection in an unknown state.
         """
-        pool = self._open_pool()
+        pool = self._open_pool(lease=lease)
         try:
             conn = await pool.acquire(timeout=self.acquire_timeout)
         except Exception as exc:
@@ -228,17 +344,18 @@ class PostgresStore(Store):
         args = [given[name] for name in q.params]
         timeout = self.command_timeout
         records = await self._with_connection(
-            lambda conn: conn.fetch(q.statements[0], *args, timeout=timeout)
+            lambda conn: conn.fetch(q.statements[0], *args, timeout=timeout), lease=q.lease
         )
         return [dict(r) for r in records]
 
     async def now(self) -> float:
         return float(await self.fetchval("db_now"))
 
-    def _open_pool(self) -> Any:
-        if self._pool is None:
+    def _open_pool(self, *, lease: bool = False) -> Any:
+        pool = self._lease_pool if lease else self._pool
+        if pool is None:
             raise errors.StoreUnavailable("the store is closed")
-        return self._pool
+        return pool
 
     async def schema_version(self) -> int:
         timeout = self.command_timeout
@@ -262,8 +379,15 @@ class PostgresStore(Store):
         await self._with_connection(run)
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+        pools, self._pool, self._lease_pool = (self._pool, self._lease_pool), None, None
+        for pool in pools:
+            if pool is None:
+                continue
             try:
                 # Bounded: a connection stuck on a frozen server would hold a
                 # graceful close forever.

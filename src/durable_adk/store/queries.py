@@ -16,6 +16,11 @@ when it refused, else the rows of the last statement that returns rows.
 ledger write) that SQLite may run on the caller's thread instead of handing it
 to the database thread (see :mod:`durable_adk.store.sqlite`); PostgreSQL
 ignores it.
+
+``-- name: x lease`` marks a unit that keeps or takes a lease (a heartbeat's
+renewal, a claim): PostgreSQL runs it on a small pool of its own, so it never
+waits behind event-stream readers for a connection (see
+:mod:`durable_adk.store.postgres`); SQLite ignores it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Query:
         guarded: Whether the first statement is a check that gates the rest.
         writes: Whether the unit modifies the database.
         inline: Whether the unit is small enough to run on the caller's thread.
+        lease: Whether the unit keeps or takes a lease (PostgreSQL's lease pool).
     """
 
     name: str
@@ -50,6 +56,7 @@ class Query:
     guarded: bool
     writes: bool
     inline: bool = False
+    lease: bool = False
 
 
 def _split_statements(body: str) -> list[str]:
@@ -132,8 +139,9 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             guarded="guarded" in flags,
             writes=_writes(statements),
             inline="inline" in flags,
+            lease="lease" in flags,
         )
-        unknown = flags - {"guarded", "inline"}
+        unknown = flags - {"guarded", "inline", "lease"}
         if unknown:
             raise ValueError(f"query {current!r} has unknown flags {sorted(unknown)}")
 

@@ -46,7 +46,7 @@ SELECT ins.*, (SELECT pk FROM sess) AS created_session_pk,
          WHERE app_name = :app_name::text AND user_id = :user_id::text) AS user_state
   FROM ins;
 
--- name: run_claim_queued inline
+-- name: run_claim_queued inline lease
 -- Starts our own queued run when it heads its session's queue and the session is
 -- free. A concurrent claim for the same session trips the partial unique index.
 UPDATE runs
@@ -64,7 +64,7 @@ UPDATE runs
                       AND r.session_id = runs.session_id AND r.status = 'QUEUED' AND r.pk < runs.pk)
 RETURNING *;
 
--- name: run_renew inline
+-- name: run_renew inline lease
 UPDATE runs
    SET lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
        updated_at = extract(epoch FROM clock_timestamp())
@@ -80,7 +80,11 @@ UPDATE runs
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
    AND status = 'RUNNING'
-RETURNING status;
+RETURNING status, app_name, user_id, session_id,
+          -- whether a run of the session waits its turn (the ledger then wakes it)
+          EXISTS (SELECT 1 FROM runs q
+                   WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
+                     AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
 
 -- name: run_release inline
 -- A drive met a transient fault and hands the run back: it stays RUNNING with its
@@ -97,7 +101,7 @@ UPDATE runs
    AND status = 'RUNNING'
 RETURNING status;
 
--- name: run_claim_expired
+-- name: run_claim_expired lease
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
 -- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
 -- two sweepers never wait on, or both take, the same row.
@@ -391,3 +395,24 @@ SELECT d.* FROM dead_letters d
    AND (:app_name::text IS NULL
         OR EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.app_name = :app_name::text))
  ORDER BY d.pk DESC LIMIT :limit::bigint;
+
+-- name: run_renew_many inline lease
+-- One worker's heartbeat: renews every lease it holds in one statement, whatever
+-- their number. :leases is a JSON array of [run_id, epoch] pairs; a run missing
+-- from the result is no longer ours (taken over or ended). Plain JSON functions
+-- and UPDATE ... FROM, which CockroachDB and YugabyteDB run too.
+UPDATE runs
+   SET lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
+       updated_at = extract(epoch FROM clock_timestamp())
+  FROM (SELECT e->>0 AS run_id, (e->>1)::bigint AS epoch
+          FROM jsonb_array_elements(:leases::jsonb) AS e) AS held
+ WHERE runs.run_id = held.run_id AND runs.epoch = held.epoch
+   AND runs.owner = :owner::text AND runs.status IN ('QUEUED', 'RUNNING')
+RETURNING runs.run_id, runs.epoch, runs.cancel_requested_at, runs.cancel_requested_by;
+
+-- name: turn_notify
+-- Wakes the workers listening (LISTEN durable_adk_turns) whose queued runs wait
+-- for this session's turn. Sent only when notifications are on (the store's
+-- notify option); waiting runs poll at a back-off besides, so a database without
+-- LISTEN/NOTIFY (CockroachDB, YugabyteDB) loses nothing but latency.
+SELECT pg_notify('durable_adk_turns', :session::text);

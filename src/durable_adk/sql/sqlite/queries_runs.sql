@@ -40,7 +40,7 @@ SELECT r.*, CASE WHEN changes() > 0 THEN s.pk END AS created_session_pk,
   JOIN sessions s ON s.app_name = r.app_name AND s.user_id = r.user_id AND s.session_id = r.session_id
  WHERE r.run_id = :run_id;
 
--- name: run_claim_queued inline
+-- name: run_claim_queued inline lease
 -- Starts our own queued run when it heads its session's queue and the session is free.
 UPDATE runs
    SET status = 'RUNNING', epoch = epoch + 1, attempts = attempts + 1,
@@ -57,7 +57,7 @@ UPDATE runs
                       AND r.session_id = runs.session_id AND r.status = 'QUEUED' AND r.pk < runs.pk)
 RETURNING *;
 
--- name: run_renew inline
+-- name: run_renew inline lease
 UPDATE runs
    SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
@@ -70,7 +70,11 @@ UPDATE runs
        finished_at = (julianday('now') - 2440587.5) * 86400.0,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
-RETURNING status;
+RETURNING status, app_name, user_id, session_id,
+          -- whether a run of the session waits its turn (the ledger then wakes it)
+          EXISTS (SELECT 1 FROM runs q
+                   WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
+                     AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
 
 -- name: run_release inline
 -- A drive met a transient fault and hands the run back: it stays RUNNING with its
@@ -86,7 +90,7 @@ UPDATE runs
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
 RETURNING status;
 
--- name: run_claim_expired
+-- name: run_claim_expired lease
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off,
 -- and QUEUED rows whose waiting caller died and whose turn has come.
 UPDATE runs
@@ -335,3 +339,23 @@ SELECT d.* FROM dead_letters d
    AND (:app_name IS NULL
         OR EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.app_name = :app_name))
  ORDER BY d.pk DESC LIMIT :limit;
+
+-- name: run_renew_many inline lease
+-- One worker's heartbeat: renews every lease it holds in one statement, whatever
+-- their number. :leases is a JSON array of [run_id, epoch] pairs; a run missing
+-- from the result is no longer ours (taken over or ended). The first IN finds
+-- the rows by run_id's index, the second checks the epoch of each.
+UPDATE runs
+   SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:leases))
+   AND (run_id, epoch) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:leases))
+   AND owner = :owner AND status IN ('QUEUED', 'RUNNING')
+RETURNING run_id, epoch, cancel_requested_at, cancel_requested_by;
+
+-- name: turn_notify
+-- PostgreSQL's cross-process wake-up; SQLite wakes waiting runs in-process (the
+-- store's notifier) and by polling at a back-off across processes, so this is
+-- never sent. Kept so both dialects hold the same names.
+SELECT :session AS session;

@@ -1,0 +1,763 @@
+"""Many runs in flight on one worker: DurableRunner against ADK's Runner, side by side.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.inflight                      # sizes 100, 1000, 5000
+    .venv/bin/python -m bench.inflight --sizes 100,1000     # a quicker run
+    .venv/bin/python -m bench.inflight --sizes 20 --duration 3 --latency 0.2 --no-workers
+    .venv/bin/python -m bench.inflight --write              # rewrite its BENCHMARKS.md section
+
+One run = the user's message, the model (a ScriptedModel that awaits
+``--latency`` seconds, 1 s by default, before each answer) calls a tool, the
+tool answers, the model answers with text: two model calls and one tool.
+``N`` runs are kept in flight (a closed loop: a run that ends is replaced by
+a new one) for ``--warmup`` + ``--duration`` seconds; what ends in the last
+``--duration`` seconds is measured. A share of the slots (``--queued``,
+10 % by default) are pairs that run two turns of one session at once: on
+DurableRunner the second waits QUEUED for the first (and is woken when it
+ends); ADK's Runner has no queue, so the pair's caller runs its two turns
+one after the other, as an ADK app must.
+
+Contenders, each in a process of its own (so CPU and RSS are its own), for
+each size, in an order rotated between sizes:
+
+* DurableRunner on SQLite and on PostgreSQL (one worker: one batched
+  heartbeat, lease ``--lease`` seconds so heartbeats happen within the window);
+* ADK's Runner on InMemorySessionService (the floor: nothing durable);
+* ADK's Runner on DatabaseSessionService (``sqlite+aiosqlite`` and
+  ``postgresql+asyncpg``, as shipped).
+
+Reported per contender and size: runs/s; p50/p99 latency *added per event*
+(from the moment the model's answer or the tool's result is ready to the
+moment the caller receives its event: the session service's write and the
+event loop's queueing behind the other runs); database statements per run and
+per second (ours: every named query through ``store.fetch``; ADK's: SQLAlchemy
+``before_cursor_execute``), heartbeat statements per second; worker CPU per run
+(``time.process_time``: all the process's threads); RSS per run in flight
+(peak during the window minus before the runs started, over ``N``); leases lost.
+Then two and three DurableRunner worker processes on one PostgreSQL
+(``--worker-size`` runs in flight each): runs/s and the database server's CPU
+per run (``/proc`` of the server's processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    OtherLoad,
+    fmt_ms,
+    fmt_ratio,
+    machine_note,
+    md_table,
+    percentile,
+    postgres_cpu_seconds,
+    profile_async,
+    server_version,
+    write_section,
+)
+
+APP = "bench_inflight"
+USER = "user_1"
+AGENT = "shop_assistant"
+CONTENDERS = (
+    "adk-memory",
+    "durable-sqlite",
+    "durable-postgresql",
+    "adk-db-sqlite",
+    "adk-db-postgresql",
+)
+LABELS = {
+    "adk-memory": "ADK Runner + InMemorySessionService",
+    "durable-sqlite": "DurableRunner (sqlite)",
+    "durable-postgresql": "DurableRunner (postgresql)",
+    "adk-db-sqlite": "ADK Runner + DatabaseSessionService (sqlite)",
+    "adk-db-postgresql": "ADK Runner + DatabaseSessionService (postgresql)",
+}
+HEARTBEATS = frozenset({"run_renew_many", "run_renew"})
+
+# Targets of issue 13, item 5.
+STATEMENTS_SPREAD = 0.10  # statements per run at the smallest and largest size within 10 %
+P99_ADDED_TARGET = 0.005  # p99 added latency per event at 1,000 in flight
+CPU_VS_MEMORY_TARGET = 1.3  # worker CPU per run vs ADK's in-memory Runner
+
+# The run the model and tool of this task belong to: ready times, read by the caller.
+_ready: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "bench_inflight_ready", default=None
+)
+
+
+# ======================================================================= child
+
+
+def _mark_ready() -> None:
+    ready = _ready.get()
+    if ready is not None:
+        ready.append(time.perf_counter())
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Looks up an order by id."""
+    result = {"order_id": order_id, "status": "shipped", "eta_days": 2}
+    _mark_ready()
+    return result
+
+
+def make_app(latency: float) -> Any:
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App, ResumabilityConfig
+
+    from durable_adk.testing.scripted_model import Call, Say, ScriptedModel
+
+    class SlowModel(ScriptedModel):
+        """A ScriptedModel that waits like a remote model before each answer."""
+
+        async def generate_content_async(
+            self, llm_request: Any, stream: bool = False
+        ) -> AsyncGenerator[Any, None]:
+            await asyncio.sleep(latency)
+            async for response in super().generate_content_async(llm_request, stream):
+                _mark_ready()
+                yield response
+
+    # A script spans the session: enough steps for the turns a session gets.
+    model = SlowModel(
+        [
+            Call("lookup_order", {"order_id": "A1042"}),
+            Say("Your order A1042 has shipped and should arrive in 2 working days."),
+        ]
+        * 4
+    )
+    agent = LlmAgent(
+        name=AGENT,
+        model=model,
+        instruction="You help customers of an online shoe shop.",
+        tools=[lookup_order],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumable = ResumabilityConfig(is_resumable=True)
+    return App(name=APP, root_agent=agent, resumability_config=resumable)
+
+
+def _message() -> Any:
+    from google.genai import types
+
+    return types.Content(role="user", parts=[types.Part(text="Where is my order A1042?")])
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Statements:
+    """Counts database statements: our named queries, or SQLAlchemy's cursor executes."""
+
+    def __init__(self) -> None:
+        self.by_name: Counter[str] = Counter()
+
+    def wrap_store(self, store: Any) -> None:
+        inner = store.fetch
+
+        async def fetch(query: str, params: Any = None) -> Any:
+            self.by_name[query] += 1
+            return await inner(query, params)
+
+        store.fetch = fetch
+
+    def hook_engine(self, engine: Any) -> None:
+        from sqlalchemy import event
+
+        def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            self.by_name[statement.split(None, 1)[0].upper()] += 1
+
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+
+    def total(self) -> int:
+        return sum(self.by_name.values())
+
+    def heartbeats(self) -> int:
+        return sum(n for q, n in self.by_name.items() if q in HEARTBEATS)
+
+
+class Driver:
+    """One contender in this process: runs one turn on a session, counting what it costs."""
+
+    def __init__(self, contender: str, url: str, latency: float, lease: float) -> None:
+        self.contender = contender
+        self.url = url
+        self.latency = latency
+        self.lease = lease
+        self.statements = Statements()
+        self.lost = 0
+        self.lost_reasons: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.error_samples: dict[str, str] = {}
+        self.added: list[float] = []
+        self.measuring = False
+        self.done_in_window = 0
+        self._stack = contextlib.AsyncExitStack()
+        self.durable = contender.startswith("durable")
+
+    async def open(self) -> None:
+        app = make_app(self.latency)
+        if self.durable:
+            from durable_adk.adk.runner import DurableRunner
+            from durable_adk.store import open_store
+
+            store = await self._stack.enter_async_context(open_store(self.url))
+            self.statements.wrap_store(store)
+            runner = DurableRunner(
+                app=app, store=store, worker_id=f"bench-{os.getpid()}", lease=self.lease
+            )
+            lose = runner._lose
+
+            def counted_lose(drive: Any, reason: str) -> None:
+                if drive.fence.lost is None:
+                    self.lost += 1
+                    self.lost_reasons[reason] += 1
+                lose(drive, reason)
+
+            runner._lose = counted_lose  # type: ignore[method-assign]
+            self.runner: Any = runner
+            self._stack.push_async_callback(runner.keeper.aclose)
+        else:
+            from google.adk.runners import Runner
+            from google.adk.sessions import InMemorySessionService
+            from google.adk.sessions.database_session_service import DatabaseSessionService
+
+            if self.contender == "adk-memory":
+                service: Any = InMemorySessionService()
+            else:
+                service = DatabaseSessionService(db_url=self.url)
+                self.statements.hook_engine(service.db_engine)
+                self._stack.push_async_callback(service.close)
+            self.service = service
+            self.runner = Runner(app=app, session_service=service)
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    async def turn(self, session_id: str, *, new: bool) -> None:
+        """One run on ``session_id`` (made first for ADK's Runner when ``new``)."""
+        ready: list[float] = []
+        token = _ready.set(ready)
+        received = 0
+        try:
+            if self.durable:
+                events = self.runner.run(user_id=USER, session_id=session_id, message=_message())
+            else:
+                if new:
+                    await self.service.create_session(
+                        app_name=APP, user_id=USER, session_id=session_id
+                    )
+                events = self.runner.run_async(
+                    user_id=USER, session_id=session_id, new_message=_message()
+                )
+            async with contextlib.aclosing(events) as stream:
+                async for event in stream:
+                    now = time.perf_counter()
+                    if event.author == "user":
+                        continue
+                    if received < len(ready) and self.measuring:
+                        self.added.append(now - ready[received])
+                    received += 1
+        except Exception as exc:
+            self.errors[type(exc).__name__] += 1
+            self.error_samples.setdefault(type(exc).__name__, str(exc)[:300])
+            return
+        finally:
+            _ready.reset(token)
+        if self.measuring:
+            self.done_in_window += 1
+
+
+async def child_main(args: argparse.Namespace) -> dict[str, Any]:
+    logging.basicConfig(level=logging.ERROR)
+    warnings.simplefilter("ignore")
+    for name in ("durable_adk", "google_adk", "google", "httpx", "asyncio"):
+        logging.getLogger(name).setLevel(int(os.environ.get("BENCH_LOG", logging.CRITICAL)))
+    driver = Driver(args.contender, args.url, args.latency, args.lease)
+    await driver.open()
+    size = args.size
+    pairs = int(size * args.queued / 2)
+    singles = size - 2 * pairs
+    stop_at = math.inf
+    rng = random.Random(1)
+
+    async def single() -> None:
+        while time.perf_counter() < stop_at:
+            await driver.turn(uuid.uuid4().hex, new=True)
+
+    async def pair() -> None:
+        while time.perf_counter() < stop_at:
+            session = uuid.uuid4().hex
+            if driver.durable:
+                await asyncio.gather(
+                    driver.turn(session, new=True), driver.turn(session, new=False)
+                )
+            else:  # no queue in ADK: the caller orders the two turns itself
+                await driver.turn(session, new=True)
+                await driver.turn(session, new=False)
+
+    lags: list[float] = []
+
+    async def lag_monitor() -> None:
+        """How late the event loop wakes a 0.1 s sleep: the loop's queueing delay."""
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.1)
+            lags.append(time.perf_counter() - t - 0.1)
+
+    monitor = asyncio.create_task(lag_monitor())
+    # Warm-up of the process: one turn alone first (ADK imports what it needs on
+    # first use, blocking the loop for seconds: a lease held then would be lost,
+    # rightly), then a batch (connections, prepared statements, caches).
+    await driver.turn(uuid.uuid4().hex, new=True)
+    driver.lost, driver.errors = 0, Counter()
+    driver.lost_reasons.clear()
+    await asyncio.gather(*(driver.turn(uuid.uuid4().hex, new=True) for _ in range(min(size, 20))))
+    lags.clear()
+    rss_before = _rss_bytes()
+    if args.start_at:
+        await asyncio.sleep(max(0.0, args.start_at - time.time()))
+    start = time.perf_counter()
+    stop_at = start + args.warmup + args.duration
+    slots = [asyncio.create_task(single()) for _ in range(singles)]
+    slots += [asyncio.create_task(pair()) for _ in range(pairs)]
+    rng.shuffle(slots)
+    await asyncio.sleep(args.warmup)
+    driver.measuring = True
+    c0, s0, h0 = time.process_time(), driver.statements.total(), driver.statements.heartbeats()
+    t0 = time.perf_counter()
+    rss_peak = rss_before
+
+    async def window() -> None:
+        nonlocal rss_peak
+        while time.perf_counter() < stop_at:
+            await asyncio.sleep(0.5)
+            rss_peak = max(rss_peak, _rss_bytes())
+
+    profile = ""
+    if args.profile:  # the whole window under cProfile (the event-loop thread)
+        profile = await profile_async(window, top=args.profile)
+    else:
+        await window()
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    statements = driver.statements.total() - s0
+    heartbeats = driver.statements.heartbeats() - h0
+    runs = driver.done_in_window
+    driver.measuring = False
+    # No drain: what was in flight at the end is not measured, and waiting for it
+    # (a whole generation of runs at 5,000 in flight) would only cost time. The
+    # caller prints the result and the process exits without closing anything.
+    monitor.cancel()
+    by_name = dict(driver.statements.by_name)
+    added = sorted(driver.added)
+    return {
+        "contender": args.contender,
+        "size": size,
+        "runs": runs,
+        "wall": wall,
+        "cpu": cpu,
+        "statements": statements,
+        "heartbeats": heartbeats,
+        "by_name": by_name,
+        "added_p50": percentile(added, 50) if added else math.nan,
+        "added_p99": percentile(added, 99) if added else math.nan,
+        "events": len(added),
+        # The sampler may not run at all when the loop lags (5,000 in flight):
+        # the process's peak RSS (getrusage) is the fallback.
+        "rss_per_run": (max(rss_peak, _maxrss()) - rss_before) / size,
+        "rss_before": rss_before,
+        "rss_peak": rss_peak,
+        "maxrss": _maxrss(),
+        "loop_lag_max": max(lags, default=math.nan),
+        "loop_lag_p99": percentile(sorted(lags), 99) if lags else math.nan,
+        "lost": driver.lost,
+        "lost_reasons": dict(driver.lost_reasons),
+        "errors": dict(driver.errors),
+        "error_samples": driver.error_samples,
+        "profile": profile,
+    }
+
+
+# ====================================================================== parent
+
+
+def _child(
+    contender: str, url: str, size: int, args: argparse.Namespace, start_at: float = 0.0
+) -> subprocess.Popen[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.inflight",
+        "--child",
+        contender,
+        "--url",
+        url,
+        "--size",
+        str(size),
+        "--latency",
+        str(args.latency),
+        "--lease",
+        str(args.lease),
+        "--warmup",
+        str(args.warmup),
+        "--duration",
+        str(args.duration),
+        "--queued",
+        str(args.queued),
+        "--start-at",
+        str(start_at),
+    ]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent
+    )
+
+
+def _result(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"a bench child failed (exit {proc.returncode})")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+class Databases:
+    """Fresh databases for each child: a SQLite file or a PostgreSQL database."""
+
+    def __init__(self, tmp: Path, pg: Any) -> None:
+        self.tmp = tmp
+        self.pg = pg
+        self.n = 0
+
+    async def url(self, contender: str) -> str:
+        self.n += 1
+        name = f"inflight_{self.n}"
+        if contender == "adk-memory":
+            return "memory://"
+        if contender == "durable-sqlite":
+            return f"sqlite:///{self.tmp / name}.db"
+        if contender == "adk-db-sqlite":
+            return f"sqlite+aiosqlite:///{self.tmp / name}.db"
+        url = self.pg.create_database(name)
+        if contender == "durable-postgresql":
+            from durable_adk.store import open_store
+
+            async with open_store(url):  # the schema, before the timed child
+                pass
+            return url
+        return url.replace("postgresql://", "postgresql+asyncpg://", 1)
+
+
+async def run_single(args: argparse.Namespace, dbs: Databases) -> list[dict[str, Any]]:
+    results = []
+    for index, size in enumerate(args.sizes):
+        order = list(args.contenders)
+        order = order[index % len(order) :] + order[: index % len(order)]
+        for contender in order:
+            url = await dbs.url(contender)
+            server0 = postgres_cpu_seconds(dbs.pg.data_dir)
+            proc = _child(contender, url, size, args)
+            result = _result(proc)
+            result["server_cpu"] = postgres_cpu_seconds(dbs.pg.data_dir) - server0
+            results.append(result)
+            print(_line(result), flush=True)
+    return results
+
+
+async def run_workers(args: argparse.Namespace, dbs: Databases) -> list[dict[str, Any]]:
+    results = []
+    for workers in (1, 2, 3):
+        url = await dbs.url("durable-postgresql")
+        server0 = postgres_cpu_seconds(dbs.pg.data_dir)
+        start_at = time.time() + 8.0  # every child imported and warmed up by then
+        procs = [
+            _child("durable-postgresql", url, args.worker_size, args, start_at)
+            for _ in range(workers)
+        ]
+        each = [_result(p) for p in procs]
+        server = postgres_cpu_seconds(dbs.pg.data_dir) - server0
+        runs = sum(r["runs"] for r in each)
+        wall = max(r["wall"] for r in each)
+        results.append(
+            {
+                "workers": workers,
+                "size": args.worker_size,
+                "runs": runs,
+                "runs_per_s": runs / wall,
+                # The server's CPU over the whole child lifetime (warm-up and drain
+                # included), per run measured: an upper bound.
+                "server_cpu_per_run": server / max(1, runs),
+                "worker_cpu_per_run": sum(r["cpu"] for r in each) / max(1, runs),
+                "lost": sum(r["lost"] for r in each),
+                "errors": sum(sum(r["errors"].values()) for r in each),
+                "heartbeats_per_s": sum(r["heartbeats"] for r in each) / wall / workers,
+            }
+        )
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def _line(r: dict[str, Any]) -> str:
+    return (
+        f"{LABELS[r['contender']]:<50} N={r['size']:<5} runs={r['runs']:<6} "
+        f"{r['runs'] / r['wall']:.1f} runs/s  added p50 {fmt_ms(r['added_p50'])} "
+        f"p99 {fmt_ms(r['added_p99'])}  stmts/run {r['statements'] / max(1, r['runs']):.2f}  "
+        f"hb/s {r['heartbeats'] / r['wall']:.2f}  cpu/run {fmt_ms(r['cpu'] / max(1, r['runs']))}  "
+        f"rss/run {r['rss_per_run'] / 1024:.0f} KiB  lag p99 {fmt_ms(r['loop_lag_p99'])}  "
+        f"lost {r['lost']}  errors {r['errors']}"
+    )
+
+
+def single_table(results: list[dict[str, Any]]) -> str:
+    rows = []
+    memory = {r["size"]: r for r in results if r["contender"] == "adk-memory"}
+    for r in sorted(results, key=lambda r: (r["size"], CONTENDERS.index(r["contender"]))):
+        runs = r["runs"]
+        base = memory.get(r["size"])
+        durable = r["contender"].startswith("durable")
+        database = r["contender"] != "adk-memory"
+
+        def per_run(value: str, when: bool = True, runs: int = runs) -> str:
+            """A per-run figure, or n/a when no run ended in the window."""
+            return "" if not when else value if runs else "n/a"
+
+        cpu = r["cpu"] / runs if runs else math.nan
+        vs = cpu / (base["cpu"] / base["runs"]) if base and base["runs"] and runs else math.nan
+        errors = ", ".join(f"{n} {k}" for k, n in sorted(r["errors"].items()))
+        rows.append(
+            [
+                LABELS[r["contender"]],
+                r["size"],
+                runs,
+                f"{runs / r['wall']:.1f}",
+                fmt_ms(r["added_p50"]),
+                fmt_ms(r["added_p99"]),
+                per_run(f"{r['statements'] / max(1, runs):.2f}", database),
+                f"{r['statements'] / r['wall']:.0f}" if database else "",
+                f"{r['heartbeats'] / r['wall']:.2f}" if durable else "",
+                per_run(fmt_ms(cpu)),
+                per_run(fmt_ratio(vs)),
+                per_run(
+                    f"{r['server_cpu'] / max(1, runs) * 1000:.2f} ms",
+                    "postgresql" in r["contender"],
+                ),
+                f"{r['rss_per_run'] / 1024:.0f} KiB",
+                fmt_ms(r["loop_lag_p99"]),
+                r["lost"] if durable else "",
+                errors,
+            ]
+        )
+    return md_table(
+        [
+            "contender",
+            "in flight",
+            "runs measured",
+            "runs/s",
+            "added per event p50",
+            "p99",
+            "statements per run",
+            "statements/s",
+            "heartbeat statements/s",
+            "worker CPU per run",
+            "CPU / in-memory",
+            "PostgreSQL CPU per run",
+            "RSS per run in flight",
+            "event-loop lag p99",
+            "leases lost",
+            "errors",
+        ],
+        rows,
+    )
+
+
+def workers_table(results: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            r["workers"],
+            r["size"],
+            r["runs"],
+            f"{r['runs_per_s']:.1f}",
+            f"{r['server_cpu_per_run'] * 1000:.2f} ms",
+            f"{r['worker_cpu_per_run'] * 1000:.2f} ms",
+            f"{r['heartbeats_per_s']:.2f}",
+            r["lost"],
+            r["errors"] or "",
+        ]
+        for r in results
+    ]
+    return md_table(
+        [
+            "worker processes",
+            "in flight per worker",
+            "runs measured",
+            "runs/s (all workers)",
+            "PostgreSQL CPU per run",
+            "worker CPU per run",
+            "heartbeat statements/s per worker",
+            "leases lost",
+            "errors",
+        ],
+        rows,
+    )
+
+
+def target_table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    rows: list[list[str]] = []
+    by = {(r["contender"], r["size"]): r for r in results}
+    sizes = sorted(args.sizes)
+    small, large = sizes[0], sizes[-1]
+    for backend in ("sqlite", "postgresql"):
+        name = f"durable-{backend}"
+
+        def add(target: str, measured: str, goal: str, ok: bool, backend: str = backend) -> None:
+            rows.append([backend, target, measured, goal, "PASS" if ok else "MISS"])
+
+        a, b = by.get((name, small)), by.get((name, large))
+        if a and b and a["runs"] and b["runs"] and small != large:
+            pa, pb = a["statements"] / a["runs"], b["statements"] / b["runs"]
+            spread = abs(pb - pa) / pa
+            add(
+                f"statements per run at {small} and {large} in flight",
+                f"{pa:.2f} and {pb:.2f} ({spread:.1%} apart)",
+                "within 10 %",
+                spread <= STATEMENTS_SPREAD,
+            )
+            ha, hb = a["heartbeats"] / a["wall"], b["heartbeats"] / b["wall"]
+            expected = 3 / args.lease
+            add(
+                f"heartbeat statements/s at {small} and {large} in flight",
+                f"{ha:.2f} and {hb:.2f} (one per lease/3 = {expected:.2f})",
+                "independent of the run count",
+                max(ha, hb) <= expected * 1.25,
+            )
+        mid = by.get((name, 1000))
+        if mid:
+            p99 = mid["added_p99"]
+            add(
+                "p99 added latency per event at 1,000 in flight",
+                fmt_ms(p99),
+                "<= 5 ms",
+                p99 <= P99_ADDED_TARGET,
+            )
+        for size in sizes:
+            ours, memory = by.get((name, size)), by.get(("adk-memory", size))
+            if ours and memory and ours["runs"] and memory["runs"]:
+                ratio = (ours["cpu"] / ours["runs"]) / (memory["cpu"] / memory["runs"])
+                add(
+                    f"worker CPU per run / in-memory Runner's at {size} in flight",
+                    fmt_ratio(ratio),
+                    "<= 1.3x",
+                    ratio <= CPU_VS_MEMORY_TARGET,
+                )
+        big = by.get((name, 5000))
+        if big:
+            add("leases lost at 5,000 in flight", str(big["lost"]), "0", big["lost"] == 0)
+    return md_table(["backend", "target", "measured", "target", "verdict"], rows)
+
+
+async def parent_main(args: argparse.Namespace) -> str:
+    from durable_adk.testing.pg_cluster import TempPostgres
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-inflight-") as tmp, TempPostgres() as pg:
+        pg_version = await server_version(pg.admin_url)
+        dbs = Databases(Path(tmp), pg)
+        with OtherLoad(pg.data_dir) as load:
+            single = await run_single(args, dbs)
+            workers = await run_workers(args, dbs) if args.workers else []
+    elapsed = time.perf_counter() - started
+    out = [
+        "## Runs in flight (`bench/inflight.py`)",
+        f"Run: `--sizes {','.join(map(str, args.sizes))} --latency {args.latency} "
+        f"--lease {args.lease} --warmup {args.warmup} --duration {args.duration} "
+        f"--queued {args.queued}`, {time.strftime('%Y-%m-%d %H:%M %Z')}, {elapsed:.0f} s. "
+        f"Machine: {machine_note(f'PostgreSQL {pg_version} (TempPostgres, fsync on)')}. "
+        f"{load.note().capitalize()}.",
+        "### One worker, N runs in flight",
+        single_table(single),
+        "### Targets",
+        target_table(single, args),
+    ]
+    if workers:
+        out += ["### Worker processes on one PostgreSQL", workers_table(workers)]
+    if args.json:
+        raw = json.dumps({"single": single, "workers": workers})
+        await asyncio.to_thread(Path(args.json).write_text, raw)
+    text = "\n\n".join(out)
+    print("\n" + text, flush=True)
+    return text
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench.inflight", description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="100,1000,5000", help="runs in flight, comma-separated")
+    p.add_argument("--latency", type=float, default=1.0, help="seconds each model call awaits")
+    p.add_argument("--lease", type=float, default=30.0, help="DurableRunner's lease (seconds)")
+    p.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds measured")
+    p.add_argument("--queued", type=float, default=0.1, help="share of runs queued behind another")
+    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--worker-size", type=int, default=300, help="runs in flight per worker")
+    p.add_argument("--no-workers", dest="workers", action="store_false")
+    p.add_argument("--write", action="store_true", help="rewrite the BENCHMARKS.md section")
+    p.add_argument("--json", help="also write the raw results to this file")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    p.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--profile", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
+    args.contenders = [c for c in str(args.contenders).split(",") if c]
+    unknown = set(args.contenders) - set(CONTENDERS)
+    if unknown or not args.sizes or min(args.sizes) < 1 or not 0 <= args.queued <= 1:
+        p.error(f"bad --sizes, --queued or --contenders (unknown: {sorted(unknown)})")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    if args.child:
+        args.contender = args.child
+        loop = asyncio.new_event_loop()
+        result = loop.run_until_complete(child_main(args))
+        print(json.dumps(result), flush=True)
+        os._exit(0)  # the runs still in flight are abandoned with the process
+    text = asyncio.run(parent_main(args))
+    if args.write:
+        write_section("inflight", text)
+        print("BENCHMARKS.md: section 'inflight' rewritten")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,389 @@
+"""Many runs in flight: one batched heartbeat per worker, queued runs woken, a lease pool.
+
+Both backends. The heartbeat tests drive the keeper's renewal by hand
+(:meth:`LeaseKeeper.renew_once`) under a long lease, so no timer decides
+them; the wake-up tests set the queued run's polling back-off to ten minutes
+where a wake-up must be what starts it, so a missing wake-up fails on the
+generous timeout instead of passing slowly. The cross-process test finishes
+the first run in a real child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+
+from durable_adk import errors
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.fence import RunFence
+from durable_adk.leases import LeaseKeeper
+from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
+from durable_adk.store import Store, open_store
+from durable_adk.testing import Call, Say, ScriptedModel
+
+APP = "inflight"
+NEVER = 600.0  # a polling back-off no test waits out: only a wake-up starts the run
+
+
+def runner_on(store: Store, worker: str, *, poll: float = 0.1, poll_max: float = 2.0) -> Any:
+    agent = LlmAgent(name="a", model=ScriptedModel({"a": [Say("ok")] * 10}))
+    return DurableRunner(
+        app=agent,
+        app_name=APP,
+        store=store,
+        worker_id=worker,
+        queue_poll=poll,
+        queue_poll_max=poll_max,
+    )
+
+
+async def started(ledger: RunLedger, session: str, owner: str) -> Run:
+    made = await ledger.start(
+        app_name=APP,
+        user_id="u",
+        session_id=session,
+        request={"role": "user", "parts": [{"text": "hi"}]},
+        owner=owner,
+        now=time.time(),
+    )
+    assert made is not None
+    return made.run
+
+
+class Counted:
+    """Counts the named queries a store runs (wraps ``fetch`` on the instance)."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.names: list[str] = []
+        self.done: dict[str, asyncio.Event] = {}
+        original = store.fetch
+
+        async def fetch(query: str, params: Any = None) -> Any:
+            self.names.append(query)
+            rows = await original(query, params)
+            self.done.setdefault(query, asyncio.Event()).set()
+            return rows
+
+        monkeypatch.setattr(store, "fetch", fetch)
+
+    def event(self, query: str) -> asyncio.Event:
+        return self.done.setdefault(query, asyncio.Event())
+
+
+# ------------------------------------------------------------- heartbeats
+
+
+async def test_one_statement_renews_every_lease_the_keeper_holds(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = RunLedger(store, lease_seconds=300)
+    runs = [await started(ledger, f"s{i}", "w1") for i in range(40)]
+    keeper = LeaseKeeper(ledger, "w1")
+    seen: list[RenewResult] = []
+    fences = []
+    for run in runs:
+        fence = RunFence(run.run_id, run.epoch, trusted_until=time.monotonic() + 200)
+        fences.append(fence)
+        keeper.hold(run.lease, fence, lambda reason: pytest.fail(reason), seen.append)
+    before = [await ledger.get(r.run_id) for r in runs]
+    counted = Counted(store, monkeypatch)
+    for _ in range(3):
+        results = await keeper.renew_once()
+        assert len(results) == 40 and all(r.ok and not r.cancel_requested for r in results.values())
+    assert counted.names == ["run_renew_many"] * 3  # one statement a round, not forty
+    monkeypatch.undo()
+    assert len(seen) == 120
+    after = [await ledger.get(r.run_id) for r in runs]
+    assert all(
+        a and b and a.lease_until > b.lease_until for a, b in zip(after, before, strict=True)
+    )
+    assert all(f.trusted_until > time.monotonic() + 240 for f in fences)  # sent + 300 * 5/6
+    await keeper.aclose()
+
+
+async def test_a_renewal_loses_only_the_runs_no_longer_ours_and_reports_cancels(
+    store: Store,
+) -> None:
+    ledger = RunLedger(store, lease_seconds=300)
+    runs = [await started(ledger, f"s{i}", "w1") for i in range(3)]
+    keeper = LeaseKeeper(ledger, "w1")
+    lost: dict[str, str] = {}
+    last: dict[str, RenewResult] = {}
+    fences = {}
+    for run in runs:
+        fence = RunFence(run.run_id, run.epoch, trusted_until=time.monotonic() + 200)
+        fences[run.run_id] = fence
+        keeper.hold(
+            run.lease,
+            fence,
+            lambda reason, rid=run.run_id: lost.setdefault(rid, reason),
+            lambda r, rid=run.run_id: last.__setitem__(rid, r),
+        )
+    ended, cancelled, kept = runs
+    assert await ledger.finish(ended.lease, RunStatus.DONE)
+    asked = await ledger.cancel(cancelled.run_id, by="ops")
+    assert asked.run.status is RunStatus.RUNNING  # a live lease: the owner is asked to stop
+    results = await keeper.renew_once()
+    assert not results[ended.run_id].ok
+    assert lost == {ended.run_id: "the run was taken over or has ended"}
+    assert fences[ended.run_id].lost is not None and keeper.held() == 2
+    assert last[cancelled.run_id].cancel_requested_by == "ops"
+    assert last[kept.run_id].ok and not last[kept.run_id].cancel_requested
+    # A run taken over at a new epoch is lost too; the other still renews.
+    await ledger.backdate(kept.run_id, 400)
+    taken = await ledger.claim_expired("w2", limit=10)
+    assert [t.run_id for t in taken] == [kept.run_id]
+    await keeper.renew_once()
+    assert lost[kept.run_id] == "the run was taken over or has ended"
+    assert keeper.held() == 1 and fences[cancelled.run_id].trusted()
+    await keeper.aclose()
+
+
+async def test_renew_many_refuses_leases_of_another_owner_and_sends_nothing_for_none(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = RunLedger(store)
+    run = await started(ledger, "s", "w1")
+    counted = Counted(store, monkeypatch)
+    assert await ledger.renew_many("w1", []) == {}
+    with pytest.raises(errors.InvalidArgument):
+        await ledger.renew_many("w2", [run.lease])
+    assert counted.names == []
+
+
+async def test_a_runner_with_many_runs_in_flight_renews_them_in_one_statement(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release, all_in = asyncio.Event(), asyncio.Event()
+    entered: list[str] = []
+
+    async def wait(job: str) -> dict[str, str]:
+        """Waits until the test lets it go."""
+        entered.append(job)
+        if len(entered) == 12:
+            all_in.set()
+        await release.wait()
+        return {"job": job}
+
+    script = {"a": [Call("wait", {"job": "x"}), Say("done")] * 30}
+    agent = LlmAgent(name="a", model=ScriptedModel(script), tools=[wait])
+    # A long lease: the keeper's own loop does not renew within the test; it
+    # is made to renew by hand, so no timer decides the outcome.
+    runner = DurableRunner(app=agent, app_name=APP, store=store, worker_id="w1", lease=300.0)
+
+    async def one(session: str) -> None:
+        async for _ in runner.run(user_id="u", session_id=session, message="go"):
+            pass
+
+    tasks = [asyncio.create_task(one(f"s{i}")) for i in range(12)]
+    try:
+        await asyncio.wait_for(all_in.wait(), 60)
+        assert runner.keeper.held() == 12
+        counted = Counted(store, monkeypatch)
+        for _ in range(2):
+            results = await runner.keeper.renew_once()
+            assert len(results) == 12 and all(r.ok for r in results.values())
+        assert counted.names == ["run_renew_many"] * 2  # twelve drives, one statement a round
+        monkeypatch.undo()
+    finally:
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    done = await runner.ledger.list_runs(status=RunStatus.DONE)
+    assert len(done) == 12
+
+
+# ------------------------------------------------------------- wake-ups
+
+
+async def test_a_queued_run_is_woken_when_the_run_before_it_ends(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = runner_on(store, "w1", poll=NEVER, poll_max=NEVER)
+    first = await started(runner.ledger, "s", "holder")
+    second, _ = await runner.submit(user_id="u", session_id="s", message="next")
+    assert second.status is RunStatus.QUEUED
+    counted = Counted(store, monkeypatch)
+    waiting = asyncio.create_task(runner.wait_for_turn(second))
+    await asyncio.wait_for(counted.event("run_claim_queued").wait(), 30)  # tried, and waits
+    assert not waiting.done()
+    assert await runner.ledger.finish(first.lease, RunStatus.DONE)
+    claimed = await asyncio.wait_for(waiting, 60)
+    assert claimed.run_id == second.run_id and claimed.status is RunStatus.RUNNING
+    assert counted.names.count("run_claim_queued") == 2
+    assert store.wakeups.waiting() == 0
+
+
+async def test_a_queued_run_starts_by_polling_when_no_wake_up_reaches_it(
+    store_url: str, store: Store
+) -> None:
+    # Another store object stands for another process: its in-process
+    # wake-ups never reach ours, and PostgreSQL's NOTIFY is off.
+    url = store_url + ("?notify=off" if store_url.startswith("postgresql") else "")
+    async with open_store(url) as elsewhere:
+        runner = runner_on(store, "w1", poll=0.05, poll_max=0.2)
+        other = RunLedger(elsewhere)
+        first = await started(other, "s", "holder")
+        second, _ = await runner.submit(user_id="u", session_id="s", message="next")
+        waiting = asyncio.create_task(runner.wait_for_turn(second))
+        await asyncio.sleep(0.3)  # a few claims tried and refused
+        assert not waiting.done()
+        assert await other.finish(first.lease, RunStatus.DONE)
+        claimed = await asyncio.wait_for(waiting, 60)
+        assert claimed.run_id == second.run_id
+
+
+async def test_a_queued_run_is_taken_as_lost_when_its_lease_is(store: Store) -> None:
+    runner = runner_on(store, "w1", poll=NEVER, poll_max=NEVER)
+    await started(runner.ledger, "s", "holder")
+    second, _ = await runner.submit(user_id="u", session_id="s", message="next")
+    waiting = asyncio.create_task(runner.wait_for_turn(second))
+    await asyncio.sleep(0.2)
+    # Another worker takes the queued run over (its lease expired, say).
+    await runner.ledger.backdate(second.run_id, 100)
+    await runner.ledger.cancel(second.run_id, by="ops")
+    await runner.keeper.renew_once()  # the heartbeat finds it gone
+    with pytest.raises(errors.Fenced, match="taken by another worker"):
+        await asyncio.wait_for(waiting, 60)
+
+
+CHILD = """
+import asyncio, sys
+from durable_adk.ledger import Lease, RunLedger, RunStatus
+from durable_adk.store import open_store
+
+async def main(url, run_id, owner, epoch):
+    async with open_store(url) as store:
+        ledger = RunLedger(store)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        ok = await ledger.finish(Lease(run_id, owner, int(epoch)), RunStatus.DONE)
+        print("finished" if ok else "lost", flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+@contextlib.asynccontextmanager
+async def child_holding(store_url: str, run: Run) -> AsyncIterator[subprocess.Popen[str]]:
+    """A real process that finishes ``run`` when told to (a line on its stdin)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, store_url, run.run_id, run.owner or "", str(run.epoch)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.to_thread(proc.stdout.readline)
+        assert line.strip() == "ready", line
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+async def test_a_run_ending_in_another_process_starts_the_queued_one(
+    store_url: str, store: Store
+) -> None:
+    postgres = store_url.startswith("postgresql")
+    # PostgreSQL: NOTIFY wakes it (polling could not, in ten minutes); SQLite: polling.
+    runner = runner_on(store, "w1", poll=NEVER if postgres else 0.05, poll_max=NEVER)
+    if postgres:
+        await asyncio.wait_for(store.listening.wait(), 30)  # type: ignore[attr-defined]
+    first = await started(runner.ledger, "s", "holder")
+    second, _ = await runner.submit(user_id="u", session_id="s", message="next")
+    waiting = asyncio.create_task(runner.wait_for_turn(second))
+    async with child_holding(store_url, first) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        said = await asyncio.to_thread(proc.stdout.readline)
+        assert said.strip() == "finished"
+        claimed = await asyncio.wait_for(waiting, 60)
+    assert claimed.run_id == second.run_id and claimed.epoch == 1
+
+
+# ------------------------------------------------------------- the lease pool
+
+
+async def test_heartbeats_renew_while_slow_readers_hold_every_main_connection(
+    store_url: str,
+) -> None:
+    postgres = store_url.startswith("postgresql")
+    url = store_url + ("?pool_size=2&acquire_timeout=1" if postgres else "")
+    async with open_store(url) as store:
+        ledger = RunLedger(store, lease_seconds=300)
+        runs = [await started(ledger, f"s{i}", "w1") for i in range(5)]
+        queued = await ledger.submit(
+            app_name=APP,
+            user_id="u",
+            session_id="free",
+            request={"role": "user", "parts": [{"text": "hi"}]},
+            owner="w1",
+        )
+        held = threading.Event()
+        free = threading.Event()
+        async with contextlib.AsyncExitStack() as stack:
+            if postgres:
+                # Every connection of the main pool taken, as slow event-stream readers would.
+                pool = store._pool  # type: ignore[attr-defined]
+                for _ in range(2):
+                    await stack.enter_async_context(pool.acquire())
+                with pytest.raises(errors.StoreUnavailable):  # the main pool is truly full
+                    await store.now()
+            else:
+                # SQLite's readers run on its database thread: block it with a slow read.
+                def slow_read() -> None:
+                    held.set()
+                    free.wait(60)
+
+                blocked = asyncio.get_running_loop().run_in_executor(
+                    store._executor,  # type: ignore[attr-defined]
+                    slow_read,
+                )
+                await asyncio.to_thread(held.wait, 30)
+            results = await asyncio.wait_for(ledger.renew_many("w1", [r.lease for r in runs]), 30)
+            assert all(r.ok for r in results.values())
+            assert (await ledger.claim_queued(queued.run_id, "w1")) is not None
+            if not postgres:
+                free.set()
+                await blocked
+
+
+def test_pool_sizes_and_notify_come_from_the_url_and_are_checked() -> None:
+    from durable_adk.store.postgres import PostgresStore, split_url_options
+
+    dsn, options = split_url_options(
+        "postgresql://u@h/db?pool_size=20&lease_pool_size=3&notify=off&sslmode=disable"
+    )
+    assert options == {"pool_size": 20, "lease_pool_size": 3, "notify": False}
+    assert dsn == "postgresql://u@h/db?sslmode=disable"
+    store = PostgresStore("postgresql://u@h/db?pool_size=20&lease_pool_size=3&notify=off")
+    assert (store._max_size, store._lease_size, store.notify) == (20, 3, False)
+    assert PostgresStore("postgresql://u@h/db").notify is True
+    for bad in ("pool_size=0", "lease_pool_size=two", "notify=maybe", "pool_size=1.5"):
+        with pytest.raises(errors.InvalidArgument):
+            PostgresStore(f"postgresql://u@h/db?{bad}")
+    with pytest.raises(errors.InvalidArgument):
+        PostgresStore("postgresql://u@h/db", lease_pool_size=0)
+
+
+async def test_queue_polls_are_checked(store: Store) -> None:
+    for first, most in ((0.0, 1.0), (3.0, 2.0), (-1.0, 2.0)):
+        with pytest.raises(errors.InvalidArgument):
+            runner_on(store, "w1", poll=first, poll_max=most)
+    agent = LlmAgent(name="a", model=ScriptedModel({"a": []}))
+    slow = DurableRunner(app=agent, app_name=APP, store=store, queue_poll=5.0)
+    assert (slow.queue_poll, slow.queue_poll_max) == (5.0, 5.0)  # a long first poll still works

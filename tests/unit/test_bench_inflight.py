@@ -1,0 +1,50 @@
+"""A smoke run of bench/inflight.py's worker child: 20 runs in flight on SQLite.
+
+The bench itself is not part of the suite (it takes minutes); this checks that
+its child drives runs, counts our statements and reports, so the bench does
+not rot between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.inflight",
+            "--child",
+            "durable-sqlite",
+            "--url",
+            f"sqlite:///{tmp_path / 'bench.db'}",
+            "--size",
+            "20",
+            "--latency",
+            "0.05",
+            "--warmup",
+            "0.5",
+            "--duration",
+            "2.5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["contender"] == "durable-sqlite" and result["size"] == 20
+    assert result["runs"] > 0 and result["events"] > 0, result
+    assert result["lost"] == 0 and result["errors"] == {}, result
+    assert {"run_start", "append_event", "run_finish"} <= set(result["by_name"])
+    # Every run starts, appends its events and finishes: a handful of statements each.
+    assert 3 <= result["statements"] / result["runs"] <= 20
