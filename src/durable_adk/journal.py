@@ -35,7 +35,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -65,6 +65,17 @@ class Fence(Protocol):
     async def confirm(self) -> None:
         """Returns while the lease is trusted; raises :class:`~durable_adk.errors.Fenced` if not."""
         ...
+
+
+@contextlib.asynccontextmanager
+async def _busy(fence: Fence | None) -> AsyncIterator[None]:
+    """The fence's busy section when it has one (a RunFence): a cancel lets the act finish."""
+    busy = getattr(fence, "busy", None)
+    if busy is None:
+        yield
+        return
+    async with busy():
+        yield
 
 
 class OutcomeUnknown(errors.DurableError):
@@ -235,6 +246,9 @@ class Journal:
                 seconds (transient: retry later).
             durable_adk.errors.Fenced: The caller's run was taken over, ended,
                 or its lease ran out (database clock); nothing was done.
+            durable_adk.errors.RunCancelled: ``fence``'s run was cancelled
+                before the act began; nothing was done (an act already under
+                way when the cancel came finishes and records its result).
             durable_adk.errors.InvalidArgument: The key is empty or too long,
                 ``wait`` is negative, or the key belongs to another tool;
                 nothing was written.
@@ -245,6 +259,8 @@ class Journal:
             raise errors.InvalidArgument(f"wait must be >= 0 seconds, got {wait!r}")
         holder = uuid.uuid4().hex
         deadline = time.monotonic() + wait
+        if fence is not None:
+            await fence.confirm()  # a cancelled or fenced-off run writes no intent
         crash_point("journal.before_intent")
         while True:
             row = await self._begin(key, attempt, holder)
@@ -253,9 +269,11 @@ class Journal:
                 return None if row["result"] is None else json.loads(row["result"])
             if status in ("acquired", "taken"):
                 try:
-                    return await self._perform(
-                        key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
-                    )
+                    # A cancel seen from here on lets the act and its DONE finish.
+                    async with _busy(fence):
+                        return await self._perform(
+                            key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
+                        )
                 except _Lost:
                     continue  # someone took our hold over before we acted: see who
             if status == "held":

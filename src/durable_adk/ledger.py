@@ -326,8 +326,14 @@ class RunLedger:
             return None  # another worker started a run of this session at the same moment
         return None if row is None else Run.from_row(row)
 
-    async def renew(self, lease: Lease) -> bool:
-        """Extends the lease; False means it was lost (taken over or finished)."""
+    async def renew(self, lease: Lease) -> RenewResult:
+        """Extends the lease and says whether an operator asked the holder to stop.
+
+        Returns:
+            ``ok`` False means the lease was lost (taken over or finished);
+            ``cancel_requested_by`` names who asked the run to stop, if
+            anyone did (the holder then ends it, see :meth:`finish_cancelled`).
+        """
         row = await self.store.fetchrow(
             "run_renew",
             {
@@ -337,7 +343,7 @@ class RunLedger:
                 "lease": self.lease_seconds,
             },
         )
-        return row is not None
+        return RenewResult.from_row(row)
 
     async def finish(
         self,
@@ -680,6 +686,39 @@ class RunLedger:
             "dead_letter_list_of_app", {"run_id": run_id, "app_name": app_name, "limit": limit}
         )
         return [DeadLetter.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewResult:
+    """What a lease renewal found: still ours, and whether to stop.
+
+    The shape one renewal statement returns per run, so a batched renewal of
+    many leases returns one of these for each.
+
+    Attributes:
+        ok: The lease was extended (False: lost, the run was taken over or ended).
+        cancel_requested_by: Who asked the run to stop (``"an operator"`` when
+            unnamed), or None when nobody did. Only meaningful when ``ok``.
+    """
+
+    ok: bool
+    cancel_requested_by: str | None = None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator asked the holder to stop the run."""
+        return self.ok and self.cancel_requested_by is not None
+
+    @classmethod
+    def from_row(cls, row: Row | None) -> RenewResult:
+        """Maps what ``run_renew`` returned (None: no row, the lease was lost)."""
+        if row is None:
+            return cls(ok=False)
+        if row.get("cancel_requested_at") is None:
+            return cls(ok=True)
+        return cls(
+            ok=True, cancel_requested_by=str(row.get("cancel_requested_by") or "an operator")
+        )
 
 
 @dataclass(frozen=True, slots=True)

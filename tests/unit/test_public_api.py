@@ -38,6 +38,7 @@ EXPECTED = [
     "Recovery",
     "Resumer",
     "Run",
+    "RunCancelled",
     "RunFence",
     "RunInterrupted",
     "RunLedger",

@@ -10,7 +10,10 @@ What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
   time, retried after a failure until the fence's local deadline (last
   renewal sent + lease * (1 - :data:`LEASE_MARGIN_FRACTION`)); it calls
   ``on_lost`` exactly once when a renewal finds the run no longer ours or the
-  deadline passes without a renewal answering, and then returns.
+  deadline passes without a renewal answering, and then returns. A renewal
+  that says an operator asked the run to stop calls ``on_cancel`` (once) and
+  the heartbeat goes on renewing: the holder needs its lease to end the run
+  CANCELLED.
 * :class:`RetryPolicy` says which errors of a drive are transient.
 """
 
@@ -29,7 +32,7 @@ from google.genai import errors as genai_errors
 
 from durable_adk import errors
 from durable_adk.fence import RunFence
-from durable_adk.ledger import Run
+from durable_adk.ledger import RenewResult, Run
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -124,6 +127,9 @@ class Drive:
         self.run_config: Any = None  # the caller's RunConfig for this drive (None: the runner's)
         self.state_delta: dict[str, Any] | None = None  # applied with the message, as in ADK
         self.ended = False  # the pump has handed over how the drive ended
+        self.abort = asyncio.Event()  # ADK's abort_signal for this drive (an operator's cancel)
+        self.cancelled_by: str | None = None  # who cancelled it, once a heartbeat saw it
+        self.stopper: asyncio.Task[None] | None = None  # aborts ADK once the acts in flight end
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()
 
@@ -166,10 +172,11 @@ def trust_from(sent: float | None, lease_seconds: float) -> float:
 
 async def heartbeat(
     drive: Drive,
-    renew: Callable[[], Awaitable[bool]],
+    renew: Callable[[], Awaitable[RenewResult]],
     *,
     lease_seconds: float,
     on_lost: Callable[[Drive, str], None],
+    on_cancel: Callable[[Drive, str], None] | None = None,
 ) -> None:
     """Renews the drive's lease every third of it; cancels the drive when it is lost.
 
@@ -204,7 +211,9 @@ async def heartbeat(
 
     rearm()
     try:
-        await _renewals(drive, renew, lease_seconds, interval, next_renewal, on_lost, rearm)
+        await _renewals(
+            drive, renew, lease_seconds, interval, next_renewal, on_lost, on_cancel, rearm
+        )
     finally:
         for handle in guards:
             handle.cancel()
@@ -212,11 +221,12 @@ async def heartbeat(
 
 async def _renewals(
     drive: Drive,
-    renew: Callable[[], Awaitable[bool]],
+    renew: Callable[[], Awaitable[RenewResult]],
     lease_seconds: float,
     interval: float,
     next_renewal: float,
     on_lost: Callable[[Drive, str], None],
+    on_cancel: Callable[[Drive, str], None] | None,
     rearm: Callable[[], None],
 ) -> None:
     """The renewal loop of :func:`heartbeat`; ``rearm`` moves the deadline's timer."""
@@ -257,10 +267,13 @@ async def _renewals(
                 await asyncio.sleep(max(0.0, min(retry_in, until - time.monotonic())))
                 retry_in = min(retry_in * 2, interval)
                 continue
-            if not renewed:
+            if not renewed.ok:
                 on_lost(drive, "the run was taken over or has ended")
                 return
             fence.renewed(trust_from(sent, lease_seconds))
             rearm()
+            if renewed.cancel_requested_by is not None and on_cancel is not None:
+                on_cancel(drive, renewed.cancel_requested_by)
+                on_cancel = None  # once; the renewals go on until the drive ends
             next_renewal = sent + interval
             break

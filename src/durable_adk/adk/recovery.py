@@ -185,6 +185,9 @@ class Sweeper:
     async def recover_once(self) -> list[Recovery]:
         """Claims and recovers up to ``batch`` expired runs; returns what was done, in claim order.
 
+        First, the runs an operator asked to stop whose owner stopped
+        renewing are ended CANCELLED (:meth:`RunLedger.cancel_expired`).
+
         At most ``concurrency`` runs are claimed and in recovery at any moment;
         each freed slot claims the next expired run, until ``batch`` were
         claimed or a claim finds fewer runs than it asked for. A failure (the
@@ -192,6 +195,10 @@ class Sweeper:
         recovery in progress has ended.
         """
         owner, app_name = self.runner.worker_id, self.runner.app_name
+        # A run asked to stop whose owner died is cancelled here, never re-driven
+        # (the claim below skips runs asked to stop).
+        for run_id in await self.ledger.cancel_expired(app_name=app_name):
+            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
         started: list[asyncio.Task[Recovery | None]] = []
         running: set[asyncio.Task[Recovery | None]] = set()
         failure: BaseException | None = None
@@ -338,6 +345,8 @@ class Sweeper:
             return Recovery(run.run_id, found.cls, "redrive", RunStatus.RUNNING, str(exc))
         except OutcomeUnknown as exc:  # drive() parked it with a dead letter
             return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, str(exc))
+        except errors.RunCancelled as exc:  # an operator's cancel, seen at a heartbeat
+            return Recovery(run.run_id, found.cls, "redrive", RunStatus.CANCELLED, str(exc))
         except errors.StoreError:
             raise  # nothing recorded the end: the run is recovered again after its lease
         except Exception as exc:  # the run is FAILED on the ledger by drive()

@@ -228,6 +228,7 @@ class DurableRunner:
         credential_service: BaseCredentialService | None = None,
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
+        cancel_grace: float = 30.0,
     ) -> None:
         """Creates the runner.
 
@@ -261,6 +262,9 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
+            cancel_grace: When an operator cancels a running run, how long
+                its owner lets the outside acts already under way (and a
+                saga's compensation) finish before it aborts the invocation.
         """
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
@@ -296,6 +300,7 @@ class DurableRunner:
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
         self.run_config = run_config or RunConfig()
+        self.cancel_grace = cancel_grace
         self.adk = _InvocationIdRunner(
             app=app,
             session_service=session_service,
@@ -553,6 +558,7 @@ class DurableRunner:
 
         Raises:
             durable_adk.errors.Fenced: The queued run was taken by another worker.
+            durable_adk.errors.RunCancelled: An operator cancelled it meanwhile.
         """
         if run.status is RunStatus.RUNNING and run.owner == self.worker_id:
             return run  # claimed when it was submitted
@@ -568,7 +574,12 @@ class DurableRunner:
                 waited = 0.0
                 # Bounded like the heartbeat's: a hung store is noticed (TimeoutError).
                 renewal = self.ledger.renew(run.lease)
-                if not await asyncio.wait_for(renewal, timeout=renew_every * 0.8):
+                if not (await asyncio.wait_for(renewal, timeout=renew_every * 0.8)).ok:
+                    now = await self.ledger.get(run.run_id)
+                    if now is not None and now.status is RunStatus.CANCELLED:
+                        raise errors.RunCancelled(
+                            f"queued run {run.run_id} was cancelled: {now.last_error}"
+                        )
                     raise errors.Fenced(f"queued run {run.run_id} was taken by another worker")
 
     async def drive(
@@ -767,6 +778,7 @@ class DurableRunner:
                     new_message=new_message,
                     run_config=run_config,
                     state_delta=drive.state_delta,
+                    abort_signal=drive.abort,
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:
@@ -774,6 +786,8 @@ class DurableRunner:
                     seen.append(event)
                     yield event
         except Exception as exc:
+            if drive.cancelled_by is not None or cause_of(exc, errors.RunCancelled) is not None:
+                await self._end_cancelled(drive, cause=exc)
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
                 logger.warning(
@@ -799,11 +813,16 @@ class DurableRunner:
         finally:
             self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-            # Nothing of this drive may act from here on (its writes are fenced anyway).
-            drive.fence.lose("the drive has ended")
+            for task in (heartbeat, drive.stopper):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if drive.cancelled_by is None:
+                # Nothing of this drive may act from here on (its writes are fenced anyway).
+                drive.fence.lose("the drive has ended")
+        if drive.cancelled_by is not None:
+            await self._end_cancelled(drive, cause=None)
         crash_point("runner.before_finish")
         # The cache holds every event this run appended (we hold the session);
         # read only when it was dropped.
@@ -838,6 +857,26 @@ class DurableRunner:
         self.metrics.run_finished(status.value)
         if outcome is not None:
             outcome.append(status)
+
+    async def _end_cancelled(self, drive: Drive, *, cause: BaseException | None) -> NoReturn:
+        """Ends a drive an operator cancelled: the run CANCELLED, then RunCancelled raised.
+
+        A run is cancelled once its owner saw the request, whatever the
+        invocation reached meanwhile (its events say how far it got).
+
+        Raises:
+            durable_adk.errors.RunCancelled: Always, once the run is CANCELLED.
+            durable_adk.errors.Fenced: The run was taken over before it could be ended.
+        """
+        run = drive.run
+        drive.fence.lose("the drive was cancelled")
+        if not await self._ledger_write(run, self.ledger.finish_cancelled(run.lease), cause=cause):
+            raise errors.Fenced(f"run {run.run_id} was taken over before it was cancelled")
+        self.metrics.run_finished(RunStatus.CANCELLED.value)
+        by = drive.cancelled_by or "an operator"
+        raise errors.RunCancelled(
+            f"run {run.run_id} was cancelled by {by}: it is CANCELLED"
+        ) from cause
 
     async def _ledger_write(
         self, run: Run, write: Awaitable[T], *, cause: BaseException | None
@@ -909,6 +948,38 @@ class DurableRunner:
             lambda: self.ledger.renew(drive.run.lease),
             lease_seconds=self.lease_seconds,
             on_lost=self._lose,
+            on_cancel=self._cancel,
+        )
+
+    def _cancel(self, drive: Drive, by: str) -> None:
+        """A heartbeat found the run asked to stop: stop acting, then abort ADK's invocation.
+
+        The fence refuses every new outside act at once (a journaled tool
+        that has not acted raises :class:`~durable_adk.errors.RunCancelled`);
+        acts already under way, with the recording of their result, and a
+        saga's compensation (the fence's busy sections) are let finish, for
+        at most :attr:`cancel_grace` seconds; then ADK's abort signal stops the
+        invocation (it answers the calls left open with an abort error). The
+        drive then ends the run CANCELLED.
+        """
+        run = drive.run
+        drive.cancelled_by = by
+        drive.fence.stop(f"cancelled by {by}")
+        logger.info("run %s (epoch %d): cancelled by %s; stopping it", run.run_id, run.epoch, by)
+
+        async def abort_when_idle() -> None:
+            try:
+                await asyncio.wait_for(drive.fence.idle(), timeout=self.cancel_grace)
+            except TimeoutError:
+                logger.warning(
+                    "run %s: work still under way %.1fs after the cancel; aborting it anyway",
+                    run.run_id,
+                    self.cancel_grace,
+                )
+            drive.abort.set()
+
+        drive.stopper = asyncio.create_task(
+            abort_when_idle(), name=f"durable-adk-stop-{run.run_id}"
         )
 
     def _lose(self, drive: Drive, reason: str) -> None:

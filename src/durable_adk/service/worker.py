@@ -44,7 +44,7 @@ from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
-from durable_adk.ledger import Lease, Run
+from durable_adk.ledger import Run
 from durable_adk.metrics import Metrics
 from durable_adk.service.ops import Operations
 from durable_adk.service.settings import ServiceSettings
@@ -147,7 +147,6 @@ class Worker:
         self._job_loops = contextlib.AsyncExitStack()
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
-        self._leases: dict[str, Lease] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._drained = False
 
@@ -249,11 +248,9 @@ class Worker:
         await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
 
     async def _sweep_once(self) -> None:
-        # A run asked to stop whose owner died is cancelled, never re-driven.
-        for run_id in await self.runner.ledger.cancel_expired(app_name=self.app_name):
-            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
-        await self._stop_cancelled()
-        # The sweeper logs each recovery itself (run id, class, epoch, action).
+        # The sweeper cancels the runs asked to stop whose owner died, and logs
+        # each recovery itself (run id, class, epoch, action). A live owner
+        # stops its own cancelled runs at their next heartbeat.
         await self.sweeper.recover_once()
 
     async def _every(
@@ -304,35 +301,17 @@ class Worker:
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
         return run
 
-    async def _stop_cancelled(self) -> None:
-        """Stops the runs this worker drives for HTTP callers that an operator cancelled.
-
-        The check is one read per run per sweep interval; a stopped run is
-        ended CANCELLED under its own lease (fenced: a run taken over since is
-        not touched).
-        """
-        for run_id, lease in list(self._leases.items()):
-            task = self._runs.get(run_id)
-            if task is None or task.done():
-                continue
-            by = await self.runner.ledger.cancel_requested(lease)
-            if by is None:
-                continue
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            if await self.runner.ledger.finish_cancelled(lease):
-                logger.info("run %s cancelled by %s", run_id, by)
-
     async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
-            self._leases[run.run_id] = claimed.lease
             async for _event in self.runner.drive(claimed, message, resume=resume):
                 pass
         except errors.Fenced as exc:
             logger.warning("run %s: %s", run.run_id, exc)
         except OutcomeUnknown as exc:
             logger.warning("run %s parked: %s", run.run_id, exc)
+        except errors.RunCancelled as exc:
+            logger.info("run %s: %s", run.run_id, exc)
         except errors.RunInterrupted as exc:  # handed back, or its lease left to expire
             logger.warning("run %s interrupted: %s", run.run_id, exc)
         except errors.StoreError:
@@ -347,8 +326,6 @@ class Worker:
             )
         except Exception:  # the ledger already says FAILED, with the error
             logger.exception("run %s failed", run.run_id)
-        finally:
-            self._leases.pop(run.run_id, None)
 
     async def refresh_gauges(self) -> dict[str, int]:
         """Samples the runs-by-status gauge from the ledger; returns the counts."""
