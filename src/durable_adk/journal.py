@@ -117,6 +117,8 @@ class JournalEntry:
         held_until: Outside a run, when the holder's hold runs out unless
             renewed (database clock); None inside a run, whose lease and epoch
             say whether the holder is alive.
+        resolved_by: The operator who recorded the result by hand
+            (:meth:`Journal.resolve`), or None.
     """
 
     key: str
@@ -131,6 +133,7 @@ class JournalEntry:
     updated_at: float
     holder: str | None = None
     held_until: float | None = None
+    resolved_by: str | None = None
 
     @property
     def released(self) -> bool:
@@ -153,6 +156,7 @@ class JournalEntry:
             updated_at=float(row["updated_at"]),
             holder=row["holder"],
             held_until=None if row["held_until"] is None else float(row["held_until"]),
+            resolved_by=row.get("resolved_by"),
         )
 
 
@@ -210,6 +214,45 @@ class Journal:
             "journal_list", {"invocation_id": invocation_id, "limit": limit}
         )
         return [JournalEntry.from_row(r) for r in rows]
+
+    async def resolve(self, key: str, result: Any, *, by: str) -> bool:
+        """Records an operator's result for an effect whose outcome was unknown; safe twice.
+
+        The operator checked the outside system by hand: the INTENT becomes
+        DONE with ``result``, so the next attempt of the effect (a re-drive of
+        its run) returns ``result`` and the outside system gets no act. One
+        conditional statement: an entry a live attempt still acts on is left
+        alone.
+
+        Args:
+            key: The effect's key.
+            result: What the outside system did (JSON), as the act would have returned it.
+            by: Who checked (kept on the entry as ``resolved_by``).
+
+        Returns:
+            True when this call recorded it; False when the entry was already
+            DONE (nothing changed).
+
+        Raises:
+            NotFound: No entry for ``key``.
+            Conflict: A live attempt holds the intent (nothing changed).
+            InvalidArgument: ``result`` is not JSON.
+        """
+        try:
+            encoded = json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            raise errors.InvalidArgument(f"the result must be JSON: {exc}") from None
+        row = await self.store.fetchrow(
+            "journal_resolve", {"key": key, "result": encoded, "actor": by}
+        )
+        status = str(row["status"]) if row is not None else "missing"
+        if status == "missing":
+            raise errors.NotFound(f"no journal entry {key!r}")
+        if status == "held":
+            raise errors.Conflict(
+                f"journal entry {key!r} is held by a live attempt: its own result comes first"
+            )
+        return status == "ok"
 
     async def execute(
         self,

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from durable_adk.adk.operators import resolve_run
+from durable_adk.journal import Journal, JournalStatus
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
@@ -150,6 +152,45 @@ async def test_billing_without_lookup_parks_the_run_at_w4(
     async with open_store(url) as store:
         (letter,) = await RunLedger(store).dead_letters()
     assert "outcome unknown" in letter.error and "send-invoice:INV-77" in letter.error
+
+
+async def test_resolving_a_run_parked_on_a_journaled_effect_continues_it_from_the_journal(
+    url: str, no_lookup_billing: FakeService, services: tuple[FakeService, FakeService]
+) -> None:
+    _, notify = services
+    urls = ["--billing", no_lookup_billing.url, "--notify", notify.url]
+    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
+    assert crashed.returncode == 137
+    parked = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    assert [r["status"] for r in parked] == ["PARKED"]
+    # The operator looked the invoice up in billing by hand and gives what it holds.
+    (invoice,) = no_lookup_billing.items("invoices")
+    async with open_store(url) as store:
+        ledger = RunLedger(store)
+        (run,) = await ledger.list_runs()
+        first = await resolve_run(
+            ledger, run.run_id, by="ana", reason="found it in billing", result=invoice
+        )
+        assert first.changed and first.run.status is RunStatus.QUEUED
+        assert "in the journal, under send-invoice:INV-77" in first.message
+        entry = await Journal(store).get("send-invoice:INV-77")
+        assert entry is not None and entry.status is JournalStatus.DONE
+        assert entry.resolved_by == "ana" and entry.result == invoice
+        again = await resolve_run(ledger, run.run_id, by="bo", result=invoice)
+        assert not again.changed and "already resolved by ana" in again.message
+        (action,) = [a for a in await ledger.actions(run_id=run.run_id) if a.action == "resolve"]
+        assert action.actor == "ana" and json.loads(action.detail or "{}")["journal"]
+    report = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    assert [(r["found"], r["status"]) for r in report] == [("TOOL_UNANSWERED", "DONE")]
+    # The re-drive's send_invoice was answered from the journal: billing saw no
+    # second create (nor even a lookup); the run went on and notified once.
+    assert calls(no_lookup_billing) == [
+        ("worker-A", "create", "created"),
+        ("worker-B", "lookup", "error"),
+    ]
+    assert no_lookup_billing.acts() == 1 and no_lookup_billing.count("invoices") == 1
+    assert notify.acts() == 1 and notify.count("notifications") == 1
+    assert await ledger_status(url) == [RunStatus.DONE]
 
 
 async def test_control_keyed_by_call_id_sends_a_second_invoice(
