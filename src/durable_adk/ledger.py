@@ -668,6 +668,24 @@ class RunLedger:
         )
         return [OperatorAction.from_row(r) for r in rows]
 
+    async def close_paused(self, run: Run) -> list[str]:
+        """Ends DONE the PAUSED runs of ``run``'s invocation (``run`` finished it DONE).
+
+        Returns:
+            The ids of the runs closed.
+        """
+        rows = await self.store.fetch(
+            "run_close_paused",
+            {
+                "app_name": run.app_name,
+                "user_id": run.user_id,
+                "session_id": run.session_id,
+                "invocation_id": run.invocation_id,
+                "run_id": run.run_id,
+            },
+        )
+        return sorted(str(r["run_id"]) for r in rows)
+
     async def list_runs_of_app(
         self, *, app_name: str | None, status: RunStatus | None = None, limit: int = 100
     ) -> list[Run]:

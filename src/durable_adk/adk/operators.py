@@ -47,6 +47,7 @@ from durable_adk import errors
 from durable_adk.adk.classify import classify
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.ids import check_id
+from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import Journal, JournalEntry, JournalStatus
 from durable_adk.ledger import Run, RunLedger, RunStatus
 
@@ -110,6 +111,8 @@ async def cancel_run(
     check_id("by", by)
     done = await ledger.cancel(run_id, by=by, reason=_check_reason(reason))
     run = done.run
+    if run.status is RunStatus.CANCELLED and done.changed:
+        await InterruptTable(ledger.store).close_of_run(run_id)  # nobody answers them now
     if run.status is RunStatus.CANCELLED:
         what = "cancelled" if done.changed else "was already CANCELLED: nothing changed"
         return Outcome(run, done.changed, f"run {run_id} {what}; it is CANCELLED")

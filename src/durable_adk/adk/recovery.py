@@ -292,12 +292,12 @@ class Sweeper:
                 f"gave up after {run.attempts - 1} attempts: {run.last_error or found.reason}",
             )
         if found.cls is OrphanClass.ACTUALLY_DONE:
-            await self._finish(run, RunStatus.DONE, found)
+            await self._finish(run, RunStatus.DONE, found, events)
             return Recovery(run.run_id, found.cls, "mark_done", RunStatus.DONE, found.reason)
         message = types.Content.model_validate(json.loads(run.request))
         answers = {p.function_response.id for p in message.parts or () if p.function_response}
         if found.cls is OrphanClass.PAUSED and not answers & set(found.pending_long_running):
-            await self._finish(run, RunStatus.PAUSED, found)
+            await self._finish(run, RunStatus.PAUSED, found, events)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
         hidden: frozenset[str] = frozenset()
         if found.cls is OrphanClass.TOOL_UNANSWERED:
@@ -357,9 +357,12 @@ class Sweeper:
         status = ended[0] if ended else RunStatus.DONE
         return Recovery(run.run_id, found.cls, "redrive", status, found.reason)
 
-    async def _finish(self, run: Run, status: RunStatus, found: Classification) -> None:
+    async def _finish(
+        self, run: Run, status: RunStatus, found: Classification, events: list[Event]
+    ) -> None:
         if not await self.ledger.finish(run.lease, status, classification=found.cls.value):
             raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+        await self.runner.after_finish(run, status, events, found)
 
     async def _park(
         self, run: Run, found: Classification, mine: list[Event], reason: str

@@ -53,7 +53,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent
@@ -74,16 +74,18 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk import agent_tree, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
-from durable_adk.adk.classify import OrphanClass, classify
+from durable_adk.adk.classify import Classification, OrphanClass, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
+from durable_adk.adk.inbox import sync_interrupts
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
 from durable_adk.fence import RunFence, using_fence
+from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
@@ -229,6 +231,7 @@ class DurableRunner:
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
         cancel_grace: float = 30.0,
+        interrupt_deadlines: Mapping[str, float] | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -265,6 +268,10 @@ class DurableRunner:
             cancel_grace: When an operator cancels a running run, how long
                 its owner lets the outside acts already under way (and a
                 saga's compensation) finish before it aborts the invocation.
+            interrupt_deadlines: Seconds an interrupt waits for a person before
+                its default outcome (deny) applies, by tool name (a
+                confirmation goes by the tool it guards; ``"*"``: any call);
+                none by default.
         """
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
@@ -301,6 +308,8 @@ class DurableRunner:
         self.retry_policy = retry_policy or RetryPolicy()
         self.run_config = run_config or RunConfig()
         self.cancel_grace = cancel_grace
+        self.interrupts = InterruptTable(store)
+        self.interrupt_deadlines = dict(interrupt_deadlines or {})
         self.adk = _InvocationIdRunner(
             app=app,
             session_service=session_service,
@@ -855,8 +864,28 @@ class DurableRunner:
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
         self.metrics.run_finished(status.value)
+        await self.after_finish(run, status, events, verdict)
         if outcome is not None:
             outcome.append(status)
+
+    async def after_finish(
+        self, run: Run, status: RunStatus, events: Sequence[Event], verdict: Classification
+    ) -> None:
+        """What follows a run's end on the ledger: its invocation's PAUSED runs and interrupts.
+
+        A run that ends its invocation DONE ends DONE the runs that paused on
+        it; the interrupts index follows the session (open calls indexed,
+        answered ones out). Derived records: a store failure here is logged,
+        the run's own end is already recorded, and the next end re-syncs them.
+        """
+        try:
+            if status is RunStatus.DONE:
+                await self.ledger.close_paused(run)
+            await sync_interrupts(
+                self.interrupts, run, events, verdict, deadlines=self.interrupt_deadlines
+            )
+        except (errors.StoreError, TimeoutError) as exc:
+            logger.warning("run %s: could not update its interrupts index: %s", run.run_id, exc)
 
     async def _end_cancelled(self, drive: Drive, *, cause: BaseException | None) -> NoReturn:
         """Ends a drive an operator cancelled: the run CANCELLED, then RunCancelled raised.

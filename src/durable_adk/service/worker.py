@@ -8,7 +8,8 @@ What it guarantees:
   the session's queue, under a renewed lease. A crash anywhere leaves a row
   that any worker's sweeper recovers.
 * Every worker runs the recovery sweeper, the job resumer, the job deadline
-  sweep, the progress sender and the saga sweepers in loops, so several
+  sweep, the progress sender, the interrupts' deadline sweep and the saga
+  sweepers in loops, so several
   workers on one PostgreSQL share the work: each claim is a single statement,
   so a run, a job or a saga is taken by exactly one of them.
 * :meth:`Worker.drain` (graceful shutdown) stops taking work, lets the runs in
@@ -37,6 +38,7 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk import errors, loops
+from durable_adk.adk.inbox import InterruptSweeper
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
 from durable_adk.adk.runner import DurableRunner
@@ -120,6 +122,7 @@ class Worker:
             backoff=settings.backoff,
             idempotent_tools=settings.idempotent_tools,
             metrics=self.metrics,
+            interrupt_deadlines=dict(settings.interrupt_deadlines),
         )
         self.sweeper = Sweeper(
             self.runner,
@@ -134,6 +137,9 @@ class Worker:
             lease_seconds=settings.lease,
         )
         self.jobs = JobTable(store)
+        # Deadlines of this app's interrupts: the default outcome (deny) is
+        # queued with no lease, so the next recovery sweep drives it on.
+        self.inbox = InterruptSweeper(store, app_name=self.runner.app_name, owner=self.worker_id)
         self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
         # Submissions not accepted yet are retried on the resumer's cadence.
         self.submitter = Submitter(self.jobs, runner=self.runner, interval=settings.resume_interval)
@@ -177,6 +183,14 @@ class Worker:
         sweeper per SagaSequence of the app.
         """
         self._loops.append(asyncio.create_task(self._sweep_loop(), name="durable-adk-sweeper"))
+        self._loops.append(
+            asyncio.create_task(
+                self._every(
+                    self.settings.sweep_interval, self.inbox.expire_once, "interrupt deadlines"
+                ),
+                name="durable-adk-interrupt-deadlines",
+            )
+        )
         for saga in self.sagas:
             sweeper = SagaSweeper(
                 saga,
@@ -293,13 +307,20 @@ class Worker:
         run, message = await self.runner.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
+        self.drive_queued(run, message, resume=invocation_id is not None)
+        return run
+
+    def drive_queued(self, run: Run, message: types.Content, *, resume: bool) -> None:
+        """Drives a run this worker put on the ledger (QUEUED, held by it) in the background.
+
+        The second half of :meth:`start_run`; also how an answer given
+        through the interrupts inbox continues its invocation at once.
+        """
         task = asyncio.create_task(
-            self._drive(run, message, resume=invocation_id is not None),
-            name=f"durable-adk-{run.run_id}",
+            self._drive(run, message, resume=resume), name=f"durable-adk-{run.run_id}"
         )
         self._runs[run.run_id] = task
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
-        return run
 
     async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
         try:
