@@ -99,6 +99,11 @@ _EXPORTS: dict[str, str] = {
     "ProgressSender": "durable_adk.adk.resume",
     "ExpirySweeper": "durable_adk.adk.resume",
     "Submitter": "durable_adk.adk.resume",
+    # the interrupts inbox
+    "Interrupt": "durable_adk.interrupts",
+    "InterruptTable": "durable_adk.interrupts",
+    "answer_interrupt": "durable_adk.adk.inbox",
+    "InterruptSweeper": "durable_adk.adk.inbox",
 }
 
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
@@ -115,6 +120,9 @@ __all__ = [
     "DurableSessionService",
     "ExpirySweeper",
     "Fenced",
+    "Interrupt",
+    "InterruptSweeper",
+    "InterruptTable",
     "InvalidArgument",
     "Job",
     "JobNotFound",
@@ -153,6 +161,7 @@ __all__ = [
     "UnsupportedUrl",
     "WebhookError",
     "__version__",
+    "answer_interrupt",
     "attempt_in",
     "attempt_of",
     "check_lease",
@@ -188,6 +197,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from durable_adk import errors, webhooks
     from durable_adk.adk.classify import OrphanClass
+    from durable_adk.adk.inbox import InterruptSweeper, answer_interrupt
     from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
     from durable_adk.adk.marks import idempotent
     from durable_adk.adk.recovery import Recovery, Sweeper
@@ -228,6 +238,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         UnsupportedUrl,
     )
     from durable_adk.fence import RunFence, check_lease, current_fence
+    from durable_adk.interrupts import Interrupt, InterruptTable
     from durable_adk.jobs import Job, JobNotFound, JobState, JobTable
     from durable_adk.journal import Journal, JournalEntry, OutcomeUnknown
     from durable_adk.ledger import DeadLetter, Run, RunLedger, RunStatus
