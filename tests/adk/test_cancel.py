@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from google.adk.agents import LlmAgent
 from google.adk.tools.function_tool import FunctionTool
+from test_saga_agent import release
 
 from durable_adk import errors
 from durable_adk.adk.operators import cancel_run
@@ -31,10 +32,10 @@ from durable_adk.ledger import Run, RunStatus
 from durable_adk.sagas import SagaLedger, SagaStatus
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
-from durable_adk.testing.services import FakeService, ResourceClient, ServiceError
+from durable_adk.testing.services import FakeService, ResourceClient
 
 APP = "cancelling"
-LEASE = 3.0  # a heartbeat every second: the cancel is seen within about one
+LEASE = 9.0  # a heartbeat every 3 s; long enough not to be lost on a loaded machine
 
 
 @pytest.fixture
@@ -188,17 +189,6 @@ async def test_a_cancelled_run_waiting_in_a_tool_is_aborted_and_refuses_later_ac
         if r.name == "think" and "aborted" in str(r.response)
     ]
     assert len(sealed) == 1
-
-
-def release(inventory: ResourceClient) -> Any:
-    def undo(record: dict[str, Any], key: str) -> None:
-        try:
-            inventory.act(record["reservation_id"], "release", key)
-        except ServiceError as exc:
-            if exc.status not in (404, 409):
-                raise
-
-    return undo
 
 
 def refund(payments: ResourceClient) -> Any:

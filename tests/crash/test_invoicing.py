@@ -128,14 +128,22 @@ async def test_every_window_ends_with_one_invoice_one_notification_done(
     assert await ledger_status(url) == [RunStatus.DONE]
 
 
+def kill_after_the_invoice_then_recover(url: str, urls: list[str]) -> list[dict[str, Any]]:
+    """Kills the worker right after the invoice went out (W4); a fresh one recovers."""
+    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
+    assert crashed.returncode == 137
+    report: list[dict[str, Any]] = json.loads(
+        example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1]
+    )
+    return report
+
+
 async def test_billing_without_lookup_parks_the_run_at_w4(
     url: str, no_lookup_billing: FakeService, services: tuple[FakeService, FakeService]
 ) -> None:
     _, notify = services
     urls = ["--billing", no_lookup_billing.url, "--notify", notify.url]
-    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
-    assert crashed.returncode == 137
-    report = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    report = kill_after_the_invoice_then_recover(url, urls)
     assert [(r["found"], r["action"], r["status"]) for r in report] == [
         ("TOOL_UNANSWERED", "park", "PARKED")
     ]
@@ -159,9 +167,7 @@ async def test_resolving_a_run_parked_on_a_journaled_effect_continues_it_from_th
 ) -> None:
     _, notify = services
     urls = ["--billing", no_lookup_billing.url, "--notify", notify.url]
-    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
-    assert crashed.returncode == 137
-    parked = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    parked = kill_after_the_invoice_then_recover(url, urls)
     assert [r["status"] for r in parked] == ["PARKED"]
     # The operator looked the invoice up in billing by hand and gives what it holds.
     (invoice,) = no_lookup_billing.items("invoices")

@@ -8,28 +8,17 @@ and the paused run follows it to DONE; a deadline applies the safe default
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
 from svc_support import Service
+from test_operator import wait_status
 
 from durable_adk.demo.approvals_app import app as approvals_app
 from durable_adk.interrupts import InterruptTable
 
 APPROVALS = {"app": approvals_app()}
 approvals = pytest.mark.parametrize("service", [APPROVALS], indirect=True)
-
-
-async def wait_run(service: Service, run_id: str, *statuses: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        run = (await service.client.get(f"/v1/runs/{run_id}")).json()["run"]
-        if run["status"] in statuses:
-            return run
-        assert time.monotonic() < deadline, f"run {run_id} stayed {run['status']}"
-        await asyncio.sleep(0.05)
 
 
 async def pause(service: Service, session: str, order: str) -> tuple[str, dict[str, Any]]:
@@ -39,7 +28,7 @@ async def pause(service: Service, session: str, order: str) -> tuple[str, dict[s
     )
     assert started.status_code == 202, started.text
     run_id = started.json()["run"]["run_id"]
-    await wait_run(service, run_id, "PAUSED")
+    await wait_status(service, run_id, "PAUSED")
     found = (await service.client.get("/v1/interrupts", params={"session_id": session})).json()
     (interrupt,) = found["interrupts"]
     return run_id, interrupt
@@ -98,8 +87,8 @@ async def test_the_inbox_lists_a_confirmation_and_one_approval_ships_it(service:
     assert "answered by ana" in body["message"]
     carrier = body["run"]["run_id"]
     assert body["interrupt"]["answer_run_id"] == carrier
-    await wait_run(service, carrier, "DONE")
-    closed = await wait_run(service, paused, "DONE")  # the paused run follows its invocation
+    await wait_status(service, carrier, "DONE")
+    closed = await wait_status(service, paused, "DONE")  # the paused run follows its invocation
     assert closed["status"] == "DONE"
     detail = (await service.client.get(f"/v1/runs/{carrier}")).json()
     assert last_text(detail) == "Shipped."
@@ -129,8 +118,8 @@ async def test_a_denial_continues_the_run_without_shipping(service: Service) -> 
     )
     assert denied.status_code == 200, denied.text
     carrier = denied.json()["run"]["run_id"]
-    await wait_run(service, carrier, "DONE")
-    await wait_run(service, paused, "DONE")
+    await wait_status(service, carrier, "DONE")
+    await wait_status(service, paused, "DONE")
     detail = (await service.client.get(f"/v1/runs/{carrier}")).json()
     assert last_text(detail) == "Not shipped: it was not approved."
 
@@ -176,7 +165,7 @@ async def test_a_deadline_applies_the_safe_default(service: Service) -> None:
     assert interrupt["deadline_at"] is not None
     # Instead of waiting an hour: the deadline is moved back on the database clock.
     await InterruptTable(service.store).backdate(interrupt["call_id"], 1)
-    await wait_run(service, paused, "DONE")  # the worker's deadline loop denied it
+    await wait_status(service, paused, "DONE")  # the worker's deadline loop denied it
     (expired,) = (await service.client.get("/v1/interrupts", params={"status": "EXPIRED"})).json()[
         "interrupts"
     ]

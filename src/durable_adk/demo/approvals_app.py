@@ -12,15 +12,15 @@ model says so; denied, the model says it was not shipped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, overload
+from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.function_tool import FunctionTool
 
+from durable_adk.demo.service_app import EveryTurn, last_user_text
 from durable_adk.testing import Call, Say, ScriptedModel
-from durable_adk.testing.scripted_model import Step, Turn
+from durable_adk.testing.scripted_model import Turn
 
 APP_NAME = "approvals"
 
@@ -28,15 +28,6 @@ APP_NAME = "approvals"
 def ship_order(order_id: str) -> dict[str, Any]:
     """Ships an order (needs a person's approval first)."""
     return {"order_id": order_id, "shipped": True}
-
-
-def _last_user_text(request: LlmRequest) -> str:
-    for content in reversed(request.contents):
-        if content.role == "user":
-            for part in content.parts or ():
-                if part.text:
-                    return part.text.strip()
-    return "order"
 
 
 def _shipped(request: LlmRequest) -> bool:
@@ -49,36 +40,18 @@ def _shipped(request: LlmRequest) -> bool:
 
 
 def _ask(request: LlmRequest) -> Turn:
-    return Call("ship_order", {"order_id": _last_user_text(request)[:200]})
+    return Call("ship_order", {"order_id": last_user_text(request)[:200]})
 
 
 def _answer(request: LlmRequest) -> Turn:
     return Say("Shipped." if _shipped(request) else "Not shipped: it was not approved.")
 
 
-class _EveryTurn(Sequence[Step]):
-    """Ask to ship, then answer: the same two steps for as many turns as asked."""
-
-    def __len__(self) -> int:
-        return 1_000_000
-
-    @overload
-    def __getitem__(self, index: int) -> Step: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Step]: ...
-
-    def __getitem__(self, index: int | slice) -> Step | Sequence[Step]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return _ask if index % 2 == 0 else _answer
-
-
 def app() -> LlmAgent:
     """The approvals agent (a fresh agent and model per call)."""
     return LlmAgent(
         name=APP_NAME,
-        model=ScriptedModel({APP_NAME: _EveryTurn()}),
+        model=ScriptedModel({APP_NAME: EveryTurn(_ask, _answer)}),
         instruction="Ship orders with ship_order; a person approves each.",
         tools=[FunctionTool(ship_order, require_confirmation=True)],
     )
