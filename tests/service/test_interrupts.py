@@ -11,11 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.adk.events.event import Event
+from google.genai import types
+from op_support import APP
 from svc_support import Service
 from test_operator import wait_status
 
+from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.demo.approvals_app import app as approvals_app
 from durable_adk.interrupts import InterruptTable
+from durable_adk.ledger import RunLedger
 
 APPROVALS = {"app": approvals_app()}
 approvals = pytest.mark.parametrize("service", [APPROVALS], indirect=True)
@@ -193,3 +198,62 @@ async def test_cancelling_a_paused_run_closes_its_interrupt(service: Service) ->
     )
     assert late.status_code == 409 and "cancelled" in late.text
     assert await state(service) == before
+
+
+async def test_a_long_running_call_found_by_recovery_is_answered_with_a_payload(
+    service: Service,
+) -> None:
+    # A worker died while its run waited on a long-running call: recovery marks
+    # the run PAUSED and the call goes in the inbox.
+    sessions = service.worker.sessions
+    await sessions.create_session(app_name=APP, user_id="u1", session_id="lr-1")
+    ledger = RunLedger(service.store)
+    run = await ledger.submit(
+        app_name=APP, user_id="u1", session_id="lr-1",
+        request={"role": "user", "parts": [{"text": "desks"}]}, owner="dead-worker",
+    )  # fmt: skip
+    claimed = await ledger.claim_queued(run.run_id, "dead-worker")
+    assert claimed is not None
+    stamp = {RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": claimed.epoch}}
+    loaded = await sessions.get_session(app_name=APP, user_id="u1", session_id="lr-1")
+    assert loaded is not None
+    call = types.FunctionCall(id="lr-call-1", name="check_stock", args={"item": "desks"})
+    for event in (
+        Event(
+            invocation_id=run.invocation_id, author="user", custom_metadata=stamp,
+            content=types.Content(role="user", parts=[types.Part(text="desks")]),
+        ),
+        Event(
+            invocation_id=run.invocation_id, author=APP, custom_metadata=stamp,
+            content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+            long_running_tool_ids={"lr-call-1"},
+        ),
+    ):  # fmt: skip
+        await sessions.append_event(loaded, event)
+    await ledger.backdate(run.run_id, 3600)
+    await wait_status(service, run.run_id, "PAUSED")
+    listed = (await service.client.get("/v1/interrupts", params={"kind": "long_running"})).json()
+    (interrupt,) = listed["interrupts"]
+    assert interrupt["call_id"] == "lr-call-1" and interrupt["name"] == "check_stock"
+    assert interrupt["run_id"] == run.run_id and interrupt["args"] == {"item": "desks"}
+
+    url = "/v1/interrupts/lr-call-1"
+    before = await state(service)
+    for body, says in (
+        ({"by": "ana", "decision": "approve"}, "not a confirmation: give a payload"),
+        ({"by": "ana"}, "needs a payload"),
+        ({"by": "ana", "payload": "x" * 100_001}, ""),
+    ):
+        refused = await service.client.post(url, json=body)
+        assert refused.status_code in (413, 422) and says in refused.text, refused.text
+    assert await state(service) == before
+
+    answered = await service.client.post(
+        url, json={"by": "ana", "payload": {"item": "desks", "in_stock": 3}}
+    )
+    assert answered.status_code == 200, answered.text
+    carrier = answered.json()["run"]["run_id"]
+    await wait_status(service, carrier, "DONE")
+    await wait_status(service, run.run_id, "DONE")
+    detail = (await service.client.get(f"/v1/runs/{carrier}")).json()
+    assert last_text(detail) == "3 in stock for 'desks'."

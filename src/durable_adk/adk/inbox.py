@@ -69,6 +69,22 @@ def _subject(call: types.FunctionCall) -> str:
     return call.name or ""
 
 
+def may_have_interrupts(events: Sequence[Event], invocation_id: str) -> bool:
+    """Whether the invocation ever made a call that waits on a person (or a long job).
+
+    Only such an invocation can have a PAUSED run or an indexed interrupt, so
+    an ordinary run's end costs no query of the index.
+    """
+    for event in events:
+        if event.invocation_id != invocation_id:
+            continue
+        if event.long_running_tool_ids:
+            return True
+        if any(c.name in INPUT_CALLS for c in event.get_function_calls()):
+            return True
+    return False
+
+
 async def sync_interrupts(
     table: InterruptTable,
     run: Run,
@@ -398,6 +414,7 @@ __all__ = [
     "answer_interrupt",
     "find_interrupt",
     "kind_of",
+    "may_have_interrupts",
     "response_for",
     "sync_interrupts",
 ]

@@ -80,7 +80,7 @@ from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
-from durable_adk.adk.inbox import sync_interrupts
+from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
@@ -878,6 +878,8 @@ class DurableRunner:
         answered ones out). Derived records: a store failure here is logged,
         the run's own end is already recorded, and the next end re-syncs them.
         """
+        if not may_have_interrupts(events, run.invocation_id):
+            return  # an ordinary run: no paused run, nothing to index, no query
         try:
             if status is RunStatus.DONE:
                 await self.ledger.close_paused(run)
