@@ -162,7 +162,7 @@ async def test_bad_answers_are_refused_and_change_nothing(service: Service) -> N
 
 @pytest.mark.parametrize(
     "service",
-    [{**APPROVALS, "interrupt_deadlines": (("ship_order", 3600.0),)}],
+    [{**APPROVALS, "interrupt_deadlines": (("ship_order", 3600.0),), "expiry_interval": 0.2}],
     indirect=True,
 )
 async def test_a_deadline_applies_the_safe_default(service: Service) -> None:

@@ -186,7 +186,7 @@ class Worker:
         self._loops.append(
             asyncio.create_task(
                 self._every(
-                    self.settings.sweep_interval, self.inbox.expire_once, "interrupt deadlines"
+                    self.settings.expiry_interval, self.inbox.expire_once, "interrupt deadlines"
                 ),
                 name="durable-adk-interrupt-deadlines",
             )
