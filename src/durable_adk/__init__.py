@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "UnsupportedUrl": "durable_adk.errors",
     "Fenced": "durable_adk.errors",
     "FenceRefused": "durable_adk.errors",
+    "RunCancelled": "durable_adk.errors",
     "RunInterrupted": "durable_adk.errors",
     "LookupUnavailable": "durable_adk.errors",
     "NotFound": "durable_adk.errors",
@@ -102,6 +103,11 @@ _EXPORTS: dict[str, str] = {
     "ProgressSender": "durable_adk.adk.resume",
     "ExpirySweeper": "durable_adk.adk.resume",
     "Submitter": "durable_adk.adk.resume",
+    # the interrupts inbox
+    "Interrupt": "durable_adk.interrupts",
+    "InterruptTable": "durable_adk.interrupts",
+    "answer_interrupt": "durable_adk.adk.inbox",
+    "InterruptSweeper": "durable_adk.adk.inbox",
 }
 
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
@@ -120,6 +126,9 @@ __all__ = [
     "FenceRefused",
     "FenceToken",
     "Fenced",
+    "Interrupt",
+    "InterruptSweeper",
+    "InterruptTable",
     "InvalidArgument",
     "Job",
     "JobNotFound",
@@ -135,6 +144,7 @@ __all__ = [
     "Recovery",
     "Resumer",
     "Run",
+    "RunCancelled",
     "RunFence",
     "RunInterrupted",
     "RunLedger",
@@ -157,6 +167,7 @@ __all__ = [
     "UnsupportedUrl",
     "WebhookError",
     "__version__",
+    "answer_interrupt",
     "attempt_in",
     "attempt_of",
     "check_lease",
@@ -194,6 +205,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from durable_adk import errors, webhooks
     from durable_adk.adk.classify import OrphanClass
+    from durable_adk.adk.inbox import InterruptSweeper, answer_interrupt
     from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
     from durable_adk.adk.marks import idempotent
     from durable_adk.adk.recovery import Recovery, Sweeper
@@ -227,6 +239,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         InvalidArgument,
         LookupUnavailable,
         NotFound,
+        RunCancelled,
         RunInterrupted,
         SchemaAhead,
         SchemaBehind,
@@ -235,6 +248,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         UnsupportedUrl,
     )
     from durable_adk.fence import FenceToken, RunFence, check_lease, current_fence, fence_headers
+    from durable_adk.interrupts import Interrupt, InterruptTable
     from durable_adk.jobs import Job, JobNotFound, JobState, JobTable
     from durable_adk.journal import Journal, JournalEntry, OutcomeUnknown
     from durable_adk.ledger import DeadLetter, Run, RunLedger, RunStatus

@@ -1,7 +1,8 @@
-"""The ``durable-adk`` commands of the service: serve, runs, jobs, sagas, dead letters.
+"""The ``durable-adk`` commands of the service: serve, runs, jobs, sagas, dead letters, interrupts.
 
 ``serve`` runs a worker. The operations commands read (and, for ``runs retry``,
-``runs cancel``, ``runs resolve``, ``runs abandon`` and ``jobs complete``, act)
+``runs cancel``, ``runs resolve``, ``runs abandon``, ``jobs complete`` and
+``interrupts answer``, act)
 either straight on a database (``--db URL``, no worker needed) or through a
 running worker (``--url http://... --token T``); both give the same answers,
 printed as Rich tables or, with ``--json``, as JSON. An operation that fails
@@ -54,6 +55,10 @@ runs_app = typer.Typer(
 jobs_app = typer.Typer(no_args_is_help=True, help="Long-running jobs: list, complete.")
 sagas_app = typer.Typer(no_args_is_help=True, help="Sagas: list.")
 letters_app = typer.Typer(no_args_is_help=True, help="Dead letters: list.")
+interrupts_app = typer.Typer(
+    no_args_is_help=True,
+    help="The interrupts inbox: what paused runs wait on (list, answer).",
+)
 
 DbOpt = Annotated[
     str | None,
@@ -95,12 +100,13 @@ def _who(by: str | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    """Adds ``serve``, ``runs``, ``jobs``, ``sagas`` and ``dead-letters`` to the CLI."""
+    """Adds ``serve``, ``runs``, ``jobs``, ``sagas``, ``dead-letters`` and ``interrupts``."""
     app.command("serve")(serve)
     app.add_typer(runs_app, name="runs")
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(sagas_app, name="sagas")
     app.add_typer(letters_app, name="dead-letters")
+    app.add_typer(interrupts_app, name="interrupts")
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -145,6 +151,13 @@ def serve(
         str | None,
         typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
     ] = None,
+    interrupt_deadline: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="TOOL=SECONDS: an interrupt of TOOL ('*': any) gets its default outcome "
+            "(deny) after SECONDS without an answer (repeatable)."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
     """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
@@ -153,6 +166,13 @@ def serve(
     from durable_adk.service.settings import ServiceSettings, new_token
 
     generated = token is None
+    deadlines: list[tuple[str, float]] = []
+    for spec in interrupt_deadline or ():
+        tool, _, seconds = spec.partition("=")
+        try:
+            deadlines.append((tool.strip(), float(seconds)))
+        except ValueError:
+            _fail(f"--interrupt-deadline takes TOOL=SECONDS, not {spec!r}")
     try:
         settings = ServiceSettings(
             db=db,
@@ -168,6 +188,7 @@ def serve(
             max_body_bytes=max_body_bytes,
             max_message_chars=max_message_chars,
             webhook_secret=webhook_secret,
+            interrupt_deadlines=tuple(deadlines),
         )
         agent = load_app(app_spec)
     except errors.DurableError as exc:
@@ -649,3 +670,98 @@ def dead_letters_list(
     console.print(
         _table(f"{len(letters)} dead letter(s)", ["when", "kind", "run", "class", "error"], rows)
     )
+
+
+# -------------------------------------------------------------- interrupts
+
+
+def _subject(interrupt: dict[str, Any]) -> str:
+    """What an interrupt asks about, in a few words."""
+    args = interrupt.get("args") or {}
+    original = args.get("originalFunctionCall")
+    if interrupt["kind"] == "confirmation" and isinstance(original, dict):
+        return _short(f"{original.get('name')}({json.dumps(original.get('args') or {})})", 60)
+    return _short(json.dumps(args), 60)
+
+
+@interrupts_app.command("list")
+def interrupts_list(
+    app: AppOpt = None,
+    session: Annotated[str | None, typer.Option("--session", help="Only this session's.")] = None,
+    kind: Annotated[str | None, typer.Option(help="confirmation, input or long_running")] = None,
+    status: Annotated[
+        str, typer.Option(help="OPEN (default), ANSWERED, EXPIRED or CLOSED")
+    ] = "OPEN",
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What paused runs wait on, across sessions: confirmations, inputs, long-running calls."""
+    found = _call(
+        db,
+        url,
+        token,
+        lambda source: source.interrupts(status.upper(), app, session, kind, limit),
+    )
+    if as_json:
+        _print_json(found)
+        return
+    rows = [
+        [
+            i["call_id"],
+            i["kind"],
+            _subject(i),
+            f"{i['app_name']}/{i['session_id']}",
+            i["status"],
+            _when(i["deadline_at"]),
+            i["answered_by"] or "",
+        ]
+        for i in found
+    ]
+    columns = ["call", "kind", "asks", "app/session", "status", "deadline", "by"]
+    console.print(_table(f"{len(found)} interrupt(s)", columns, rows))
+
+
+@interrupts_app.command("answer")
+def interrupts_answer(
+    call_id: Annotated[str, typer.Argument(help="The interrupt's call id.")],
+    approve: Annotated[bool, typer.Option("--approve", help="Approve a confirmation.")] = False,
+    deny: Annotated[bool, typer.Option("--deny", help="Deny it (any kind).")] = False,
+    payload: Annotated[
+        str | None, typer.Option(help="The answer (input, long-running), as JSON.")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="The session, if the id is open in several.")
+    ] = None,
+    by: ByOpt = None,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answers an interrupt exactly once; its paused invocation goes on."""
+    if approve and deny:
+        _fail("give --approve or --deny, not both")
+    decision = "approve" if approve else "deny" if deny else None
+    value: Any = None
+    if payload is not None:
+        try:
+            value = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            _fail(f"--payload is not JSON: {exc}")
+    if decision is None and value is None:
+        _fail("give --approve, --deny or --payload")
+    who = _who(by)
+    done = _call(
+        db,
+        url,
+        token,
+        lambda source: source.answer(call_id, who, decision, value, reason, session),
+    )
+    if as_json:
+        _print_json(done)
+        return
+    console.print(done["message"], highlight=False)

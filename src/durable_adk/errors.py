@@ -69,6 +69,10 @@ class RunInterrupted(DurableError):
     """The run met a transient fault and was handed back: recovery finishes it after a back-off."""
 
 
+class RunCancelled(DurableError):
+    """An operator cancelled the run: it acts no more and ends CANCELLED."""
+
+
 class LookupUnavailable(DurableError):
     """The outside system cannot be asked whether an effect happened (it offers no lookup)."""
 

@@ -21,6 +21,14 @@ What it guarantees (framework-agnostic: no ADK import here):
   run acts no more. :meth:`RunFence.check` is the same test without waiting
   (undecided counts as not trusted).
 
+* A fence can also be asked to stop (:meth:`RunFence.stop`, an operator's
+  cancel seen at a heartbeat): the lease is still held, but :meth:`confirm`
+  and :meth:`check` raise :class:`~durable_adk.errors.RunCancelled`, so
+  no new outside act starts. Work already under way inside
+  :meth:`RunFence.busy` (a journaled act and the recording of its result, a
+  saga's compensation) is let finish: the runner waits for
+  :meth:`RunFence.idle` before it aborts the drive.
+
 The fence is advisory for code that calls out; writes to the store are fenced
 by the run's epoch in the database whatever this object says.
 
@@ -41,7 +49,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from email.message import Message
@@ -197,6 +205,10 @@ class RunFence:
         self._lost: str | None = None
         self._lost_event = asyncio.Event()
         self._changed = asyncio.Event()
+        self._stopping: str | None = None
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def trusted_until(self) -> float:
@@ -208,6 +220,44 @@ class RunFence:
         """Why the lease was lost, or None while it has not been."""
         return self._lost
 
+    @property
+    def stopping(self) -> str | None:
+        """Why the drive was asked to stop (an operator's cancel), or None."""
+        return self._stopping
+
+    def stop(self, reason: str) -> None:
+        """Asks the drive to stop acting (the runner's call on a cancel); keeps the first reason."""
+        if self._stopping is None:
+            self._stopping = reason
+            self._notify()
+
+    def check_not_stopping(self) -> None:
+        """Raises if the drive was asked to stop.
+
+        Raises:
+            durable_adk.errors.RunCancelled: An operator cancelled the run.
+        """
+        if self._stopping is not None:
+            raise errors.RunCancelled(
+                f"run {self.run_id} (epoch {self.epoch}): {self._stopping}; it acts no more"
+            )
+
+    @contextlib.asynccontextmanager
+    async def busy(self) -> AsyncIterator[None]:
+        """Marks work a cancel must let finish (an act and the recording of its result)."""
+        self._busy += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if self._busy == 0:
+                self._idle.set()
+
+    async def idle(self) -> None:
+        """Waits until no :meth:`busy` section is open."""
+        await self._idle.wait()
+
     def trusted(self) -> bool:
         """Whether the drive may still act for the run (not lost, deadline not passed)."""
         return self._lost is None and time.monotonic() < self._trusted_until
@@ -218,8 +268,14 @@ class RunFence:
         Raises:
             durable_adk.errors.Fenced: The lease was lost or could not be
                 proven in time.
+            durable_adk.errors.RunCancelled: The run was cancelled.
         """
         self.check_not_lost()
+        self.check_not_stopping()
+        self._check_in_time()
+
+    def _check_in_time(self) -> None:
+        """Raises once the local deadline has passed without a renewal."""
         if time.monotonic() >= self._trusted_until:
             raise errors.Fenced(
                 f"run {self.run_id} (epoch {self.epoch}): the lease was not renewed in time"
@@ -234,9 +290,11 @@ class RunFence:
 
         Raises:
             durable_adk.errors.Fenced: The lease was lost (or the drive ended).
+            durable_adk.errors.RunCancelled: The run was cancelled.
         """
         while True:
             self.check_not_lost()
+            self.check_not_stopping()
             if time.monotonic() < self._trusted_until:
                 return
             await self._changed.wait()
@@ -248,10 +306,19 @@ class RunFence:
         ``time.time() + (trusted_until - time.monotonic())``, read now: a
         later renewal does not extend a token already sent.
 
+        An act already under way when an operator cancelled the run (inside
+        a :meth:`busy` section) still gets its token: a cancel lets such acts
+        finish; any other request of a cancelled run is refused.
+
         Raises:
             durable_adk.errors.Fenced: As :meth:`check`.
+            durable_adk.errors.RunCancelled: The run was cancelled and no act
+                is under way.
         """
-        self.check()
+        self.check_not_lost()
+        if not self._busy:
+            self.check_not_stopping()
+        self._check_in_time()
         return FenceToken(
             self.run_id, self.epoch, time.time() + (self._trusted_until - time.monotonic())
         )
@@ -300,7 +367,7 @@ class RunFence:
         changed.set()
 
     def __repr__(self) -> str:
-        state = f"lost: {self._lost}" if self._lost else "trusted"
+        state = f"lost: {self._lost}" if self._lost else "stopping" if self._stopping else "trusted"
         return f"RunFence({self.run_id!r}, epoch={self.epoch}, {state})"
 
 
@@ -316,6 +383,7 @@ def check_lease() -> None:
 
     Raises:
         durable_adk.errors.Fenced: The run's lease was lost or has run out.
+        durable_adk.errors.RunCancelled: An operator cancelled the run.
     """
     fence = _current.get()
     if fence is not None:

@@ -40,7 +40,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -70,6 +70,17 @@ class Fence(Protocol):
     async def confirm(self) -> None:
         """Returns while the lease is trusted; raises :class:`~durable_adk.errors.Fenced` if not."""
         ...
+
+
+@contextlib.asynccontextmanager
+async def _busy(fence: Fence | None) -> AsyncIterator[None]:
+    """The fence's busy section when it has one (a RunFence): a cancel lets the act finish."""
+    busy = getattr(fence, "busy", None)
+    if busy is None:
+        yield
+        return
+    async with busy():
+        yield
 
 
 class OutcomeUnknown(errors.DurableError):
@@ -111,6 +122,8 @@ class JournalEntry:
         held_until: Outside a run, when the holder's hold runs out unless
             renewed (database clock); None inside a run, whose lease and epoch
             say whether the holder is alive.
+        resolved_by: The operator who recorded the result by hand
+            (:meth:`Journal.resolve`), or None.
     """
 
     key: str
@@ -125,6 +138,7 @@ class JournalEntry:
     updated_at: float
     holder: str | None = None
     held_until: float | None = None
+    resolved_by: str | None = None
 
     @property
     def released(self) -> bool:
@@ -147,6 +161,7 @@ class JournalEntry:
             updated_at=float(row["updated_at"]),
             holder=row["holder"],
             held_until=None if row["held_until"] is None else float(row["held_until"]),
+            resolved_by=row.get("resolved_by"),
         )
 
 
@@ -205,6 +220,45 @@ class Journal:
         )
         return [JournalEntry.from_row(r) for r in rows]
 
+    async def resolve(self, key: str, result: Any, *, by: str) -> bool:
+        """Records an operator's result for an effect whose outcome was unknown; safe twice.
+
+        The operator checked the outside system by hand: the INTENT becomes
+        DONE with ``result``, so the next attempt of the effect (a re-drive of
+        its run) returns ``result`` and the outside system gets no act. One
+        conditional statement: an entry a live attempt still acts on is left
+        alone.
+
+        Args:
+            key: The effect's key.
+            result: What the outside system did (JSON), as the act would have returned it.
+            by: Who checked (kept on the entry as ``resolved_by``).
+
+        Returns:
+            True when this call recorded it; False when the entry was already
+            DONE (nothing changed).
+
+        Raises:
+            NotFound: No entry for ``key``.
+            Conflict: A live attempt holds the intent (nothing changed).
+            InvalidArgument: ``result`` is not JSON.
+        """
+        try:
+            encoded = json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            raise errors.InvalidArgument(f"the result must be JSON: {exc}") from None
+        row = await self.store.fetchrow(
+            "journal_resolve", {"key": key, "result": encoded, "actor": by}
+        )
+        status = str(row["status"]) if row is not None else "missing"
+        if status == "missing":
+            raise errors.NotFound(f"no journal entry {key!r}")
+        if status == "held":
+            raise errors.Conflict(
+                f"journal entry {key!r} is held by a live attempt: its own result comes first"
+            )
+        return status == "ok"
+
     async def execute(
         self,
         key: str,
@@ -243,6 +297,9 @@ class Journal:
             durable_adk.errors.FenceRefused: ``act`` raised it: the outside
                 service refused the request as fenced off; nothing was done
                 (see the module's docstring for the entry).
+            durable_adk.errors.RunCancelled: ``fence``'s run was cancelled
+                before the act began; nothing was done (an act already under
+                way when the cancel came finishes and records its result).
             durable_adk.errors.InvalidArgument: The key is empty or too long,
                 ``wait`` is negative, or the key belongs to another tool;
                 nothing was written.
@@ -253,6 +310,8 @@ class Journal:
             raise errors.InvalidArgument(f"wait must be >= 0 seconds, got {wait!r}")
         holder = uuid.uuid4().hex
         deadline = time.monotonic() + wait
+        if fence is not None:
+            await fence.confirm()  # a cancelled or fenced-off run writes no intent
         crash_point("journal.before_intent")
         while True:
             row = await self._begin(key, attempt, holder)
@@ -261,9 +320,11 @@ class Journal:
                 return None if row["result"] is None else json.loads(row["result"])
             if status in ("acquired", "taken"):
                 try:
-                    return await self._perform(
-                        key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
-                    )
+                    # A cancel seen from here on lets the act and its DONE finish.
+                    async with _busy(fence):
+                        return await self._perform(
+                            key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
+                        )
                 except _Lost:
                     continue  # someone took our hold over before we acted: see who
             if status == "held":

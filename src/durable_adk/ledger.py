@@ -329,8 +329,14 @@ class RunLedger:
             return None  # another worker started a run of this session at the same moment
         return None if row is None else Run.from_row(row)
 
-    async def renew(self, lease: Lease) -> bool:
-        """Extends the lease; False means it was lost (taken over or finished)."""
+    async def renew(self, lease: Lease) -> RenewResult:
+        """Extends the lease and says whether an operator asked the holder to stop.
+
+        Returns:
+            ``ok`` False means the lease was lost (taken over or finished);
+            ``cancel_requested_by`` names who asked the run to stop, if
+            anyone did (the holder then ends it, see :meth:`finish_cancelled`).
+        """
         row = await self.store.fetchrow(
             "run_renew",
             {
@@ -340,7 +346,7 @@ class RunLedger:
                 "lease": self.lease_seconds,
             },
         )
-        return row is not None
+        return RenewResult.from_row(row)
 
     async def renew_many(self, owner: str, leases: Sequence[Lease]) -> dict[str, RenewResult]:
         """Extends every lease ``owner`` holds in one statement, whatever their number.
@@ -749,6 +755,24 @@ class RunLedger:
             "operator_action_list", {"run_id": run_id, "app_name": app_name, "limit": limit}
         )
         return [OperatorAction.from_row(r) for r in rows]
+
+    async def close_paused(self, run: Run) -> list[str]:
+        """Ends DONE the PAUSED runs of ``run``'s invocation (``run`` finished it DONE).
+
+        Returns:
+            The ids of the runs closed.
+        """
+        rows = await self.store.fetch(
+            "run_close_paused",
+            {
+                "app_name": run.app_name,
+                "user_id": run.user_id,
+                "session_id": run.session_id,
+                "invocation_id": run.invocation_id,
+                "run_id": run.run_id,
+            },
+        )
+        return sorted(str(r["run_id"]) for r in rows)
 
     async def list_runs_of_app(
         self, *, app_name: str | None, status: RunStatus | None = None, limit: int = 100

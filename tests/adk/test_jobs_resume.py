@@ -197,9 +197,10 @@ async def test_a_resume_during_a_user_turn_waits_then_runs(store: Store) -> None
     assert order.index("Q2 revenue in EMEA was 4.2M EUR.") < order.index(READY)
     assert len(user_answers(events)) == 1
     # The live run was not broken by the resume (no stale append, no failure):
-    # the user's turn and the resume both ended DONE, one after the other.
+    # the user's turn and the resume both ended DONE, one after the other, and
+    # the run that paused on the report followed its invocation to DONE.
     runs = await runner.ledger.list_runs()
-    assert sorted(r.status.value for r in runs) == ["DONE", "DONE", "PAUSED"]
+    assert sorted(r.status.value for r in runs) == ["DONE", "DONE", "DONE"]
 
 
 async def test_two_calls_of_one_turn_are_answered_in_one_message(store: Store) -> None:

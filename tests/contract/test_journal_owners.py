@@ -453,15 +453,15 @@ async def test_outside_a_run_parallel_calls_make_one_act_and_a_dead_holder_is_ta
 
 
 class LocalFence:
-    """A caller's local lease view: trusted or lost (as the runner's RunFence)."""
+    """A caller's local lease view: trusted for ``trusted_for`` confirmations, then lost."""
 
-    def __init__(self, trusted: bool) -> None:
-        self.trusted = trusted
+    def __init__(self, trusted_for: int) -> None:
+        self.trusted_for = trusted_for
         self.confirms = 0
 
     async def confirm(self) -> None:
         self.confirms += 1
-        if not self.trusted:
+        if self.confirms > self.trusted_for:
             raise errors.Fenced("the lease was not renewed in time")
 
 
@@ -472,16 +472,55 @@ async def test_a_local_fence_that_lost_the_lease_stops_the_act_before_it_calls_o
     run = await running(ledger, "s1")
     key, invoice = new_key()
     outside = Billing(billing, invoice)
-    lost = LocalFence(trusted=False)
+    lost = LocalFence(trusted_for=0)
     with pytest.raises(errors.Fenced, match="not renewed in time"):
         await journal.execute(key, attempt_of(run, "c1"), outside.act, outside.lookup, fence=lost)
     assert (lost.confirms, outside.entered, outside.lookups) == (1, 0, 0)
+    assert await journal.get(key) is None  # lost before anything: not even an intent
+    # Lost between the intent and the act: the intent stays, released.
+    late = LocalFence(trusted_for=1)
+    with pytest.raises(errors.Fenced, match="not renewed in time"):
+        await journal.execute(key, attempt_of(run, "c2"), outside.act, outside.lookup, fence=late)
+    assert (late.confirms, outside.entered, outside.lookups) == (2, 0, 0)
     entry = await journal.get(key)
     assert entry is not None and entry.released  # nobody acting: the next caller looks up
-    fine = LocalFence(trusted=True)
-    await journal.execute(key, attempt_of(run, "c2"), outside.act, outside.lookup, fence=fine)
-    assert fine.confirms == 2  # before the lookup and before the act
+    fine = LocalFence(trusted_for=99)
+    await journal.execute(key, attempt_of(run, "c3"), outside.act, outside.lookup, fence=fine)
+    assert fine.confirms == 3  # at the start, before the lookup and before the act
     assert (outside.acts, outside.lookups, outside.invoices()) == (1, 1, 1)
+
+
+async def test_a_cancelled_run_begins_no_act_and_finishes_the_one_under_way(
+    store: Store, billing: FakeService
+) -> None:
+    ledger, journal = RunLedger(store, lease_seconds=LEASE), Journal(store)
+    run = await running(ledger, "s1")
+    fence = RunFence(run.run_id, run.epoch, trusted_until=time.monotonic() + LEASE)
+    key, invoice = new_key()
+    outside = Billing(billing, invoice)
+    outside.hold_acts()
+    under_way = asyncio.create_task(
+        journal.execute(key, attempt_of(run, "c1"), outside.act, outside.lookup, fence=fence)
+    )
+    while not outside.entered:  # noqa: ASYNC110 - Billing counts, it has no event
+        await asyncio.sleep(0.01)
+    fence.stop("cancelled by ana")  # the owner's heartbeat saw the cancel
+    idle = asyncio.create_task(fence.idle())
+    await asyncio.sleep(0.05)
+    assert not idle.done()  # the act under way holds the abort back
+    later_key, later_invoice = new_key()
+    later = Billing(billing, later_invoice)
+    with pytest.raises(errors.RunCancelled, match="cancelled by ana"):
+        await journal.execute(
+            later_key, attempt_of(run, "c2"), later.act, later.lookup, fence=fence
+        )
+    assert (later.entered, later.lookups) == (0, 0) and await journal.get(later_key) is None
+    outside.let_go()
+    result = await asyncio.wait_for(under_way, 30)
+    await asyncio.wait_for(idle, 30)
+    entry = await journal.get(key)
+    assert entry is not None and entry.status is JournalStatus.DONE and entry.result == result
+    assert (outside.acts, outside.invoices(), later.invoices()) == (1, 1, 0)
 
 
 async def test_two_takers_of_one_abandoned_intent_one_wins_the_other_waits(

@@ -66,7 +66,7 @@ async def test_takeover_fences_the_old_worker(store: Store) -> None:
 
     with pytest.raises(errors.Fenced):
         await sessions.append_event(session, stamped(old.epoch, "from the presumed-dead worker"))
-    assert not await ledger.renew(old.lease)
+    assert not (await ledger.renew(old.lease)).ok
     assert not await ledger.finish(old.lease, RunStatus.DONE)
     await sessions.append_event(session, stamped(new.epoch, "from the new owner"))
     assert await ledger.finish(new.lease, RunStatus.DONE)

@@ -36,7 +36,7 @@ async def test_release_expires_the_lease_with_a_back_off_and_recovery_counts_the
     assert (taken.run_id, taken.epoch, taken.attempts) == (run.run_id, run.epoch + 1, 2)
     # The old holder is fenced: a second release (or any write) changes nothing.
     assert not await ledger.release(run.lease, error="late")
-    assert not await ledger.renew(run.lease)
+    assert not (await ledger.renew(run.lease)).ok
     # The back-off doubles with each attempt.
     assert await ledger.release(taken.lease, error="again")
     again = await ledger.get(run.run_id)

@@ -233,7 +233,7 @@ async def test_an_expired_started_run_is_recovered_with_a_new_epoch(store: Store
         2,
         2,
     )
-    assert not await ledger.renew(started.run.lease)  # the dead worker is fenced
+    assert not (await ledger.renew(started.run.lease)).ok  # the dead worker is fenced
     assert not await ledger.finish(started.run.lease, RunStatus.DONE)
 
 

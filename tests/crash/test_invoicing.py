@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from durable_adk.adk.operators import resolve_run
+from durable_adk.journal import Journal, JournalStatus
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
@@ -126,14 +128,22 @@ async def test_every_window_ends_with_one_invoice_one_notification_done(
     assert await ledger_status(url) == [RunStatus.DONE]
 
 
+def kill_after_the_invoice_then_recover(url: str, urls: list[str]) -> list[dict[str, Any]]:
+    """Kills the worker right after the invoice went out (W4); a fresh one recovers."""
+    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
+    assert crashed.returncode == 137
+    report: list[dict[str, Any]] = json.loads(
+        example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1]
+    )
+    return report
+
+
 async def test_billing_without_lookup_parks_the_run_at_w4(
     url: str, no_lookup_billing: FakeService, services: tuple[FakeService, FakeService]
 ) -> None:
     _, notify = services
     urls = ["--billing", no_lookup_billing.url, "--notify", notify.url]
-    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at="journal.after_act")
-    assert crashed.returncode == 137
-    report = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    report = kill_after_the_invoice_then_recover(url, urls)
     assert [(r["found"], r["action"], r["status"]) for r in report] == [
         ("TOOL_UNANSWERED", "park", "PARKED")
     ]
@@ -150,6 +160,43 @@ async def test_billing_without_lookup_parks_the_run_at_w4(
     async with open_store(url) as store:
         (letter,) = await RunLedger(store).dead_letters()
     assert "outcome unknown" in letter.error and "send-invoice:INV-77" in letter.error
+
+
+async def test_resolving_a_run_parked_on_a_journaled_effect_continues_it_from_the_journal(
+    url: str, no_lookup_billing: FakeService, services: tuple[FakeService, FakeService]
+) -> None:
+    _, notify = services
+    urls = ["--billing", no_lookup_billing.url, "--notify", notify.url]
+    parked = kill_after_the_invoice_then_recover(url, urls)
+    assert [r["status"] for r in parked] == ["PARKED"]
+    # The operator looked the invoice up in billing by hand and gives what it holds.
+    (invoice,) = no_lookup_billing.items("invoices")
+    async with open_store(url) as store:
+        ledger = RunLedger(store)
+        (run,) = await ledger.list_runs()
+        first = await resolve_run(
+            ledger, run.run_id, by="ana", reason="found it in billing", result=invoice
+        )
+        assert first.changed and first.run.status is RunStatus.QUEUED
+        assert "in the journal, under send-invoice:INV-77" in first.message
+        entry = await Journal(store).get("send-invoice:INV-77")
+        assert entry is not None and entry.status is JournalStatus.DONE
+        assert entry.resolved_by == "ana" and entry.result == invoice
+        again = await resolve_run(ledger, run.run_id, by="bo", result=invoice)
+        assert not again.changed and "already resolved by ana" in again.message
+        (action,) = [a for a in await ledger.actions(run_id=run.run_id) if a.action == "resolve"]
+        assert action.actor == "ana" and json.loads(action.detail or "{}")["journal"]
+    report = json.loads(example("recover", "--db", url, *urls).stdout.strip().splitlines()[-1])
+    assert [(r["found"], r["status"]) for r in report] == [("TOOL_UNANSWERED", "DONE")]
+    # The re-drive's send_invoice was answered from the journal: billing saw no
+    # second create (nor even a lookup); the run went on and notified once.
+    assert calls(no_lookup_billing) == [
+        ("worker-A", "create", "created"),
+        ("worker-B", "lookup", "error"),
+    ]
+    assert no_lookup_billing.acts() == 1 and no_lookup_billing.count("invoices") == 1
+    assert notify.acts() == 1 and notify.count("notifications") == 1
+    assert await ledger_status(url) == [RunStatus.DONE]
 
 
 async def test_control_keyed_by_call_id_sends_a_second_invoice(

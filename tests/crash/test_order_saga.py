@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from durable_adk.adk.operators import cancel_run
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.ledger import RunLedger
 from durable_adk.sagas import SagaLedger, SagaStatus
@@ -266,3 +267,34 @@ async def test_saga_sweeper_finishes_a_saga_no_run_will_redrive(url: str, world:
         session = await sessions.get_session(app_name="shop", user_id="acme", session_id="order-9")
         assert session is not None and session.state["saga_status"] == "compensated"
         assert session.events[-1].author == "order_saga"
+
+
+async def test_a_saga_whose_owner_was_killed_then_cancelled_is_compensated_never_redriven(
+    url: str, world: World
+) -> None:
+    # The worker is killed right after the charge went out; an operator then
+    # cancels the run while its lease still looks live.
+    crashed = example(
+        "run", url, world, "--address", DELIVERABLE, crash_at="saga.charge.after_call"
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    async with open_store(url) as store:
+        ledger = RunLedger(store)
+        (run,) = await ledger.list_runs()
+        asked = await cancel_run(ledger, run.run_id, by="ana", reason="customer called")
+        assert asked.run.status.value == "RUNNING" and "recovery cancels it" in asked.message
+    # A fresh worker's recovery finds the owner dead: the run is cancelled, not re-driven.
+    assert last_json(example("recover", url, world, "--address", DELIVERABLE)) == []
+    async with open_store(url) as store:
+        after = await RunLedger(store).get(run.run_id)
+        assert after is not None and after.status.value == "CANCELLED"
+        assert after.epoch == run.epoch  # never claimed again
+    assert world.acts() == {"reserve": 1, "charge": 1}  # nothing shipped, nothing repeated
+    # The saga sweeper rolls back what the saga did: one refund, one release.
+    swept = last_json(example("sweep-sagas", url, world, "--address", DELIVERABLE))
+    assert [s["status"] for s in swept] == ["COMPENSATED"]
+    world.assert_consistent("compensated")
+    assert world.acts() == {"reserve": 1, "charge": 1, "refund": 1, "release": 1}
+    async with open_store(url) as store:
+        still = await RunLedger(store).get(run.run_id)
+        assert still is not None and still.status.value == "CANCELLED"

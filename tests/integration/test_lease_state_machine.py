@@ -114,7 +114,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def stale_holder_tries_to_write(self, data: st.DataObject) -> None:
         lease = data.draw(st.sampled_from(self.stale))
-        assert not self.run(self.ledger.renew(lease))
+        assert not self.run(self.ledger.renew(lease)).ok
         assert not self.run(self.ledger.finish(lease, RunStatus.DONE))
         assert not self.run(self.ledger.park(lease, error="stale"))
 

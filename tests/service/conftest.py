@@ -30,11 +30,12 @@ def telemetry() -> tuple[Metrics, InMemorySpanExporter]:
 
 @pytest.fixture
 async def service(store_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Service]:
-    overrides = getattr(request, "param", {})
+    overrides = dict(getattr(request, "param", {}))
+    agent = overrides.pop("app", None) or stock_app()
     settings = settings_for(store_url, **overrides)
     metrics, exporter = telemetry()
     async with open_store(store_url) as store:
-        worker = Worker(app=stock_app(), store=store, settings=settings, metrics=metrics)
+        worker = Worker(app=agent, store=store, settings=settings, metrics=metrics)
         http = create_app(worker)
         transport = httpx.ASGITransport(app=http)
         async with (

@@ -287,3 +287,88 @@ def test_dashboard_resolves_abandons_and_cancels_runs_of_every_app(tmp_path: Pat
                 shutil.copy(shot, SCREENSHOTS / "dashboard-operator.png")
         finally:
             browser.close()
+
+
+async def pause_for_approval(url: str, orders: list[str]) -> list[str]:
+    """Runs of the approvals app, each PAUSED on its tool's confirmation."""
+    from durable_adk.adk.runner import DurableRunner
+    from durable_adk.demo.approvals_app import APP_NAME
+    from durable_adk.demo.approvals_app import app as approvals_app
+
+    async with open_store(url) as store:
+        durable = DurableRunner(app=approvals_app(), app_name=APP_NAME, store=store)
+        for order in orders:
+            async for _ in durable.run(user_id="ann", session_id=order, message=order):
+                pass
+        return [r.run_id for r in await durable.ledger.list_runs()]
+
+
+def test_dashboard_answers_interrupts_once(tmp_path: Path) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    from durable_adk.demo.approvals_app import app as approvals_app
+
+    url = f"sqlite:///{tmp_path}/inbox.db"
+    paused = asyncio.run(pause_for_approval(url, ["O-1", "O-2"]))
+    with (
+        threaded_worker(settings_for(url), agent=approvals_app()) as worker,
+        sync_playwright() as driver,
+    ):
+        browser = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{worker.base_url}/dashboard/#token={TOKEN}")
+            expect(page.locator("#main")).to_be_visible()
+            rows = page.locator("#interrupts tbody tr")
+            expect(rows).to_have_count(2)
+            expect(rows.first).to_contain_text("ship_order")
+            expect(rows.first).to_contain_text("O-1")
+            expect(rows.first).to_contain_text("confirmation")
+            message = page.locator("#answer-message")
+
+            page.fill("#answer-by", "")
+            rows.first.locator("button.approve").click()
+            expect(message).to_contain_text("Give your name")
+            expect(rows).to_have_count(2)  # nothing was answered
+
+            page.fill("#answer-by", "ana")
+            first = page.locator("#interrupts tbody tr", has_text="O-1")
+            first.locator("button.approve").click()
+            expect(message).to_contain_text("answered by ana")
+            expect(rows).to_have_count(1)
+            second = page.locator("#interrupts tbody tr", has_text="O-2")
+            second.locator("button.deny").click()
+            expect(message).to_contain_text("answered by ana")
+            expect(rows).to_have_count(0)
+            expect(page.locator("#interrupts-empty")).to_be_visible()
+
+            with worker.client() as client:
+                deadline = 60.0
+                for run_id in paused:  # the paused runs follow their invocations to DONE
+                    waited = 0.0
+                    while client.get(f"/v1/runs/{run_id}").json()["run"]["status"] != "DONE":
+                        assert waited < deadline, run_id
+                        page.wait_for_timeout(100)
+                        waited += 0.1
+                answered = client.get("/v1/interrupts", params={"status": "ANSWERED"}).json()
+                by_order = {
+                    i["args"]["originalFunctionCall"]["args"]["order_id"]: i
+                    for i in answered["interrupts"]
+                }
+                assert by_order["O-1"]["answer"] == {"confirmed": True}
+                assert by_order["O-2"]["answer"] == {"confirmed": False}
+                assert {i["answered_by"] for i in by_order.values()} == {"ana"}
+                again = client.post(
+                    f"/v1/interrupts/{by_order['O-1']['call_id']}",
+                    json={"by": "bo", "decision": "deny"},
+                )
+                assert again.status_code == 409
+            shot = tmp_path / "inbox.png"
+            page.screenshot(path=str(shot), full_page=True)
+            check_screenshot(shot)
+            if SCREENSHOTS:
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(shot, SCREENSHOTS / "dashboard-interrupts.png")
+        finally:
+            browser.close()

@@ -186,6 +186,10 @@ async def test_cancel_a_queued_run_at_once_and_a_running_one_through_its_owner(
     assert running.json()["run"]["status"] == "RUNNING" and running.json()["changed"]
     assert "next heartbeat" in running.json()["message"]
     assert await ledger.cancel_requested(held.lease) == "ana"
+    # The owner learns it from its own renewal (one statement, the shape a batch returns).
+    renewed = await ledger.renew(held.lease)
+    assert renewed.ok and renewed.cancel_requested and renewed.cancel_requested_by == "ana"
+    assert not (await ledger.renew(queued.lease)).ok  # the queued one is CANCELLED
     twice = await service.client.post(f"/v1/runs/{holder.run_id}/cancel", json={"by": "bo"})
     assert twice.json()["changed"] is False and "already requested" in twice.json()["message"]
     # The owner stops it at its heartbeat.
@@ -241,7 +245,10 @@ async def test_the_worker_stops_its_own_running_run_when_cancelled(
     assert answer.json()["run"]["status"] == "RUNNING"
     ended = await wait_status(service, run_id, "CANCELLED", "DONE", "FAILED")
     assert ended["status"] == "CANCELLED" and ended["last_error"] == "cancelled by ana"
-    assert run_id not in service.worker.active_runs
+    deadline = time.monotonic() + 60
+    while run_id in service.worker.active_runs:  # its task ends just after the row does
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
     detail = (await service.client.get(f"/v1/runs/{run_id}")).json()
     assert not any("in stock" in t for t in texts(detail))  # the tool's answer never came
 

@@ -10,6 +10,10 @@ What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
   :class:`~durable_adk.leases.LeaseKeeper` (one batched heartbeat per
   worker); the drive remembers the last renewal's result
   (:attr:`Drive.renewal`, with ``cancel_requested_by``).
+  A renewal that says an operator asked the run to stop makes the runner
+  cancel the drive (once): it sets :attr:`Drive.abort` when the acts in
+  flight have ended, and the keeper goes on renewing, since the holder needs
+  its lease to end the run CANCELLED.
 * :class:`RetryPolicy` says which errors of a drive are transient.
 """
 
@@ -121,6 +125,9 @@ class Drive:
         self.answer_first: tuple[str, ...] = ()  # lost calls to answer before ADK re-enters
         self.ended = False  # the pump has handed over how the drive ended
         self.renewal: RenewResult | None = None  # the last renewal's result (cancel_requested_by)
+        self.abort = asyncio.Event()  # ADK's abort_signal for this drive (an operator's cancel)
+        self.cancelled_by: str | None = None  # who cancelled it, once a heartbeat saw it
+        self.stopper: asyncio.Task[None] | None = None  # aborts ADK once the acts in flight end
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()
 

@@ -15,7 +15,11 @@ second call changes nothing and its :class:`Outcome` says where the run stands.
   ``operator:<who>``, a new epoch, so the append is fenced like any worker's),
   then goes back in its session's queue: the next sweep of a worker serving
   the run's app drives the invocation on from the answer. The tool is not run
-  again.
+  again. A call whose effect waits in the journal as an INTENT (a journaled
+  tool that may have acted, with no lookup) gets the result in the journal
+  instead (:meth:`~durable_adk.journal.Journal.resolve`, recorded as DONE by
+  the operator): the re-drive calls the tool again and the journal answers
+  it, so the outside system gets no act.
 * :func:`abandon_run`: a PARKED run (or a FAILED one) is closed as FAILED with
   the operator's reason.
 * :func:`retry_run`: a PARKED run re-enters its session's queue as it is.
@@ -43,6 +47,8 @@ from durable_adk import errors
 from durable_adk.adk.classify import classify
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.ids import check_id
+from durable_adk.interrupts import InterruptTable
+from durable_adk.journal import Journal, JournalEntry, JournalStatus
 from durable_adk.ledger import Run, RunLedger, RunStatus
 
 OPERATOR_METADATA_KEY = "durable_adk_operator"
@@ -105,6 +111,8 @@ async def cancel_run(
     check_id("by", by)
     done = await ledger.cancel(run_id, by=by, reason=_check_reason(reason))
     run = done.run
+    if run.status is RunStatus.CANCELLED and done.changed:
+        await InterruptTable(ledger.store).close_of_run(run_id)  # nobody answers them now
     if run.status is RunStatus.CANCELLED:
         what = "cancelled" if done.changed else "was already CANCELLED: nothing changed"
         return Outcome(run, done.changed, f"run {run_id} {what}; it is CANCELLED")
@@ -278,6 +286,10 @@ async def resolve_run(
             f"run {run_id!r}: give a result for every unanswered call; missing {', '.join(missing)}"
         )
     answers = {call_id: _response_of(value) for call_id, value in results.items()}
+    journal = Journal(ledger.store)
+    in_journal = _journaled_calls(
+        await journal.list(invocation_id=run.invocation_id, limit=1000), open_calls
+    )
     callers: dict[str, Event] = {}
     for event in session.events:
         if event.invocation_id != run.invocation_id:
@@ -293,6 +305,10 @@ async def resolve_run(
             f"run {run_id!r} changed while being resolved (or was abandoned); look again"
         )
     try:
+        # A journaled effect's result goes in the journal: the re-drive's call
+        # of the tool answers from there and the outside system gets no act.
+        for call_id, entry in in_journal.items():
+            await journal.resolve(entry.key, results[call_id], by=by)
         session = await service.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
@@ -300,6 +316,8 @@ async def resolve_run(
             raise errors.Conflict(f"run {run_id!r}: its session {run.session_id!r} is gone")
         by_author: dict[tuple[str, str | None], list[types.Part]] = {}
         for call_id, response in answers.items():
+            if call_id in in_journal:
+                continue
             caller = callers[call_id]
             by_author.setdefault((caller.author, caller.branch), []).append(
                 types.Part(
@@ -336,6 +354,7 @@ async def resolve_run(
         detail={
             "results": answers,
             "calls": {call_id: open_calls[call_id] for call_id in answers},
+            "journal": {call_id: entry.key for call_id, entry in in_journal.items()},
             "previous_error": run.last_error,
         },
     )
@@ -349,12 +368,37 @@ async def resolve_run(
             f"it is {now.status.value} and recovery drives it on",
         )
     names = ", ".join(f"{open_calls[c]} ({c})" for c in answers)
+    where = (
+        f" (in the journal, under {', '.join(e.key for e in in_journal.values())})"
+        if in_journal
+        else ""
+    )
     return Outcome(
         queued,
         True,
-        f"run {run_id} resolved: the result of {names} was recorded; it is QUEUED and the "
-        f"next sweep of a worker serving app {run.app_name!r} drives it on",
+        f"run {run_id} resolved: the result of {names} was recorded{where}; it is QUEUED and "
+        f"the next sweep of a worker serving app {run.app_name!r} drives it on",
     )
+
+
+def _journaled_calls(
+    entries: list[JournalEntry], open_calls: Mapping[str, str]
+) -> dict[str, JournalEntry]:
+    """The open calls whose effect waits in the journal as an INTENT, and that entry.
+
+    An entry is matched by the call that last wrote it, else by its tool when
+    the invocation has one such intent left for it.
+    """
+    intents = [e for e in entries if e.status is JournalStatus.INTENT]
+    found: dict[str, JournalEntry] = {}
+    for call_id, name in open_calls.items():
+        match = next((e for e in intents if e.function_call_id == call_id), None)
+        if match is None:
+            of_tool = [e for e in intents if e.tool_name == name and e not in found.values()]
+            match = of_tool[0] if len(of_tool) == 1 else None
+        if match is not None:
+            found[call_id] = match
+    return found
 
 
 __all__ = [

@@ -207,6 +207,9 @@ class Sweeper:
     async def recover_once(self) -> list[Recovery]:
         """Claims and recovers up to ``batch`` expired runs; returns what was done, in claim order.
 
+        First, the runs an operator asked to stop whose owner stopped
+        renewing are ended CANCELLED (:meth:`RunLedger.cancel_expired`).
+
         At most ``concurrency`` runs are claimed and in recovery at any moment;
         each freed slot claims the next expired run, until ``batch`` were
         claimed or a claim finds fewer runs than it asked for. A failure (the
@@ -214,6 +217,10 @@ class Sweeper:
         recovery in progress has ended.
         """
         owner, app_name = self.runner.worker_id, self.runner.app_name
+        # A run asked to stop whose owner died is cancelled here, never re-driven
+        # (the claim below skips runs asked to stop).
+        for run_id in await self.ledger.cancel_expired(app_name=app_name):
+            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
         started: list[asyncio.Task[Recovery | None]] = []
         running: set[asyncio.Task[Recovery | None]] = set()
         failure: BaseException | None = None
@@ -307,7 +314,7 @@ class Sweeper:
                 f"gave up after {run.attempts - 1} attempts: {run.last_error or found.reason}",
             )
         if found.cls is OrphanClass.ACTUALLY_DONE:
-            await self._finish(run, RunStatus.DONE, found)
+            await self._finish(run, RunStatus.DONE, found, events)
             return Recovery(run.run_id, found.cls, "mark_done", RunStatus.DONE, found.reason)
         message = types.Content.model_validate(json.loads(run.request))
         answers = {p.function_response.id for p in message.parts or () if p.function_response}
@@ -315,7 +322,7 @@ class Sweeper:
         # (a loop asking again) the id is open again, for the next answer, not this one.
         answers -= _answered_by(events, invocation_id, run.run_id)
         if found.cls is OrphanClass.PAUSED and not answers & set(found.pending_long_running):
-            await self._finish(run, RunStatus.PAUSED, found)
+            await self._finish(run, RunStatus.PAUSED, found, events)
             return Recovery(run.run_id, found.cls, "mark_paused", RunStatus.PAUSED, found.reason)
         hidden: frozenset[str] = frozenset()
         answer_first: tuple[str, ...] = ()
@@ -383,6 +390,8 @@ class Sweeper:
             return Recovery(run.run_id, found.cls, "redrive", RunStatus.RUNNING, str(exc))
         except OutcomeUnknown as exc:  # drive() parked it with a dead letter
             return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, str(exc))
+        except errors.RunCancelled as exc:  # an operator's cancel, seen at a heartbeat
+            return Recovery(run.run_id, found.cls, "redrive", RunStatus.CANCELLED, str(exc))
         except errors.StoreError:
             raise  # nothing recorded the end: the run is recovered again after its lease
         except Exception as exc:  # the run is FAILED on the ledger by drive()
@@ -393,9 +402,12 @@ class Sweeper:
         status = ended[0] if ended else RunStatus.DONE
         return Recovery(run.run_id, found.cls, "redrive", status, found.reason)
 
-    async def _finish(self, run: Run, status: RunStatus, found: Classification) -> None:
+    async def _finish(
+        self, run: Run, status: RunStatus, found: Classification, events: list[Event]
+    ) -> None:
         if not await self.ledger.finish(run.lease, status, classification=found.cls.value):
             raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+        await self.runner.after_finish(run, status, events, found)
 
     async def _park(
         self, run: Run, found: Classification, mine: list[Event], reason: str

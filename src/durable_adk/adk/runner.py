@@ -62,7 +62,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent, LlmAgent
@@ -91,6 +91,7 @@ from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, causes, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
+from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
@@ -101,6 +102,7 @@ from durable_adk.adk.workflow_nodes import (
     node_kinds,
 )
 from durable_adk.fence import RunFence, using_fence
+from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.leases import Holding, LeaseKeeper
 from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
@@ -264,6 +266,8 @@ class DurableRunner:
         credential_service: BaseCredentialService | None = None,
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
+        cancel_grace: float = 30.0,
+        interrupt_deadlines: Mapping[str, float] | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -302,6 +306,13 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
+            cancel_grace: When an operator cancels a running run, how long
+                its owner lets the outside acts already under way (and a
+                saga's compensation) finish before it aborts the invocation.
+            interrupt_deadlines: Seconds an interrupt waits for a person before
+                its default outcome (deny) applies, by tool name (a
+                confirmation goes by the tool it guards; ``"*"``: any call);
+                none by default.
 
         Raises:
             durable_adk.errors.InvalidArgument: The App is not resumable, the
@@ -355,6 +366,9 @@ class DurableRunner:
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
         self.run_config = run_config or RunConfig()
+        self.cancel_grace = cancel_grace
+        self.interrupts = InterruptTable(store)
+        self.interrupt_deadlines = dict(interrupt_deadlines or {})
         self.adk = _InvocationIdRunner(
             app=app,
             session_service=session_service,
@@ -452,6 +466,8 @@ class DurableRunner:
             await drive.fence.wait_lost()
         finally:
             self.keeper.drop(holding)
+            if drive.stopper is not None:  # an operator's cancel: ADK's Runner is not ours to abort
+                drive.stopper.cancel()
 
     async def aclose(self, *, grace: float | None = None) -> None:
         """Waits for the detached drives to end, cancelling those still running after ``grace``.
@@ -652,6 +668,7 @@ class DurableRunner:
 
         Raises:
             durable_adk.errors.Fenced: The queued run was taken by another worker.
+            durable_adk.errors.RunCancelled: An operator cancelled it meanwhile.
         """
         if run.status is RunStatus.RUNNING and run.owner == self.worker_id:
             return run  # claimed when it was submitted
@@ -675,6 +692,11 @@ class DurableRunner:
         finally:
             self.keeper.drop(holding)
         if claimed is None:
+            now = await self.ledger.get(run.run_id)
+            if now is not None and now.status is RunStatus.CANCELLED:
+                raise errors.RunCancelled(
+                    f"queued run {run.run_id} was cancelled: {now.last_error}"
+                )
             raise errors.Fenced(
                 f"queued run {run.run_id} was taken by another worker ({why[0] if why else 'lost'})"
             )
@@ -883,6 +905,7 @@ class DurableRunner:
                     new_message=new_message,
                     run_config=run_config,
                     state_delta=drive.state_delta,
+                    abort_signal=drive.abort,
                 )
             async with contextlib.aclosing(events_of) as events:
                 async for event in events:
@@ -890,6 +913,8 @@ class DurableRunner:
                     seen.append(event)
                     yield event
         except Exception as exc:
+            if drive.cancelled_by is not None or cause_of(exc, errors.RunCancelled) is not None:
+                await self._end_cancelled(drive, cause=exc)
             refused = cause_of(exc, errors.FenceRefused)
             if refused is not None and drive.fence.lost is None:
                 # An outside service refused a request as fenced off (it did
@@ -924,8 +949,15 @@ class DurableRunner:
             self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
             self.keeper.drop(holding)
-            # Nothing of this drive may act from here on (its writes are fenced anyway).
-            drive.fence.lose("the drive has ended")
+            if drive.stopper is not None:
+                drive.stopper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await drive.stopper
+            if drive.cancelled_by is None:
+                # Nothing of this drive may act from here on (its writes are fenced anyway).
+                drive.fence.lose("the drive has ended")
+        if drive.cancelled_by is not None:
+            await self._end_cancelled(drive, cause=None)
         crash_point("runner.before_finish")
         # The cache holds every event this run appended (we hold the session);
         # read only when it was dropped.
@@ -958,6 +990,7 @@ class DurableRunner:
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
         self.metrics.run_finished(status.value)
+        await self.after_finish(run, status, events, verdict)
         if outcome is not None:
             outcome.append(status)
 
@@ -989,6 +1022,47 @@ class DurableRunner:
             run.epoch,
             len(stored),
         )
+
+    async def after_finish(
+        self, run: Run, status: RunStatus, events: Sequence[Event], verdict: Classification
+    ) -> None:
+        """What follows a run's end on the ledger: its invocation's PAUSED runs and interrupts.
+
+        A run that ends its invocation DONE ends DONE the runs that paused on
+        it; the interrupts index follows the session (open calls indexed,
+        answered ones out). Derived records: a store failure here is logged,
+        the run's own end is already recorded, and the next end re-syncs them.
+        """
+        if not may_have_interrupts(events, run.invocation_id):
+            return  # an ordinary run: no paused run, nothing to index, no query
+        try:
+            if status is RunStatus.DONE:
+                await self.ledger.close_paused(run)
+            await sync_interrupts(
+                self.interrupts, run, events, verdict, deadlines=self.interrupt_deadlines
+            )
+        except (errors.StoreError, TimeoutError) as exc:
+            logger.warning("run %s: could not update its interrupts index: %s", run.run_id, exc)
+
+    async def _end_cancelled(self, drive: Drive, *, cause: BaseException | None) -> NoReturn:
+        """Ends a drive an operator cancelled: the run CANCELLED, then RunCancelled raised.
+
+        A run is cancelled once its owner saw the request, whatever the
+        invocation reached meanwhile (its events say how far it got).
+
+        Raises:
+            durable_adk.errors.RunCancelled: Always, once the run is CANCELLED.
+            durable_adk.errors.Fenced: The run was taken over before it could be ended.
+        """
+        run = drive.run
+        drive.fence.lose("the drive was cancelled")
+        if not await self._ledger_write(run, self.ledger.finish_cancelled(run.lease), cause=cause):
+            raise errors.Fenced(f"run {run.run_id} was taken over before it was cancelled")
+        self.metrics.run_finished(RunStatus.CANCELLED.value)
+        by = drive.cancelled_by or "an operator"
+        raise errors.RunCancelled(
+            f"run {run.run_id} was cancelled by {by}: it is CANCELLED"
+        ) from cause
 
     async def _ledger_write(
         self, run: Run, write: Awaitable[T], *, cause: BaseException | None
@@ -1055,13 +1129,51 @@ class DurableRunner:
         self.metrics.run_finished(RunStatus.PARKED.value)
 
     def _hold(self, drive: Drive) -> Holding:
-        """Has the keeper renew the drive's lease; a lost lease cancels the drive."""
+        """Has the keeper renew the drive's lease; a lost lease cancels the drive.
+
+        A renewal that says an operator asked the run to stop cancels the
+        drive (once, :meth:`_cancel`); the keeper goes on renewing, since the
+        holder needs its lease to end the run CANCELLED.
+        """
 
         def renewed(renewal: RenewResult) -> None:
             drive.renewal = renewal
+            if renewal.cancel_requested_by is not None and drive.cancelled_by is None:
+                self._cancel(drive, renewal.cancel_requested_by)
 
         return self.keeper.hold(
             drive.run.lease, drive.fence, lambda reason: self._lose(drive, reason), renewed
+        )
+
+    def _cancel(self, drive: Drive, by: str) -> None:
+        """A heartbeat found the run asked to stop: stop acting, then abort ADK's invocation.
+
+        The fence refuses every new outside act at once (a journaled tool
+        that has not acted raises :class:`~durable_adk.errors.RunCancelled`);
+        acts already under way, with the recording of their result, and a
+        saga's compensation (the fence's busy sections) are let finish, for
+        at most :attr:`cancel_grace` seconds; then ADK's abort signal stops the
+        invocation (it answers the calls left open with an abort error). The
+        drive then ends the run CANCELLED.
+        """
+        run = drive.run
+        drive.cancelled_by = by
+        drive.fence.stop(f"cancelled by {by}")
+        logger.info("run %s (epoch %d): cancelled by %s; stopping it", run.run_id, run.epoch, by)
+
+        async def abort_when_idle() -> None:
+            try:
+                await asyncio.wait_for(drive.fence.idle(), timeout=self.cancel_grace)
+            except TimeoutError:
+                logger.warning(
+                    "run %s: work still under way %.1fs after the cancel; aborting it anyway",
+                    run.run_id,
+                    self.cancel_grace,
+                )
+            drive.abort.set()
+
+        drive.stopper = asyncio.create_task(
+            abort_when_idle(), name=f"durable-adk-stop-{run.run_id}"
         )
 
     def _lose(self, drive: Drive, reason: str) -> None:

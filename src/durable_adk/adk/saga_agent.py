@@ -7,8 +7,9 @@ What it guarantees:
   compensator needs, before its event (DONE); the call goes through the journal
   under an idempotency key derived from the invocation, and the compensation
   has a key of its own. The stage's event carries ``comp:<step>``.
-* A stage that raises, or any event setting the ``saga_abort`` state key,
-  starts the rollback: every step that may have acted is compensated, newest
+* A stage that raises, any event setting the ``saga_abort`` state key, or a
+  cancel of the run (seen before each stage and after each event) starts
+  the rollback: every step that may have acted is compensated, newest
   first (see :class:`durable_adk.sagas.Compensation`). The final event carries
   ``saga_status`` (committed, compensated, compensation_failed) and
   ``saga_reason``; with ``raise_on_failure`` the error is raised afterwards.
@@ -110,6 +111,9 @@ class SagaStage(BaseAgent):
         ledger = SagaLedger(_store_of(ctx))
         saga_id = saga.saga_id(ctx)
         state = dict(ctx.session.state)
+        run_fence = current_fence()
+        if run_fence is not None:
+            run_fence.check_not_stopping()  # cancelled: no step is begun, nothing to undo
         crash_point(f"saga.{self.name}.before_call")
         journal, attempt = attempt_in(ctx, self.name)
         assert journal is not None  # _store_of() already required a durable session service
@@ -276,6 +280,15 @@ class SagaSequence(BaseAgent):
 
     @override
     async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        # A cancel of the run lets the saga roll back what it did before the
+        # runner aborts the invocation: the whole saga is a busy section.
+        run_fence = current_fence()
+        busy = run_fence.busy() if run_fence is not None else contextlib.nullcontext()
+        async with busy, contextlib.aclosing(self._run_saga(ctx)) as events:
+            async for event in events:
+                yield event
+
+    async def _run_saga(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
         ledger = SagaLedger(_store_of(ctx))
         saga = await ledger.begin(
             saga_id=self.saga_id(ctx),
@@ -330,7 +343,12 @@ class SagaSequence(BaseAgent):
     async def _forward(
         self, ctx: InvocationContext, state: SagaState | None
     ) -> AsyncGenerator[Any, None]:
-        """Runs the stages; yields their events, then a failure (an exception) if one stops it."""
+        """Runs the stages; yields their events, then a failure (an exception) if one stops it.
+
+        A cancel of the run (its fence asked to stop) is a failure too, seen
+        before each stage and after each event: the saga rolls back.
+        """
+        run_fence = current_fence()
         names = [s.name for s in self.stages]
         start = names.index(state.current_stage) if state and state.current_stage in names else 0
         resuming = state is not None and bool(state.current_stage)
@@ -340,6 +358,8 @@ class SagaSequence(BaseAgent):
                 yield self._create_agent_state_event(ctx)
             resuming = False
             try:
+                if run_fence is not None:
+                    run_fence.check_not_stopping()
                 async for event in stage.run_async(ctx):
                     yield event
                     if ctx.should_pause_invocation(event):
@@ -349,6 +369,8 @@ class SagaSequence(BaseAgent):
                     if abort:
                         yield SagaAborted(str(abort))
                         return
+                    if run_fence is not None:
+                        run_fence.check_not_stopping()
             except errors.Fenced:
                 raise  # this worker lost the run: it must stop, not roll back
             except Exception as exc:  # a stage failed: the saga rolls back
@@ -509,7 +531,7 @@ class SagaSweeper:
         held = [run]
 
         async def renew() -> bool:
-            return await self.runs.renew(held[0].lease)
+            return (await self.runs.renew(held[0].lease)).ok
 
         async def turn_then_append() -> None:
             # Woken like DurableRunner.wait_for_turn; the heartbeat renews meanwhile.

@@ -36,7 +36,8 @@ async def check_stock(item: str) -> dict[str, Any]:
     return {"item": item, "in_stock": 7}
 
 
-def _last_user_text(request: LlmRequest) -> str:
+def last_user_text(request: LlmRequest) -> str:
+    """The text of the user's last message (the scripted model's input)."""
     for content in reversed(request.contents):
         if content.role == "user":
             for part in content.parts or ():
@@ -54,7 +55,7 @@ def _last_stock(request: LlmRequest) -> dict[str, Any]:
 
 
 def _ask(request: LlmRequest) -> Turn:
-    return Call("check_stock", {"item": _last_user_text(request)[:200]})
+    return Call("check_stock", {"item": last_user_text(request)[:200]})
 
 
 def _answer(request: LlmRequest) -> Turn:
@@ -62,8 +63,11 @@ def _answer(request: LlmRequest) -> Turn:
     return Say(f"{stock.get('in_stock', 0)} in stock for {stock.get('item', 'that')!r}.")
 
 
-class _EveryTurn(Sequence[Step]):
-    """Call the tool, then answer: the same two steps for as many turns as asked."""
+class EveryTurn(Sequence[Step]):
+    """The same steps, in turn, for as many turns as asked (a scripted model's script)."""
+
+    def __init__(self, *steps: Step) -> None:
+        self.steps = steps
 
     def __len__(self) -> int:
         return 1_000_000
@@ -77,14 +81,14 @@ class _EveryTurn(Sequence[Step]):
     def __getitem__(self, index: int | slice) -> Step | Sequence[Step]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return _ask if index % 2 == 0 else _answer
+        return self.steps[index % len(self.steps)]
 
 
 def app() -> LlmAgent:
     """The stock assistant (a fresh agent and model per call)."""
     return LlmAgent(
         name=APP_NAME,
-        model=ScriptedModel({APP_NAME: _EveryTurn()}),
+        model=ScriptedModel({APP_NAME: EveryTurn(_ask, _answer)}),
         instruction="Answer stock questions with check_stock.",
         tools=[check_stock],
     )

@@ -13,7 +13,7 @@ another worker (see :mod:`durable_adk.service.follow`).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
@@ -37,11 +37,14 @@ from durable_adk.service.schemas import (
     AbandonIn,
     ActionIn,
     ActionListOut,
+    AnswerIn,
+    AnswerOut,
     AppsOut,
     DeadLetterListOut,
     ErrorOut,
     EventsOut,
     HealthOut,
+    InterruptListOut,
     OutcomeOut,
     ResolveIn,
     RunCountsOut,
@@ -54,6 +57,7 @@ from durable_adk.service.schemas import (
     action_out,
     detail_out,
     events_out,
+    interrupt_out,
     letter_out,
     outcome_out,
     run_out,
@@ -63,6 +67,7 @@ from durable_adk.service.worker import Worker
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="The run.")]
+CallId = Annotated[str, Path(pattern=ID_PATTERN, description="The interrupt's call id.")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
 AppName = Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this app's records.")]
 After = Annotated[
@@ -418,6 +423,68 @@ def create_app(worker: Worker) -> FastAPI:
     async def abandon_run(run_id: RunId, body: AbandonIn) -> OutcomeOut:
         """Closes a parked (or failed) run as FAILED with the operator's reason; safe twice."""
         return outcome_out(await ops.abandon(run_id, by=body.by, reason=body.reason))
+
+    @guarded.get("/interrupts", response_model=InterruptListOut, tags=["interrupts"])
+    async def interrupts(
+        app_name: AppName = None,
+        session_id: Annotated[
+            str | None, Query(pattern=ID_PATTERN, description="Only this session's.")
+        ] = None,
+        kind: Annotated[
+            Literal["confirmation", "input", "long_running"] | None,
+            Query(description="Only this kind."),
+        ] = None,
+        status: Annotated[
+            Literal["OPEN", "ANSWERED", "EXPIRED", "CLOSED"] | None,
+            Query(description="Only this status (default OPEN)."),
+        ] = "OPEN",
+        limit: Limit = 100,
+    ) -> InterruptListOut:
+        """The interrupts inbox: what paused runs wait on, across sessions, oldest first.
+
+        Tool confirmations, requests for input and long-running calls; by
+        default the open ones.
+        """
+        found = await ops.interrupts(
+            status=status, app_name=app_name, session_id=session_id, kind=kind, limit=limit
+        )
+        return InterruptListOut(interrupts=[interrupt_out(i) for i in found])
+
+    @guarded.post(
+        "/interrupts/{call_id}",
+        response_model=AnswerOut,
+        tags=["interrupts"],
+        responses=_ACTION_ERRORS,
+    )
+    async def answer_interrupt(call_id: CallId, body: AnswerIn) -> AnswerOut:
+        """Answers an interrupt exactly once and continues its paused invocation.
+
+        A confirmation takes ``decision`` approve or deny; an input or a
+        long-running call a ``payload`` (or ``decision`` deny). 404 for an
+        unknown call id, 409 when it was already answered, expired (its
+        default outcome applied) or its run was cancelled, 422 for the wrong
+        kind of answer: nothing is changed then. The answer is recorded with
+        who gave it, and a run carrying it goes in the session's queue (this
+        worker drives it at once when it serves the app); the paused run ends
+        DONE with its invocation.
+        """
+        answered = await ops.answer(
+            call_id,
+            by=body.by,
+            decision=body.decision,
+            payload=body.payload,
+            reason=body.reason,
+            session_id=body.session_id,
+            owner=worker.worker_id,
+            lease=settings.lease,
+        )
+        if answered.run.owner == worker.worker_id and not worker.draining.is_set():
+            worker.drive_queued(answered.run, answered.content, resume=True)
+        return AnswerOut(
+            interrupt=interrupt_out(answered.interrupt),
+            run=run_out(answered.run),
+            message=answered.message,
+        )
 
     @guarded.get("/dead-letters", response_model=DeadLetterListOut, tags=["operations"])
     async def dead_letters(

@@ -20,8 +20,10 @@ from durable_adk.ledger import RunStatus
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
 from durable_adk.service.schemas import (
+    AnswerOut,
     action_out,
     detail_out,
+    interrupt_out,
     letter_out,
     outcome_out,
     run_out,
@@ -101,6 +103,29 @@ class OpsSource(Protocol):
         """Sagas (``available``, ``note``, ``items``)."""
         ...
 
+    async def interrupts(
+        self,
+        status: str | None,
+        app_name: str | None,
+        session_id: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[JSON]:
+        """The interrupts inbox, oldest first."""
+        ...
+
+    async def answer(
+        self,
+        call_id: str,
+        by: str,
+        decision: str | None,
+        payload: Any,
+        reason: str | None,
+        session_id: str | None,
+    ) -> JSON:
+        """Answers an interrupt once (``interrupt``, ``run``, ``message``)."""
+        ...
+
 
 class StoreOps:
     """Operations straight on the store (no worker needed)."""
@@ -159,6 +184,43 @@ class StoreOps:
 
     async def sagas(self, status: str | None, limit: int) -> JSON:
         return (await features.list_sagas(self.store, status=status, limit=limit)).model_dump()
+
+    async def interrupts(
+        self,
+        status: str | None,
+        app_name: str | None,
+        session_id: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[JSON]:
+        found = await self.ops.interrupts(
+            status=status, app_name=app_name, session_id=session_id, kind=kind, limit=limit
+        )
+        return [interrupt_out(i).model_dump() for i in found]
+
+    async def answer(
+        self,
+        call_id: str,
+        by: str,
+        decision: str | None,
+        payload: Any,
+        reason: str | None,
+        session_id: str | None,
+    ) -> JSON:
+        # No worker here: the continuation waits for the next sweep of one serving the app.
+        answered = await self.ops.answer(
+            call_id,
+            by=by,
+            decision=decision,
+            payload=payload,
+            reason=reason,
+            session_id=session_id,
+        )
+        return AnswerOut(
+            interrupt=interrupt_out(answered.interrupt),
+            run=run_out(answered.run),
+            message=answered.message,
+        ).model_dump()
 
 
 class HttpOps:
@@ -277,6 +339,34 @@ class HttpOps:
         if status is not None:
             params["status"] = status
         return await self._call("GET", "/v1/sagas", params=params)
+
+    async def interrupts(
+        self,
+        status: str | None,
+        app_name: str | None,
+        session_id: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[JSON]:
+        params = _body(
+            status=status, app_name=app_name, session_id=session_id, kind=kind, limit=limit
+        )
+        found: list[JSON] = (await self._call("GET", "/v1/interrupts", params=params))["interrupts"]
+        return found
+
+    async def answer(
+        self,
+        call_id: str,
+        by: str,
+        decision: str | None,
+        payload: Any,
+        reason: str | None,
+        session_id: str | None,
+    ) -> JSON:
+        body = _body(
+            by=by, decision=decision, payload=payload, reason=reason, session_id=session_id
+        )
+        return await self._call("POST", f"/v1/interrupts/{_segment(call_id)}", json=body)
 
 
 def _segment(value: str) -> str:

@@ -4,8 +4,9 @@ Every answer is read from the durable store, never from a worker's memory, so
 any worker (or the CLI with ``--db``) gives the same answer about any run,
 including one in progress on another worker. Reads return frozen records;
 the writes are the operator's actions (cancel, resolve, abandon, retry, see
-:mod:`durable_adk.adk.operators`), each one conditional ledger statement that
-also writes its line in the audit trail.
+:mod:`durable_adk.adk.operators`; answering an interrupt, see
+:mod:`durable_adk.adk.inbox`), each one conditional unit of work that also
+writes its line in the audit trail.
 
 Several apps may share one database: listings take an ``app_name`` filter,
 and a run is classified only by a worker that serves its app (another app's
@@ -24,7 +25,9 @@ from google.adk.events.event import Event
 from durable_adk import errors
 from durable_adk.adk import operators
 from durable_adk.adk.classify import classify
+from durable_adk.adk.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
 from durable_adk.ledger import TERMINAL, DeadLetter, OperatorAction, Run, RunLedger, RunStatus
 from durable_adk.store.base import Store
 
@@ -316,6 +319,63 @@ class Operations:
         """Resolves a parked run (see :func:`durable_adk.adk.operators.resolve_run`)."""
         return await operators.resolve_run(
             self.ledger, run_id, by=by, reason=reason, result=result, results=results
+        )
+
+    async def interrupts(
+        self,
+        *,
+        status: str | None = "OPEN",
+        app_name: str | None = None,
+        session_id: str | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+    ) -> list[Interrupt]:
+        """The interrupts inbox across sessions (default: the open ones), oldest first.
+
+        Raises:
+            InvalidArgument: An unknown status or kind.
+        """
+        try:
+            wanted = InterruptStatus(status) if status else None
+            of_kind = InterruptKind(kind) if kind else None
+        except ValueError as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        return await InterruptTable(self.store).list_interrupts(
+            status=wanted,
+            app_name=app_name,
+            session_id=session_id,
+            kind=of_kind,
+            limit=_page(limit),
+        )
+
+    async def answer(
+        self,
+        call_id: str,
+        *,
+        by: str,
+        decision: str | None = None,
+        payload: Any = None,
+        reason: str | None = None,
+        session_id: str | None = None,
+        owner: str | None = None,
+        lease: float = 0.0,
+    ) -> InboxAnswer:
+        """Answers an interrupt once (see :func:`durable_adk.adk.inbox.answer_interrupt`).
+
+        ``owner`` (this worker) holds the continuation of its own app's
+        interrupts; another app's waits for a worker of that app.
+        """
+        return await answer_interrupt(
+            self.store,
+            call_id,
+            by=by,
+            decision=decision,
+            payload=payload,
+            reason=reason,
+            session_id=session_id,
+            owner=owner,
+            lease=lease,
+            owner_app=self.app_name,
         )
 
     async def actions(

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from durable_adk.adk.operators import MAX_REASON_CHARS, Outcome
 from durable_adk.ids import ID_PATTERN as ID_PATTERN  # the library's rule, for the routes
+from durable_adk.interrupts import Interrupt
 from durable_adk.ledger import DeadLetter, OperatorAction, Run
 from durable_adk.service.ops import RunDetail, SeqEvent
 
@@ -355,3 +356,63 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         events=events_out(detail.events),
         dead_letters=[letter_out(d) for d in detail.dead_letters],
     )
+
+
+class InterruptOut(_Out):
+    """A call a paused run waits on (a confirmation, an input, a long-running call)."""
+
+    call_id: str
+    app_name: str
+    user_id: str
+    session_id: str
+    invocation_id: str
+    run_id: str = Field(description="The run that paused on it.")
+    kind: str = Field(description="confirmation, input or long_running.")
+    name: str = Field(description="The call's function name.")
+    args: dict[str, Any] = Field(description="The call's arguments (hint, original call...).")
+    status: str = Field(description="OPEN, ANSWERED, EXPIRED (default outcome) or CLOSED.")
+    deadline_at: float | None = Field(description="When the default outcome (deny) applies.")
+    answered_by: str | None
+    answer: dict[str, Any] | None = Field(description="The function response sent.")
+    answer_run_id: str | None = Field(description="The run that carries the answer on.")
+    answered_at: float | None
+    created_at: float
+
+
+class InterruptListOut(_Out):
+    """Interrupts, oldest first."""
+
+    interrupts: list[InterruptOut]
+
+
+class AnswerIn(BaseModel):
+    """Answer an interrupt: approve or deny (a confirmation), or a payload (input, long-running)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    decision: Literal["approve", "deny"] | None = Field(
+        default=None, description="A confirmation's answer; any interrupt may be denied."
+    )
+    payload: Any = Field(
+        default=None,
+        description="An input's or long-running call's answer (JSON; an object is the function "
+        "response as it is), or a confirmation's payload.",
+    )
+    reason: Reason | None = None
+    session_id: Id | None = Field(
+        default=None, description="The session, when the call id is open in several."
+    )
+
+
+class AnswerOut(_Out):
+    """What an answer did: the interrupt as answered and the run carrying the answer on."""
+
+    interrupt: InterruptOut
+    run: RunOut
+    message: str
+
+
+def interrupt_out(interrupt: Interrupt) -> InterruptOut:
+    """An interrupt for the wire."""
+    return InterruptOut.model_validate(interrupt, from_attributes=True)

@@ -51,6 +51,9 @@ class ServiceSettings:
         expiry_interval: Seconds between passes of the job deadline sweep.
         progress_interval: At most one progress delivery per job per this many seconds.
         saga_quiet: Quiet seconds before a saga with no final status counts as stuck.
+        interrupt_deadlines: Seconds an interrupt waits for a person before its
+            default outcome (deny) applies, as ``(tool name, seconds)`` pairs
+            (``"*"``: any call); see ``DurableRunner(interrupt_deadlines=...)``.
     """
 
     db: str
@@ -74,6 +77,7 @@ class ServiceSettings:
     expiry_interval: float = 30.0
     progress_interval: float = 60.0
     saga_quiet: float = 300.0
+    interrupt_deadlines: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.token or len(self.token) < 8:
@@ -95,5 +99,7 @@ class ServiceSettings:
             raise errors.InvalidArgument(
                 "drain_seconds must be >= 0, max_body_bytes and max_message_chars >= 1"
             )
+        if any(seconds <= 0 for _, seconds in self.interrupt_deadlines):
+            raise errors.InvalidArgument("interrupt deadlines must be > 0 seconds")
         if not 0 <= self.port <= 65535:
             raise errors.InvalidArgument(f"port must be 0..65535, got {self.port}")

@@ -8,7 +8,8 @@ What it guarantees:
   the session's queue, under a renewed lease. A crash anywhere leaves a row
   that any worker's sweeper recovers.
 * Every worker runs the recovery sweeper, the job resumer, the job deadline
-  sweep, the progress sender and the saga sweepers in loops, so several
+  sweep, the progress sender, the interrupts' deadline sweep and the saga
+  sweepers in loops, so several
   workers on one PostgreSQL share the work: each claim is a single statement,
   so a run, a job or a saga is taken by exactly one of them.
 * :meth:`Worker.drain` (graceful shutdown) stops taking work, lets the runs in
@@ -37,6 +38,7 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk import errors, loops
+from durable_adk.adk.inbox import InterruptSweeper
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
 from durable_adk.adk.runner import DurableRunner
@@ -44,7 +46,7 @@ from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
-from durable_adk.ledger import Lease, Run
+from durable_adk.ledger import Run
 from durable_adk.metrics import Metrics
 from durable_adk.service.ops import Operations
 from durable_adk.service.settings import ServiceSettings
@@ -120,6 +122,7 @@ class Worker:
             backoff=settings.backoff,
             idempotent_tools=settings.idempotent_tools,
             metrics=self.metrics,
+            interrupt_deadlines=dict(settings.interrupt_deadlines),
         )
         self.sweeper = Sweeper(
             self.runner,
@@ -135,6 +138,9 @@ class Worker:
             owner_speaks_first=isinstance(self.runner.app.root_agent, LlmAgent),
         )
         self.jobs = JobTable(store)
+        # Deadlines of this app's interrupts: the default outcome (deny) is
+        # queued with no lease, so the next recovery sweep drives it on.
+        self.inbox = InterruptSweeper(store, app_name=self.runner.app_name, owner=self.worker_id)
         self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
         # Submissions not accepted yet are retried on the resumer's cadence.
         self.submitter = Submitter(self.jobs, runner=self.runner, interval=settings.resume_interval)
@@ -148,7 +154,6 @@ class Worker:
         self._job_loops = contextlib.AsyncExitStack()
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
-        self._leases: dict[str, Lease] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._drained = False
 
@@ -179,6 +184,14 @@ class Worker:
         sweeper per SagaSequence of the app.
         """
         self._loops.append(asyncio.create_task(self._sweep_loop(), name="durable-adk-sweeper"))
+        self._loops.append(
+            asyncio.create_task(
+                self._every(
+                    self.settings.expiry_interval, self.inbox.expire_once, "interrupt deadlines"
+                ),
+                name="durable-adk-interrupt-deadlines",
+            )
+        )
         for saga in self.sagas:
             sweeper = SagaSweeper(
                 saga,
@@ -250,11 +263,9 @@ class Worker:
         await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
 
     async def _sweep_once(self) -> None:
-        # A run asked to stop whose owner died is cancelled, never re-driven.
-        for run_id in await self.runner.ledger.cancel_expired(app_name=self.app_name):
-            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
-        await self._stop_cancelled()
-        # The sweeper logs each recovery itself (run id, class, epoch, action).
+        # The sweeper cancels the runs asked to stop whose owner died, and logs
+        # each recovery itself (run id, class, epoch, action). A live owner
+        # stops its own cancelled runs at their next heartbeat.
         await self.sweeper.recover_once()
 
     async def _every(
@@ -297,43 +308,32 @@ class Worker:
         run, message = await self.runner.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
+        self.drive_queued(run, message, resume=invocation_id is not None)
+        return run
+
+    def drive_queued(self, run: Run, message: types.Content, *, resume: bool) -> None:
+        """Drives a run this worker put on the ledger (QUEUED, held by it) in the background.
+
+        The second half of :meth:`start_run`; also how an answer given
+        through the interrupts inbox continues its invocation at once.
+        """
         task = asyncio.create_task(
-            self._drive(run, message, resume=invocation_id is not None),
-            name=f"durable-adk-{run.run_id}",
+            self._drive(run, message, resume=resume), name=f"durable-adk-{run.run_id}"
         )
         self._runs[run.run_id] = task
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
-        return run
-
-    async def _stop_cancelled(self) -> None:
-        """Stops the runs this worker drives for HTTP callers that an operator cancelled.
-
-        The check is one read per run per sweep interval; a stopped run is
-        ended CANCELLED under its own lease (fenced: a run taken over since is
-        not touched).
-        """
-        for run_id, lease in list(self._leases.items()):
-            task = self._runs.get(run_id)
-            if task is None or task.done():
-                continue
-            by = await self.runner.ledger.cancel_requested(lease)
-            if by is None:
-                continue
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            if await self.runner.ledger.finish_cancelled(lease):
-                logger.info("run %s cancelled by %s", run_id, by)
 
     async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
-            self._leases[run.run_id] = claimed.lease
             async for _event in self.runner.drive(claimed, message, resume=resume):
                 pass
         except errors.Fenced as exc:
             logger.warning("run %s: %s", run.run_id, exc)
         except OutcomeUnknown as exc:
             logger.warning("run %s parked: %s", run.run_id, exc)
+        except errors.RunCancelled as exc:
+            logger.info("run %s: %s", run.run_id, exc)
         except errors.RunInterrupted as exc:  # handed back, or its lease left to expire
             logger.warning("run %s interrupted: %s", run.run_id, exc)
         except errors.StoreError:
@@ -348,8 +348,6 @@ class Worker:
             )
         except Exception:  # the ledger already says FAILED, with the error
             logger.exception("run %s failed", run.run_id)
-        finally:
-            self._leases.pop(run.run_id, None)
 
     async def refresh_gauges(self) -> dict[str, int]:
         """Samples the runs-by-status gauge from the ledger; returns the counts."""

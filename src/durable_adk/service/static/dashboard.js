@@ -124,6 +124,69 @@ function renderParked(runs) {
   $("parked-empty").hidden = runs.length > 0;
 }
 
+function asks(interrupt) {
+  const args = interrupt.args || {};
+  const original = args.originalFunctionCall;
+  if (interrupt.kind === "confirmation" && original) {
+    return original.name + "(" + JSON.stringify(original.args || {}) + ")";
+  }
+  return interrupt.name + " " + JSON.stringify(args);
+}
+
+function renderInterrupts(interrupts) {
+  const rows = interrupts.map((item) => {
+    const buttons = [];
+    if (item.kind === "confirmation") {
+      buttons.push(el("button", {
+        class: "approve", type: "button", "data-call-id": item.call_id,
+        onclick: (event) => answer(item, { decision: "approve" }, event.target),
+      }, "Approve"), " ");
+    } else {
+      buttons.push(el("button", {
+        class: "send", type: "button", "data-call-id": item.call_id,
+        onclick: (event) => answer(item, null, event.target),
+      }, "Send payload"), " ");
+    }
+    buttons.push(el("button", {
+      class: "deny", type: "button", "data-call-id": item.call_id,
+      onclick: (event) => answer(item, { decision: "deny" }, event.target),
+    }, "Deny"));
+    return el("tr", { "data-call-id": item.call_id },
+      el("td", { class: "id" }, short(item.call_id, 24)),
+      el("td", {}, item.kind),
+      el("td", { class: "reason" }, short(asks(item), 120)),
+      el("td", { class: "id" }, item.app_name),
+      el("td", { class: "id" }, item.user_id + "/" + item.session_id),
+      el("td", { class: "id" }, short(item.run_id, 24)),
+      el("td", {}, item.deadline_at ? when(item.deadline_at) : ""),
+      el("td", {}, ...buttons));
+  });
+  fill($("interrupts").tBodies[0], rows);
+  $("interrupts-empty").hidden = interrupts.length > 0;
+}
+
+async function answer(item, chosen, button) {
+  const by = $("answer-by").value.trim();
+  if (!by) { $("answer-message").textContent = "Give your name (who answers) first."; return; }
+  sessionStorage.setItem(OPERATOR_KEY, by);
+  const body = { by, session_id: item.session_id, ...(chosen || {}) };
+  if (!chosen) {
+    try { body.payload = JSON.parse($("answer-payload").value); }
+    catch (error) { $("answer-message").textContent = "The payload is not JSON: " + error.message; return; }
+  }
+  button.disabled = true;
+  try {
+    const answered = await api("/v1/interrupts/" + encodeURIComponent(item.call_id),
+      { method: "POST", body: JSON.stringify(body) });
+    $("answer-message").textContent = answered.message;
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("answer-message").textContent = "Answer failed: " + error.message;
+    button.disabled = false;
+  }
+  refresh();
+}
+
 function renderRuns(runs) {
   const rows = runs.map((run) => el("tr", {
     class: "pick", "data-run-id": run.run_id, onclick: () => select(run),
@@ -280,7 +343,7 @@ async function refresh() {
   try {
     const filter = state.status ? "&status=" + state.status : "";
     const apps = appQuery();
-    const [health, stats, counts, parked, runs, jobs, sagas, known] = await Promise.all([
+    const [health, stats, counts, parked, runs, jobs, sagas, known, waiting] = await Promise.all([
       fetch("/healthz").then((r) => r.json()),
       api("/v1/stats"),
       api("/v1/runs-by-status?" + apps.slice(1)),
@@ -289,6 +352,7 @@ async function refresh() {
       api("/v1/jobs?limit=50"),
       api("/v1/sagas?limit=50"),
       api("/v1/apps"),
+      api("/v1/interrupts?limit=200" + apps),
     ]);
     $("login").hidden = true;
     $("main").hidden = false;
@@ -298,6 +362,7 @@ async function refresh() {
     renderApps(known);
     renderCounts(counts.counts);
     renderParked(parked.runs);
+    renderInterrupts(waiting.interrupts);
     renderRuns(runs.runs);
     renderList("jobs", jobs);
     renderList("sagas", sagas);
@@ -316,6 +381,8 @@ function start() {
   filter.addEventListener("change", () => { state.status = filter.value; refresh(); });
   $("app-filter").addEventListener("change", () => { state.app = $("app-filter").value; refresh(); });
   $("op-by").value = sessionStorage.getItem(OPERATOR_KEY) || "";
+  $("answer-by").value = sessionStorage.getItem(OPERATOR_KEY) || "";
+  $("answer-form").addEventListener("submit", (event) => event.preventDefault());
   $("do-cancel").addEventListener("click", () => act("cancel"));
   $("do-resolve").addEventListener("click", () => act("resolve"));
   $("do-abandon").addEventListener("click", () => act("abandon"));

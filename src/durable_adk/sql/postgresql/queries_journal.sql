@@ -159,3 +159,36 @@ RETURNING key;
 SELECT * FROM journal
  WHERE (:invocation_id::text IS NULL OR invocation_id = :invocation_id::text)
  ORDER BY created_at DESC LIMIT :limit::int;
+
+-- name: journal_resolve
+-- An operator records the result of an effect whose outcome was unknown: an
+-- INTENT nobody acts on (its run is not RUNNING at its epoch; outside a run,
+-- its hold was released or ran out) becomes DONE with that result. Refused:
+-- 'missing' (no entry), 'done' (already DONE: nothing changed), 'held' (a
+-- live attempt still acts on it).
+WITH one AS (SELECT 1 AS x),
+j AS (SELECT * FROM journal WHERE key = :key::text FOR UPDATE),
+chk AS (
+    SELECT CASE
+             WHEN j.key IS NULL THEN 'missing'
+             WHEN j.status = 'DONE' THEN 'done'
+             WHEN j.holder IS NOT NULL AND j.run_id IS NULL
+                  AND j.held_until >= extract(epoch FROM clock_timestamp()) THEN 'held'
+             WHEN j.holder IS NOT NULL AND j.run_id IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM runs r WHERE r.run_id = j.run_id AND r.epoch = j.run_epoch
+                                           AND r.status = 'RUNNING') THEN 'held'
+             ELSE 'ok'
+           END AS status,
+           j.result AS result, j.resolved_by AS resolved_by
+      FROM one LEFT JOIN j ON true
+), u AS (
+    UPDATE journal
+       SET status = 'DONE', result = :result::text, holder = NULL, held_until = NULL,
+           resolved_by = :actor::text, updated_at = extract(epoch FROM clock_timestamp())
+      FROM chk
+     WHERE journal.key = :key::text AND journal.status = 'INTENT' AND chk.status = 'ok'
+    RETURNING journal.result, journal.resolved_by
+)
+SELECT chk.status, COALESCE((SELECT u.result FROM u), chk.result) AS result,
+       COALESCE((SELECT u.resolved_by FROM u), chk.resolved_by) AS resolved_by
+  FROM chk;

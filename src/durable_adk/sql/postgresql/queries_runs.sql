@@ -70,7 +70,7 @@ UPDATE runs
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
    AND status IN ('QUEUED', 'RUNNING')
-RETURNING lease_until;
+RETURNING lease_until, cancel_requested_at, cancel_requested_by;
 
 -- name: run_finish inline
 UPDATE runs

@@ -131,3 +131,27 @@ RETURNING key;
 SELECT * FROM journal
  WHERE (:invocation_id IS NULL OR invocation_id = :invocation_id)
  ORDER BY created_at DESC LIMIT :limit;
+
+-- name: journal_resolve guarded
+-- An operator records the result of an effect whose outcome was unknown: an
+-- INTENT nobody acts on (its run is not RUNNING at its epoch; outside a run,
+-- its hold was released or ran out) becomes DONE with that result. Refused:
+-- 'missing' (no entry), 'done' (already DONE: nothing changed), 'held' (a
+-- live attempt still acts on it).
+SELECT CASE
+         WHEN j.key IS NULL THEN 'missing'
+         WHEN j.status = 'DONE' THEN 'done'
+         WHEN j.holder IS NOT NULL AND j.run_id IS NULL
+              AND j.held_until >= (julianday('now') - 2440587.5) * 86400.0 THEN 'held'
+         WHEN j.holder IS NOT NULL AND j.run_id IS NOT NULL AND EXISTS (
+                SELECT 1 FROM runs r WHERE r.run_id = j.run_id AND r.epoch = j.run_epoch
+                                       AND r.status = 'RUNNING') THEN 'held'
+         ELSE 'ok'
+       END AS status,
+       j.result AS result, j.resolved_by AS resolved_by
+  FROM (SELECT 1) AS one LEFT JOIN journal j ON j.key = :key;
+UPDATE journal
+   SET status = 'DONE', result = :result, holder = NULL, held_until = NULL,
+       resolved_by = :actor, updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE key = :key AND status = 'INTENT';
+SELECT 'ok' AS status, result, resolved_by FROM journal WHERE key = :key;

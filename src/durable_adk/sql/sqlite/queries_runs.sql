@@ -62,7 +62,7 @@ UPDATE runs
    SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status IN ('QUEUED', 'RUNNING')
-RETURNING lease_until;
+RETURNING lease_until, cancel_requested_at, cancel_requested_by;
 
 -- name: run_finish inline
 UPDATE runs

@@ -1,0 +1,108 @@
+-- The interrupts inbox (issue 14): the human-input and long-running calls runs
+-- paused on, indexed when a run pauses, answered at most once.
+
+-- name: interrupt_open
+-- Indexes an open call of a paused invocation; a call already indexed is left as it is.
+INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
+                        name, args, status, deadline_at, created_at)
+VALUES (:call_id::text, :app_name::text, :user_id::text, :session_id::text,
+        :invocation_id::text, :run_id::text, :kind::text, :name::text, :args::text, 'OPEN',
+        extract(epoch FROM clock_timestamp()) + :deadline::float8,
+        extract(epoch FROM clock_timestamp()))
+ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO NOTHING;
+
+-- name: interrupt_list
+SELECT * FROM interrupts
+ WHERE (:status::text IS NULL OR status = :status::text)
+   AND (:app_name::text IS NULL OR app_name = :app_name::text)
+   AND (:session_id::text IS NULL OR session_id = :session_id::text)
+   AND (:kind::text IS NULL OR kind = :kind::text)
+ ORDER BY pk LIMIT :limit::bigint;
+
+-- name: interrupt_by_call
+SELECT *, extract(epoch FROM clock_timestamp()) AS db_now FROM interrupts
+ WHERE call_id = :call_id::text
+   AND (:app_name::text IS NULL OR app_name = :app_name::text)
+   AND (:session_id::text IS NULL OR session_id = :session_id::text)
+ ORDER BY pk DESC LIMIT 50;
+
+-- name: interrupt_of_invocation
+SELECT * FROM interrupts
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+ ORDER BY pk;
+
+-- name: interrupt_settle
+-- A call the session shows answered (by any path) leaves the inbox.
+UPDATE interrupts
+   SET status = 'ANSWERED', answered_by = COALESCE(answered_by, 'session'),
+       answered_at = COALESCE(answered_at, extract(epoch FROM clock_timestamp()))
+ WHERE pk = :pk::bigint AND status = 'OPEN';
+
+-- name: interrupt_close_of_run
+-- The run that paused on them was cancelled: its open calls leave the inbox.
+UPDATE interrupts SET status = 'CLOSED', answered_at = extract(epoch FROM clock_timestamp())
+ WHERE run_id = :run_id::text AND status = 'OPEN';
+
+-- name: interrupt_due
+SELECT * FROM interrupts
+ WHERE status = 'OPEN' AND deadline_at IS NOT NULL
+   AND deadline_at <= extract(epoch FROM clock_timestamp())
+   AND (:app_name::text IS NULL OR app_name = :app_name::text)
+ ORDER BY deadline_at LIMIT :limit::bigint;
+
+-- name: interrupt_answer
+-- Answers one OPEN interrupt, exactly once: the interrupt is marked (ANSWERED
+-- by a person before its deadline; EXPIRED by the deadline sweeper after it),
+-- a run carrying the answer goes in the session's queue, and the answer is
+-- recorded in the audit trail of the run that paused, all in one statement.
+-- No row: refused (nothing changed).
+WITH i AS (
+    SELECT * FROM interrupts
+     WHERE pk = :pk::bigint AND status = 'OPEN'
+       AND CASE WHEN :by_deadline::int = 1
+                THEN deadline_at <= extract(epoch FROM clock_timestamp())
+                ELSE deadline_at IS NULL
+                     OR deadline_at > extract(epoch FROM clock_timestamp()) END
+       FOR UPDATE
+), u AS (
+    UPDATE interrupts
+       SET status = CASE WHEN :by_deadline::int = 1 THEN 'EXPIRED' ELSE 'ANSWERED' END,
+           answered_by = :actor::text, answer = :answer::text, answer_run_id = :new_run_id::text,
+           answered_at = extract(epoch FROM clock_timestamp())
+      FROM i
+     WHERE interrupts.pk = i.pk
+    RETURNING interrupts.pk
+), r AS (
+    INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                      owner, lease_until, created_at, updated_at)
+    SELECT :new_run_id::text, i.app_name, i.user_id, i.session_id, i.invocation_id,
+           :request::text, 'QUEUED', :owner::text,
+           extract(epoch FROM clock_timestamp()) + :lease::float8,
+           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+      FROM i
+    RETURNING *
+), a AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT p.run_id, p.app_name, 'answer', :actor::text, :reason::text, p.status, p.status,
+           p.epoch, :detail::text, extract(epoch FROM clock_timestamp())
+      FROM runs p JOIN i ON p.run_id = i.run_id
+    RETURNING 1
+)
+SELECT r.* FROM r;
+
+-- name: run_close_paused
+-- A run of an invocation ended DONE: the runs that paused on it end DONE too.
+UPDATE runs
+   SET status = 'DONE', finished_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+   AND status = 'PAUSED' AND run_id <> :run_id::text
+RETURNING run_id;
+
+-- name: interrupt_backdate
+-- Moves an interrupt's deadline into the past (tests, operators).
+UPDATE interrupts SET deadline_at = extract(epoch FROM clock_timestamp()) - :seconds::float8
+ WHERE call_id = :call_id::text AND status = 'OPEN';

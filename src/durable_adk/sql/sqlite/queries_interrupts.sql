@@ -1,0 +1,98 @@
+-- The interrupts inbox (issue 14): the human-input and long-running calls runs
+-- paused on, indexed when a run pauses, answered at most once.
+
+-- name: interrupt_open
+-- Indexes an open call of a paused invocation; a call already indexed is left as it is.
+INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
+                        name, args, status, deadline_at, created_at)
+VALUES (:call_id, :app_name, :user_id, :session_id, :invocation_id, :run_id, :kind, :name,
+        :args, 'OPEN',
+        CASE WHEN :deadline IS NULL THEN NULL
+             ELSE (julianday('now') - 2440587.5) * 86400.0 + :deadline END,
+        (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO NOTHING;
+
+-- name: interrupt_list
+SELECT * FROM interrupts
+ WHERE (:status IS NULL OR status = :status)
+   AND (:app_name IS NULL OR app_name = :app_name)
+   AND (:session_id IS NULL OR session_id = :session_id)
+   AND (:kind IS NULL OR kind = :kind)
+ ORDER BY pk LIMIT :limit;
+
+-- name: interrupt_by_call
+SELECT *, (julianday('now') - 2440587.5) * 86400.0 AS db_now FROM interrupts
+ WHERE call_id = :call_id
+   AND (:app_name IS NULL OR app_name = :app_name)
+   AND (:session_id IS NULL OR session_id = :session_id)
+ ORDER BY pk DESC LIMIT 50;
+
+-- name: interrupt_of_invocation
+SELECT * FROM interrupts
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id
+ ORDER BY pk;
+
+-- name: interrupt_settle
+-- A call the session shows answered (by any path) leaves the inbox.
+UPDATE interrupts
+   SET status = 'ANSWERED', answered_by = COALESCE(answered_by, 'session'),
+       answered_at = COALESCE(answered_at, (julianday('now') - 2440587.5) * 86400.0)
+ WHERE pk = :pk AND status = 'OPEN';
+
+-- name: interrupt_close_of_run
+-- The run that paused on them was cancelled: its open calls leave the inbox.
+UPDATE interrupts SET status = 'CLOSED', answered_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND status = 'OPEN';
+
+-- name: interrupt_due
+SELECT * FROM interrupts
+ WHERE status = 'OPEN' AND deadline_at IS NOT NULL
+   AND deadline_at <= (julianday('now') - 2440587.5) * 86400.0
+   AND (:app_name IS NULL OR app_name = :app_name)
+ ORDER BY deadline_at LIMIT :limit;
+
+-- name: interrupt_answer guarded
+-- Answers one OPEN interrupt, exactly once: the interrupt is marked (ANSWERED
+-- by a person before its deadline; EXPIRED by the deadline sweeper after it),
+-- a run carrying the answer goes in the session's queue, and the answer is
+-- recorded in the audit trail of the run that paused, all in one unit.
+SELECT CASE WHEN EXISTS (
+         SELECT 1 FROM interrupts
+          WHERE pk = :pk AND status = 'OPEN'
+            AND CASE WHEN :by_deadline = 1
+                     THEN deadline_at <= (julianday('now') - 2440587.5) * 86400.0
+                     ELSE deadline_at IS NULL
+                          OR deadline_at > (julianday('now') - 2440587.5) * 86400.0 END)
+       THEN 'ok' ELSE 'refused' END AS status;
+UPDATE interrupts
+   SET status = CASE WHEN :by_deadline = 1 THEN 'EXPIRED' ELSE 'ANSWERED' END,
+       answered_by = :actor, answer = :answer, answer_run_id = :new_run_id,
+       answered_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE pk = :pk;
+INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                  owner, lease_until, created_at, updated_at)
+SELECT :new_run_id, app_name, user_id, session_id, invocation_id, :request, 'QUEUED', :owner,
+       (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+  FROM interrupts WHERE pk = :pk;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT run_id, app_name, 'answer', :actor, :reason, status, status, epoch, :detail,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM runs WHERE run_id = (SELECT run_id FROM interrupts WHERE pk = :pk);
+SELECT * FROM runs WHERE run_id = :new_run_id;
+
+-- name: run_close_paused
+-- A run of an invocation ended DONE: the runs that paused on it end DONE too.
+UPDATE runs
+   SET status = 'DONE', finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND status = 'PAUSED' AND run_id <> :run_id
+RETURNING run_id;
+
+-- name: interrupt_backdate
+-- Moves an interrupt's deadline into the past (tests, operators).
+UPDATE interrupts SET deadline_at = (julianday('now') - 2440587.5) * 86400.0 - :seconds
+ WHERE call_id = :call_id AND status = 'OPEN';
