@@ -54,7 +54,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -86,8 +86,14 @@ from durable_adk.adk.tools import is_journaled
 from durable_adk.fence import RunFence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
+from durable_adk.runlog import run_event
+from durable_adk.sweeps import sweepers_seen
 from durable_adk.testing.crash import crash_point
+
+if TYPE_CHECKING:
+    from durable_adk.adk.background import Background
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -228,6 +234,7 @@ class DurableRunner:
         credential_service: BaseCredentialService | None = None,
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
+        background: bool | BackgroundSettings = True,
     ) -> None:
         """Creates the runner.
 
@@ -261,6 +268,13 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
+            background: What ``async with`` this runner starts: True (the
+                default) runs the app's background loops (recovery sweeper,
+                job submitter, resumer, deadline sweep, progress, saga
+                sweepers; :mod:`durable_adk.adk.background`) for the block
+                and stops them on exit; a :class:`BackgroundSettings` sets
+                their cadence; False runs none (a process that only submits,
+                while a worker or ``durable-adk recover`` recovers).
         """
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
@@ -307,6 +321,13 @@ class DurableRunner:
         )
         self._drives: dict[tuple[str, int], Drive] = {}
         self._detached: set[Drive] = set()
+        if background is True:
+            background = BackgroundSettings()
+        self.background_settings: BackgroundSettings | None = background or None
+        self.background: Background | None = None
+        """The background loops running over this runner, if any (set by Background)."""
+        self._own_background: Background | None = None  # the loops ``async with`` started
+        self._sweepers_checked = False
 
     @property
     def root_agent_name(self) -> str:
@@ -384,10 +405,60 @@ class DurableRunner:
             await asyncio.wait(pending)
 
     async def __aenter__(self) -> DurableRunner:
+        """Starts the app's background loops (unless ``background=False``)."""
+        if self.background_settings is not None and self.background is None:
+            # Imported here: the loops' modules import this one.
+            from durable_adk.adk.background import Background
+
+            own = Background(self, self.background_settings)
+            await own.start()
+            self._own_background = own
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        """Stops the loops this runner started, then waits for its detached drives.
+
+        Recoveries a stopped sweep left in progress get the settings'
+        ``drain_seconds`` and are then cancelled (their leases expire and
+        another sweeper takes them over).
+        """
+        own, self._own_background = self._own_background, None
+        if own is None:
+            await self.aclose()
+            return
+        await own.stop()
+        await self.aclose(grace=own.settings.drain_seconds)
+
+    async def warn_if_no_sweeper(self) -> bool:
+        """Says in the log, once per runner, when no recovery sweeper of its app runs anywhere.
+
+        Asked at this runner's first run unless its own background loops run:
+        the ``sweepers`` table (:mod:`durable_adk.sweeps`) tells whether any
+        process on the database (a worker, an ``async with DurableRunner``, a
+        ``durable-adk recover`` pass) swept for the app recently.
+
+        Returns:
+            True if it warned.
+        """
+        if self._sweepers_checked or self.background is not None:
+            return False
+        self._sweepers_checked = True
+        try:
+            seen = await sweepers_seen(self.store, app_name=self.app_name)
+        except errors.StoreError as exc:
+            logger.debug("could not tell whether a sweeper runs: %s", exc)
+            return False
+        if seen.alive:
+            return False
+        logger.warning(
+            "no recovery sweeper runs for app %r on this database (last sweep: %s): a run "
+            "that dies now stays RUNNING and is never finished. Use `async with "
+            "DurableRunner(...)` (it runs the sweeper), run a `durable-adk serve` worker, "
+            "or run `durable-adk recover MODULE:APP` regularly (cron)",
+            self.app_name,
+            seen.describe(),
+        )
+        return True
 
     async def run(
         self,
@@ -424,6 +495,7 @@ class DurableRunner:
             durable_adk.errors.InvalidArgument: ``invocation_id`` with a
                 message that is not made of function responses.
         """
+        await self.warn_if_no_sweeper()
         run, content = await self.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
@@ -776,11 +848,14 @@ class DurableRunner:
         except Exception as exc:
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
-                logger.warning(
-                    "run %s (epoch %d): lease lost, stopped driving: %s",
-                    run.run_id,
-                    run.epoch,
-                    fenced,
+                run_event(
+                    logger,
+                    logging.WARNING,
+                    "taken_over",
+                    run_id=run.run_id,
+                    epoch=run.epoch,
+                    during="drive",
+                    reason=str(fenced),
                 )
                 raise fenced from exc
             unknown = cause_of(exc, OutcomeUnknown)
@@ -875,12 +950,14 @@ class DurableRunner:
             raise errors.Fenced(
                 f"run {run.run_id} was taken over before it could be handed back"
             ) from cause
-        logger.warning(
-            "run %s (epoch %d, attempt %d) handed back for recovery: %s",
-            run.run_id,
-            run.epoch,
-            run.attempts,
-            reason,
+        run_event(
+            logger,
+            logging.WARNING,
+            "handed_back",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            attempt=run.attempts,
+            reason=reason,
         )
         raise errors.RunInterrupted(
             f"run {run.run_id} was handed back for recovery after a back-off: {reason}"
@@ -900,6 +977,16 @@ class DurableRunner:
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could be parked")
         self.metrics.run_parked()
+        run_event(
+            logger,
+            logging.WARNING,
+            "parked",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            cls="TOOL_UNANSWERED",
+            attempt=run.attempts,
+            reason=str(unknown),
+        )
         self.metrics.run_finished(RunStatus.PARKED.value)
 
     async def _heartbeat(self, drive: Drive) -> None:
@@ -918,10 +1005,14 @@ class DurableRunner:
             return  # the deadline's timer and the renewal loop may both find it
         drive.fence.lose(reason)
         self.metrics.lease_lost()
-        logger.warning(
-            "run %s (epoch %d): lease lost (%s); cancelling its drive",
-            run.run_id,
-            run.epoch,
-            reason,
+        run_event(
+            logger,
+            logging.WARNING,
+            "lease_lost",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            attempt=run.attempts,
+            reason=reason,
+            then="drive cancelled",
         )
         drive.stop("fenced")

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from google.adk.agents import BaseAgent
@@ -36,16 +36,15 @@ from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
-from durable_adk import errors, loops
-from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
+from durable_adk import errors
+from durable_adk.adk.background import Background, BackgroundSettings
+from durable_adk.adk.background import sagas_of as sagas_of
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Lease, Run
 from durable_adk.metrics import Metrics
+from durable_adk.runlog import run_event
 from durable_adk.service.ops import Operations
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.store.base import Store
@@ -73,18 +72,6 @@ class TimedSessionService(DurableSessionService):
             return await super().append_event(session, event)
         finally:
             self._metrics.append_latency(time.perf_counter() - started)
-
-
-def sagas_of(root: object) -> list[SagaSequence]:
-    """Every SagaSequence in an agent tree."""
-    found: list[SagaSequence] = []
-    pending = [root]
-    while pending:
-        agent = pending.pop()
-        if isinstance(agent, SagaSequence):
-            found.append(agent)
-        pending.extend(getattr(agent, "sub_agents", None) or ())
-    return found
 
 
 class Worker:
@@ -121,34 +108,34 @@ class Worker:
             idempotent_tools=settings.idempotent_tools,
             metrics=self.metrics,
         )
-        self.sweeper = Sweeper(
-            self.runner,
-            batch=settings.sweep_batch,
-            interval=settings.sweep_interval,
-            metrics=self.metrics,
-        )
         self.ops = Operations(
             store,
             root_agent_name=self.runner.root_agent_name,
             app_name=self.runner.app_name,
             lease_seconds=settings.lease,
         )
-        self.jobs = JobTable(store)
-        self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
-        # Submissions not accepted yet are retried on the resumer's cadence.
-        self.submitter = Submitter(self.jobs, runner=self.runner, interval=settings.resume_interval)
-        self.expiry = ExpirySweeper(
-            self.jobs, resumer=self.resumer, interval=settings.expiry_interval
+        # The same loops as ``async with DurableRunner``, on the worker's cadence.
+        self.background = Background(
+            self.runner,
+            BackgroundSettings(
+                sweep_interval=settings.sweep_interval,
+                sweep_batch=settings.sweep_batch,
+                resume_interval=settings.resume_interval,
+                expiry_interval=settings.expiry_interval,
+                progress_interval=settings.progress_interval,
+                saga_quiet=settings.saga_quiet,
+                drain_seconds=settings.drain_seconds,
+            ),
+            metrics=self.metrics,
+            before_sweep=self._stop_cancelled,
         )
-        self.progress = ProgressSender(self.runner, self.jobs, interval=settings.progress_interval)
-        self.sagas = sagas_of(self.runner.app.root_agent)
-        for saga in self.sagas:
-            saga.metrics = self.metrics  # its outcomes and compensation times
-        self._job_loops = contextlib.AsyncExitStack()
+        self.sweeper = self.background.sweeper
+        self.jobs = self.background.jobs
+        self.resumer = self.background.resumer
+        self.sagas = self.background.sagas
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._leases: dict[str, Lease] = {}
-        self._loops: list[asyncio.Task[None]] = []
         self._drained = False
 
     @property
@@ -172,35 +159,13 @@ class Worker:
     async def running(self) -> AsyncIterator[Worker]:
         """Runs the background loops; drains and hands back leases on exit.
 
-        The loops: the recovery sweeper, the job submitter (retries
-        submissions not accepted yet), the job resumer (answers the calls of
-        finished jobs), the job deadline sweep, the progress sender, and a saga
-        sweeper per SagaSequence of the app.
+        The loops (:class:`~durable_adk.adk.background.Background`, as in
+        ``async with DurableRunner``): the recovery sweeper, the job submitter
+        (retries submissions not accepted yet), the job resumer (answers the
+        calls of finished jobs), the job deadline sweep, the progress sender,
+        and a saga sweeper per SagaSequence of the app.
         """
-        self._loops.append(asyncio.create_task(self._sweep_loop(), name="durable-adk-sweeper"))
-        for saga in self.sagas:
-            sweeper = SagaSweeper(
-                saga,
-                self.sessions,
-                app_name=self.runner.app_name,
-                owner=self.worker_id,
-                quiet_for=self.settings.saga_quiet,
-            )
-            self._loops.append(
-                asyncio.create_task(
-                    self._every(self.settings.sweep_interval, sweeper.sweep_once, "saga sweep"),
-                    name=f"durable-adk-saga-{saga.name}",
-                )
-            )
-        await self._job_loops.enter_async_context(self.submitter.serve())
-        await self._job_loops.enter_async_context(self.resumer.serve())
-        await self._job_loops.enter_async_context(self.expiry.serve())
-        self._loops.append(
-            asyncio.create_task(
-                self._every(self.settings.progress_interval, self.progress.send_once, "progress"),
-                name="durable-adk-progress",
-            )
-        )
+        await self.background.start()
         try:
             yield self
         finally:
@@ -220,10 +185,7 @@ class Worker:
             return []
         self._drained = True
         self.begin_drain()
-        for loop in self._loops:
-            loop.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
-        await self._job_loops.aclose()
+        await self.background.stop()
         until = time.monotonic() + self.settings.drain_seconds
         pending = list(self._runs.values())
         if pending:
@@ -245,22 +207,9 @@ class Worker:
             logger.info("worker %s handed back runs %s", self.worker_id, handed)
         return handed
 
-    async def _sweep_loop(self) -> None:
-        await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
-
     async def _sweep_once(self) -> None:
-        # A run asked to stop whose owner died is cancelled, never re-driven.
-        for run_id in await self.runner.ledger.cancel_expired(app_name=self.app_name):
-            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
-        await self._stop_cancelled()
-        # The sweeper logs each recovery itself (run id, class, epoch, action).
-        await self.sweeper.recover_once()
-
-    async def _every(
-        self, interval: float, work: Callable[[], Awaitable[object]], what: str
-    ) -> None:
-        # Any failing pass is logged and retried; draining ends the loop.
-        await loops.every(interval, work, what, stop=self.draining)
+        """One recovery pass (the background sweeper's), for tests that step it by hand."""
+        await self.background.sweep_once()
 
     # ----------------------------------------------------------------- runs
 
@@ -321,7 +270,9 @@ class Worker:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             if await self.runner.ledger.finish_cancelled(lease):
-                logger.info("run %s cancelled by %s", run_id, by)
+                run_event(
+                    logger, logging.INFO, "cancelled", run_id=run_id, epoch=lease.epoch, by=by
+                )
 
     async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
         try:
@@ -329,12 +280,13 @@ class Worker:
             self._leases[run.run_id] = claimed.lease
             async for _event in self.runner.drive(claimed, message, resume=resume):
                 pass
+        # The runner logged these (taken_over, lease_lost, parked, handed_back).
         except errors.Fenced as exc:
-            logger.warning("run %s: %s", run.run_id, exc)
+            logger.debug("run %s: %s", run.run_id, exc)
         except OutcomeUnknown as exc:
-            logger.warning("run %s parked: %s", run.run_id, exc)
+            logger.debug("run %s parked: %s", run.run_id, exc)
         except errors.RunInterrupted as exc:  # handed back, or its lease left to expire
-            logger.warning("run %s interrupted: %s", run.run_id, exc)
+            logger.debug("run %s interrupted: %s", run.run_id, exc)
         except errors.StoreError:
             # Only waiting for the run's turn talks to the store outside the
             # drive (whose store failures end in RunInterrupted): the row is
