@@ -75,6 +75,9 @@ _EXPORTS: dict[str, str] = {
     "current_fence": "durable_adk.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
+    "Background": "durable_adk.adk.background",
+    "BackgroundSettings": "durable_adk.loops",
+    "configure_logging": "durable_adk.runlog:configure",
     "DurableSessionService": "durable_adk.adk.session_service",
     "journaled": "durable_adk.adk.tools",
     "idempotent": "durable_adk.adk.marks",
@@ -103,6 +106,8 @@ _EXPORTS: dict[str, str] = {
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
 __all__ = [
     "DEFAULT_URL",
+    "Background",
+    "BackgroundSettings",
     "Conflict",
     "DatabaseBusy",
     "DeadLetter",
@@ -154,6 +159,7 @@ __all__ = [
     "attempt_in",
     "attempt_of",
     "check_lease",
+    "configure_logging",
     "current_fence",
     "errors",
     "handle_job_webhook",

@@ -12,6 +12,8 @@ import durable_adk
 
 EXPECTED = [
     "DEFAULT_URL",
+    "Background",
+    "BackgroundSettings",
     "Conflict",
     "DatabaseBusy",
     "DeadLetter",
@@ -63,6 +65,7 @@ EXPECTED = [
     "attempt_in",
     "attempt_of",
     "check_lease",
+    "configure_logging",
     "current_fence",
     "errors",
     "handle_job_webhook",
