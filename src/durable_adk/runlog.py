@@ -40,6 +40,10 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The line format :func:`configure` installs."""
 
 
+_TEXT_KEYS = {"run_id": "run"}
+"""Field names shortened in the text of a line (``record.durable_adk`` keeps the long ones)."""
+
+
 def _value(value: object) -> str:
     text = str(value)
     if not text or any(c in text for c in ' "=\n'):
@@ -73,7 +77,7 @@ def run_event(
         return
     data: dict[str, object] = {"event": event, "run_id": run_id, "epoch": epoch, "class": cls}
     data.update(fields)
-    shown = {k: v for k, v in data.items() if v is not None and k != "event"}
+    shown = {_TEXT_KEYS.get(k, k): v for k, v in data.items() if v is not None and k != "event"}
     line = " ".join(f"{k}={_value(v)}" for k, v in shown.items())
     logger.log(level, "%s %s", event, line, extra={"durable_adk": data})
 
