@@ -151,6 +151,10 @@ def serve(
         str | None,
         typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
     ] = None,
+    streaming: Annotated[
+        bool,
+        typer.Option(help="Stream model text as partial events on the event stream (SSE)."),
+    ] = False,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
@@ -175,6 +179,7 @@ def serve(
             max_body_bytes=max_body_bytes,
             max_message_chars=max_message_chars,
             webhook_secret=webhook_secret,
+            streaming=streaming,
         )
         configure(log_level)
         agent = load_app(app_spec)

@@ -80,6 +80,7 @@ from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
+from durable_adk.adk.live import LiveEvents
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
@@ -328,6 +329,9 @@ class DurableRunner:
         """The background loops running over this runner, if any (set by Background)."""
         self._own_background: Background | None = None  # the loops ``async with`` started
         self._sweepers_checked = False
+        self.live = LiveEvents()
+        """Every event this runner's drives hand their callers, for followers of a session
+        (partial events included: see :mod:`durable_adk.adk.live`)."""
 
     @property
     def root_agent_name(self) -> str:
@@ -719,6 +723,7 @@ class DurableRunner:
     ) -> None:
         """The drive's task: runs :meth:`_drive`, handing each event over when it is wanted."""
         run = drive.run
+        session = (run.app_name, run.user_id, run.session_id)
         self._drives[(run.run_id, run.epoch)] = drive
         error: BaseException | None = None
         try:
@@ -747,6 +752,7 @@ class DurableRunner:
                             event = await anext(events)
                         except StopAsyncIteration:
                             break
+                        self.live.publish(session, event)
                         drive.hand(event)
         except asyncio.CancelledError as exc:
             if drive.stop_reason != "fenced":

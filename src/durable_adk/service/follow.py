@@ -14,6 +14,12 @@ number to reconnect from.
 
 :func:`sse` renders the items as Server-Sent Events: ``id`` is the sequence
 number, so a browser's ``Last-Event-ID`` resumes the stream.
+
+Token streaming: with a live subscription (:mod:`durable_adk.adk.live`) the
+stream also carries the partial events of the session's drives in this
+worker, marked ``partial`` and without a sequence number; they are never
+stored, so a reconnect (or a follower on another worker) gets the stored
+events only, the final text among them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from durable_adk.adk.live import Subscription
 from durable_adk.service.ops import Operations, SeqEvent, SessionKey, is_settled
 
 BATCH = 500
@@ -52,7 +59,18 @@ class End:
     statuses: dict[str, str]
 
 
-FollowItem = SeqEvent | KeepAlive | End
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """A partial (streamed, never stored) event of a drive in this worker.
+
+    Attributes:
+        data: The ADK event as JSON text (``partial`` true); it has no sequence number.
+    """
+
+    data: str
+
+
+FollowItem = SeqEvent | Partial | KeepAlive | End
 
 
 async def follow(
@@ -64,6 +82,7 @@ async def follow(
     poll: float = 0.2,
     keepalive: float = 15.0,
     stop: asyncio.Event | None = None,
+    live: Subscription | None = None,
 ) -> AsyncIterator[FollowItem]:
     """Yields a session's events after ``after``, live, until its runs settle.
 
@@ -75,15 +94,24 @@ async def follow(
         poll: Seconds between reads when nothing is new.
         keepalive: Seconds of silence before a :class:`KeepAlive`.
         stop: Set when the worker drains: the stream ends with ``draining``.
+        live: The session's live events in this worker (token streaming):
+            its partial events are delivered as :class:`Partial` between the
+            stored events, in drive order, and a stored event of a drive
+            here wakes the stream at once instead of at the next poll.
     """
     last = after
     quiet_since = time.monotonic()
+    delivered: set[str] = set()  # ids of stored events sent (a late partial of one is dropped)
     while True:
         runs = [await ops.get_run(run_id)] if run_id else await ops.session_runs(key)
         settled = is_settled(runs)
+        if live is not None:
+            live.mark_read()
         batch = await ops.events_after(key, last, limit=BATCH)
         for item in batch:
             last = item.seq
+            if live is not None:
+                delivered.add(str(item.as_dict().get("id")))
             yield item
         if batch:
             quiet_since = time.monotonic()
@@ -96,10 +124,21 @@ async def follow(
         if stop is not None and stop.is_set():
             yield End("draining", last, statuses)
             return
+        if live is not None:
+            partials = [p for p in live.take_partials() if p.id not in delivered]
+            for partial in partials:
+                yield Partial(partial.model_dump_json(exclude_none=True))
+            if partials:
+                quiet_since = time.monotonic()
+            if live.stored_since_read:
+                continue  # a stored event came first: read it before what followed it
         if time.monotonic() - quiet_since >= keepalive:
             quiet_since = time.monotonic()
             yield KeepAlive()
-        await _pause(poll, stop)
+        if live is not None:
+            await live.wait(poll)  # a published event ends the wait early
+        else:
+            await _pause(poll, stop)
 
 
 async def _pause(seconds: float, stop: asyncio.Event | None) -> None:
@@ -114,11 +153,16 @@ def sse(item: FollowItem) -> str:
     """One item as a Server-Sent Events message.
 
     Events are ``event: event`` with ``id`` = sequence number and
-    ``data`` = ``{"seq": n, "event": {...}}``; the end is ``event: end``.
+    ``data`` = ``{"seq": n, "event": {...}}``; partial (streamed) events are
+    ``event: partial`` with no ``id`` and ``data`` = ``{"partial": true,
+    "event": {...}}``; the end is ``event: end``.
     """
     if isinstance(item, SeqEvent):
         # The stored JSON is compact (no raw newlines), so it is one data line as it is.
         return f'id: {item.seq}\nevent: event\ndata: {{"seq":{item.seq},"event":{item.data}}}\n\n'
+    if isinstance(item, Partial):
+        # No id: a reconnect resumes from the last stored event, never from a partial.
+        return f'event: partial\ndata: {{"partial":true,"event":{item.data}}}\n\n'
     if isinstance(item, KeepAlive):
         return ": keep-alive\n\n"
     body = json.dumps(

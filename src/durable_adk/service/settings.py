@@ -51,6 +51,9 @@ class ServiceSettings:
         expiry_interval: Seconds between passes of the job deadline sweep.
         progress_interval: At most one progress delivery per job per this many seconds.
         saga_quiet: Quiet seconds before a saga with no final status counts as stuck.
+        streaming: Drive runs with ADK's ``StreamingMode.SSE``: the model's
+            text reaches the event stream live as partial events (never
+            stored); a run may ask otherwise (``streaming`` in its body).
     """
 
     db: str
@@ -74,6 +77,7 @@ class ServiceSettings:
     expiry_interval: float = 30.0
     progress_interval: float = 60.0
     saga_quiet: float = 300.0
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         if not self.token or len(self.token) < 8:

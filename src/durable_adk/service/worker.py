@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from google.adk.agents import BaseAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
@@ -74,6 +75,12 @@ class TimedSessionService(DurableSessionService):
             self._metrics.append_latency(time.perf_counter() - started)
 
 
+def streaming_config(base: RunConfig, *, streaming: bool) -> RunConfig:
+    """``base`` with ADK's SSE streaming on (partial events) or off."""
+    mode = StreamingMode.SSE if streaming else StreamingMode.NONE
+    return base.model_copy(update={"streaming_mode": mode})
+
+
 class Worker:
     """One worker process's durable machinery, without its HTTP front."""
 
@@ -107,6 +114,8 @@ class Worker:
             backoff=settings.backoff,
             idempotent_tools=settings.idempotent_tools,
             metrics=self.metrics,
+            run_config=streaming_config(RunConfig(), streaming=settings.streaming),
+            background=False,  # the worker runs them itself: self.background
         )
         self.ops = Operations(
             store,
@@ -220,6 +229,7 @@ class Worker:
         session_id: str,
         message: types.Content,
         invocation_id: str | None = None,
+        streaming: bool | None = None,
     ) -> Run:
         """Puts a run on the ledger and drives it in the background.
 
@@ -233,6 +243,9 @@ class Worker:
             message: The user's message.
             invocation_id: A paused invocation that ``message`` (function
                 responses only) continues; None starts a new one.
+            streaming: Drive it with ``StreamingMode.SSE`` (True) or without
+                (False); None: the worker's setting. A recovered drive uses
+                the worker's setting.
 
         Returns:
             The run as recorded (QUEUED).
@@ -245,8 +258,13 @@ class Worker:
         run, message = await self.runner.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
+        run_config = (
+            None
+            if streaming is None
+            else streaming_config(self.runner.run_config, streaming=streaming)
+        )
         task = asyncio.create_task(
-            self._drive(run, message, resume=invocation_id is not None),
+            self._drive(run, message, resume=invocation_id is not None, run_config=run_config),
             name=f"durable-adk-{run.run_id}",
         )
         self._runs[run.run_id] = task
@@ -274,11 +292,19 @@ class Worker:
                     logger, logging.INFO, "cancelled", run_id=run_id, epoch=lease.epoch, by=by
                 )
 
-    async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
+    async def _drive(
+        self,
+        run: Run,
+        message: types.Content,
+        *,
+        resume: bool = False,
+        run_config: RunConfig | None = None,
+    ) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
             self._leases[run.run_id] = claimed.lease
-            async for _event in self.runner.drive(claimed, message, resume=resume):
+            driven = self.runner.drive(claimed, message, resume=resume, run_config=run_config)
+            async for _event in driven:
                 pass
         # The runner logged these (taken_over, lease_lost, parked, handed_back).
         except errors.Fenced as exc:
