@@ -71,7 +71,7 @@ async def test_partial_events_reach_the_caller_and_are_never_stored(store: Store
     assert {e.id for e in partials} == {final[0].id}
     log = await stored(store, "s1")
     assert not [e for e in log if e.partial]
-    # Every other event the caller got is stored (ADK stores the user's message without yielding it).
+    # Every other event the caller got is stored (ADK stores the user's message, unyielded).
     assert [e.id for e in log if e.author != "user"] == [e.id for e in seen if not e.partial]
     assert [text_of(e) for e in log if e.author == "root" and text_of(e)] == [ANSWER.text]
     (run,) = await RunLedger(store).list_runs()
