@@ -15,6 +15,7 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from durable_adk import DurableRunner, RunLedger, RunStatus, Sweeper, idempotent
+from durable_adk.adk.live import Stored
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -100,13 +101,18 @@ async def test_a_recovery_streams_to_the_sessions_live_followers(store: Store) -
     with durable.live.subscribe((APP, "u", "s2")) as follower:
         (done,) = await Sweeper(durable).recover_once()
         assert done.status is RunStatus.DONE
-        partials = follower.take_partials()
-        # The stored events before the answer came as markers: read the store, then more.
-        assert follower.stored_since_read
-        while follower.pending:
-            partials += follower.take_partials()
+        items = follower.take()
+    partials = [i for i in items if isinstance(i, Event)]
     assert [text_of(e) for e in partials] == list(ANSWER.chunks)
-    assert not [e for e in await stored(store, "s2") if e.partial]
+    log = await stored(store, "s2")
+    assert not [e for e in log if e.partial]
+    # Stored events come with their numbers, in the drive's order with the partials:
+    # the user's message, the call, its answer, the chunks, then the whole text.
+    stored_items = [i for i in items if isinstance(i, Stored)]
+    assert [i.seq for i in stored_items] == list(range(1, len(log) + 1))
+    assert [i.event_id for i in stored_items] == [e.id for e in log]
+    final = next(i for i in stored_items if i.event_id == partials[0].id)
+    assert items.index(partials[-1]) + 1 == items.index(final)
     with durable.live.subscribe((APP, "u", "other")) as elsewhere:
         async for _event in durable.run(
             user_id="u", session_id="s3", message="lamps?", run_config=SSE

@@ -75,6 +75,7 @@ class ThreadedWorker:
 
     settings: ServiceSettings
     metrics: Metrics = field(default_factory=Metrics)
+    app: Any = None  # the ADK App or agent it serves (default: the stock assistant)
     base_url: str = ""
     server: WorkerServer | None = None
     _thread: threading.Thread | None = None
@@ -91,7 +92,12 @@ class ThreadedWorker:
         def main() -> None:
             try:
                 asyncio.run(
-                    serve(stock_app(), self.settings, metrics=self.metrics, on_ready=on_ready)
+                    serve(
+                        self.app or stock_app(),
+                        self.settings,
+                        metrics=self.metrics,
+                        on_ready=on_ready,
+                    )
                 )
             except BaseException as exc:  # reported to the test
                 self._errors.put(exc)
@@ -119,9 +125,9 @@ class ThreadedWorker:
 
 @contextlib.contextmanager
 def threaded_worker(
-    settings: ServiceSettings, metrics: Metrics | None = None
+    settings: ServiceSettings, metrics: Metrics | None = None, *, app: Any = None
 ) -> Iterator[ThreadedWorker]:
-    worker = ThreadedWorker(settings, metrics or Metrics()).start()
+    worker = ThreadedWorker(settings, metrics or Metrics(), app=app).start()
     try:
         yield worker
     finally:

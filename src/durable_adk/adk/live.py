@@ -1,4 +1,4 @@
-"""Live events of the drives in this process, for followers of a session (token streaming).
+"""Live events of a session in this process, for its followers (token streaming).
 
 Partial events (``event.partial``: the chunks a model streams with
 ``StreamingMode.SSE``) are never stored: ADK does not append them and
@@ -8,19 +8,19 @@ session's event stream (the worker's HTTP API) gets them from here.
 
 What it guarantees:
 
-* :meth:`LiveEvents.publish` hands every event a drive of this process hands
-  its caller to each :class:`Subscription` of that session, in drive order,
-  without waiting: a follower never slows a drive down. A subscription holds
-  at most ``limit`` events; past that its oldest partials are dropped (they
-  are previews: the stored final event carries the whole text) and
-  :attr:`Subscription.dropped` counts them.
-* A subscription learns of a stored (non-partial) event only as a signal
-  (:attr:`Subscription.stored_since_read`): the follower then reads the store,
-  where that event already is (ADK appends before it yields), so stored events
-  keep coming from the log with their sequence numbers, and a partial that
-  follows a stored event in the drive is delivered after it.
-* Only drives in this process are seen: a follower connected to another
-  worker, or reconnecting later, gets the stored events only.
+* One :class:`LiveEvents` per session service. The service publishes each
+  event it stored, with its sequence number, right after the append;
+  :class:`~durable_adk.adk.runner.DurableRunner` publishes each partial event
+  a drive hands its caller. Both happen in the drive's own order, so a
+  :class:`Subscription` holds a session's stored and partial events exactly
+  as the drive made them; publishing never waits for a follower.
+* A subscription holds at most ``limit`` items; past that its oldest item is
+  dropped: a dropped stored event is read back from the log (the follower
+  sees the gap in the sequence numbers), a dropped partial is gone
+  (:attr:`Subscription.dropped` counts them; the stored final event carries
+  the whole text).
+* Only this process's appends and drives are seen: a follower on another
+  worker, or reconnecting later, gets the stored events only (from the log).
 """
 
 from __future__ import annotations
@@ -29,66 +29,60 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from google.adk.events.event import Event
 
 SessionKey = tuple[str, str, str]
 """(app name, user id, session id)."""
 
-DEFAULT_LIMIT = 1000
-"""Most partial events a subscription holds for a slow follower."""
+DEFAULT_LIMIT = 10_000
+"""Most items a subscription holds for a slow follower."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An event the session service has just stored.
+
+    Attributes:
+        seq: Its sequence number in the session's log.
+        data: The event as stored (JSON text).
+        event_id: The event's id.
+    """
+
+    seq: int
+    data: str
+    event_id: str
+
+
+LiveItem = Stored | Event
+"""A stored event, or a partial ADK event."""
 
 
 class Subscription:
-    """One follower's view of a session's live events (see :meth:`LiveEvents.subscribe`)."""
+    """One follower's queue of a session's live events (see :meth:`LiveEvents.subscribe`)."""
 
     def __init__(self, key: SessionKey, limit: int) -> None:
         self.key = key
         self.limit = limit
         self.dropped = 0
-        self.stored_since_read = False
-        self._items: deque[Event | None] = deque()
+        self._items: deque[LiveItem] = deque()
         self._ready = asyncio.Event()
 
-    def _put(self, event: Event) -> None:
-        if not event.partial:
-            # A marker, in order: partials after it wait until the store was read.
-            self._items.append(None)
-            self.stored_since_read = True
-        else:
-            partials = sum(1 for item in self._items if item is not None)
-            if partials >= self.limit:
-                self._drop_oldest_partial()
-            self._items.append(event)
+    def _put(self, item: LiveItem) -> None:
+        if len(self._items) >= self.limit:
+            oldest = self._items.popleft()
+            if isinstance(oldest, Event):
+                self.dropped += 1
+        self._items.append(item)
         self._ready.set()
 
-    def _drop_oldest_partial(self) -> None:
-        for index, item in enumerate(self._items):
-            if item is not None:
-                del self._items[index]
-                self.dropped += 1
-                return
-
-    def take_partials(self) -> list[Event]:
-        """The partials to deliver now: up to the first stored-event marker, if any.
-
-        After a marker the follower must read the store before it takes more
-        (the marker is consumed here, and :attr:`stored_since_read` is set).
-        """
-        taken: list[Event] = []
-        while self._items:
-            item = self._items.popleft()
-            if item is None:
-                self.stored_since_read = True
-                break
-            taken.append(item)
-        if not self._items:
-            self._ready.clear()
+    def take(self) -> list[LiveItem]:
+        """Everything published since the last take, in order."""
+        taken = list(self._items)
+        self._items.clear()
+        self._ready.clear()
         return taken
-
-    def mark_read(self) -> None:
-        """The follower has just read the store: stored events so far are delivered."""
-        self.stored_since_read = False
 
     @property
     def pending(self) -> bool:
@@ -104,21 +98,25 @@ class Subscription:
 
 
 class LiveEvents:
-    """Subscriptions to the live events of sessions driven in this process."""
+    """Subscriptions to the live events of sessions in this process."""
 
     def __init__(self, *, limit: int = DEFAULT_LIMIT) -> None:
         """Creates the hub.
 
         Args:
-            limit: Most partial events one subscription holds.
+            limit: Most items one subscription holds.
         """
         self.limit = limit
         self._subscribers: dict[SessionKey, set[Subscription]] = {}
 
-    def publish(self, key: SessionKey, event: Event) -> None:
-        """Hands ``event`` of a drive of session ``key`` to its subscribers (never waits)."""
+    def publish(self, key: SessionKey, item: LiveItem) -> None:
+        """Hands ``item`` of session ``key`` to its subscribers (never waits)."""
         for subscription in self._subscribers.get(key, ()):
-            subscription._put(event)
+            subscription._put(item)
+
+    def watched(self, key: SessionKey) -> bool:
+        """Whether session ``key`` has a follower (publishing is free otherwise)."""
+        return key in self._subscribers
 
     @contextlib.contextmanager
     def subscribe(self, key: SessionKey) -> Iterator[Subscription]:

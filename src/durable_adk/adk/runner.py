@@ -329,9 +329,6 @@ class DurableRunner:
         """The background loops running over this runner, if any (set by Background)."""
         self._own_background: Background | None = None  # the loops ``async with`` started
         self._sweepers_checked = False
-        self.live = LiveEvents()
-        """Every event this runner's drives hand their callers, for followers of a session
-        (partial events included: see :mod:`durable_adk.adk.live`)."""
 
     @property
     def root_agent_name(self) -> str:
@@ -345,6 +342,12 @@ class DurableRunner:
     def app_name(self) -> str:
         """The ADK app's name."""
         return self.app.name
+
+    @property
+    def live(self) -> LiveEvents:
+        """Followers of a session's events in this process: stored ones (published by the
+        session service) and the partial ones this runner's drives stream."""
+        return self.sessions.live
 
     @property
     def detached_runs(self) -> list[str]:
@@ -752,7 +755,10 @@ class DurableRunner:
                             event = await anext(events)
                         except StopAsyncIteration:
                             break
-                        self.live.publish(session, event)
+                        if event.partial and self.sessions.live.watched(session):
+                            # Never stored: followers get it from here (stored ones
+                            # come from the session service, with their numbers).
+                            self.sessions.live.publish(session, event)
                         drive.hand(event)
         except asyncio.CancelledError as exc:
             if drive.stop_reason != "fenced":

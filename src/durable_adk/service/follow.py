@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from durable_adk.adk.live import Subscription
+from durable_adk.adk.live import LiveItem, Stored, Subscription
 from durable_adk.service.ops import Operations, SeqEvent, SessionKey, is_settled
 
 BATCH = 500
@@ -95,43 +95,34 @@ async def follow(
         keepalive: Seconds of silence before a :class:`KeepAlive`.
         stop: Set when the worker drains: the stream ends with ``draining``.
         live: The session's live events in this worker (token streaming):
-            its partial events are delivered as :class:`Partial` between the
-            stored events, in drive order, and a stored event of a drive
-            here wakes the stream at once instead of at the next poll.
+            partial events come as :class:`Partial`, in the drive's order
+            among the stored events, and a stored event of this worker wakes
+            the stream at once instead of at the next poll.
     """
-    last = after
+    cursor = _Cursor(ops, key, after, track_ids=live is not None)
     quiet_since = time.monotonic()
-    delivered: set[str] = set()  # ids of stored events sent (a late partial of one is dropped)
     while True:
         runs = [await ops.get_run(run_id)] if run_id else await ops.session_runs(key)
         settled = is_settled(runs)
+        sent = 0
         if live is not None:
-            live.mark_read()
-        batch = await ops.events_after(key, last, limit=BATCH)
+            async for item in cursor.live_items(live.take()):
+                sent += 1
+                yield item
+        batch = await cursor.read()
         for item in batch:
-            last = item.seq
-            if live is not None:
-                delivered.add(str(item.as_dict().get("id")))
             yield item
-        if batch:
+        if sent or batch:
             quiet_since = time.monotonic()
         if len(batch) == BATCH:
             continue  # more to read before deciding anything
         statuses = {run.run_id: run.status.value for run in runs}
         if settled:
-            yield End("settled", last, statuses)
+            yield End("settled", cursor.last, statuses)
             return
         if stop is not None and stop.is_set():
-            yield End("draining", last, statuses)
+            yield End("draining", cursor.last, statuses)
             return
-        if live is not None:
-            partials = [p for p in live.take_partials() if p.id not in delivered]
-            for partial in partials:
-                yield Partial(partial.model_dump_json(exclude_none=True))
-            if partials:
-                quiet_since = time.monotonic()
-            if live.stored_since_read:
-                continue  # a stored event came first: read it before what followed it
         if time.monotonic() - quiet_since >= keepalive:
             quiet_since = time.monotonic()
             yield KeepAlive()
@@ -139,6 +130,54 @@ async def follow(
             await live.wait(poll)  # a published event ends the wait early
         else:
             await _pause(poll, stop)
+
+
+class _Cursor:
+    """Where a stream stands in a session's log, and what it has sent."""
+
+    def __init__(self, ops: Operations, key: SessionKey, after: int, *, track_ids: bool) -> None:
+        self.ops = ops
+        self.key = key
+        self.track_ids = track_ids  # only a live stream needs them (partials share the id)
+        self.last = after
+        self.sent_ids: set[str] = set()  # stored events sent: a late partial of one is dropped
+
+    async def read(self, until: int | None = None) -> list[SeqEvent]:
+        """The next stored events after the last one sent (up to ``until``), now counted sent."""
+        wanted = BATCH if until is None else min(BATCH, until - self.last)
+        if wanted <= 0:
+            return []
+        batch = await self.ops.events_after(self.key, self.last, limit=wanted)
+        for item in batch:
+            self._sent(item.seq, item.as_dict().get("id") if self.track_ids else None)
+        return list(batch)
+
+    async def live_items(self, items: list[LiveItem]) -> AsyncIterator[SeqEvent | Partial]:
+        """This worker's stored and partial events, in the drive's order.
+
+        A stored event already sent is skipped; one past a gap (events this
+        worker did not store, or dropped for a slow follower) first has the
+        gap read from the log.
+        """
+        for item in items:
+            if isinstance(item, Stored):
+                if item.seq <= self.last:
+                    continue
+                while self.last < item.seq - 1:
+                    gap = await self.read(until=item.seq - 1)
+                    for missed in gap:
+                        yield missed
+                    if not gap:
+                        break  # not in the log (cannot be: appended before published)
+                self._sent(item.seq, item.event_id)
+                yield SeqEvent(item.seq, item.data)
+            elif item.id not in self.sent_ids:
+                yield Partial(item.model_dump_json(exclude_none=True))
+
+    def _sent(self, seq: int, event_id: object) -> None:
+        self.last = seq
+        if event_id is not None:
+            self.sent_ids.add(str(event_id))
 
 
 async def _pause(seconds: float, stop: asyncio.Event | None) -> None:
