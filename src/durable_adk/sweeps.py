@@ -3,10 +3,11 @@
 Every recovery sweeper (a worker's, an ``async with DurableRunner`` process's,
 one under ``adk api_server``, a ``durable-adk recover`` pass) stamps a row
 ``(app, worker)`` in the ``sweepers`` table when a pass begins, while it goes
-on, and when it ends. A runner that serves runs without a sweeper of its own
-asks :func:`sweepers_seen` once: when no sweeper of its app is live anywhere
-on the database, runs that die would stay RUNNING for ever, and it says so in
-the log (:mod:`durable_adk.adk.background`).
+on, and when it ends, at most every :data:`BEAT_EVERY` seconds. A runner that
+serves runs without a sweeper of its own asks :func:`sweepers_seen` once:
+when no sweeper of its app is live anywhere on the database, runs that die
+would stay RUNNING for ever, and it says so in the log
+(:meth:`~durable_adk.adk.runner.DurableRunner.warn_if_no_sweeper`).
 
 A periodic sweeper counts as live while its last beat is within three of its
 intervals (plus :data:`GRACE`); a one-off pass (``interval`` None) counts for
@@ -22,6 +23,9 @@ from durable_adk.store.base import Store
 
 GRACE = 30.0
 """Seconds a periodic sweeper may be late beyond three of its intervals and still count."""
+
+BEAT_EVERY = 10.0
+"""A sweeper stamps its beat at most this often (less than ``GRACE``, so it always counts)."""
 
 ONE_OFF_WINDOW = 900.0
 """Seconds a one-off recovery pass (``durable-adk recover``) counts as a live sweeper."""

@@ -55,6 +55,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -77,7 +78,7 @@ from durable_adk.ledger import Run, RunStatus
 from durable_adk.loops import periodically
 from durable_adk.metrics import Metrics
 from durable_adk.runlog import run_event
-from durable_adk.sweeps import record_sweep
+from durable_adk.sweeps import BEAT_EVERY, record_sweep
 
 logger = logging.getLogger("durable_adk.recovery")
 
@@ -188,14 +189,22 @@ class Sweeper:
         self.batch = batch
         self.interval = interval
         self.one_off = one_off
+        self._last_beat: float | None = None
         self._replay = _replay_plugin(runner)
 
     async def _beat(self) -> None:
         """Stamps this sweeper's beat in the store (:mod:`durable_adk.sweeps`).
 
-        A failed stamp is logged and the pass goes on: recovering matters more
-        than saying so (the next beat tries again).
+        At most once per :data:`~durable_adk.sweeps.BEAT_EVERY` seconds (a
+        write per pass of a fast sweeper would only add load: a beat counts
+        for three intervals plus :data:`~durable_adk.sweeps.GRACE`). A failed
+        stamp is logged and the pass goes on: recovering matters more than
+        saying so (the next beat tries again).
         """
+        now = time.monotonic()
+        if self._last_beat is not None and now - self._last_beat < BEAT_EVERY:
+            return
+        self._last_beat = now
         try:
             await record_sweep(
                 self.runner.store,
