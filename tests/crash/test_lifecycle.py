@@ -50,12 +50,19 @@ def readers(inventory: FakeService) -> list[str | None]:
     return [r.caller.get("worker") for r in inventory.requests("reservations", "lookup")]
 
 
-async def crash_mid_tool(url: str, inventory: FakeService, *, session: str = "s1") -> str:
-    """Kills worker-A inside check_stock; expires its lease; returns the run id."""
+async def crash_mid_tool(
+    url: str,
+    inventory: FakeService,
+    *,
+    session: str = "s1",
+    point: str = "demo.in_check_stock",
+    extra: tuple[str, ...] = (),
+) -> str:
+    """Kills worker-A at ``point`` (inside check_stock); expires its lease; returns the run id."""
     crashed = run_module(
         DEMO,
-        ["run", "--db", url, "--session", session, "--inventory", inventory.url],
-        env=arm(dict(os.environ), "demo.in_check_stock"),
+        ["run", "--db", url, "--session", session, "--inventory", inventory.url, *extra],
+        env=arm(dict(os.environ), point),
     )
     assert crashed.returncode == 137, crashed.stderr
     async with open_store(url) as store:
@@ -145,3 +152,20 @@ async def test_recover_command_exits_1_when_it_parks_a_run(
     async with open_store(url) as store:
         run = await RunLedger(store).get(run_id)
     assert run is not None and run.status is RunStatus.PARKED
+
+
+async def test_a_run_killed_mid_stream_stored_no_chunk_and_is_asked_again(
+    url: str, inventory: FakeService
+) -> None:
+    # Killed after the first streamed chunk of the final answer (the tool had answered).
+    run_id = await crash_mid_tool(
+        url, inventory, point="scripted_model.after_partial", extra=("--streaming",)
+    )
+    assert await answers(url) == []  # no chunk was stored
+    code, summary = recover_cli(url, inventory, "--idempotent-tool", "check_stock")
+    assert code == 0
+    assert [(r["run"], r["found"], r["status"]) for r in summary["runs"]] == [  # type: ignore[index]
+        (run_id, "MODEL_INFLIGHT", "DONE")
+    ]
+    assert await answers(url) == ["We have 7 in stock."]  # asked again, answered once
+    assert readers(inventory) == ["worker-A"]  # the tool's answer was stored: not run again

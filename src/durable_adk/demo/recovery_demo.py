@@ -25,6 +25,7 @@ import warnings
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
@@ -113,11 +114,20 @@ def make_runner(
     )
 
 
-async def run(db: str, session_id: str, unsafe: bool = False, inventory_url: str = "") -> None:
+async def run(
+    db: str,
+    session_id: str,
+    unsafe: bool = False,
+    inventory_url: str = "",
+    streaming: bool = False,
+) -> None:
     """Drives one turn; dies at the armed crash point."""
     async with open_store(db) as store:
         runner = make_runner(store, "worker-A", unsafe=unsafe, inventory_url=inventory_url)
-        async for _ in runner.run(user_id=USER_ID, session_id=session_id, message="Any lamps?"):
+        config = RunConfig(streaming_mode=StreamingMode.SSE) if streaming else None
+        async for _ in runner.run(
+            user_id=USER_ID, session_id=session_id, message="Any lamps?", run_config=config
+        ):
             pass
 
 
@@ -163,9 +173,10 @@ def main() -> None:
     parser.add_argument("--unsafe", action="store_true", help="check_stock is not idempotent")
     parser.add_argument("--worker", default="worker-B")
     parser.add_argument("--inventory", default="", help="a fake inventory service's URL")
+    parser.add_argument("--streaming", action="store_true", help="stream the model's text")
     args = parser.parse_args()
     if args.action == "run":
-        asyncio.run(run(args.db, args.session, args.unsafe, args.inventory))
+        asyncio.run(run(args.db, args.session, args.unsafe, args.inventory, args.streaming))
     elif args.action == "serve":
         print(json.dumps(asyncio.run(serve_until_idle(args.db, args.worker, args.inventory))))
     else:
