@@ -21,6 +21,13 @@ from durable_adk import errors
 logger = logging.getLogger("durable_adk.loops")
 
 
+def require_positive(**values: float) -> None:
+    """Raises InvalidArgument naming the first of ``values`` that is not > 0."""
+    for name, value in values.items():
+        if value <= 0:
+            raise errors.InvalidArgument(f"{name} must be > 0, got {value}")
+
+
 @dataclass(frozen=True, slots=True)
 class BackgroundSettings:
     """How often an app's background loops run.
@@ -49,16 +56,13 @@ class BackgroundSettings:
     drain_seconds: float | None = 10.0
 
     def __post_init__(self) -> None:
-        positive = {
-            "sweep_interval": self.sweep_interval,
-            "resume_interval": self.resume_interval,
-            "expiry_interval": self.expiry_interval,
-            "progress_interval": self.progress_interval,
-            "saga_quiet": self.saga_quiet,
-        }
-        for name, value in positive.items():
-            if value <= 0:
-                raise errors.InvalidArgument(f"{name} must be > 0, got {value}")
+        require_positive(
+            sweep_interval=self.sweep_interval,
+            resume_interval=self.resume_interval,
+            expiry_interval=self.expiry_interval,
+            progress_interval=self.progress_interval,
+            saga_quiet=self.saga_quiet,
+        )
         if self.sweep_batch < 1 or self.sweep_concurrency < 1:
             raise errors.InvalidArgument("sweep_batch and sweep_concurrency must be >= 1")
         if self.drain_seconds is not None and self.drain_seconds < 0:

@@ -82,6 +82,21 @@ def run_event(
     logger.log(level, "%s %s", event, line, extra={"durable_adk": data})
 
 
+def taken_over(
+    logger: logging.Logger, *, run_id: str, epoch: int, during: str, reason: object
+) -> None:
+    """Logs ``taken_over``: the run was taken over (or ended) while this process held it."""
+    run_event(
+        logger,
+        logging.WARNING,
+        "taken_over",
+        run_id=run_id,
+        epoch=epoch,
+        during=during,
+        reason=str(reason),
+    )
+
+
 def configure(level: str | int | None = None) -> int:
     """Sets the library's log level and, if the process has no log handler, one to stderr.
 

@@ -77,7 +77,7 @@ from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
 from durable_adk.loops import periodically
 from durable_adk.metrics import Metrics
-from durable_adk.runlog import run_event
+from durable_adk.runlog import run_event, taken_over
 from durable_adk.sweeps import BEAT_EVERY, record_sweep
 
 logger = logging.getLogger("durable_adk.recovery")
@@ -294,15 +294,7 @@ class Sweeper:
                 span.set_attribute("durable_adk.found", recovery.found.value)
                 span.set_attribute("durable_adk.action", recovery.action)
         except errors.Fenced as exc:
-            run_event(
-                logger,
-                logging.WARNING,
-                "taken_over",
-                run_id=run.run_id,
-                epoch=run.epoch,
-                during="recovery",
-                reason=str(exc),
-            )
+            taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="recovery", reason=exc)
             return None
         self.metrics.recovered(recovery.found.value, recovery.action)
         run_event(

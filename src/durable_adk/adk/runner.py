@@ -89,7 +89,7 @@ from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
-from durable_adk.runlog import run_event
+from durable_adk.runlog import run_event, taken_over
 from durable_adk.sweeps import sweepers_seen
 from durable_adk.testing.crash import crash_point
 
@@ -860,14 +860,8 @@ class DurableRunner:
         except Exception as exc:
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
-                run_event(
-                    logger,
-                    logging.WARNING,
-                    "taken_over",
-                    run_id=run.run_id,
-                    epoch=run.epoch,
-                    during="drive",
-                    reason=str(fenced),
+                taken_over(
+                    logger, run_id=run.run_id, epoch=run.epoch, during="drive", reason=fenced
                 )
                 raise fenced from exc
             unknown = cause_of(exc, OutcomeUnknown)

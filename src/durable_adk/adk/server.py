@@ -64,7 +64,7 @@ from durable_adk.fence import RunFence, current_fence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.loops import every
-from durable_adk.runlog import run_event
+from durable_adk.runlog import run_event, taken_over
 
 logger = logging.getLogger("durable_adk.server")
 
@@ -420,15 +420,7 @@ class DurableRunsPlugin(BasePlugin):
                 exc,
             )
         except errors.Fenced as exc:
-            run_event(
-                logger,
-                logging.WARNING,
-                "taken_over",
-                run_id=run.run_id,
-                epoch=run.epoch,
-                during="run end",
-                reason=str(exc),
-            )
+            taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="run end", reason=exc)
 
     async def _record_end(
         self, ic: InvocationContext, live: _Live, error: BaseException | None
