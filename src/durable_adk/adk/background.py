@@ -190,8 +190,13 @@ class Background:
         sagas = await self.sweep_sagas_once()
         return PassReport(cancelled, recoveries, submitted, expired, resumed, sagas)
 
-    async def start(self) -> None:
-        """Starts every loop in a task of its own (each passes at once, then every interval)."""
+    async def start(self, *, stop: asyncio.Event | None = None) -> None:
+        """Starts every loop in a task of its own (each passes at once, then every interval).
+
+        Args:
+            stop: When set, the loops make no new pass (a worker that begins
+                to drain stops taking work before :meth:`stop` cancels them).
+        """
         if self._tasks:
             return
         s = self.settings
@@ -209,7 +214,7 @@ class Background:
         for name, interval, work in passes:
             self._tasks.append(
                 asyncio.create_task(
-                    loops.every(interval, work, f"{name} of {self.runner.app_name}"),
+                    loops.every(interval, work, f"{name} of {self.runner.app_name}", stop=stop),
                     name=f"durable-adk-{name}",
                 )
             )

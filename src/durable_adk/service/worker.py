@@ -174,7 +174,8 @@ class Worker:
         calls of finished jobs), the job deadline sweep, the progress sender,
         and a saga sweeper per SagaSequence of the app.
         """
-        await self.background.start()
+        # Draining (SIGTERM) ends the loops' passes at once; drain() then cancels them.
+        await self.background.start(stop=self.draining)
         try:
             yield self
         finally:
