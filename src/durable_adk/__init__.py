@@ -79,6 +79,9 @@ _EXPORTS: dict[str, str] = {
     "FenceToken": "durable_adk.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
+    "Background": "durable_adk.adk.background",
+    "BackgroundSettings": "durable_adk.loops",
+    "configure_logging": "durable_adk.runlog:configure",
     "DurableSessionService": "durable_adk.adk.session_service",
     "journaled": "durable_adk.adk.tools",
     "journaled_node": "durable_adk.adk.workflow_nodes",
@@ -113,6 +116,8 @@ _EXPORTS: dict[str, str] = {
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
 __all__ = [
     "DEFAULT_URL",
+    "Background",
+    "BackgroundSettings",
     "Conflict",
     "DatabaseBusy",
     "DeadLetter",
@@ -171,6 +176,7 @@ __all__ = [
     "attempt_in",
     "attempt_of",
     "check_lease",
+    "configure_logging",
     "current_fence",
     "errors",
     "fence_headers",

@@ -1,5 +1,6 @@
 """The ``durable-adk`` command: demo, database upgrades, and (from
-:mod:`durable_adk.cli_ops`) serve, runs, jobs, sagas and dead letters.
+:mod:`durable_adk.cli_ops` and :mod:`durable_adk.cli_recover`) serve,
+recover, runs, jobs, sagas and dead letters.
 
 Every command is a thin wrapper: it parses arguments, calls the public async
 API under ``asyncio.run`` and prints with Rich. Bad arguments exit with code 2
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from durable_adk import errors
 from durable_adk.cli_ops import register as register_service_commands
+from durable_adk.cli_recover import register as register_recover
 from durable_adk.demo.saga_demo import run_saga_demo
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
@@ -290,6 +292,7 @@ def _approvals_demo() -> None:
 
 
 register_service_commands(app)
+register_recover(app)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from durable_adk import errors
+from durable_adk.runlog import LOG_LEVEL_ENV
 from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact
 
@@ -88,6 +89,14 @@ ByOpt = Annotated[
     ),
 ]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why, for the audit trail.")]
+LogLevelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--log-level",
+        envvar=LOG_LEVEL_ENV,
+        help="The library's log level on stderr: debug, info, warning, error (default info).",
+    ),
+]
 
 
 def _who(by: str | None) -> str:
@@ -158,9 +167,15 @@ def serve(
             "(deny) after SECONDS without an answer (repeatable)."
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
+    streaming: Annotated[
+        bool,
+        typer.Option(help="Stream model text as partial events on the event stream (SSE)."),
+    ] = False,
+    log_level: LogLevelOpt = None,
+    http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
     """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
+    from durable_adk.runlog import configure
     from durable_adk.service.server import load_app
     from durable_adk.service.server import serve as run_worker
     from durable_adk.service.settings import ServiceSettings, new_token
@@ -189,7 +204,9 @@ def serve(
             max_message_chars=max_message_chars,
             webhook_secret=webhook_secret,
             interrupt_deadlines=tuple(deadlines),
+            streaming=streaming,
         )
+        configure(log_level)
         agent = load_app(app_spec)
     except errors.DurableError as exc:
         _fail(str(exc))
@@ -208,7 +225,7 @@ def serve(
             print(f"bearer token (generated): {settings.token}", flush=True)
 
     try:
-        asyncio.run(run_worker(agent, settings, on_ready=ready, log_level=log_level))
+        asyncio.run(run_worker(agent, settings, on_ready=ready, log_level=http_log_level))
     except errors.DurableError as exc:
         _fail(str(exc), 1)
 
@@ -234,17 +251,22 @@ async def _source(db: str | None, url: str | None, token: str | None) -> AsyncIt
         yield StoreOps(store)
 
 
-def _call(
-    db: str | None, url: str | None, token: str | None, work: Callable[[OpsSource], Awaitable[T]]
-) -> T:
-    where = db or DEFAULT_URL
+def require_database(where: str) -> None:
+    """Exits 2 when ``where`` names a SQLite file that does not exist (nothing is created)."""
     path = (
         where.removeprefix("sqlite:///").partition("?")[0]
         if where.startswith("sqlite:///")
         else None
     )
-    if not url and path and path != ":memory:" and not os.path.exists(path):
+    if path and path != ":memory:" and not os.path.exists(path):
         _fail(f"no database at {path}")
+
+
+def _call(
+    db: str | None, url: str | None, token: str | None, work: Callable[[OpsSource], Awaitable[T]]
+) -> T:
+    if not url:
+        require_database(db or DEFAULT_URL)
 
     async def go() -> T:
         async with _source(db, url, token) as source:

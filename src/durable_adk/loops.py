@@ -1,8 +1,10 @@
 """Background passes: run some work every N seconds while a block runs.
 
 Used by the recovery sweeper, the job resumer, the progress sender and the
-expiry sweeper. A pass that fails is logged and the next one runs on time:
-one bad row must not end a loop that every other row depends on.
+expiry sweeper; :class:`BackgroundSettings` is their cadence
+(:mod:`durable_adk.adk.background` runs them). A pass that fails is logged
+and the next one runs on time: one bad row must not end a loop that every
+other row depends on.
 """
 
 from __future__ import annotations
@@ -11,9 +13,60 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from durable_adk import errors
+
 logger = logging.getLogger("durable_adk.loops")
+
+
+def require_positive(**values: float) -> None:
+    """Raises InvalidArgument naming the first of ``values`` that is not > 0."""
+    for name, value in values.items():
+        if value <= 0:
+            raise errors.InvalidArgument(f"{name} must be > 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundSettings:
+    """How often an app's background loops run.
+
+    Attributes:
+        sweep_interval: Seconds between recovery passes (and saga sweeps).
+        sweep_batch: Most runs one recovery pass claims.
+        sweep_concurrency: How many claimed runs are recovered at a time.
+        resume_interval: Seconds between passes of the job submitter and resumer.
+        expiry_interval: Seconds between passes of the job deadline sweep.
+        progress_interval: At most one progress delivery per job per this many seconds.
+        saga_quiet: Quiet seconds before a saga with no final status counts as stuck.
+        drain_seconds: On leaving ``async with DurableRunner``, how long the
+            recoveries still in progress get to finish before they are
+            cancelled (their leases then expire and another sweeper takes
+            them over); None waits for all.
+    """
+
+    sweep_interval: float = 5.0
+    sweep_batch: int = 10
+    sweep_concurrency: int = 4
+    resume_interval: float = 1.0
+    expiry_interval: float = 30.0
+    progress_interval: float = 60.0
+    saga_quiet: float = 300.0
+    drain_seconds: float | None = 10.0
+
+    def __post_init__(self) -> None:
+        require_positive(
+            sweep_interval=self.sweep_interval,
+            resume_interval=self.resume_interval,
+            expiry_interval=self.expiry_interval,
+            progress_interval=self.progress_interval,
+            saga_quiet=self.saga_quiet,
+        )
+        if self.sweep_batch < 1 or self.sweep_concurrency < 1:
+            raise errors.InvalidArgument("sweep_batch and sweep_concurrency must be >= 1")
+        if self.drain_seconds is not None and self.drain_seconds < 0:
+            raise errors.InvalidArgument(f"drain_seconds must be >= 0, got {self.drain_seconds}")
 
 
 async def every(

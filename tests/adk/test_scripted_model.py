@@ -279,3 +279,25 @@ def test_agent_name_falls_back_to_identity_instruction() -> None:
     )
     assert agent_name_of(request) == "helper"
     assert agent_name_of(LlmRequest()) is None
+
+
+async def test_a_streamed_turn_comes_in_partial_chunks_then_whole() -> None:
+    model = ScriptedModel([(Say("Two lamps", chunks=("Two ", "lamps")), Call("order", {"n": 2}))])
+    request = LlmRequest(contents=[user("lamps?")])
+    streamed = [r async for r in model.generate_content_async(request, stream=True)]
+    assert [(r.partial, r.content.parts[0].text) for r in streamed[:-1]] == [  # type: ignore[union-attr, index]
+        (True, "Two "),
+        (True, "lamps"),
+    ]
+    final = streamed[-1]
+    assert not final.partial and final.content is not None and final.content.parts
+    assert final.content.parts[0].text == "Two lamps"
+    assert final.content.parts[1].function_call is not None  # calls only in the whole turn
+    whole = [r async for r in model.generate_content_async(request)]
+    assert len(whole) == 1 and not whole[0].partial
+
+
+def test_say_refuses_chunks_that_do_not_make_up_its_text() -> None:
+    with pytest.raises(ValueError, match="do not make up"):
+        Say("Two lamps", chunks=("Two", "lamps"))
+    assert Say("We have 7.").pieces() == ["We ", "have ", "7."]

@@ -142,11 +142,11 @@ async def test_a_store_fault_at_the_tools_answer_is_recovered_to_done_acting_onc
         )
         replayed = [r for r in caplog.records if "re-drives the call without" in r.getMessage()]
         assert len(replayed) == (1 if error_event else 0)
-        recovered = [r for r in caplog.records if r.getMessage().startswith("recovered run")]
+        recovered = [r for r in caplog.records if r.getMessage().startswith("recovered run=")]
         assert len(recovered) == 1 and recovered[0].levelno == logging.INFO
         assert run.run_id in recovered[0].getMessage()
         assert "TOOL_UNANSWERED" in recovered[0].getMessage()
-        assert "epoch 2" in recovered[0].getMessage()
+        assert "epoch=2" in recovered[0].getMessage()
 
         assert billing.acts == ["charge:o-1"]  # the outside act happened exactly once
         done = await runner.ledger.get(run.run_id)

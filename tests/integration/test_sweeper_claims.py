@@ -276,10 +276,11 @@ async def test_a_call_left_behind_by_a_later_model_turn_parks_never_done(
             "park",
             RunStatus.PARKED,
         )
-        (logged,) = [r for r in caplog.records if r.getMessage().startswith("recovered run")]
-        assert logged.levelno == logging.WARNING  # a park: a person must look
-        assert f"run {run.run_id}: found TOOL_UNANSWERED at epoch 1" in logged.getMessage()
-        assert "park -> PARKED" in logged.getMessage()
+        (logged,) = [r for r in caplog.records if r.getMessage().startswith("recovered run=")]
+        assert f"run={run.run_id} epoch=1 class=TOOL_UNANSWERED" in logged.getMessage()
+        assert "action=park status=PARKED" in logged.getMessage()
+        (parked,) = [r for r in caplog.records if r.getMessage().startswith("parked run=")]
+        assert parked.levelno == logging.WARNING  # a park: a person must look
         assert "left unanswered: look" in recovery.reason
         (letter,) = await runner.ledger.dead_letters(run_id=run.run_id)
         assert letter.classification == "TOOL_UNANSWERED" and "left unanswered" in letter.error

@@ -75,7 +75,7 @@ class ThreadedWorker:
 
     settings: ServiceSettings
     metrics: Metrics = field(default_factory=Metrics)
-    agent: Any = None  # the app it serves (default: the stock assistant)
+    app: Any = None  # the ADK App or agent it serves (default: the stock assistant)
     base_url: str = ""
     server: WorkerServer | None = None
     _thread: threading.Thread | None = None
@@ -93,7 +93,7 @@ class ThreadedWorker:
             try:
                 asyncio.run(
                     serve(
-                        self.agent or stock_app(),
+                        self.app or stock_app(),
                         self.settings,
                         metrics=self.metrics,
                         on_ready=on_ready,
@@ -125,9 +125,9 @@ class ThreadedWorker:
 
 @contextlib.contextmanager
 def threaded_worker(
-    settings: ServiceSettings, metrics: Metrics | None = None, *, agent: Any = None
+    settings: ServiceSettings, metrics: Metrics | None = None, *, app: Any = None
 ) -> Iterator[ThreadedWorker]:
-    worker = ThreadedWorker(settings, metrics or Metrics(), agent).start()
+    worker = ThreadedWorker(settings, metrics or Metrics(), app=app).start()
     try:
         yield worker
     finally:

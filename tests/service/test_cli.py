@@ -123,3 +123,42 @@ def test_serve_refuses_a_max_attempts_below_one(tmp_path: Path) -> None:
     code, out = cli("serve", "durable_adk.demo.service_app:app", "--db", db, "--max-attempts", "0")
     assert code == 2 and "max-attempts" in out
     assert not (tmp_path / "x.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("command", ["serve", "recover"])
+def test_a_bad_log_level_is_refused_and_nothing_is_created(command: str, tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    code, out = cli(
+        command,
+        "durable_adk.demo.service_app:app",
+        "--db",
+        f"sqlite:///{db}",
+        "--log-level",
+        "loud",
+    )
+    assert code == 2 and "unknown log level 'loud'" in out
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["no_colon"], "expected MODULE:APP"),
+        (["durable_adk.demo.service_app:missing"], "has no attribute"),
+        (["durable_adk.demo.service_app:app", "--db", "sqlite:///{tmp}/none.db"], "no database"),
+    ],
+)
+def test_recover_refuses_bad_arguments(args: list[str], reason: str, tmp_path: Path) -> None:
+    code, out = cli("recover", *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert code == 2 and reason in out
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_recover_on_an_idle_database_exits_0(store_url: str) -> None:
+    async def schema() -> None:
+        async with open_store(store_url):
+            pass
+
+    asyncio.run(schema())
+    code, out = cli("recover", "durable_adk.demo.service_app:app", "--db", store_url)
+    assert code == 0 and "0 run(s) recovered" in out

@@ -312,7 +312,7 @@ def test_dashboard_answers_interrupts_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/inbox.db"
     paused = asyncio.run(pause_for_approval(url, ["O-1", "O-2"]))
     with (
-        threaded_worker(settings_for(url), agent=approvals_app()) as worker,
+        threaded_worker(settings_for(url), app=approvals_app()) as worker,
         sync_playwright() as driver,
     ):
         browser = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)

@@ -50,7 +50,7 @@ async def pause(url: str, orders: list[str]) -> None:
 def worker(store_url: str) -> Iterator[tuple[ThreadedWorker, dict[str, str]]]:
     asyncio.run(pause(store_url, ["fuzz-open", "fuzz-answered"]))
     settings_ = settings_for(store_url, max_body_bytes=4096)
-    with threaded_worker(settings_, agent=approvals_app()) as running, running.client() as client:
+    with threaded_worker(settings_, app=approvals_app()) as running, running.client() as client:
         listed = client.get("/v1/interrupts").json()["interrupts"]
         ids = {i["session_id"]: i["call_id"] for i in listed}
         answered = client.post(

@@ -12,6 +12,8 @@ import durable_adk
 
 EXPECTED = [
     "DEFAULT_URL",
+    "Background",
+    "BackgroundSettings",
     "Conflict",
     "DatabaseBusy",
     "DeadLetter",
@@ -70,6 +72,7 @@ EXPECTED = [
     "attempt_in",
     "attempt_of",
     "check_lease",
+    "configure_logging",
     "current_fence",
     "errors",
     "fence_headers",

@@ -62,6 +62,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -83,6 +84,8 @@ from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
 from durable_adk.loops import periodically
 from durable_adk.metrics import Metrics
+from durable_adk.runlog import run_event, taken_over
+from durable_adk.sweeps import BEAT_EVERY, record_sweep
 
 logger = logging.getLogger("durable_adk.recovery")
 
@@ -182,6 +185,7 @@ class Sweeper:
         interval: float = 5.0,
         metrics: Metrics | None = None,
         concurrency: int = 4,
+        one_off: bool = False,
     ) -> None:
         """Creates a sweeper that recovers through ``runner``.
 
@@ -193,6 +197,10 @@ class Sweeper:
                 (default: the runner's).
             concurrency: How many runs are recovered at a time; a pass holds no
                 more claims than that.
+            one_off: This sweeper makes a single pass (``durable-adk recover``):
+                its beat counts as a live sweeper for
+                :data:`durable_adk.sweeps.ONE_OFF_WINDOW`, not for three
+                intervals.
         """
         if batch < 1 or concurrency < 1 or interval <= 0:
             raise errors.InvalidArgument("batch and concurrency must be >= 1, interval > 0")
@@ -202,7 +210,32 @@ class Sweeper:
         self.ledger = runner.ledger
         self.batch = batch
         self.interval = interval
+        self.one_off = one_off
+        self._last_beat: float | None = None
         self._replay = _replay_plugin(runner)
+
+    async def _beat(self) -> None:
+        """Stamps this sweeper's beat in the store (:mod:`durable_adk.sweeps`).
+
+        At most once per :data:`~durable_adk.sweeps.BEAT_EVERY` seconds (a
+        write per pass of a fast sweeper would only add load: a beat counts
+        for three intervals plus :data:`~durable_adk.sweeps.GRACE`). A failed
+        stamp is logged and the pass goes on: recovering matters more than
+        saying so (the next beat tries again).
+        """
+        now = time.monotonic()
+        if self._last_beat is not None and now - self._last_beat < BEAT_EVERY:
+            return
+        self._last_beat = now
+        try:
+            await record_sweep(
+                self.runner.store,
+                app_name=self.runner.app_name,
+                worker_id=self.runner.worker_id,
+                interval=None if self.one_off else self.interval,
+            )
+        except errors.StoreError as exc:
+            logger.warning("could not record the sweeper's beat: %s", exc)
 
     async def recover_once(self) -> list[Recovery]:
         """Claims and recovers up to ``batch`` expired runs; returns what was done, in claim order.
@@ -226,6 +259,7 @@ class Sweeper:
         failure: BaseException | None = None
         claimed = 0
         more = True
+        await self._beat()
         try:
             while True:
                 wanted = min(self.concurrency - len(running), self.batch - claimed)
@@ -239,12 +273,28 @@ class Sweeper:
                     claimed += len(runs)
                     more = len(runs) == wanted and claimed < self.batch
                     for run in runs:
+                        run_event(
+                            logger,
+                            logging.INFO,
+                            "takeover",
+                            run_id=run.run_id,
+                            epoch=run.epoch,
+                            attempt=run.attempts,
+                            owner=owner,
+                            session=run.session_id,
+                        )
                         task = asyncio.create_task(self._recover_in_span(run))
                         started.append(task)
                         running.add(task)
                 if not running:
                     break
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                # Recoveries drive runs to their end: the beat goes on meanwhile,
+                # so a long pass still counts as a live sweeper.
+                done, running = await asyncio.wait(
+                    running, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    await self._beat()
                 for task in done:
                     if failure is None and not task.cancelled() and task.exception() is not None:
                         failure = task.exception()
@@ -256,6 +306,7 @@ class Sweeper:
                 await asyncio.wait(running)
         if failure is not None:
             raise failure
+        await self._beat()
         return [r for r in (t.result() for t in started if not t.cancelled()) if r is not None]
 
     async def _recover_in_span(self, run: Run) -> Recovery | None:
@@ -271,23 +322,21 @@ class Sweeper:
                 recovery = await self._recover(run)
                 span.set_attribute("durable_adk.found", recovery.found.value)
                 span.set_attribute("durable_adk.action", recovery.action)
-        except errors.Fenced:
-            logger.warning(
-                "run %s (epoch %d) was taken over during its recovery", run.run_id, run.epoch
-            )
+        except errors.Fenced as exc:
+            taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="recovery", reason=exc)
             return None
         self.metrics.recovered(recovery.found.value, recovery.action)
-        level = logging.WARNING if recovery.status is RunStatus.PARKED else logging.INFO
-        logger.log(
-            level,
-            "recovered run %s: found %s at epoch %d (attempt %d), %s -> %s: %s",
-            run.run_id,
-            recovery.found.value,
-            run.epoch,
-            run.attempts,
-            recovery.action,
-            recovery.status.value,
-            recovery.reason,
+        run_event(
+            logger,
+            logging.INFO,
+            "recovered",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            cls=recovery.found.value,
+            attempt=run.attempts,
+            action=recovery.action,
+            status=recovery.status.value,
+            reason=recovery.reason,
         )
         return recovery
 
@@ -418,6 +467,16 @@ class Sweeper:
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
         self.metrics.run_parked()
+        run_event(
+            logger,
+            logging.WARNING,
+            "parked",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            cls=found.cls.value,
+            attempt=run.attempts,
+            reason=reason,
+        )
         return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, reason)
 
     @contextlib.asynccontextmanager

@@ -63,7 +63,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -92,6 +92,7 @@ from durable_adk.adk.drive import Drive, End, causes, trust_from
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
+from durable_adk.adk.live import LiveEvents
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import is_journaled
@@ -106,8 +107,14 @@ from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.leases import Holding, LeaseKeeper
 from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
+from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
+from durable_adk.runlog import run_event, taken_over
+from durable_adk.sweeps import sweepers_seen
 from durable_adk.testing.crash import crash_point
+
+if TYPE_CHECKING:
+    from durable_adk.adk.background import Background
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -268,6 +275,7 @@ class DurableRunner:
         run_config: RunConfig | None = None,
         cancel_grace: float = 30.0,
         interrupt_deadlines: Mapping[str, float] | None = None,
+        background: bool | BackgroundSettings = True,
     ) -> None:
         """Creates the runner.
 
@@ -313,6 +321,13 @@ class DurableRunner:
                 its default outcome (deny) applies, by tool name (a
                 confirmation goes by the tool it guards; ``"*"``: any call);
                 none by default.
+            background: What ``async with`` this runner starts: True (the
+                default) runs the app's background loops (recovery sweeper,
+                job submitter, resumer, deadline sweep, progress, saga
+                sweepers; :mod:`durable_adk.adk.background`) for the block
+                and stops them on exit; a :class:`BackgroundSettings` sets
+                their cadence; False runs none (a process that only submits,
+                while a worker or ``durable-adk recover`` recovers).
 
         Raises:
             durable_adk.errors.InvalidArgument: The App is not resumable, the
@@ -380,6 +395,13 @@ class DurableRunner:
         )
         self._drives: dict[tuple[str, int], Drive] = {}
         self._detached: set[Drive] = set()
+        if background is True:
+            background = BackgroundSettings()
+        self.background_settings: BackgroundSettings | None = background or None
+        self.background: Background | None = None
+        """The background loops running over this runner, if any (set by Background)."""
+        self._own_background: Background | None = None  # the loops ``async with`` started
+        self._sweepers_checked = False
 
     @property
     def root_agent_name(self) -> str:
@@ -416,6 +438,12 @@ class DurableRunner:
     def is_workflow(self) -> bool:
         """Whether the app's root is a Workflow graph (its nodes' checkpoints are read)."""
         return self.node_kinds is not None
+
+    @property
+    def live(self) -> LiveEvents:
+        """Followers of a session's events in this process: stored ones (published by the
+        session service) and the partial ones this runner's drives stream."""
+        return self.sessions.live
 
     @property
     def detached_runs(self) -> list[str]:
@@ -491,10 +519,60 @@ class DurableRunner:
             await asyncio.wait(pending)
 
     async def __aenter__(self) -> DurableRunner:
+        """Starts the app's background loops (unless ``background=False``)."""
+        if self.background_settings is not None and self.background is None:
+            # Imported here: the loops' modules import this one.
+            from durable_adk.adk.background import Background
+
+            own = Background(self, self.background_settings)
+            await own.start()
+            self._own_background = own
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        """Stops the loops this runner started, then waits for its detached drives.
+
+        Recoveries a stopped sweep left in progress get the settings'
+        ``drain_seconds`` and are then cancelled (their leases expire and
+        another sweeper takes them over).
+        """
+        own, self._own_background = self._own_background, None
+        if own is None:
+            await self.aclose()
+            return
+        await own.stop()
+        await self.aclose(grace=own.settings.drain_seconds)
+
+    async def warn_if_no_sweeper(self) -> bool:
+        """Says in the log, once per runner, when no recovery sweeper of its app runs anywhere.
+
+        Asked at this runner's first run unless its own background loops run:
+        the ``sweepers`` table (:mod:`durable_adk.sweeps`) tells whether any
+        process on the database (a worker, an ``async with DurableRunner``, a
+        ``durable-adk recover`` pass) swept for the app recently.
+
+        Returns:
+            True if it warned.
+        """
+        if self._sweepers_checked or self.background is not None:
+            return False
+        self._sweepers_checked = True
+        try:
+            seen = await sweepers_seen(self.store, app_name=self.app_name)
+        except errors.StoreError as exc:
+            logger.debug("could not tell whether a sweeper runs: %s", exc)
+            return False
+        if seen.alive:
+            return False
+        logger.warning(
+            "no recovery sweeper runs for app %r on this database (last sweep: %s): a run "
+            "that dies now stays RUNNING and is never finished. Use `async with "
+            "DurableRunner(...)` (it runs the sweeper), run a `durable-adk serve` worker, "
+            "or run `durable-adk recover MODULE:APP` regularly (cron)",
+            self.app_name,
+            seen.describe(),
+        )
+        return True
 
     async def run(
         self,
@@ -535,6 +613,7 @@ class DurableRunner:
             durable_adk.errors.Conflict: The message answers a pause that was
                 already answered (each pause takes one answer); nothing is written.
         """
+        await self.warn_if_no_sweeper()
         run, content = await self.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
@@ -781,6 +860,7 @@ class DurableRunner:
     ) -> None:
         """The drive's task: runs :meth:`_drive`, handing each event over when it is wanted."""
         run = drive.run
+        session = (run.app_name, run.user_id, run.session_id)
         self._drives[(run.run_id, run.epoch)] = drive
         error: BaseException | None = None
         try:
@@ -809,6 +889,10 @@ class DurableRunner:
                             event = await anext(events)
                         except StopAsyncIteration:
                             break
+                        if event.partial and self.sessions.live.watched(session):
+                            # Never stored: followers get it from here (stored ones
+                            # come from the session service, with their numbers).
+                            self.sessions.live.publish(session, event)
                         drive.hand(event)
         except asyncio.CancelledError as exc:
             if drive.stop_reason != "fenced":
@@ -925,11 +1009,8 @@ class DurableRunner:
                 await self._hand_back(run, why, cause=exc)
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
-                logger.warning(
-                    "run %s (epoch %d): lease lost, stopped driving: %s",
-                    run.run_id,
-                    run.epoch,
-                    fenced,
+                taken_over(
+                    logger, run_id=run.run_id, epoch=run.epoch, during="drive", reason=fenced
                 )
                 raise fenced from exc
             unknown = cause_of(exc, OutcomeUnknown)
@@ -1100,12 +1181,14 @@ class DurableRunner:
             raise errors.Fenced(
                 f"run {run.run_id} was taken over before it could be handed back"
             ) from cause
-        logger.warning(
-            "run %s (epoch %d, attempt %d) handed back for recovery: %s",
-            run.run_id,
-            run.epoch,
-            run.attempts,
-            reason,
+        run_event(
+            logger,
+            logging.WARNING,
+            "handed_back",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            attempt=run.attempts,
+            reason=reason,
         )
         raise errors.RunInterrupted(
             f"run {run.run_id} was handed back for recovery after a back-off: {reason}"
@@ -1126,6 +1209,16 @@ class DurableRunner:
         ):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could be parked")
         self.metrics.run_parked()
+        run_event(
+            logger,
+            logging.WARNING,
+            "parked",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            cls="TOOL_UNANSWERED",
+            attempt=run.attempts,
+            reason=str(unknown),
+        )
         self.metrics.run_finished(RunStatus.PARKED.value)
 
     def _hold(self, drive: Drive) -> Holding:
@@ -1183,10 +1276,14 @@ class DurableRunner:
             return  # the deadline's timer and the renewal loop may both find it
         drive.fence.lose(reason)
         self.metrics.lease_lost()
-        logger.warning(
-            "run %s (epoch %d): lease lost (%s); cancelling its drive",
-            run.run_id,
-            run.epoch,
-            reason,
+        run_event(
+            logger,
+            logging.WARNING,
+            "lease_lost",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            attempt=run.attempts,
+            reason=reason,
+            then="drive cancelled",
         )
         drive.stop("fenced")

@@ -64,6 +64,7 @@ from durable_adk.fence import RunFence, current_fence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.loops import every
+from durable_adk.runlog import run_event, taken_over
 
 logger = logging.getLogger("durable_adk.server")
 
@@ -422,7 +423,7 @@ class DurableRunsPlugin(BasePlugin):
                 exc,
             )
         except errors.Fenced as exc:
-            logger.warning("run %s: %s", run.run_id, exc)
+            taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="run end", reason=exc)
 
     async def _record_end(
         self, ic: InvocationContext, live: _Live, error: BaseException | None
@@ -467,8 +468,14 @@ class DurableRunsPlugin(BasePlugin):
         run = live.run
         if not await live.runner.ledger.release(run.lease, error=reason):
             raise errors.Fenced(f"run {run.run_id} was taken over before it could be handed back")
-        logger.warning(
-            "run %s (epoch %d) handed back for recovery: %s", run.run_id, run.epoch, reason
+        run_event(
+            logger,
+            logging.WARNING,
+            "handed_back",
+            run_id=run.run_id,
+            epoch=run.epoch,
+            attempt=run.attempts,
+            reason=reason,
         )
 
     async def close(self) -> None:

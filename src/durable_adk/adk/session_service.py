@@ -13,6 +13,9 @@ What it guarantees:
   over or finished, the append raises :class:`durable_adk.errors.Fenced`.
 * Re-appending an event id the session already holds is a no-op; partial
   (streaming) events are never stored; ``temp:`` keys stay in memory.
+* Each stored event is published, with its sequence number, to the
+  followers of its session in this process (``live``, for token streaming:
+  :mod:`durable_adk.adk.live`).
 * Session state is the fold of the log (:mod:`durable_adk.fold`), cached as a
   snapshot every ``snapshot_every`` events; ``app:`` and ``user:`` state is
   shared by sessions as in ADK's own services.
@@ -50,6 +53,7 @@ from typing_extensions import override
 
 from durable_adk import errors
 from durable_adk.adk.events import open_invocation_id
+from durable_adk.adk.live import LiveEvents, Stored
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
@@ -169,6 +173,9 @@ class DurableSessionService(BaseSessionService):
         self.snapshot_every = snapshot_every
         self._cache_size = cache_sessions
         self._cache: OrderedDict[_Key, _Cached] = OrderedDict()
+        self.live = LiveEvents()
+        """Followers of a session's events in this process: each stored event is
+        published with its sequence number (:mod:`durable_adk.adk.live`)."""
 
     # ------------------------------------------------------------------ cache
 
@@ -555,6 +562,8 @@ class DurableSessionService(BaseSessionService):
             )
         session._storage_update_marker = _marker(pk, new_seq)
         session.last_update_time = event.timestamp
+        if self.live.watched(key):
+            self.live.publish(key, Stored(new_seq, data, event.id))
         cached = self._cache.get(key)
         if cached is not None and cached.pk == pk and cached.seq == expected:
             # The caller's own object, as ADK's InMemorySessionService keeps it.

@@ -3,7 +3,11 @@
 ``run`` drives one turn through DurableRunner; a crash point armed by the
 parent kills it. ``recover`` is the fresh worker: it backdates the dead
 worker's leases (instead of waiting them out), runs one sweep and prints, as
-JSON, what it found and did for each run.
+JSON, what it found and did for each run. ``serve`` is a fresh process that
+does nothing but ``async with DurableRunner(...)`` (the runner's own
+background loops recover) until no run of the app is open, then prints each
+run's status as JSON. :func:`app` is the same app for ``durable-adk serve``
+and ``durable-adk recover durable_adk.demo.recovery_demo:app``.
 
 With ``--inventory URL`` (a fake ``inventory`` service, see
 :mod:`durable_adk.testing.services`), ``check_stock`` first reads the
@@ -16,13 +20,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import warnings
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
+from google.adk.apps import App, ResumabilityConfig
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.ledger import RunStatus
+from durable_adk.loops import BackgroundSettings
 from durable_adk.store import open_store
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
 from durable_adk.testing.harness import sweep_as_fresh_worker
@@ -31,6 +41,8 @@ from durable_adk.testing.services import ResourceClient
 
 APP_NAME = "recovery_demo"
 USER_ID = "demo-user"
+INVENTORY_ENV = "DURABLE_ADK_DEMO_INVENTORY"
+"""A fake inventory service's URL that :func:`app`'s ``check_stock`` reads first, if set."""
 
 
 def stock_tool(inventory: ResourceClient | None = None) -> Any:
@@ -66,30 +78,56 @@ def build_agent(inventory: ResourceClient | None = None) -> LlmAgent:
     )
 
 
+def _inventory(url: str, worker: str) -> ResourceClient | None:
+    return ResourceClient(url, "reservations", caller={"worker": worker}) if url else None
+
+
+def app() -> App:
+    """The demo's app for ``durable-adk serve`` / ``recover`` (check_stock is not marked
+    idempotent: pass ``--idempotent-tool check_stock``); reads ``$DURABLE_ADK_DEMO_INVENTORY``.
+    """
+    worker = os.environ.get("DURABLE_ADK_DEMO_WORKER", f"pid-{os.getpid()}")
+    agent = build_agent(_inventory(os.environ.get(INVENTORY_ENV, ""), worker))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # ADK flags resumability as experimental
+        resumable = ResumabilityConfig(is_resumable=True)
+    return App(name=APP_NAME, root_agent=agent, resumability_config=resumable)
+
+
 def make_runner(
-    store: Any, worker: str, *, unsafe: bool = False, inventory_url: str = ""
+    store: Any,
+    worker: str,
+    *,
+    unsafe: bool = False,
+    inventory_url: str = "",
+    background: bool | BackgroundSettings = True,
 ) -> DurableRunner:
     """The runner every process of this demo uses (``unsafe``: check_stock not idempotent)."""
-    inventory = (
-        ResourceClient(inventory_url, "reservations", caller={"worker": worker})
-        if inventory_url
-        else None
-    )
     return DurableRunner(
-        app=build_agent(inventory),
+        app=build_agent(_inventory(inventory_url, worker)),
         app_name=APP_NAME,
         store=store,
         worker_id=worker,
         lease=30.0,
         idempotent_tools=[] if unsafe else ["check_stock"],
+        background=background,
     )
 
 
-async def run(db: str, session_id: str, unsafe: bool = False, inventory_url: str = "") -> None:
+async def run(
+    db: str,
+    session_id: str,
+    unsafe: bool = False,
+    inventory_url: str = "",
+    streaming: bool = False,
+) -> None:
     """Drives one turn; dies at the armed crash point."""
     async with open_store(db) as store:
         runner = make_runner(store, "worker-A", unsafe=unsafe, inventory_url=inventory_url)
-        async for _ in runner.run(user_id=USER_ID, session_id=session_id, message="Any lamps?"):
+        config = RunConfig(streaming_mode=StreamingMode.SSE) if streaming else None
+        async for _ in runner.run(
+            user_id=USER_ID, session_id=session_id, message="Any lamps?", run_config=config
+        ):
             pass
 
 
@@ -102,18 +140,45 @@ async def recover(
         return await sweep_as_fresh_worker(runner)
 
 
+async def _open_runs(runner: DurableRunner) -> int:
+    runs = await runner.ledger.list_runs(limit=1000)
+    return sum(r.status in (RunStatus.RUNNING, RunStatus.QUEUED) for r in runs)
+
+
+async def serve_until_idle(
+    db: str, worker: str = "worker-B", inventory_url: str = ""
+) -> dict[str, str]:
+    """A fresh process with no hand wiring: ``async with`` the runner until no run is open.
+
+    Returns:
+        Every run's status, by run id.
+    """
+    async with open_store(db) as store:
+        settings = BackgroundSettings(sweep_interval=0.1)
+        async with make_runner(
+            store, worker, inventory_url=inventory_url, background=settings
+        ) as runner:
+            # Polls the ledger (the loops recover meanwhile); the parent bounds the wait.
+            while await _open_runs(runner):  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        return {r.run_id: r.status.value for r in await runner.ledger.list_runs(limit=1000)}
+
+
 def main() -> None:
     """Command line of the demo's child processes."""
     parser = argparse.ArgumentParser(prog="python -m durable_adk.demo.recovery_demo")
-    parser.add_argument("action", choices=["run", "recover"])
+    parser.add_argument("action", choices=["run", "recover", "serve"])
     parser.add_argument("--db", required=True)
     parser.add_argument("--session", default="")
     parser.add_argument("--unsafe", action="store_true", help="check_stock is not idempotent")
     parser.add_argument("--worker", default="worker-B")
     parser.add_argument("--inventory", default="", help="a fake inventory service's URL")
+    parser.add_argument("--streaming", action="store_true", help="stream the model's text")
     args = parser.parse_args()
     if args.action == "run":
-        asyncio.run(run(args.db, args.session, args.unsafe, args.inventory))
+        asyncio.run(run(args.db, args.session, args.unsafe, args.inventory, args.streaming))
+    elif args.action == "serve":
+        print(json.dumps(asyncio.run(serve_until_idle(args.db, args.worker, args.inventory))))
     else:
         print(json.dumps(asyncio.run(recover(args.db, args.unsafe, args.worker, args.inventory))))
 

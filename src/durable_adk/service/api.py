@@ -222,6 +222,7 @@ def create_app(worker: Worker) -> FastAPI:
             session_id=session_id,
             message=message,
             invocation_id=body.invocation_id,
+            streaming=body.streaming,
         )
         if body.invocation_id is not None:
             await ops.ledger.record_action(
@@ -274,7 +275,11 @@ def create_app(worker: Worker) -> FastAPI:
         """Server-Sent Events of the session from a sequence number, live, until its runs end.
 
         Reconnect with ``Last-Event-ID`` (or ``after``) on any worker: the log
-        is read from the store. The stream ends with an ``end`` event.
+        is read from the store. The stream ends with an ``end`` event. A run
+        driven with streaming (``streaming`` in its body, or the worker's
+        ``--streaming``) also sends ``partial`` events, live from this
+        worker's drives: no ``id``, never stored, ``{"partial": true,
+        "event": {...}}``.
         """
         session = key(user_id, session_id)
         await ops.last_seq(session)
@@ -290,16 +295,20 @@ def create_app(worker: Worker) -> FastAPI:
             after = max(after, int(last_event_id))
 
         async def body() -> AsyncIterator[str]:
-            async for item in follow(
-                ops,
-                session,
-                after=after,
-                run_id=run_id,
-                poll=settings.poll_interval,
-                keepalive=settings.keepalive,
-                stop=worker.draining,
-            ):
-                yield sse(item)
+            # The partial events of this worker's drives of the session come live
+            # from the runner; the stored ones from the log (any worker's).
+            with worker.runner.live.subscribe((worker.app_name, user_id, session_id)) as live:
+                async for item in follow(
+                    ops,
+                    session,
+                    after=after,
+                    run_id=run_id,
+                    poll=settings.poll_interval,
+                    keepalive=settings.keepalive,
+                    stop=worker.draining,
+                    live=live,
+                ):
+                    yield sse(item)
 
         return StreamingResponse(
             body(),

@@ -14,6 +14,12 @@ number to reconnect from.
 
 :func:`sse` renders the items as Server-Sent Events: ``id`` is the sequence
 number, so a browser's ``Last-Event-ID`` resumes the stream.
+
+Token streaming: with a live subscription (:mod:`durable_adk.adk.live`) the
+stream also carries the partial events of the session's drives in this
+worker, marked ``partial`` and without a sequence number; they are never
+stored, so a reconnect (or a follower on another worker) gets the stored
+events only, the final text among them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from durable_adk.adk.live import LiveItem, Stored, Subscription
 from durable_adk.service.ops import Operations, SeqEvent, SessionKey, is_settled
 
 BATCH = 500
@@ -52,7 +59,18 @@ class End:
     statuses: dict[str, str]
 
 
-FollowItem = SeqEvent | KeepAlive | End
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """A partial (streamed, never stored) event of a drive in this worker.
+
+    Attributes:
+        data: The ADK event as JSON text (``partial`` true); it has no sequence number.
+    """
+
+    data: str
+
+
+FollowItem = SeqEvent | Partial | KeepAlive | End
 
 
 async def follow(
@@ -64,6 +82,7 @@ async def follow(
     poll: float = 0.2,
     keepalive: float = 15.0,
     stop: asyncio.Event | None = None,
+    live: Subscription | None = None,
 ) -> AsyncIterator[FollowItem]:
     """Yields a session's events after ``after``, live, until its runs settle.
 
@@ -75,31 +94,90 @@ async def follow(
         poll: Seconds between reads when nothing is new.
         keepalive: Seconds of silence before a :class:`KeepAlive`.
         stop: Set when the worker drains: the stream ends with ``draining``.
+        live: The session's live events in this worker (token streaming):
+            partial events come as :class:`Partial`, in the drive's order
+            among the stored events, and a stored event of this worker wakes
+            the stream at once instead of at the next poll.
     """
-    last = after
+    cursor = _Cursor(ops, key, after, track_ids=live is not None)
     quiet_since = time.monotonic()
     while True:
         runs = [await ops.get_run(run_id)] if run_id else await ops.session_runs(key)
         settled = is_settled(runs)
-        batch = await ops.events_after(key, last, limit=BATCH)
+        sent = 0
+        if live is not None:
+            async for item in cursor.live_items(live.take()):
+                sent += 1
+                yield item
+        batch = await cursor.read()
         for item in batch:
-            last = item.seq
             yield item
-        if batch:
+        if sent or batch:
             quiet_since = time.monotonic()
         if len(batch) == BATCH:
             continue  # more to read before deciding anything
         statuses = {run.run_id: run.status.value for run in runs}
         if settled:
-            yield End("settled", last, statuses)
+            yield End("settled", cursor.last, statuses)
             return
         if stop is not None and stop.is_set():
-            yield End("draining", last, statuses)
+            yield End("draining", cursor.last, statuses)
             return
         if time.monotonic() - quiet_since >= keepalive:
             quiet_since = time.monotonic()
             yield KeepAlive()
-        await _pause(poll, stop)
+        if live is not None:
+            await live.wait(poll)  # a published event ends the wait early
+        else:
+            await _pause(poll, stop)
+
+
+class _Cursor:
+    """Where a stream stands in a session's log, and what it has sent."""
+
+    def __init__(self, ops: Operations, key: SessionKey, after: int, *, track_ids: bool) -> None:
+        self.ops = ops
+        self.key = key
+        self.track_ids = track_ids  # only a live stream needs them (partials share the id)
+        self.last = after
+        self.sent_ids: set[str] = set()  # stored events sent: a late partial of one is dropped
+
+    async def read(self, until: int | None = None) -> list[SeqEvent]:
+        """The next stored events after the last one sent (up to ``until``), now counted sent."""
+        wanted = BATCH if until is None else min(BATCH, until - self.last)
+        if wanted <= 0:
+            return []
+        batch = await self.ops.events_after(self.key, self.last, limit=wanted)
+        for item in batch:
+            self._sent(item.seq, item.as_dict().get("id") if self.track_ids else None)
+        return list(batch)
+
+    async def live_items(self, items: list[LiveItem]) -> AsyncIterator[SeqEvent | Partial]:
+        """This worker's stored and partial events, in the drive's order.
+
+        A stored event already sent is skipped; one past a gap (events this
+        worker did not store, or dropped for a slow follower) first has the
+        gap read from the log.
+        """
+        for item in items:
+            if isinstance(item, Stored):
+                if item.seq <= self.last:
+                    continue
+                while self.last < item.seq - 1:
+                    gap = await self.read(until=item.seq - 1)
+                    for missed in gap:
+                        yield missed
+                    if not gap:
+                        break  # not in the log (cannot be: appended before published)
+                self._sent(item.seq, item.event_id)
+                yield SeqEvent(item.seq, item.data)
+            elif item.id not in self.sent_ids:
+                yield Partial(item.model_dump_json(exclude_none=True))
+
+    def _sent(self, seq: int, event_id: object) -> None:
+        self.last = seq
+        if event_id is not None:
+            self.sent_ids.add(str(event_id))
 
 
 async def _pause(seconds: float, stop: asyncio.Event | None) -> None:
@@ -114,11 +192,16 @@ def sse(item: FollowItem) -> str:
     """One item as a Server-Sent Events message.
 
     Events are ``event: event`` with ``id`` = sequence number and
-    ``data`` = ``{"seq": n, "event": {...}}``; the end is ``event: end``.
+    ``data`` = ``{"seq": n, "event": {...}}``; partial (streamed) events are
+    ``event: partial`` with no ``id`` and ``data`` = ``{"partial": true,
+    "event": {...}}``; the end is ``event: end``.
     """
     if isinstance(item, SeqEvent):
         # The stored JSON is compact (no raw newlines), so it is one data line as it is.
         return f'id: {item.seq}\nevent: event\ndata: {{"seq":{item.seq},"event":{item.data}}}\n\n'
+    if isinstance(item, Partial):
+        # No id: a reconnect resumes from the last stored event, never from a partial.
+        return f'event: partial\ndata: {{"partial":true,"event":{item.data}}}\n\n'
     if isinstance(item, KeepAlive):
         return ": keep-alive\n\n"
     body = json.dumps(

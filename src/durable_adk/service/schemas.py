@@ -74,6 +74,11 @@ class StartRunIn(BaseModel):
     by: Id | None = Field(
         default=None, description="Who answers (recorded in the audit trail with invocation_id)."
     )
+    streaming: bool | None = Field(
+        default=None,
+        description="Stream the model's text (ADK StreamingMode.SSE): partial events, never "
+        "stored, reach this worker's event stream live. Default: the worker's --streaming.",
+    )
 
 
 class RunOut(_Out):

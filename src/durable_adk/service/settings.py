@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from durable_adk import errors
+from durable_adk.loops import require_positive
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 """Requests with a larger body are refused with 413 (1 MiB)."""
@@ -54,6 +55,9 @@ class ServiceSettings:
         interrupt_deadlines: Seconds an interrupt waits for a person before its
             default outcome (deny) applies, as ``(tool name, seconds)`` pairs
             (``"*"``: any call); see ``DurableRunner(interrupt_deadlines=...)``.
+        streaming: Drive runs with ADK's ``StreamingMode.SSE``: the model's
+            text reaches the event stream live as partial events (never
+            stored); a run may ask otherwise (``streaming`` in its body).
     """
 
     db: str
@@ -78,23 +82,21 @@ class ServiceSettings:
     progress_interval: float = 60.0
     saga_quiet: float = 300.0
     interrupt_deadlines: tuple[tuple[str, float], ...] = ()
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         if not self.token or len(self.token) < 8:
             raise errors.InvalidArgument("the bearer token must be at least 8 characters")
-        positive = {
-            "lease": self.lease,
-            "sweep_interval": self.sweep_interval,
-            "poll_interval": self.poll_interval,
-            "keepalive": self.keepalive,
-            "resume_interval": self.resume_interval,
-            "expiry_interval": self.expiry_interval,
-            "progress_interval": self.progress_interval,
-            "saga_quiet": self.saga_quiet,
-        }
-        for name, value in positive.items():
-            if value <= 0:
-                raise errors.InvalidArgument(f"{name} must be > 0, got {value}")
+        require_positive(
+            lease=self.lease,
+            sweep_interval=self.sweep_interval,
+            poll_interval=self.poll_interval,
+            keepalive=self.keepalive,
+            resume_interval=self.resume_interval,
+            expiry_interval=self.expiry_interval,
+            progress_interval=self.progress_interval,
+            saga_quiet=self.saga_quiet,
+        )
         if self.drain_seconds < 0 or self.max_body_bytes < 1 or self.max_message_chars < 1:
             raise errors.InvalidArgument(
                 "drain_seconds must be >= 0, max_body_bytes and max_message_chars >= 1"

@@ -27,24 +27,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from google.adk.agents import BaseAgent, LlmAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
-from durable_adk import errors, loops
-from durable_adk.adk.inbox import InterruptSweeper
-from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
+from durable_adk import errors
+from durable_adk.adk.background import Background, BackgroundSettings
+from durable_adk.adk.background import sagas_of as sagas_of
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run
 from durable_adk.metrics import Metrics
@@ -77,16 +75,10 @@ class TimedSessionService(DurableSessionService):
             self._metrics.append_latency(time.perf_counter() - started)
 
 
-def sagas_of(root: object) -> list[SagaSequence]:
-    """Every SagaSequence in an agent tree."""
-    found: list[SagaSequence] = []
-    pending = [root]
-    while pending:
-        agent = pending.pop()
-        if isinstance(agent, SagaSequence):
-            found.append(agent)
-        pending.extend(getattr(agent, "sub_agents", None) or ())
-    return found
+def streaming_config(base: RunConfig, *, streaming: bool) -> RunConfig:
+    """``base`` with ADK's SSE streaming on (partial events) or off."""
+    mode = StreamingMode.SSE if streaming else StreamingMode.NONE
+    return base.model_copy(update={"streaming_mode": mode})
 
 
 class Worker:
@@ -123,12 +115,8 @@ class Worker:
             idempotent_tools=settings.idempotent_tools,
             metrics=self.metrics,
             interrupt_deadlines=dict(settings.interrupt_deadlines),
-        )
-        self.sweeper = Sweeper(
-            self.runner,
-            batch=settings.sweep_batch,
-            interval=settings.sweep_interval,
-            metrics=self.metrics,
+            run_config=streaming_config(RunConfig(), streaming=settings.streaming),
+            background=False,  # the worker runs them itself: self.background
         )
         self.ops = Operations(
             store,
@@ -137,24 +125,26 @@ class Worker:
             lease_seconds=settings.lease,
             owner_speaks_first=isinstance(self.runner.app.root_agent, LlmAgent),
         )
-        self.jobs = JobTable(store)
-        # Deadlines of this app's interrupts: the default outcome (deny) is
-        # queued with no lease, so the next recovery sweep drives it on.
-        self.inbox = InterruptSweeper(store, app_name=self.runner.app_name, owner=self.worker_id)
-        self.resumer = Resumer(self.runner, self.jobs, interval=settings.resume_interval)
-        # Submissions not accepted yet are retried on the resumer's cadence.
-        self.submitter = Submitter(self.jobs, runner=self.runner, interval=settings.resume_interval)
-        self.expiry = ExpirySweeper(
-            self.jobs, resumer=self.resumer, interval=settings.expiry_interval
+        # The same loops as ``async with DurableRunner``, on the worker's cadence.
+        self.background = Background(
+            self.runner,
+            BackgroundSettings(
+                sweep_interval=settings.sweep_interval,
+                sweep_batch=settings.sweep_batch,
+                resume_interval=settings.resume_interval,
+                expiry_interval=settings.expiry_interval,
+                progress_interval=settings.progress_interval,
+                saga_quiet=settings.saga_quiet,
+                drain_seconds=settings.drain_seconds,
+            ),
+            metrics=self.metrics,
         )
-        self.progress = ProgressSender(self.runner, self.jobs, interval=settings.progress_interval)
-        self.sagas = sagas_of(self.runner.app.root_agent)
-        for saga in self.sagas:
-            saga.metrics = self.metrics  # its outcomes and compensation times
-        self._job_loops = contextlib.AsyncExitStack()
+        self.sweeper = self.background.sweeper
+        self.jobs = self.background.jobs
+        self.resumer = self.background.resumer
+        self.sagas = self.background.sagas
         self.draining = asyncio.Event()
         self._runs: dict[str, asyncio.Task[None]] = {}
-        self._loops: list[asyncio.Task[None]] = []
         self._drained = False
 
     @property
@@ -178,43 +168,14 @@ class Worker:
     async def running(self) -> AsyncIterator[Worker]:
         """Runs the background loops; drains and hands back leases on exit.
 
-        The loops: the recovery sweeper, the job submitter (retries
-        submissions not accepted yet), the job resumer (answers the calls of
-        finished jobs), the job deadline sweep, the progress sender, and a saga
-        sweeper per SagaSequence of the app.
+        The loops (:class:`~durable_adk.adk.background.Background`, as in
+        ``async with DurableRunner``): the recovery sweeper, the job submitter
+        (retries submissions not accepted yet), the job resumer (answers the
+        calls of finished jobs), the job deadline sweep, the progress sender,
+        and a saga sweeper per SagaSequence of the app.
         """
-        self._loops.append(asyncio.create_task(self._sweep_loop(), name="durable-adk-sweeper"))
-        self._loops.append(
-            asyncio.create_task(
-                self._every(
-                    self.settings.expiry_interval, self.inbox.expire_once, "interrupt deadlines"
-                ),
-                name="durable-adk-interrupt-deadlines",
-            )
-        )
-        for saga in self.sagas:
-            sweeper = SagaSweeper(
-                saga,
-                self.sessions,
-                app_name=self.runner.app_name,
-                owner=self.worker_id,
-                quiet_for=self.settings.saga_quiet,
-            )
-            self._loops.append(
-                asyncio.create_task(
-                    self._every(self.settings.sweep_interval, sweeper.sweep_once, "saga sweep"),
-                    name=f"durable-adk-saga-{saga.name}",
-                )
-            )
-        await self._job_loops.enter_async_context(self.submitter.serve())
-        await self._job_loops.enter_async_context(self.resumer.serve())
-        await self._job_loops.enter_async_context(self.expiry.serve())
-        self._loops.append(
-            asyncio.create_task(
-                self._every(self.settings.progress_interval, self.progress.send_once, "progress"),
-                name="durable-adk-progress",
-            )
-        )
+        # Draining (SIGTERM) ends the loops' passes at once; drain() then cancels them.
+        await self.background.start(stop=self.draining)
         try:
             yield self
         finally:
@@ -234,10 +195,7 @@ class Worker:
             return []
         self._drained = True
         self.begin_drain()
-        for loop in self._loops:
-            loop.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
-        await self._job_loops.aclose()
+        await self.background.stop()
         until = time.monotonic() + self.settings.drain_seconds
         pending = list(self._runs.values())
         if pending:
@@ -259,20 +217,9 @@ class Worker:
             logger.info("worker %s handed back runs %s", self.worker_id, handed)
         return handed
 
-    async def _sweep_loop(self) -> None:
-        await self._every(self.settings.sweep_interval, self._sweep_once, "recovery")
-
     async def _sweep_once(self) -> None:
-        # The sweeper cancels the runs asked to stop whose owner died, and logs
-        # each recovery itself (run id, class, epoch, action). A live owner
-        # stops its own cancelled runs at their next heartbeat.
-        await self.sweeper.recover_once()
-
-    async def _every(
-        self, interval: float, work: Callable[[], Awaitable[object]], what: str
-    ) -> None:
-        # Any failing pass is logged and retried; draining ends the loop.
-        await loops.every(interval, work, what, stop=self.draining)
+        """One recovery pass (the background sweeper's), for tests that step it by hand."""
+        await self.background.sweep_once()
 
     # ----------------------------------------------------------------- runs
 
@@ -283,6 +230,7 @@ class Worker:
         session_id: str,
         message: types.Content,
         invocation_id: str | None = None,
+        streaming: bool | None = None,
     ) -> Run:
         """Puts a run on the ledger and drives it in the background.
 
@@ -296,6 +244,9 @@ class Worker:
             message: The user's message.
             invocation_id: A paused invocation that ``message`` (function
                 responses only) continues; None starts a new one.
+            streaming: Drive it with ``StreamingMode.SSE`` (True) or without
+                (False); None: the worker's setting. A recovered drive uses
+                the worker's setting.
 
         Returns:
             The run as recorded (QUEUED).
@@ -308,34 +259,51 @@ class Worker:
         run, message = await self.runner.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
-        self.drive_queued(run, message, resume=invocation_id is not None)
+        self.drive_queued(run, message, resume=invocation_id is not None, streaming=streaming)
         return run
 
-    def drive_queued(self, run: Run, message: types.Content, *, resume: bool) -> None:
+    def drive_queued(
+        self, run: Run, message: types.Content, *, resume: bool, streaming: bool | None = None
+    ) -> None:
         """Drives a run this worker put on the ledger (QUEUED, held by it) in the background.
 
         The second half of :meth:`start_run`; also how an answer given
         through the interrupts inbox continues its invocation at once.
         """
+        run_config = (
+            None
+            if streaming is None
+            else streaming_config(self.runner.run_config, streaming=streaming)
+        )
         task = asyncio.create_task(
-            self._drive(run, message, resume=resume), name=f"durable-adk-{run.run_id}"
+            self._drive(run, message, resume=resume, run_config=run_config),
+            name=f"durable-adk-{run.run_id}",
         )
         self._runs[run.run_id] = task
         task.add_done_callback(lambda _t: self._runs.pop(run.run_id, None))
 
-    async def _drive(self, run: Run, message: types.Content, *, resume: bool = False) -> None:
+    async def _drive(
+        self,
+        run: Run,
+        message: types.Content,
+        *,
+        resume: bool = False,
+        run_config: RunConfig | None = None,
+    ) -> None:
         try:
             claimed = await self.runner.wait_for_turn(run)
-            async for _event in self.runner.drive(claimed, message, resume=resume):
+            driven = self.runner.drive(claimed, message, resume=resume, run_config=run_config)
+            async for _event in driven:
                 pass
+        # The runner logged these (taken_over, lease_lost, parked, handed_back).
         except errors.Fenced as exc:
-            logger.warning("run %s: %s", run.run_id, exc)
+            logger.debug("run %s: %s", run.run_id, exc)
         except OutcomeUnknown as exc:
-            logger.warning("run %s parked: %s", run.run_id, exc)
+            logger.debug("run %s parked: %s", run.run_id, exc)
         except errors.RunCancelled as exc:
             logger.info("run %s: %s", run.run_id, exc)
         except errors.RunInterrupted as exc:  # handed back, or its lease left to expire
-            logger.warning("run %s interrupted: %s", run.run_id, exc)
+            logger.debug("run %s interrupted: %s", run.run_id, exc)
         except errors.StoreError:
             # Only waiting for the run's turn talks to the store outside the
             # drive (whose store failures end in RunInterrupted): the row is

@@ -72,6 +72,8 @@ from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 from pydantic import PrivateAttr
 
+from durable_adk.testing.crash import crash_point
+
 __all__ = [
     "Call",
     "Fail",
@@ -95,9 +97,21 @@ class Say:
 
     Attributes:
         text: The text the model says.
+        chunks: How the text streams when ADK asks for a stream
+            (``StreamingMode.SSE``): the pieces, in order, that make up
+            ``text``. Empty: word by word.
     """
 
     text: str
+    chunks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.chunks and "".join(self.chunks) != self.text:
+            raise ValueError(f"Say: chunks {self.chunks!r} do not make up {self.text!r}")
+
+    def pieces(self) -> list[str]:
+        """The streamed pieces of the text (see ``chunks``)."""
+        return list(self.chunks) if self.chunks else re.findall(r"\s*\S+\s*", self.text)
 
 
 @dataclass(frozen=True)
@@ -255,19 +269,35 @@ class ScriptedModel(BaseLlm):
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
-        """Yields the scripted turn as one final response (``stream`` is ignored).
+        """Yields the scripted turn as one final response.
+
+        With ``stream`` (ADK's ``StreamingMode.SSE``) the text of each `Say`
+        part comes first as partial responses (``partial=True``), one per
+        piece (:meth:`Say.pieces`), as a streaming model's would; the crash
+        point ``scripted_model.after_partial`` passes after each. The final
+        response then holds the whole turn (every text and call), as ADK's
+        streaming aggregator makes it.
 
         Raises:
             ScriptExhausted: The script has no step for this point.
             BaseException: The error of a `Fail` step.
         """
-        del stream
         step = self.step_for(llm_request)
         if isinstance(step, Fail):
             raise step.error
         parts = tuple(step) if isinstance(step, (tuple, list)) else (step,)
         if not parts or not all(isinstance(p, (Say, Call)) for p in parts):
             raise TypeError(f"ScriptedModel: invalid step {step!r}")
+        if stream:
+            for part in parts:
+                if not isinstance(part, Say):
+                    continue
+                for piece in part.pieces():
+                    yield LlmResponse(
+                        content=types.Content(role="model", parts=[types.Part(text=piece)]),
+                        partial=True,
+                    )
+                    crash_point("scripted_model.after_partial")
         yield LlmResponse(
             content=types.Content(role="model", parts=[_to_part(p) for p in parts]),
             finish_reason=types.FinishReason.STOP,
