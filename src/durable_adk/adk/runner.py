@@ -509,14 +509,15 @@ class DurableRunner:
         """
         drives = list(self._detached)
         tasks = [d.task for d in drives if d.task is not None]
-        if not tasks:
-            return
-        _done, pending = await asyncio.wait(tasks, timeout=grace)
-        for drive in drives:
-            if drive.task in pending:
-                drive.stop("shutdown")
-        if pending:
-            await asyncio.wait(pending)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=grace)
+            for drive in drives:
+                if drive.task in pending:
+                    drive.stop("shutdown")
+            if pending:
+                await asyncio.wait(pending)
+        if not self.keeper.held():
+            await self.keeper.aclose()  # its task would end at its next tick anyway
 
     async def __aenter__(self) -> DurableRunner:
         """Starts the app's background loops (unless ``background=False``)."""
