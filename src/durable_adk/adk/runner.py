@@ -62,7 +62,9 @@ from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.artifacts.base_artifact_service import BaseArtifactService
 from google.adk.auth.credential_service.base_credential_service import BaseCredentialService
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.plugins.base_plugin import BasePlugin
@@ -74,10 +76,25 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk import agent_tree, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
+from durable_adk.adk.barrier import (
+    CommitMode,
+    EventBatch,
+    check_commit_mode,
+    may_look_ahead,
+    using_batch,
+)
 from durable_adk.adk.classify import OrphanClass, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
-from durable_adk.adk.drive import Drive, End, causes, heartbeat, trust_from
+from durable_adk.adk.drive import (
+    BarrierPlugin,
+    Drive,
+    End,
+    causes,
+    heartbeat,
+    trust_from,
+    using_drive,
+)
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.marks import is_idempotent
@@ -228,6 +245,7 @@ class DurableRunner:
         credential_service: BaseCredentialService | None = None,
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
+        commits: CommitMode = "barrier",
     ) -> None:
         """Creates the runner.
 
@@ -261,7 +279,13 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
+            commits: ``"barrier"`` (default): a drive's events are committed
+                together at barriers (before an agent starts or ends, a model
+                call or a tool, before the caller sees them, at the end; see
+                docs/runs.md, "When events are committed"); ``"per_event"``:
+                one unit of work per event, as ADK's services do.
         """
+        commits = check_commit_mode(commits)
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
                 # ADK flags resumability as experimental; durable runs depend on it by design.
@@ -269,6 +293,8 @@ class DurableRunner:
                 resumable = ResumabilityConfig(is_resumable=True)
             app = App(name=app_name or app.name, root_agent=app, resumability_config=resumable)
         extra_plugins = list(plugins)
+        if commits == "barrier":
+            extra_plugins.append(BarrierPlugin())
         if extra_plugins:
             app = app.model_copy(update={"plugins": [*(app.plugins or []), *extra_plugins]})
         if not (app.resumability_config and app.resumability_config.is_resumable):
@@ -296,6 +322,10 @@ class DurableRunner:
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
         self.run_config = run_config or RunConfig()
+        self.commits: CommitMode = commits
+        # ADK may run ahead of the caller between barriers only when no code
+        # of the app's own runs there (durable_adk.adk.barrier.may_look_ahead).
+        self._look_ahead = commits == "barrier" and may_look_ahead(app.root_agent)
         self.adk = _InvocationIdRunner(
             app=app,
             session_service=session_service,
@@ -608,6 +638,10 @@ class DurableRunner:
             ),
         )
         drive.run_config, drive.state_delta = run_config, state_delta
+        if self.commits == "barrier":
+            drive.batch = EventBatch((run.app_name, run.user_id, run.session_id))
+            drive.flush = self.sessions.flush_batch
+            drive.look_ahead = self._look_ahead
         # Created here, in the caller's context: the run span is a child of the caller's.
         drive.task = asyncio.create_task(
             self._pump(
@@ -652,6 +686,8 @@ class DurableRunner:
         try:
             with (
                 using_fence(drive.fence),
+                using_drive(drive),
+                using_batch(drive.batch),
                 self.metrics.span(
                     "durable_adk.run",
                     {
@@ -670,12 +706,19 @@ class DurableRunner:
                 )
                 async with contextlib.aclosing(driven) as events:
                     while True:
-                        await drive.wanted()
+                        if drive.batch is None:
+                            await drive.wanted()
                         try:
                             event = await anext(events)
                         except StopAsyncIteration:
                             break
-                        drive.hand(event)
+                        if drive.batch is None:
+                            drive.hand(event)
+                            continue
+                        # Held until it is durable; lock-step unless ADK may run ahead.
+                        drive.held.append(event)
+                        if not drive.look_ahead:
+                            await drive.barrier()
         except asyncio.CancelledError as exc:
             if drive.stop_reason != "fenced":
                 error = exc
@@ -773,7 +816,12 @@ class DurableRunner:
                     drive.fence.check_not_lost()
                     seen.append(event)
                     yield event
-        except Exception as exc:
+            await drive.barrier()  # the end: every event durable and handed over
+        except Exception as raised:
+            await self._settle(drive, raised)
+            # A barrier's store error reaches us wrapped by ADK's plugin manager.
+            failed_flush = drive.batch.failed if drive.batch is not None else None
+            exc = next((e for e in causes(raised) if e is failed_flush), raised)
             fenced = cause_of(exc, errors.Fenced)
             if fenced is not None:
                 logger.warning(
@@ -795,7 +843,9 @@ class DurableRunner:
             ):
                 raise errors.Fenced(f"run {run.run_id} was taken over before it failed") from exc
             self.metrics.run_finished(RunStatus.FAILED.value)
-            raise
+            if exc is raised:
+                raise
+            raise exc from raised
         finally:
             self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
@@ -838,6 +888,29 @@ class DurableRunner:
         self.metrics.run_finished(status.value)
         if outcome is not None:
             outcome.append(status)
+
+    async def _settle(self, drive: Drive, exc: BaseException) -> None:
+        """After a drive error, writes and hands over what the batch held, if the store takes it.
+
+        What ADK produced before the error is then stored, as with per-event
+        commits. When the store refuses the batch (the run was taken over, the
+        session moved on) nothing of it is written and the held events are
+        dropped; the drive's own error decides what happens next.
+        """
+        batch = drive.batch
+        if batch is None or batch.failed is not None or cause_of(exc, errors.Fenced) is not None:
+            drive.held.clear()
+            return
+        try:
+            await drive.barrier()
+        except (errors.DurableError, StaleSessionError, SessionNotFoundError, TimeoutError) as err:
+            logger.warning(
+                "run %s (epoch %d): the events before the error could not be stored: %s",
+                drive.run.run_id,
+                drive.run.epoch,
+                err,
+            )
+            drive.held.clear()
 
     async def _ledger_write(
         self, run: Run, write: Awaitable[T], *, cause: BaseException | None
