@@ -79,6 +79,8 @@ class EventBatch:
 
     Attributes:
         key: The session (app name, user id, session id) whose appends are buffered.
+        service: The session service that buffers them (another instance,
+            on the same store or not, commits its appends at once).
         pending: The buffered appends, in order.
         flushes: How many non-empty batches were written (for tests and benches).
         failed: The error of a flush the store refused or failed; nothing more
@@ -86,6 +88,7 @@ class EventBatch:
     """
 
     key: tuple[str, str, str]
+    service: object
     pending: list[Pending] = field(default_factory=list)
     flushes: int = 0
     failed: BaseException | None = None

@@ -639,7 +639,7 @@ class DurableRunner:
         )
         drive.run_config, drive.state_delta = run_config, state_delta
         if self.commits == "barrier":
-            drive.batch = EventBatch((run.app_name, run.user_id, run.session_id))
+            drive.batch = EventBatch((run.app_name, run.user_id, run.session_id), self.sessions)
             drive.flush = self.sessions.flush_batch
             drive.look_ahead = self._look_ahead
         # Created here, in the caller's context: the run span is a child of the caller's.

@@ -334,7 +334,7 @@ class DurableSessionService(BaseSessionService):
         key = (check_id("app_name", app_name), check_id("user_id", user_id), session_id)
         check_id("session_id", session_id)
         batch = current_batch()
-        if batch is not None and batch.key == key:
+        if batch is not None and batch.key == key and batch.service is self:
             await self.flush_batch(batch)  # a read is a barrier: it sees the drive's own events
         cached = self._cache.get(key)
         if cached is not None and cached.trusted:
@@ -510,7 +510,7 @@ class DurableSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         key = (session.app_name, session.user_id, session.id)
         batch = current_batch()
-        if batch is not None and batch.key != key:
+        if batch is not None and (batch.key != key or batch.service is not self):
             batch = None  # another session (an AgentTool child's, say): committed at once
         pk, expected = await self._fence_of(session)
         fence = run_fence_of(event)
