@@ -210,14 +210,22 @@ async def test_a_batch_is_written_in_one_unit_with_its_sequence_numbers_and_delt
     assert len(await stored(store, "b1")) == 4
 
 
-async def test_a_batch_of_a_run_taken_over_writes_nothing(store: Store) -> None:
+async def two_held(
+    store: Store, session_id: str
+) -> tuple[DurableSessionService, RunLedger, Any, EventBatch]:
+    """A service holding two appends of a claimed run in a batch (nothing written yet)."""
     svc = DurableSessionService(store)
-    s = await svc.create_session(app_name=APP, user_id="u", session_id="b2")
-    ledger, run = await claimed_run(store, "b2")
-    batch = EventBatch((APP, "u", "b2"), svc)
+    s = await svc.create_session(app_name=APP, user_id="u", session_id=session_id)
+    ledger, run = await claimed_run(store, session_id)
+    batch = EventBatch((APP, "u", session_id), svc)
     with using_batch(batch):
         await svc.append_event(s, stamped("one", run.run_id, run.epoch))
         await svc.append_event(s, stamped("two", run.run_id, run.epoch))
+    return svc, ledger, run, batch
+
+
+async def test_a_batch_of_a_run_taken_over_writes_nothing(store: Store) -> None:
+    svc, ledger, run, batch = await two_held(store, "b2")
     await ledger.backdate(run.run_id, 3600)
     (taken,) = await RunLedger(store).claim_expired("thief")
     assert taken.epoch == run.epoch + 1
@@ -229,13 +237,7 @@ async def test_a_batch_of_a_run_taken_over_writes_nothing(store: Store) -> None:
 
 
 async def test_a_batch_meeting_another_writer_writes_nothing(store: Store) -> None:
-    svc = DurableSessionService(store)
-    s = await svc.create_session(app_name=APP, user_id="u", session_id="b3")
-    _, run = await claimed_run(store, "b3")
-    batch = EventBatch((APP, "u", "b3"), svc)
-    with using_batch(batch):
-        await svc.append_event(s, stamped("one", run.run_id, run.epoch))
-        await svc.append_event(s, stamped("two", run.run_id, run.epoch))
+    svc, _, run, batch = await two_held(store, "b3")
     other = await DurableSessionService(store).get_session(
         app_name=APP, user_id="u", session_id="b3"
     )
