@@ -145,7 +145,9 @@ async def test_a_custom_agent_is_driven_lock_step_each_event_stored_before_the_n
     store: Store,
 ) -> None:
     counting = CountingStore(store)
-    runner = DurableRunner(app=Announcer(name="announcer"), app_name=APP, store=store)
+    runner = DurableRunner(
+        app=Announcer(name="announcer"), app_name=APP, store=store, commits="barrier"
+    )
     texts = []
     async for event in runner.run(user_id="u", session_id="c1", message="go"):
         if event.content and event.content.parts:

@@ -245,7 +245,7 @@ class DurableRunner:
         credential_service: BaseCredentialService | None = None,
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
-        commits: CommitMode = "barrier",
+        commits: CommitMode = "per_event",
     ) -> None:
         """Creates the runner.
 
@@ -279,11 +279,11 @@ class DurableRunner:
                 ones included (``max_llm_calls``, streaming, ...); a call of
                 :meth:`run_async` may pass its own for that live drive. The
                 run's fence always goes into its ``custom_metadata``.
-            commits: ``"barrier"`` (default): a drive's events are committed
-                together at barriers (before an agent starts or ends, a model
-                call or a tool, before the caller sees them, at the end; see
-                docs/runs.md, "When events are committed"); ``"per_event"``:
-                one unit of work per event, as ADK's services do.
+            commits: ``"per_event"`` (default): one unit of work per event,
+                as ADK's services do; ``"barrier"``: a drive's events are
+                committed together at barriers (before an agent starts or
+                ends, a model call or a tool, before the caller sees them, at
+                the end; see docs/runs.md, "When events are committed").
         """
         commits = check_commit_mode(commits)
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
