@@ -20,16 +20,28 @@ What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.adk.agents.base_agent import BaseAgent
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
 from google.genai import errors as genai_errors
+from google.genai import types
+from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk.barrier import EventBatch
 from durable_adk.fence import RunFence
 from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.leases import trust_from as trust_from
@@ -117,6 +129,14 @@ class Drive:
     def __init__(self, run: Run, fence: RunFence) -> None:
         self.run = run
         self.fence = fence
+        # Barrier commits (docs/runs.md): the drive's buffered appends, how to
+        # write them, the events held back until they are written, and whether
+        # ADK may run ahead of the reader between barriers.
+        self.batch: EventBatch | None = None
+        self.flush: Callable[[EventBatch], Awaitable[None]] | None = None
+        self.look_ahead = False
+        self.held: list[Event] = []
+        self._barrier_lock = asyncio.Lock()
         self.task: asyncio.Task[Any] | None = None
         self.detached = False
         self.stop_reason: str | None = None  # "fenced" or "shutdown", set before cancelling
@@ -136,6 +156,22 @@ class Drive:
         await self._wanted.wait()
         if not self.detached:
             self._wanted.clear()
+
+    async def barrier(self) -> None:
+        """Writes the buffered events, then hands the held ones over, lock-step.
+
+        Returns when the reader has taken every held event and asked for the
+        next one (at once once detached): only then may ADK go on.
+        """
+        async with self._barrier_lock:
+            if self.batch is not None and self.flush is not None:
+                await self.flush(self.batch)
+            if not self.held:
+                return
+            while self.held:
+                await self.wanted()
+                self.hand(self.held.pop(0))
+            await self._wanted.wait()  # left set: the reader has asked for the next event
 
     def hand(self, event: Event) -> None:
         if not self.detached:
@@ -160,3 +196,63 @@ class Drive:
             self.stop_reason = reason
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+_current_drive: ContextVar[Drive | None] = ContextVar("durable_adk_drive", default=None)
+
+
+@contextlib.contextmanager
+def using_drive(drive: Drive) -> Iterator[Drive]:
+    """Makes ``drive`` the current drive inside the block (its pump, ADK's tasks under it)."""
+    token = _current_drive.set(drive)
+    try:
+        yield drive
+    finally:
+        _current_drive.reset(token)
+
+
+async def barrier() -> None:
+    """A barrier of the current drive (see :meth:`Drive.barrier`); nothing outside a drive."""
+    drive = _current_drive.get()
+    if drive is not None and drive.batch is not None:
+        await drive.barrier()
+
+
+class BarrierPlugin(BasePlugin):
+    """ADK's callbacks where a drive's buffered events must be durable: a barrier each.
+
+    Before an agent starts or ends, before a model call and before a tool
+    runs. Plugin callbacks run before the agent's own, so an agent's callback
+    that acts sees its events durable too. Returns None: ADK goes on as usual.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(name="durable_adk_barriers")
+
+    @override
+    async def before_agent_callback(
+        self, *, agent: BaseAgent, callback_context: CallbackContext
+    ) -> types.Content | None:
+        await barrier()
+        return None
+
+    @override
+    async def after_agent_callback(
+        self, *, agent: BaseAgent, callback_context: CallbackContext
+    ) -> types.Content | None:
+        await barrier()
+        return None
+
+    @override
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        await barrier()
+        return None
+
+    @override
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> dict[str, Any] | None:
+        await barrier()
+        return None

@@ -71,7 +71,9 @@ from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.artifacts.base_artifact_service import BaseArtifactService
 from google.adk.auth.credential_service.base_credential_service import BaseCredentialService
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.plugins.base_plugin import BasePlugin
@@ -84,11 +86,18 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk import agent_tools, agent_tree, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
+from durable_adk.adk.barrier import (
+    CommitMode,
+    EventBatch,
+    check_commit_mode,
+    may_look_ahead,
+    using_batch,
+)
 from durable_adk.adk.classify import INTERIM_KEY as INTERIM_KEY
 from durable_adk.adk.classify import Classification, OrphanClass, check_answers, classify
 from durable_adk.adk.drive import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.adk.drive import TRANSIENT_ERRORS as TRANSIENT_ERRORS
-from durable_adk.adk.drive import Drive, End, causes, trust_from
+from durable_adk.adk.drive import BarrierPlugin, Drive, End, causes, trust_from, using_drive
 from durable_adk.adk.drive import RetryPolicy as RetryPolicy
 from durable_adk.adk.drive import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
@@ -276,6 +285,7 @@ class DurableRunner:
         cancel_grace: float = 30.0,
         interrupt_deadlines: Mapping[str, float] | None = None,
         background: bool | BackgroundSettings = True,
+        commits: CommitMode = "per_event",
     ) -> None:
         """Creates the runner.
 
@@ -328,6 +338,11 @@ class DurableRunner:
                 and stops them on exit; a :class:`BackgroundSettings` sets
                 their cadence; False runs none (a process that only submits,
                 while a worker or ``durable-adk recover`` recovers).
+            commits: ``"per_event"`` (default): one unit of work per event,
+                as ADK's services do; ``"barrier"``: a drive's events are
+                committed together at barriers (before an agent starts or
+                ends, a model call or a tool, before the caller sees them, at
+                the end; see docs/runs.md, "When events are committed").
 
         Raises:
             durable_adk.errors.InvalidArgument: The App is not resumable, the
@@ -335,6 +350,7 @@ class DurableRunner:
                 a long-running tool or a saga (ADK runs it on a throw-away
                 session: see :mod:`durable_adk.adk.agent_tools`).
         """
+        commits = check_commit_mode(commits)
         if not isinstance(app, App):  # a bare root: an agent or a Workflow
             with warnings.catch_warnings():
                 # ADK flags resumability as experimental; durable runs depend on it by design.
@@ -342,6 +358,8 @@ class DurableRunner:
                 resumable = ResumabilityConfig(is_resumable=True)
             app = App(name=app_name or app.name, root_agent=app, resumability_config=resumable)
         extra_plugins = list(plugins)
+        if commits == "barrier":
+            extra_plugins.append(BarrierPlugin())
         if extra_plugins:
             app = app.model_copy(update={"plugins": [*(app.plugins or []), *extra_plugins]})
         if not (app.resumability_config and app.resumability_config.is_resumable):
@@ -384,6 +402,10 @@ class DurableRunner:
         self.cancel_grace = cancel_grace
         self.interrupts = InterruptTable(store)
         self.interrupt_deadlines = dict(interrupt_deadlines or {})
+        self.commits: CommitMode = commits
+        # ADK may run ahead of the caller between barriers only when no code
+        # of the app's own runs there (durable_adk.adk.barrier.may_look_ahead).
+        self._look_ahead = commits == "barrier" and may_look_ahead(app.root_agent)
         self.adk = _InvocationIdRunner(
             app=app,
             session_service=session_service,
@@ -822,6 +844,10 @@ class DurableRunner:
         )
         drive.run_config, drive.state_delta = run_config, state_delta
         drive.answer_first = answer_first
+        if self.commits == "barrier":
+            drive.batch = EventBatch((run.app_name, run.user_id, run.session_id), self.sessions)
+            drive.flush = self.sessions.flush_batch
+            drive.look_ahead = self._look_ahead
         # Created here, in the caller's context: the run span is a child of the caller's.
         drive.task = asyncio.create_task(
             self._pump(
@@ -867,6 +893,8 @@ class DurableRunner:
         try:
             with (
                 using_fence(drive.fence),
+                using_drive(drive),
+                using_batch(drive.batch),
                 self.metrics.span(
                     "durable_adk.run",
                     {
@@ -885,11 +913,20 @@ class DurableRunner:
                 )
                 async with contextlib.aclosing(driven) as events:
                     while True:
-                        await drive.wanted()
+                        if drive.batch is None:
+                            await drive.wanted()
                         try:
                             event = await anext(events)
                         except StopAsyncIteration:
                             break
+                        if drive.batch is not None:
+                            if not event.partial:
+                                # Held until it is durable; lock-step unless ADK may run ahead.
+                                drive.held.append(event)
+                                if not drive.look_ahead:
+                                    await drive.barrier()
+                                continue
+                            await drive.barrier()  # what came before is durable and handed first
                         if event.partial and self.sessions.live.watched(session):
                             # Never stored: followers get it from here (stored ones
                             # come from the session service, with their numbers).
@@ -997,7 +1034,12 @@ class DurableRunner:
                     drive.fence.check_not_lost()
                     seen.append(event)
                     yield event
-        except Exception as exc:
+            await drive.barrier()  # the end: every event durable and handed over
+        except Exception as raised:
+            await self._settle(drive, raised)
+            # A barrier's store error reaches us wrapped by ADK's plugin manager.
+            failed_flush = drive.batch.failed if drive.batch is not None else None
+            exc = next((e for e in causes(raised) if e is failed_flush), raised)
             if drive.cancelled_by is not None or cause_of(exc, errors.RunCancelled) is not None:
                 await self._end_cancelled(drive, cause=exc)
             refused = cause_of(exc, errors.FenceRefused)
@@ -1026,7 +1068,9 @@ class DurableRunner:
             ):
                 raise errors.Fenced(f"run {run.run_id} was taken over before it failed") from exc
             self.metrics.run_finished(RunStatus.FAILED.value)
-            raise
+            if exc is raised:
+                raise
+            raise exc from raised
         finally:
             self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
@@ -1145,6 +1189,29 @@ class DurableRunner:
         raise errors.RunCancelled(
             f"run {run.run_id} was cancelled by {by}: it is CANCELLED"
         ) from cause
+
+    async def _settle(self, drive: Drive, exc: BaseException) -> None:
+        """After a drive error, writes and hands over what the batch held, if the store takes it.
+
+        What ADK produced before the error is then stored, as with per-event
+        commits. When the store refuses the batch (the run was taken over, the
+        session moved on) nothing of it is written and the held events are
+        dropped; the drive's own error decides what happens next.
+        """
+        batch = drive.batch
+        if batch is None or batch.failed is not None or cause_of(exc, errors.Fenced) is not None:
+            drive.held.clear()
+            return
+        try:
+            await drive.barrier()
+        except (errors.DurableError, StaleSessionError, SessionNotFoundError, TimeoutError) as err:
+            logger.warning(
+                "run %s (epoch %d): the events before the error could not be stored: %s",
+                drive.run.run_id,
+                drive.run.epoch,
+                err,
+            )
+            drive.held.clear()
 
     async def _ledger_write(
         self, run: Run, write: Awaitable[T], *, cause: BaseException | None

@@ -52,6 +52,7 @@ from google.adk.sessions.session import Session
 from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk.barrier import EventBatch, Pending, current_batch
 from durable_adk.adk.events import open_invocation_id
 from durable_adk.adk.live import LiveEvents, Stored
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
@@ -78,6 +79,10 @@ class _Cached:
     user_state: str | None = None
     update_time: float = 0.0
     trusted: bool = False
+
+
+_EVENT_COLUMNS = ("seq", "event_id", "invocation_id", "author", "timestamp", "delta", "data")
+"""The columns of one buffered event, as ``append_events`` reads them."""
 
 
 def _dumps(value: Any) -> str:
@@ -335,6 +340,9 @@ class DurableSessionService(BaseSessionService):
     ) -> Session | None:
         key = (check_id("app_name", app_name), check_id("user_id", user_id), session_id)
         check_id("session_id", session_id)
+        batch = current_batch()
+        if batch is not None and batch.key == key and batch.service is self:
+            await self.flush_batch(batch)  # a read is a barrier: it sees the drive's own events
         cached = self._cache.get(key)
         if cached is not None and cached.trusted:
             cached.trusted = False
@@ -508,7 +516,16 @@ class DurableSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         key = (session.app_name, session.user_id, session.id)
+        batch = current_batch()
+        if batch is not None and (batch.key != key or batch.service is not self):
+            batch = None  # another session (an AgentTool child's, say): committed at once
         pk, expected = await self._fence_of(session)
+        fence = run_fence_of(event)
+        if batch is not None and batch.pending:
+            tip = batch.pending[-1]
+            if (pk, expected) != (tip.row["pk"], tip.seq) or fence != tip.row["fence"]:
+                # Not the continuation of the batch: write it, then this event on its own.
+                await self.flush_batch(batch)
         try:
             data = event.model_dump_json(exclude_none=True)
         except pydantic_core.PydanticSerializationError as exc:
@@ -520,6 +537,10 @@ class DurableSessionService(BaseSessionService):
         written = event.actions.model_dump(mode="json", include={"state_delta"})
         session_delta, app_delta, user_delta = split_delta(written.get("state_delta"))
         new_seq = expected + 1
+        if batch is not None:
+            return await self._buffer(
+                batch, session, event, pk, new_seq, data, session_delta, app_delta, user_delta
+            )
         snapshot = None
         if is_snapshot_seq(new_seq, self.snapshot_every):
             before = await self._state_at(key, pk, expected)
@@ -540,37 +561,71 @@ class DurableSessionService(BaseSessionService):
                 "app_delta": _shared_json(app_delta, "app"),
                 "user_delta": _shared_json(user_delta, "user"),
                 "snapshot": snapshot,
-                **run_fence_of(event),
+                **fence,
             },
         )
         status = row["status"] if row else "missing"
-        if status == "fenced":
-            raise errors.Fenced(
-                f"event {event.id} for run {run_fence_of(event)['run_id']} refused: the run was "
-                "taken over or has finished, this worker must stop driving it"
-            )
         if status == "duplicate":
             return event
-        if status == "missing":
-            self._forget(key)
-            raise SessionNotFoundError(f"Session {session.id} not found.")
-        if status == "stale":
-            raise StaleSessionError(
-                f"session {session.id!r} was appended to since this object was loaded "
-                f"(it saw event #{expected}, the log is at #{row['last_seq'] if row else '?'}); "
-                "reload it with get_session"
-            )
+        self._refused(key, session.id, status, row, event=event.id, fence=fence, expected=expected)
         session._storage_update_marker = _marker(pk, new_seq)
         session.last_update_time = event.timestamp
+        self._appended(key, pk, expected, event, data, session_delta, app_delta, user_delta)
+        return self._commit_event_to_session(session, event)
+
+    def _refused(
+        self,
+        key: _Key,
+        session_id: str,
+        status: str,
+        row: Row | None,
+        *,
+        event: str,
+        fence: Mapping[str, Any],
+        expected: int,
+    ) -> None:
+        """Raises for an append (or a batch) the store refused; returns when it was written."""
+        if status == "ok":
+            return
+        if status == "fenced":
+            raise errors.Fenced(
+                f"event {event} for run {fence['run_id']} refused: the run was "
+                "taken over or has finished, this worker must stop driving it"
+            )
+        if status == "missing":
+            self._forget(key)
+            raise SessionNotFoundError(f"Session {session_id} not found.")
+        raise StaleSessionError(
+            f"session {session_id!r} was appended to since this object was loaded "
+            f"(it saw event #{expected}, the log is at #{row['last_seq'] if row else '?'}"
+            f"{'; an event id of the batch is already stored' if status == 'duplicate' else ''}); "
+            "reload it with get_session"
+        )
+
+    def _appended(
+        self,
+        key: _Key,
+        pk: int,
+        expected: int,
+        event: Event,
+        data: str,
+        session_delta: Mapping[str, Any],
+        app_delta: Mapping[str, Any],
+        user_delta: Mapping[str, Any],
+    ) -> None:
+        """Brings the cache up to an event the store has just written at ``expected + 1``.
+
+        Followers of the session in this process get the stored event too.
+        """
         if self.live.watched(key):
-            self.live.publish(key, Stored(new_seq, data, event.id))
+            self.live.publish(key, Stored(expected + 1, data, event.id))
         cached = self._cache.get(key)
         if cached is not None and cached.pk == pk and cached.seq == expected:
             # The caller's own object, as ADK's InMemorySessionService keeps it.
             cached.events.append(event)
             if session_delta:
                 cached.state.update(session_delta)
-            cached.seq = new_seq
+            cached.seq = expected + 1
             cached.update_time = event.timestamp
             if app_delta:
                 cached.app_state = _dumps({**_loads_state(cached.app_state), **app_delta})
@@ -579,7 +634,144 @@ class DurableSessionService(BaseSessionService):
             self._cache.move_to_end(key)
         elif cached is not None:
             self._forget(key)
+
+    async def _buffer(
+        self,
+        batch: EventBatch,
+        session: Session,
+        event: Event,
+        pk: int,
+        new_seq: int,
+        data: str,
+        session_delta: dict[str, Any],
+        app_delta: dict[str, Any],
+        user_delta: dict[str, Any],
+    ) -> Event:
+        """Holds an append in the drive's batch; the session object moves on at once."""
+        if batch.holds(event.id) or any(e.id == event.id for e in reversed(session.events)):
+            return event  # re-appending an event the session holds: a no-op, as in the store
+        # Refused now, as the store would refuse it at once: nothing is buffered.
+        _shared_json(app_delta, "app")
+        _shared_json(user_delta, "user")
+        snapshot = None
+        if is_snapshot_seq(new_seq, self.snapshot_every):
+            key = batch.key
+            first = batch.pending[0].seq - 1 if batch.pending else new_seq - 1
+            before = fold(
+                dict(await self._state_at(key, pk, first)),
+                (p.session_delta for p in batch.pending),
+            )
+            snapshot = _dumps(fold(before, [session_delta]))
+        batch.pending.append(
+            Pending(
+                seq=new_seq,
+                event=event,
+                row={
+                    "pk": pk,
+                    "fence": run_fence_of(event),
+                    "seq": new_seq,
+                    "event_id": event.id,
+                    "invocation_id": event.invocation_id,
+                    "author": event.author,
+                    "timestamp": event.timestamp,
+                    "delta": _dumps(session_delta) if session_delta else None,
+                    "data": data,
+                },
+                session=session,
+                session_delta=session_delta,
+                app_delta=app_delta,
+                user_delta=user_delta,
+                snapshot=snapshot,
+            )
+        )
+        session._storage_update_marker = _marker(pk, new_seq)
+        session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
+
+    async def flush_batch(self, batch: EventBatch) -> None:
+        """Writes a drive's buffered appends in one fenced unit of work (a barrier).
+
+        Nothing of the batch is written when the store refuses it; the batch
+        is emptied either way.
+
+        Raises:
+            durable_adk.errors.Fenced: The run was taken over or has finished.
+            google.adk.errors.StaleSessionError: Someone else appended to the
+                session since the batch began (or stored one of its event ids).
+            SessionNotFoundError: The session was deleted.
+        """
+        if batch.failed is not None:
+            raise batch.failed
+        if not batch.pending:
+            return
+        pending, batch.pending = batch.pending, []
+        try:
+            await self._write_batch(batch, pending)
+        except BaseException as exc:
+            batch.failed = exc
+            raise
+
+    async def _write_batch(self, batch: EventBatch, pending: list[Pending]) -> None:
+        first, last = pending[0], pending[-1]
+        app_delta: dict[str, Any] = {}
+        user_delta: dict[str, Any] = {}
+        for p in pending:
+            app_delta.update(p.app_delta)
+            user_delta.update(p.user_delta)
+        key = batch.key
+        pk, expected = first.row["pk"], first.seq - 1
+        shared = {
+            "session_pk": pk,
+            "expected_seq": expected,
+            "app_name": key[0],
+            "user_id": key[1],
+            "app_delta": _shared_json(app_delta, "app"),
+            "user_delta": _shared_json(user_delta, "user"),
+            **first.row["fence"],
+        }
+        if len(pending) == 1:
+            # One event: the single append's unit (no JSON array to take apart).
+            one = first.row
+            row = await self.store.fetchrow(
+                "append_event",
+                {
+                    **shared,
+                    **{k: one[k] for k in _EVENT_COLUMNS if k != "seq"},
+                    "snapshot": first.snapshot,
+                },
+            )
+        else:
+            row = await self.store.fetchrow(
+                "append_events",
+                {
+                    **shared,
+                    "last_seq": last.seq,
+                    "timestamp": last.event.timestamp,
+                    "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
+                    "snapshots": _dumps([[p.seq, p.snapshot] for p in pending if p.snapshot]),
+                },
+            )
+        self._refused(
+            key,
+            key[2],
+            row["status"] if row else "missing",
+            row,
+            event=first.event.id,
+            fence=first.row["fence"],
+            expected=expected,
+        )
+        batch.flushes += 1
+        for p in pending:
+            self._appended(
+                key,
+                pk,
+                p.seq - 1,
+                p.event,
+                p.row["data"],
+                p.session_delta,
+                p.app_delta,
+                p.user_delta,
+            )
 
     async def _fence_of(self, session: Session) -> tuple[int, int]:
         """The (session pk, last sequence number) this session object was loaded at."""

@@ -114,6 +114,50 @@ INSERT INTO state_snapshots (session_pk, seq, state)
 SELECT :session_pk, :expected_seq + 1, :snapshot WHERE :snapshot IS NOT NULL;
 SELECT 'ok' AS status, NULL AS dup_seq, :expected_seq + 1 AS last_seq;
 
+-- name: append_events guarded inline
+-- A batch of a run's events (barrier commits, docs/runs.md), in one transaction
+-- and fenced as one: the caller names the last sequence number it saw and the
+-- events come with their sequence numbers (:expected_seq + 1, + 2, ...), in
+-- :events, a JSON array of {seq, event_id, invocation_id, author, timestamp,
+-- delta, data}. A replayed event id, a newer append by anyone, a deleted
+-- session or a run taken over or finished writes nothing of the batch. The
+-- app: and user: deltas of the batch come merged in order; :snapshots is a JSON
+-- array of [seq, state] for the snapshot points the batch crosses.
+SELECT CASE
+         WHEN s.pk IS NULL THEN 'missing'
+         WHEN EXISTS (SELECT 1 FROM json_each(:events) AS j
+                        JOIN events d ON d.session_pk = :session_pk
+                                     AND d.event_id = json_extract(j.value, '$.event_id'))
+              THEN 'duplicate'
+         WHEN :run_id IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                                     AND status = 'RUNNING') THEN 'fenced'
+         WHEN s.last_seq <> :expected_seq THEN 'stale'
+         ELSE 'ok'
+       END AS status,
+       s.last_seq AS last_seq
+  FROM (SELECT 1) AS one
+  LEFT JOIN sessions s ON s.pk = :session_pk;
+INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
+SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
+       json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
+       json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
+       json_extract(j.value, '$.data')
+  FROM json_each(:events) AS j WHERE true;
+UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
+INSERT INTO app_state (app_name, state, update_time)
+SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
+ON CONFLICT (app_name) DO UPDATE
+   SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO user_state (app_name, user_id, state, update_time)
+SELECT :app_name, :user_id, :user_delta, :timestamp WHERE :user_delta IS NOT NULL
+ON CONFLICT (app_name, user_id) DO UPDATE
+   SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO state_snapshots (session_pk, seq, state)
+SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
+  FROM json_each(:snapshots) WHERE true;
+SELECT 'ok' AS status, :last_seq AS last_seq;
+
 -- name: list_sessions
 -- Each session with its newest snapshot and the state deltas after it, so the
 -- caller folds a short tail per session.
