@@ -25,6 +25,7 @@ from durable_adk import errors, idempotent, journaled, journaled_node
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.ledger import RunStatus
+from durable_adk.service.ops import Operations
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
 
@@ -103,6 +104,12 @@ async def test_a_plain_node_that_failed_after_acting_is_parked_not_run_again(sto
     (letter,) = await runner.ledger.dead_letters()
     assert "node in flight: flow/charge" in letter.error
     assert letter.classification == "NODE_INFLIGHT"
+    # The operator's view (runs show, the dashboard) reads the nodes the same way.
+    ops = Operations(
+        store, root_agent_name=runner.root_agent_name, app_name="shop", nodes=runner.node_kinds
+    )
+    detail = await ops.run_detail(run.run_id)
+    assert detail.finding is not None and detail.finding.cls == "NODE_INFLIGHT"
 
 
 class Billing:

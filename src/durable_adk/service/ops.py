@@ -16,7 +16,7 @@ run is shown with its events and a note saying why it is not classified).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from google.adk.events.event import Event
 
 from durable_adk import errors
 from durable_adk.adk import operators
-from durable_adk.adk.classify import classify
+from durable_adk.adk.classify import NodeKind, classify
 from durable_adk.adk.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
@@ -191,6 +191,7 @@ class Operations:
         app_name: str | None = None,
         lease_seconds: float = 30.0,
         owner_speaks_first: bool = False,
+        nodes: Mapping[str, NodeKind] | None = None,
     ) -> None:
         """Creates the operations over a store.
 
@@ -205,12 +206,15 @@ class Operations:
                 answer is written) holds.
             owner_speaks_first: The root is an LlmAgent: the done test
                 follows the agent that owns the turn (see ``classify``).
+            nodes: For a Workflow root, its graph nodes' kinds
+                (``DurableRunner.node_kinds``): a node in flight is found.
         """
         self.store = store
         self.ledger = RunLedger(store, lease_seconds=lease_seconds)
         self.root_agent_name = root_agent_name
         self.app_name = app_name
         self.owner_speaks_first = owner_speaks_first
+        self.nodes = nodes
 
     async def run_counts(self, *, app_name: str | None = None) -> dict[str, int]:
         """How many runs stand in each status (every status present, zeros included)."""
@@ -271,6 +275,7 @@ class Operations:
                 run.invocation_id,
                 root_agent_name=self.root_agent_name,
                 owner_speaks_first=self.owner_speaks_first,
+                nodes=self.nodes,
             )
             finding = Finding(
                 cls=found.cls.value,

@@ -124,6 +124,7 @@ class Worker:
             app_name=self.runner.app_name,
             lease_seconds=settings.lease,
             owner_speaks_first=isinstance(self.runner.app.root_agent, LlmAgent),
+            nodes=self.runner.node_kinds,
         )
         # The same loops as ``async with DurableRunner``, on the worker's cadence.
         self.background = Background(
