@@ -107,6 +107,8 @@ async def test_barrier_commits_write_fewer_units_than_per_event(store: Store) ->
         async for _ in runner(commits).run(user_id="u", session_id=commits, message="A1?"):
             pass
         units[commits] = dict(counting.calls)
+    # A fresh runner asks once whether a recovery sweeper runs anywhere (not per run).
+    assert units["per_event"].pop("sweeper_seen") == units["barrier"].pop("sweeper_seen") == 1
     # Per event: user message, call, response, answer, end marker, one unit each.
     assert units["per_event"] == {"run_start": 1, "append_event": 5, "run_finish": 1}
     # Barrier: the answer and the end marker go together at the end.

