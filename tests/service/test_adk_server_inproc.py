@@ -100,6 +100,16 @@ async def test_get_fast_api_app_lifespan_recovers_without_a_request(
                 await asyncio.sleep(0.1)
 
         assert await asyncio.wait_for(done(), 60) is RunStatus.DONE
+        # The server runs a worker's loops, not only the sweeper: long-running
+        # jobs are resumed and interrupts' deadlines applied under adk api_server too.
+        running = {t.get_name() for t in asyncio.all_tasks() if not t.done()}
+        assert {
+            "durable-adk-sweeper",
+            "durable-adk-submitter",
+            "durable-adk-resumer",
+            "durable-adk-expiry",
+            "durable-adk-interrupt-deadlines",
+        } <= running
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             ran = await http.post(

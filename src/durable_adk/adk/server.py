@@ -27,7 +27,9 @@ session URI (:mod:`durable_adk.adk.service_uri`). What it guarantees:
   error is transient (:class:`RetryPolicy`), or parked on an unknown outcome.
 * Recovery runs with the server: :class:`ServerRuns` keeps, per app, one
   :class:`DurableRunner` (built from the agent the server loaded, or loaded
-  from the agents folder) and its :class:`Sweeper` loop. It starts when the
+  from the agents folder) and its background loops (:class:`Background`: the
+  recovery sweeper, the job loops, the interrupts' deadlines and the saga
+  sweepers, as under a worker or ``async with DurableRunner``). They start when the
   durable store is first opened in the server's event loop (ADK's CLI gives
   session services no start-up hook) and when a plugin first sees an app.
 
@@ -56,14 +58,13 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.background import Background, BackgroundSettings
 from durable_adk.adk.classify import OrphanClass
-from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner, cause_of
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.fence import RunFence, current_fence, using_fence
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
-from durable_adk.loops import every
 from durable_adk.runlog import run_event, taken_over
 
 logger = logging.getLogger("durable_adk.server")
@@ -107,7 +108,7 @@ def _resumable(app: App) -> App:
 
 @dataclass(eq=False)
 class ServerRuns:
-    """The durable side of one ADK server: a DurableRunner and a recovery loop per app.
+    """The durable side of one ADK server: a DurableRunner and its background loops per app.
 
     One per durable session service (the server has one). The runner of an
     app puts the server's runs of that app on the ledger under one worker id
@@ -121,7 +122,8 @@ class ServerRuns:
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:adk:{uuid.uuid4().hex[:6]}"
     )
     _runners: dict[str, DurableRunner] = field(default_factory=dict)
-    _loops: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _backgrounds: dict[str, Background] = field(default_factory=dict)
+    _starting: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _started: asyncio.Task[None] | None = None
 
     def start_soon(self) -> None:
@@ -196,22 +198,24 @@ class ServerRuns:
             if service is not None:
                 setattr(runner.adk, name, service)
         self._runners[app_name] = runner
-        sweeper = Sweeper(runner, interval=s.sweep_interval)
-        self._loops[app_name] = asyncio.get_running_loop().create_task(
-            every(s.sweep_interval, sweeper.recover_once, f"recovery of {app_name}"),
-            name=f"durable-adk-sweeper-{app_name}",
+        # The same loops as a worker's (Background.start only creates their tasks).
+        background = Background(runner, BackgroundSettings(sweep_interval=s.sweep_interval))
+        self._backgrounds[app_name] = background
+        self._starting[app_name] = asyncio.get_running_loop().create_task(
+            background.start(), name=f"durable-adk-start-{app_name}"
         )
         logger.info("recovery of app %r started (worker %s)", app_name, self.worker_id)
         return runner
 
     async def aclose(self) -> None:
-        """Stops the recovery loops and waits for (or cancels) the recovery drives."""
-        for task in self._loops.values():
-            task.cancel()
-        for task in self._loops.values():
+        """Stops the background loops and waits for (or cancels) the recovery drives."""
+        for task in self._starting.values():
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._loops.clear()
+        self._starting.clear()
+        for background in self._backgrounds.values():
+            await background.stop()
+        self._backgrounds.clear()
         for runner in self._runners.values():
             await runner.aclose(grace=0)
         self._runners.clear()
