@@ -19,22 +19,16 @@ import pytest
 
 from durable_adk.store import Store, open_store
 from durable_adk.testing.pg_cluster import TempPostgres
+from postgres_required import postgres_or_skip
 
 BACKENDS = ["sqlite", "postgresql"]
 TEMPLATE = "dadk_template"
 _counter = itertools.count()
 
 
-def _require_postgres() -> bool:
-    return os.environ.get("DURABLE_ADK_REQUIRE_POSTGRES") == "1"
-
-
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[TempPostgres]:
-    if not TempPostgres.is_available():
-        if _require_postgres():
-            pytest.fail("PostgreSQL is required (DURABLE_ADK_REQUIRE_POSTGRES=1) but not installed")
-        pytest.skip("PostgreSQL binaries not found")
+    postgres_or_skip()
     cluster = TempPostgres()
     cluster.start()
     cluster.create_database(TEMPLATE)

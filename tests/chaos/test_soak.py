@@ -15,13 +15,12 @@ service"), and the verdict reports it as refused, not as a violation.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-from durable_adk.testing.pg_cluster import TempPostgres
+from postgres_required import postgres_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +32,7 @@ ARGS = [
 
 
 def test_the_short_chaos_soak_finds_no_violation() -> None:
-    if not TempPostgres.is_available():
-        if os.environ.get("DURABLE_ADK_REQUIRE_POSTGRES") == "1":
-            pytest.fail("PostgreSQL is required (DURABLE_ADK_REQUIRE_POSTGRES=1) but not installed")
-        pytest.skip("PostgreSQL binaries not found")
+    postgres_or_skip()
     soak = subprocess.run(
         [sys.executable, "-m", "durable_adk.testing.chaos", *ARGS, "--seed", str(SEED)],
         capture_output=True,

@@ -16,7 +16,6 @@ also runs the soak's whole verdict (:func:`durable_adk.testing.chaos_check.judge
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import time
@@ -45,6 +44,7 @@ from durable_adk.testing.chaos import read_log, restart_postgres
 from durable_adk.testing.chaos_check import TERMINAL
 from durable_adk.testing.chaos_net import Namespace, partitions_available
 from durable_adk.testing.pg_cluster import TempPostgres
+from postgres_required import postgres_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -237,10 +237,7 @@ def test_a_request_the_partition_held_past_the_takeover_is_refused_by_the_servic
 def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
     tmp_path: Path, mode: str, down: float
 ) -> None:
-    if not TempPostgres.is_available():
-        if os.environ.get("DURABLE_ADK_REQUIRE_POSTGRES") == "1":
-            pytest.fail("PostgreSQL is required (DURABLE_ADK_REQUIRE_POSTGRES=1) but not installed")
-        pytest.skip("PostgreSQL binaries not found")
+    postgres_or_skip()
     markers = tmp_path / "markers"
     markers.mkdir()
     with TempPostgres() as pg, fake_services(tmp_path) as urls:

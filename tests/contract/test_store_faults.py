@@ -26,14 +26,12 @@ from durable_adk.store.postgres import split_url_options
 from durable_adk.store.postgres import translate as translate_pg
 from durable_adk.store.sqlite import translate as translate_sqlite
 from durable_adk.testing.pg_cluster import TempPostgres
+from postgres_required import postgres_or_skip
 
 
 @pytest.fixture(scope="module")
 def private_pg() -> Iterator[TempPostgres]:
-    if not TempPostgres.is_available():
-        if os.environ.get("DURABLE_ADK_REQUIRE_POSTGRES") == "1":
-            pytest.fail("PostgreSQL is required (DURABLE_ADK_REQUIRE_POSTGRES=1) but not installed")
-        pytest.skip("PostgreSQL binaries not found")
+    postgres_or_skip()
     with TempPostgres() as cluster:
         yield cluster
 
