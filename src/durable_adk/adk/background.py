@@ -38,7 +38,6 @@ from durable_adk.jobs import Job, JobTable
 from durable_adk.ledger import RunStatus
 from durable_adk.loops import BackgroundSettings as BackgroundSettings
 from durable_adk.metrics import Metrics
-from durable_adk.runlog import run_event
 from durable_adk.sagas import Saga
 
 logger = logging.getLogger("durable_adk.background")
@@ -151,24 +150,9 @@ class Background:
 
     async def sweep_once(self) -> list[Recovery]:
         """One recovery pass: cancelled runs of dead owners first, then the sweeper's claims."""
-        await self._cancel_expired()
         if self.before_sweep is not None:
             await self.before_sweep()
         return await self.sweeper.recover_once()
-
-    async def _cancel_expired(self) -> list[str]:
-        """Ends CANCELLED the runs asked to stop whose owner died: never re-driven."""
-        cancelled = await self.runner.ledger.cancel_expired(app_name=self.runner.app_name)
-        for run_id in cancelled:
-            run_event(
-                logger,
-                logging.INFO,
-                "cancelled",
-                run_id=run_id,
-                epoch=None,
-                reason="asked to stop; its owner died",
-            )
-        return cancelled
 
     async def sweep_sagas_once(self) -> list[Saga]:
         """One pass of every saga sweeper of the app."""
@@ -184,8 +168,8 @@ class Background:
         then submissions, deadlines (their calls are answered at once),
         resumes and the sagas.
         """
-        cancelled = await self._cancel_expired()
-        recoveries = await self.sweeper.recover_once()
+        cancelled = await self.sweeper.cancel_expired()
+        recoveries = await self.sweeper.recover_once(cancel_expired=False)
         submitted = await self.submitter.submit_once()
         expired = await self.expiry.expire_once()
         resumed = await self.resumer.resume_once()

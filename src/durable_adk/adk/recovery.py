@@ -237,11 +237,33 @@ class Sweeper:
         except errors.StoreError as exc:
             logger.warning("could not record the sweeper's beat: %s", exc)
 
-    async def recover_once(self) -> list[Recovery]:
+    async def cancel_expired(self) -> list[str]:
+        """Ends CANCELLED the runs asked to stop whose owner died: they are never re-driven.
+
+        The claims of :meth:`recover_once` skip runs asked to stop, so this is
+        how such a run ends when nobody holds it any more.
+
+        Returns:
+            The ids of the runs ended CANCELLED.
+        """
+        cancelled = await self.ledger.cancel_expired(app_name=self.runner.app_name)
+        for run_id in cancelled:
+            run_event(
+                logger,
+                logging.INFO,
+                "cancelled",
+                run_id=run_id,
+                epoch=None,
+                reason="asked to stop; its owner died",
+            )
+        return cancelled
+
+    async def recover_once(self, *, cancel_expired: bool = True) -> list[Recovery]:
         """Claims and recovers up to ``batch`` expired runs; returns what was done, in claim order.
 
-        First, the runs an operator asked to stop whose owner stopped
-        renewing are ended CANCELLED (:meth:`RunLedger.cancel_expired`).
+        First (unless ``cancel_expired`` is False: the caller did it), the
+        runs an operator asked to stop whose owner stopped renewing are ended
+        CANCELLED (:meth:`cancel_expired`).
 
         At most ``concurrency`` runs are claimed and in recovery at any moment;
         each freed slot claims the next expired run, until ``batch`` were
@@ -250,10 +272,8 @@ class Sweeper:
         recovery in progress has ended.
         """
         owner, app_name = self.runner.worker_id, self.runner.app_name
-        # A run asked to stop whose owner died is cancelled here, never re-driven
-        # (the claim below skips runs asked to stop).
-        for run_id in await self.ledger.cancel_expired(app_name=app_name):
-            logger.info("run %s cancelled: its owner died after the cancel was asked", run_id)
+        if cancel_expired:
+            await self.cancel_expired()
         started: list[asyncio.Task[Recovery | None]] = []
         running: set[asyncio.Task[Recovery | None]] = set()
         failure: BaseException | None = None
