@@ -83,6 +83,8 @@ CONTENDERS = (
     "adk-memory",
     "durable-sqlite",
     "durable-postgresql",
+    "durable-sqlite-unlimited",
+    "durable-postgresql-unlimited",
     "adk-db-sqlite",
     "adk-db-postgresql",
 )
@@ -90,6 +92,8 @@ LABELS = {
     "adk-memory": "ADK Runner + InMemorySessionService",
     "durable-sqlite": "DurableRunner (sqlite)",
     "durable-postgresql": "DurableRunner (postgresql)",
+    "durable-sqlite-unlimited": "DurableRunner (sqlite), Admission.unlimited()",
+    "durable-postgresql-unlimited": "DurableRunner (postgresql), Admission.unlimited()",
     "adk-db-sqlite": "ADK Runner + DatabaseSessionService (sqlite)",
     "adk-db-postgresql": "ADK Runner + DatabaseSessionService (postgresql)",
 }
@@ -234,8 +238,16 @@ class Driver:
 
             store = await self._stack.enter_async_context(open_store(self.url))
             self.statements.wrap_store(store)
+            from durable_adk.admission import Admission
+
             runner = DurableRunner(
-                app=app, store=store, worker_id=f"bench-{os.getpid()}", lease=self.lease
+                app=app,
+                store=store,
+                worker_id=f"bench-{os.getpid()}",
+                lease=self.lease,
+                admission=(
+                    Admission.unlimited() if self.contender.endswith("-unlimited") else None
+                ),
             )
             lose = runner._lose
 
@@ -464,12 +476,12 @@ class Databases:
         name = f"inflight_{self.n}"
         if contender == "adk-memory":
             return "memory://"
-        if contender == "durable-sqlite":
+        if contender.startswith("durable-sqlite"):
             return f"sqlite:///{self.tmp / name}.db"
         if contender == "adk-db-sqlite":
             return f"sqlite+aiosqlite:///{self.tmp / name}.db"
         url = self.pg.create_database(name)
-        if contender == "durable-postgresql":
+        if contender.startswith("durable-postgresql"):
             from durable_adk.store import open_store
 
             async with open_store(url):  # the schema, before the timed child

@@ -79,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "FenceToken": "durable_adk.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
+    "Admission": "durable_adk.admission",
     "Background": "durable_adk.adk.background",
     "BackgroundSettings": "durable_adk.loops",
     "configure_logging": "durable_adk.runlog:configure",
@@ -116,6 +117,7 @@ _EXPORTS: dict[str, str] = {
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
 __all__ = [
     "DEFAULT_URL",
+    "Admission",
     "Background",
     "BackgroundSettings",
     "Conflict",

@@ -219,6 +219,7 @@ class InterruptTable:
         *,
         response: Mapping[str, Any],
         request: Mapping[str, Any],
+        ask: int,
         by: str,
         reason: str | None,
         owner: str,
@@ -231,6 +232,8 @@ class InterruptTable:
             interrupt: The interrupt as read.
             response: The function response's body (recorded on the interrupt).
             request: The message of the run that carries the answer (JSON).
+            ask: Which time the invocation asked the call (1 for the first):
+                the pause's answer claim, taken in the same unit.
             by: Who answers (``deadline`` for the default outcome).
             reason: Why, for the audit trail.
             owner: The run's holder: the worker that drives it at once, or an
@@ -242,6 +245,10 @@ class InterruptTable:
         Returns:
             The QUEUED run carrying the answer, or None when refused (the
             interrupt is no longer OPEN, or the deadline says no): nothing changed.
+
+        Raises:
+            durable_adk.errors.UniqueViolation: Another run holds the pause's
+                answer claim (nothing changed).
         """
         detail = {
             "call_id": interrupt.call_id,
@@ -255,6 +262,7 @@ class InterruptTable:
             "interrupt_answer",
             {
                 "pk": interrupt.pk,
+                "ask": ask,
                 "by_deadline": 1 if by_deadline else 0,
                 "actor": by,
                 "reason": reason,

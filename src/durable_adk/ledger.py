@@ -232,14 +232,101 @@ class RunLedger:
         owner: str,
         invocation_id: str | None = None,
         run_id: str | None = None,
+        claims: Sequence[tuple[str, int]] = (),
     ) -> Run:
-        """Records a run (QUEUED, leased by ``owner``) before anything drives it."""
-        row = await self.store.fetchrow(
-            "run_submit",
-            self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id),
-        )
+        """Records a run (QUEUED, leased by ``owner``) before anything drives it.
+
+        Args:
+            claims: The pauses the run answers, ``(call_id, ask)`` each (see
+                :func:`durable_adk.adk.classify.check_answers`), claimed in
+                the same unit of work as the run; needs ``invocation_id``.
+
+        Raises:
+            durable_adk.errors.UniqueViolation: Another run holds one of the
+                ``claims`` (nothing was written); :meth:`claim_holders` says which.
+        """
+        params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id)
+        if claims:
+            if invocation_id is None:
+                raise errors.InvalidArgument("answer claims need the invocation the run continues")
+            params["claims"] = json.dumps([[call_id, int(ask)] for call_id, ask in claims])
+            row = await self.store.fetchrow("run_submit_answer", params)
+        else:
+            row = await self.store.fetchrow("run_submit", params)
         assert row is not None
         return Run.from_row(row)
+
+    async def claim_holders(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        claims: Sequence[tuple[str, int]],
+    ) -> list[tuple[str, str, RunStatus | None]]:
+        """Which run holds each of ``claims``: ``(call_id, run_id, its status)``."""
+        held: list[tuple[str, str, RunStatus | None]] = []
+        for call_id, ask in claims:
+            row = await self.store.fetchrow(
+                "answer_claim_of",
+                {
+                    "app_name": app_name,
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "invocation_id": invocation_id,
+                    "call_id": call_id,
+                    "ask": int(ask),
+                },
+            )
+            if row is not None:
+                status = None if row["status"] is None else RunStatus(row["status"])
+                held.append((call_id, str(row["run_id"]), status))
+        return held
+
+    async def release_claims_of_ended(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        claims: Sequence[tuple[str, int]],
+    ) -> list[tuple[str, str, RunStatus | None]]:
+        """Frees the claims held by runs that ended CANCELLED or FAILED.
+
+        Such a run may not have delivered its answer; the caller must read the
+        session again (the run, ended, writes nothing more) before answering.
+
+        Returns:
+            The claims still held by a run that is live or DONE: ``(call_id,
+            run_id, status)``; empty when every claim is free.
+        """
+        kept: list[tuple[str, str, RunStatus | None]] = []
+        asks = dict(claims)
+        for call_id, run_id, status in await self.claim_holders(
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+            invocation_id=invocation_id,
+            claims=claims,
+        ):
+            if status in (RunStatus.CANCELLED, RunStatus.FAILED, None):
+                await self.store.execute(
+                    "answer_claim_release",
+                    {
+                        "app_name": app_name,
+                        "user_id": user_id,
+                        "session_id": session_id,
+                        "invocation_id": invocation_id,
+                        "call_id": call_id,
+                        "ask": asks[call_id],
+                        "run_id": run_id,
+                    },
+                )
+            else:
+                kept.append((call_id, run_id, status))
+        return kept
 
     def _new_run(
         self,

@@ -11,6 +11,7 @@ refuses any new one, aborts the invocation and ends the run CANCELLED.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.tools.function_tool import FunctionTool
 from test_saga_agent import release
 
@@ -189,6 +191,55 @@ async def test_a_cancelled_run_waiting_in_a_tool_is_aborted_and_refuses_later_ac
         if r.name == "think" and "aborted" in str(r.response)
     ]
     assert len(sealed) == 1
+
+
+async def test_a_sync_tool_in_adks_thread_pool_cannot_be_stopped_but_cannot_act_after_the_cancel(
+    store: Store, services: dict[str, FakeService]
+) -> None:
+    # Python cannot stop a thread: ADK's abort leaves the tool's thread running.
+    # The run ends CANCELLED all the same, and what the thread does next is
+    # refused before it goes out: its fence (inherited by ADK's worker thread)
+    # says the run was cancelled.
+    billing = services["billing"].client("invoices")
+    entered, release_thread = threading.Event(), threading.Event()
+    late: list[BaseException] = []
+
+    def send_late_invoice(invoice_id: str) -> dict[str, Any]:
+        """Prepares for a long time, then sends an invoice (a plain sync tool)."""
+        entered.set()
+        release_thread.wait(60)
+        try:  # the client's last check before sending (fence_headers) refuses
+            return billing.create(
+                {"invoice_id": invoice_id, "customer": "c", "amount": 1.0}, f"late:{invoice_id}"
+            )
+        except BaseException as exc:
+            late.append(exc)
+            raise
+
+    model = ScriptedModel({"clerk": [Call("send_late_invoice", {"invoice_id": "L-1"}), Say("x")]})
+    agent = LlmAgent(name="clerk", model=model, tools=[send_late_invoice])
+    runner = DurableRunner(app=agent, app_name=APP, store=store, lease=LEASE)
+    pool = RunConfig(tool_thread_pool_config=ToolThreadPoolConfig(max_workers=2))
+
+    async def drive() -> None:
+        async for _ in runner.run(user_id="u", session_id="s", message="bill", run_config=pool):
+            pass
+
+    driving = asyncio.create_task(drive())
+    assert await asyncio.to_thread(entered.wait, 60)  # the tool runs in ADK's worker thread
+    run = await only_run(runner)
+    await cancel_run(runner.ledger, run.run_id, by="cy")
+    with pytest.raises(errors.RunCancelled):
+        await asyncio.wait_for(driving, 60)  # ended while the thread still runs
+    ended = await runner.ledger.get(run.run_id)
+    assert ended is not None and ended.status is RunStatus.CANCELLED
+    release_thread.set()
+    deadline = time.monotonic() + 30
+    while not late:
+        assert time.monotonic() < deadline, "the tool's thread never tried to act"
+        await asyncio.sleep(0.05)
+    assert isinstance(late[0], errors.Fenced | errors.RunCancelled)
+    assert services["billing"].acts("invoices", "create") == 0
 
 
 def refund(payments: ResourceClient) -> Any:

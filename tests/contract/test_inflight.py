@@ -386,3 +386,92 @@ async def test_queue_polls_are_checked(store: Store) -> None:
     agent = LlmAgent(name="a", model=ScriptedModel({"a": []}))
     slow = DurableRunner(app=agent, app_name=APP, store=store, queue_poll=5.0)
     assert (slow.queue_poll, slow.queue_poll_max) == (5.0, 5.0)  # a long first poll still works
+
+
+def busy_app(store: Store, gate: asyncio.Event, seen: dict[str, int], **kwargs: Any) -> Any:
+    """A runner whose one tool counts how many drives are inside it at once."""
+
+    async def work(item: str) -> dict[str, str]:
+        """Works on an item."""
+        seen["now"] += 1
+        seen["most"] = max(seen["most"], seen["now"])
+        seen["calls"] += 1
+        try:
+            await asyncio.wait_for(gate.wait(), 60)
+            await asyncio.sleep(0.01)
+        finally:
+            seen["now"] -= 1
+        return {"done": item}
+
+    model = ScriptedModel({"a": [Call("work", {"item": "x"}), Say("ok")] * 20})
+    agent = LlmAgent(name="a", model=model, tools=[work])
+    return DurableRunner(app=agent, app_name=APP, store=store, **kwargs)
+
+
+async def test_admission_bounds_the_drives_running_at_once_and_every_run_ends(
+    store: Store,
+) -> None:
+    from durable_adk import Admission
+
+    gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
+    runner = busy_app(
+        store, gate, seen, admission=Admission(adaptive=False, max_active=2, min_active=1)
+    )
+
+    async def turn(session: str) -> None:
+        async for _ in runner.run(user_id="u", session_id=session, message="go"):
+            pass
+
+    turns = [asyncio.create_task(turn(f"s{i}")) for i in range(8)]
+    deadline = time.monotonic() + 60
+    while seen["now"] < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    # Every run is on the ledger and holds its lease; two run ADK, six wait their turn.
+    runs = await runner.ledger.list_runs()
+    assert len(runs) == 8 and {r.status for r in runs} == {RunStatus.RUNNING}
+    assert runner.admission.active == 2 and runner.admission.waiting == 6
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*turns), 60)
+    assert seen["most"] == 2 and seen["calls"] == 8
+    assert {r.status for r in await runner.ledger.list_runs()} == {RunStatus.DONE}
+    await runner.aclose()
+
+
+async def test_a_run_cancelled_while_it_waits_for_admission_ends_without_running(
+    store: Store,
+) -> None:
+    from durable_adk import Admission
+
+    gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
+    runner = busy_app(
+        store, gate, seen, admission=Admission(adaptive=False, max_active=1, min_active=1)
+    )
+
+    async def turn(session: str) -> None:
+        async for _ in runner.run(user_id="u", session_id=session, message="go"):
+            pass
+
+    first = asyncio.create_task(turn("s1"))
+    deadline = time.monotonic() + 60
+    while seen["now"] < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    second = asyncio.create_task(turn("s2"))
+    while runner.admission.waiting < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    (waiting,) = [r for r in await runner.ledger.list_runs() if r.session_id == "s2"]
+    outcome = await runner.cancel(waiting.run_id, by="ops", reason="not needed")
+    assert "RUNNING" in outcome.message  # its owner is this runner: stopped at once
+    with pytest.raises(errors.RunCancelled):
+        await asyncio.wait_for(second, 30)
+    ended = await runner.ledger.get(waiting.run_id)
+    assert ended is not None and ended.status is RunStatus.CANCELLED
+    assert seen["calls"] == 1  # its tool never ran
+    gate.set()
+    await asyncio.wait_for(first, 60)
+    assert (await runner.ledger.list_runs(status=RunStatus.DONE))[0].session_id == "s1"
+    with pytest.raises(errors.NotFound, match="of app"):
+        await runner.cancel("run-nope")
+    await runner.aclose()

@@ -8,6 +8,7 @@ test_adk_server_runs.py.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,67 @@ async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: 
         session = await fresh.get_session(app_name="greeter", user_id="ann", session_id="s1")
         assert session is not None
         assert not [e for e in session.events if e.get_function_responses()]  # no answer stored
+    finally:
+        await service.durable_runs.aclose()
+        await service.store.close()
+
+
+async def test_an_operators_cancel_aborts_the_invocation_adks_runner_drives(
+    store_url: str,
+) -> None:
+    # Lease 3 s: renewed every second; the renewal that sees the cancel stops
+    # new acts and, the fence idle, aborts ADK's invocation through its
+    # InvocationContext. The run ends CANCELLED, not DONE, and is never re-driven.
+    service = DurableUriSessionService(
+        f"durable+{store_url}", settings=ServerSettings(lease=3.0, sweep_interval=3600)
+    )
+    entered = asyncio.Event()
+    acted: list[str] = []
+
+    async def hold() -> dict[str, bool]:
+        """Waits, then would act."""
+        entered.set()
+        await asyncio.sleep(60)
+        acted.append("after the cancel")  # never reached: the invocation is aborted
+        return {"ok": True}
+
+    from durable_adk.adk.operators import cancel_run
+    from durable_adk.testing import Call, Say, ScriptedModel
+
+    agent = LlmAgent(
+        name="greeter", model=ScriptedModel([Call("hold", {}), Say("done")]), tools=[hold]
+    )
+    runner = Runner(
+        app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
+        session_service=service,
+    )
+    await service.create_session(app_name="greeter", user_id="ann", session_id="s1")
+    message = types.Content(role="user", parts=[types.Part(text="hi")])
+
+    async def turn() -> None:
+        async for _ in runner.run_async(user_id="ann", session_id="s1", new_message=message):
+            pass
+
+    try:
+        driving = asyncio.create_task(turn())
+        await asyncio.wait_for(entered.wait(), 30)
+        ledger = RunLedger(service.store)
+        [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
+        asked = await cancel_run(ledger, mine.run_id, by="ops-carol", reason="customer withdrew")
+        assert asked.run.status is RunStatus.RUNNING and "next heartbeat" in asked.message
+        started = asyncio.get_running_loop().time()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(driving, 30)
+        assert asyncio.get_running_loop().time() - started < 30  # aborted, not run out
+        assert acted == []
+        await eventually(lambda: has_runs(ledger, RunStatus.CANCELLED), 30)
+        after = await ledger.get(mine.run_id)
+        assert after is not None and after.status is RunStatus.CANCELLED
+        assert after.epoch == mine.epoch  # ended by its owner, not taken over
+        # Recovery finds nothing to re-drive.
+        assert await ledger.claim_expired("sweeper", app_name="greeter") == []
+        actions = [a.action for a in await ledger.actions(run_id=mine.run_id)]
+        assert "cancel" in actions
     finally:
         await service.durable_runs.aclose()
         await service.store.close()

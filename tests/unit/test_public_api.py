@@ -12,6 +12,7 @@ import durable_adk
 
 EXPECTED = [
     "DEFAULT_URL",
+    "Admission",
     "Background",
     "BackgroundSettings",
     "Conflict",

@@ -506,7 +506,21 @@ def classify(
     return verdict(OrphanClass.MODEL_INFLIGHT, why)
 
 
-def check_answers(events: Sequence[Event], invocation_id: str, content: types.Content) -> None:
+def asks_of(events: Sequence[Event], invocation_id: str) -> dict[str, int]:
+    """How many times the invocation asked each call id (a loop may ask one id again)."""
+    asked: dict[str, int] = {}
+    for event in live_events(events):
+        if event.invocation_id != invocation_id or event.author == "user":
+            continue
+        for call in event.get_function_calls():
+            if call.id:
+                asked[call.id] = asked.get(call.id, 0) + 1
+    return asked
+
+
+def check_answers(
+    events: Sequence[Event], invocation_id: str, content: types.Content
+) -> list[tuple[str, int]]:
     """Refuses a message that does not answer open interrupts of the invocation, once each.
 
     An interrupt (a long-running call, ``adk_request_confirmation``,
@@ -514,10 +528,18 @@ def check_answers(events: Sequence[Event], invocation_id: str, content: types.Co
     reused id (a loop asking again) each pause takes its own answer, and a
     second answer to the same pause is refused. Nothing is written by this check.
 
+    Two answers read against the same session both pass it; the claims it
+    returns, written with the run that carries the answer (``answer_claims``),
+    let only one of them in.
+
     Args:
         events: The session's events, oldest first.
         invocation_id: The invocation the message continues.
         content: The message: function responses only.
+
+    Returns:
+        One claim per answered pause: the call id and which time it was asked
+        (1 for the first).
 
     Raises:
         durable_adk.errors.NotFound: The session has no such invocation.
@@ -550,6 +572,8 @@ def check_answers(events: Sequence[Event], invocation_id: str, content: types.Co
             )
         if answer.id not in pending:
             raise errors.Conflict(f"call {answer.id!r} was already answered (nothing changed)")
+    asked = asks_of(events, invocation_id)
+    return [(call_id, asked.get(call_id, 1)) for call_id in sorted(seen)]
 
 
 def replay_blockers(events: Sequence[Event], found: Classification) -> frozenset[str]:

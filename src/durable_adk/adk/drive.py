@@ -148,6 +148,7 @@ class Drive:
         self.abort = asyncio.Event()  # ADK's abort_signal for this drive (an operator's cancel)
         self.cancelled_by: str | None = None  # who cancelled it, once a heartbeat saw it
         self.stopper: asyncio.Task[None] | None = None  # aborts ADK once the acts in flight end
+        self.on_abort: Callable[[], None] | None = None  # aborts an invocation ADK's Runner drives
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()
 

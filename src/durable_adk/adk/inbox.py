@@ -34,7 +34,7 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.classify import Classification, classify, live_events
+from durable_adk.adk.classify import Classification, asks_of, classify, live_events
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.ids import check_id
 from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
@@ -289,14 +289,8 @@ async def answer_interrupt(
     if refused is not None:
         raise refused
     response = response_for(interrupt, decision=decision, payload=payload, reason=reason, by=by)
-    session = await DurableSessionService(store).get_session(
-        app_name=interrupt.app_name, user_id=interrupt.user_id, session_id=interrupt.session_id
-    )
-    found = classify(
-        list(session.events) if session else [], interrupt.invocation_id, root_agent_name="-"
-    )
-    if call_id not in found.pending_long_running:
-        await table.settle(interrupt)
+    ask = await _open_ask(store, table, interrupt)
+    if ask is None:
         raise errors.Conflict(
             f"interrupt {call_id!r} was already answered in its session (nothing changed)"
         )
@@ -305,6 +299,7 @@ async def answer_interrupt(
         table,
         interrupt,
         response,
+        ask=ask,
         by=by,
         reason=reason,
         owner=owner if drives and owner is not None else f"operator:{by}"[:500],
@@ -313,11 +308,28 @@ async def answer_interrupt(
     )
 
 
+async def _open_ask(store: Store, table: InterruptTable, interrupt: Interrupt) -> int | None:
+    """Which time the invocation asked the interrupt's call, or None when it is answered.
+
+    A call the session shows answered (by any path) leaves the inbox here.
+    """
+    session = await DurableSessionService(store).get_session(
+        app_name=interrupt.app_name, user_id=interrupt.user_id, session_id=interrupt.session_id
+    )
+    events = list(session.events) if session else []
+    found = classify(events, interrupt.invocation_id, root_agent_name="-")
+    if interrupt.call_id not in found.pending_long_running:
+        await table.settle(interrupt)
+        return None
+    return asks_of(events, interrupt.invocation_id).get(interrupt.call_id, 1)
+
+
 async def _record_answer(
     table: InterruptTable,
     interrupt: Interrupt,
     response: dict[str, Any],
     *,
+    ask: int,
     by: str,
     reason: str | None,
     owner: str,
@@ -334,16 +346,24 @@ async def _record_answer(
             )
         ],
     )
-    run = await table.answer(
-        interrupt,
-        response=response,
-        request=content.model_dump(mode="json", exclude_none=True),
-        by=by,
-        reason=reason,
-        owner=owner,
-        lease=lease,
-        by_deadline=by_deadline,
-    )
+    try:
+        run = await table.answer(
+            interrupt,
+            response=response,
+            request=content.model_dump(mode="json", exclude_none=True),
+            ask=ask,
+            by=by,
+            reason=reason,
+            owner=owner,
+            lease=lease,
+            by_deadline=by_deadline,
+        )
+    except errors.UniqueViolation:
+        # The pause's answer claim is taken: a run carrying an answer sent
+        # through the run API at the same instant got it first.
+        raise errors.Conflict(
+            f"interrupt {interrupt.call_id!r} was already answered by another run (nothing changed)"
+        ) from None
     if run is None:
         again, now = await find_interrupt(table, interrupt.call_id, session_id=interrupt.session_id)
         raise _refusal(again, now) or errors.Conflict(
@@ -390,10 +410,14 @@ class InterruptSweeper:
                 by="deadline",
             )
             try:
+                ask = await _open_ask(self.table.store, self.table, interrupt)
+                if ask is None:
+                    continue  # answered in its session by another path
                 answered = await _record_answer(
                     self.table,
                     interrupt,
                     response,
+                    ask=ask,
                     by="deadline",
                     reason="no answer before the deadline",
                     owner=self.owner,

@@ -62,7 +62,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from google.adk.agents import BaseAgent, LlmAgent
@@ -84,7 +84,7 @@ from google.adk.workflow import BaseNode
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk import agent_tools, agent_tree, optional_imports
+from durable_adk.adk import agent_tools, agent_tree, operators, optional_imports
 from durable_adk.adk.artifact_service import DurableArtifactService
 from durable_adk.adk.barrier import (
     CommitMode,
@@ -111,6 +111,7 @@ from durable_adk.adk.workflow_nodes import (
     guard_function_nodes,
     node_kinds,
 )
+from durable_adk.admission import Admission
 from durable_adk.fence import RunFence, using_fence
 from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import OutcomeUnknown
@@ -286,6 +287,7 @@ class DurableRunner:
         interrupt_deadlines: Mapping[str, float] | None = None,
         background: bool | BackgroundSettings = True,
         commits: CommitMode = "per_event",
+        admission: Admission | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -343,6 +345,12 @@ class DurableRunner:
                 committed together at barriers (before an agent starts or
                 ends, a model call or a tool, before the caller sees them, at
                 the end; see docs/runs.md, "When events are committed").
+            admission: How many drives run ADK at once (default
+                :class:`~durable_adk.admission.Admission`: a limit set by the
+                event loop's lag, so a worker holding thousands of runs keeps
+                its latency, its statements' timeouts and its leases; the
+                others wait their turn, leases held). ``Admission.unlimited()``
+                lets every drive in at once.
 
         Raises:
             durable_adk.errors.InvalidArgument: The App is not resumable, the
@@ -403,6 +411,7 @@ class DurableRunner:
         self.interrupts = InterruptTable(store)
         self.interrupt_deadlines = dict(interrupt_deadlines or {})
         self.commits: CommitMode = commits
+        self.admission = admission if admission is not None else Admission()
         # ADK may run ahead of the caller between barriers only when no code
         # of the app's own runs there (durable_adk.adk.barrier.may_look_ahead).
         self._look_ahead = commits == "barrier" and may_look_ahead(app.root_agent)
@@ -481,7 +490,13 @@ class DurableRunner:
         drive = self._drives.get((run_id, epoch))
         return drive.fence if drive is not None else None
 
-    def keep_lease(self, run: Run, task: asyncio.Task[Any]) -> tuple[RunFence, asyncio.Task[None]]:
+    def keep_lease(
+        self,
+        run: Run,
+        task: asyncio.Task[Any],
+        *,
+        abort: Callable[[], None] | None = None,
+    ) -> tuple[RunFence, asyncio.Task[None]]:
         """Renews a claimed run's lease while ``task`` drives it outside :meth:`drive`.
 
         For runs that ADK's own Runner drives (``DurableRunsPlugin`` under
@@ -489,6 +504,12 @@ class DurableRunner:
         local deadline and retries. When the lease is lost, the fence is lost
         for good and ``task`` is cancelled. The caller cancels the returned
         heartbeat task when the drive ends.
+
+        An operator's cancel seen by a renewal is handled as in a drive: the
+        fence refuses new acts at once (``fence.stopping`` says who cancelled),
+        and once the acts under way end (or :attr:`cancel_grace` passes)
+        ``abort`` is called: the invocation's ``InvocationContext.abort``, so
+        ADK stops the invocation. The caller then ends the run CANCELLED.
 
         Returns:
             The drive's fence and its heartbeat task.
@@ -504,6 +525,7 @@ class DurableRunner:
             ),
         )
         drive.task = task
+        drive.on_abort = abort
         heartbeat = asyncio.create_task(
             self._held_while_running(drive), name=f"durable-adk-lease-{run.run_id}"
         )
@@ -516,7 +538,7 @@ class DurableRunner:
             await drive.fence.wait_lost()
         finally:
             self.keeper.drop(holding)
-            if drive.stopper is not None:  # an operator's cancel: ADK's Runner is not ours to abort
+            if drive.stopper is not None:  # the drive ended: nothing left to abort
                 drive.stopper.cancel()
 
     async def aclose(self, *, grace: float | None = None) -> None:
@@ -529,6 +551,7 @@ class DurableRunner:
         Args:
             grace: Seconds to wait before cancelling; None waits for all.
         """
+        await self.admission.aclose()
         drives = list(self._detached)
         tasks = [d.task for d in drives if d.task is not None]
         if tasks:
@@ -596,6 +619,33 @@ class DurableRunner:
             seen.describe(),
         )
         return True
+
+    async def cancel(
+        self, run_id: str, *, by: str = "library", reason: str | None = None
+    ) -> operators.Outcome:
+        """Cancels a run of this app; safe to call twice. The answer says where the run stands.
+
+        A QUEUED or PAUSED run is CANCELLED at once. A RUNNING one is stopped
+        by its owner: at once when this runner drives it (no heartbeat to wait
+        for), else at the owner's next heartbeat, or by recovery when the owner
+        is dead. Either way new outside acts are refused, acts under way may
+        finish (:attr:`cancel_grace`), ADK's invocation is aborted and the run
+        ends CANCELLED; it is never re-driven. The cancel is in the run's audit
+        trail with ``by`` and ``reason``.
+
+        Raises:
+            durable_adk.errors.NotFound: No run of this app has this id.
+            durable_adk.errors.InvalidArgument: A bad ``by`` or ``reason``.
+        """
+        run = await self.ledger.get(run_id)
+        if run is None or run.app_name != self.app_name:
+            raise errors.NotFound(f"no run {run_id!r} of app {self.app_name!r}")
+        outcome = await operators.cancel_run(self.ledger, run_id, by=by, reason=reason)
+        if outcome.run.status is RunStatus.RUNNING and outcome.run.owner == self.worker_id:
+            drive = self._drives.get((run_id, outcome.run.epoch))
+            if drive is not None and drive.cancelled_by is None:
+                self._cancel(drive, by)
+        return outcome
 
     async def run(
         self,
@@ -742,13 +792,11 @@ class DurableRunner:
                         created_at=now,
                     )
                 return started.run, content
+        if invocation_id is not None:
+            return await self._submit_answer(user_id, session_id, invocation_id, content), content
         existing = await self.sessions.get_session(
             app_name=self.app_name, user_id=user_id, session_id=session_id
         )
-        if invocation_id is not None:
-            # Each pause takes one answer: a second answer to it is refused here,
-            # before anything is written.
-            check_answers(existing.events if existing else [], invocation_id, content)
         if existing is None:
             # Another caller may create it at the same moment; either way it exists.
             with contextlib.suppress(AlreadyExistsError):
@@ -761,9 +809,48 @@ class DurableRunner:
             session_id=session_id,
             request=request,
             owner=self.worker_id,
-            invocation_id=invocation_id,
         )
         return run, content
+
+    async def _submit_answer(
+        self, user_id: str, session_id: str, invocation_id: str, content: types.Content
+    ) -> Run:
+        """Records the run that answers paused calls, each pause once, whoever else answers.
+
+        The session check refuses a pause already answered; the claims written
+        with the run refuse a second answer sent at the same instant (both
+        passed the check). A claim held by a run that ended CANCELLED or
+        FAILED is freed, and the session read again, once.
+        """
+        where = {"app_name": self.app_name, "user_id": user_id, "session_id": session_id}
+        for attempt in (1, 2):
+            existing = await self.sessions.get_session(
+                app_name=self.app_name, user_id=user_id, session_id=session_id
+            )
+            claims = check_answers(existing.events if existing else [], invocation_id, content)
+            try:
+                return await self.ledger.submit(
+                    **where,
+                    request=content.model_dump(mode="json", exclude_none=True),
+                    owner=self.worker_id,
+                    invocation_id=invocation_id,
+                    claims=claims,
+                )
+            except errors.UniqueViolation:
+                held = await self.ledger.release_claims_of_ended(
+                    **where, invocation_id=invocation_id, claims=claims
+                )
+                if held or attempt == 2:
+                    holders = ", ".join(
+                        f"{call} by run {run_id} ({status.value if status else 'gone'})"
+                        for call, run_id, status in held
+                    )
+                    raise errors.Conflict(
+                        "already answered: "
+                        + (holders or "another answer took the pause meanwhile")
+                        + " (nothing changed)"
+                    ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def wait_for_turn(self, run: Run) -> Run:
         """Waits until our QUEUED run heads its session's queue, then claims it.
@@ -1014,10 +1101,14 @@ class DurableRunner:
         seen: list[Event] = []
         chosen = self.adk.__dict__.setdefault("chosen", {})
         chosen[(run.user_id, run.session_id)] = run.invocation_id
+        admitted = False
         try:
-            if drive.answer_first:
+            # Our turn to run ADK (the lease is held meanwhile); a cancel seen
+            # while waiting ends the wait, and the drive, without running it.
+            admitted = await self.admission.enter(drive.abort)
+            if drive.answer_first and admitted:
                 await self._answer_first(drive, run_config)
-            if new_message is _ALREADY_ANSWERED:
+            if not admitted or new_message is _ALREADY_ANSWERED:
                 events_of: Any = _no_events()  # another run answered every call: nothing to do
             else:
                 events_of = self.adk.run_async(
@@ -1072,6 +1163,8 @@ class DurableRunner:
                 raise
             raise exc from raised
         finally:
+            if admitted:
+                self.admission.leave()
             self.sessions.distrust(key)
             chosen.pop((run.user_id, run.session_id), None)
             self.keeper.drop(holding)
@@ -1332,6 +1425,8 @@ class DurableRunner:
                     self.cancel_grace,
                 )
             drive.abort.set()
+            if drive.on_abort is not None:  # ADK's own Runner drives it (DurableRunsPlugin)
+                drive.on_abort()
 
         drive.stopper = asyncio.create_task(
             abort_when_idle(), name=f"durable-adk-stop-{run.run_id}"

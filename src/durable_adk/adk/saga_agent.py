@@ -518,12 +518,13 @@ class SagaSweeper:
 
     async def _record(self, saga: Saga) -> None:
         """Appends the saga's outcome to its session, as a run in the session's queue."""
-        key = {"app_name": saga.app_name, "user_id": saga.user_id, "session_id": saga.session_id}
         before = await self._session_of(saga)
         if before is None:
             return  # the session was deleted: there is nothing to tell
         run = await self.runs.submit(
-            **key,
+            app_name=saga.app_name,
+            user_id=saga.user_id,
+            session_id=saga.session_id,
             request=_request_of(before.events, saga.invocation_id),
             owner=self.owner,
             invocation_id=saga.invocation_id,

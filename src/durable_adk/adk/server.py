@@ -19,7 +19,10 @@ session URI (:mod:`durable_adk.adk.service_uri`). What it guarantees:
   journaled tools use it for their journal entries.
 * The lease is renewed by DurableRunner's own heartbeat
   (:meth:`DurableRunner.keep_lease`); when it is lost the request's task is
-  cancelled, so ADK and the tool in flight stop.
+  cancelled, so ADK and the tool in flight stop. An operator's cancel seen by
+  a renewal refuses new acts at once, lets the acts under way finish (up to
+  ``cancel_grace``), then aborts ADK's invocation (``InvocationContext.abort``);
+  the run ends CANCELLED.
 * ``after_run_callback`` ends the row with DurableRunner's end-of-run rule
   (:func:`durable_adk.adk.classify.classify`): DONE only when the invocation
   is done, PAUSED on an unanswered long-running call, otherwise handed back
@@ -63,6 +66,7 @@ from durable_adk.adk.classify import OrphanClass
 from durable_adk.adk.runner import DurableRunner, cause_of
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.fence import RunFence, current_fence, using_fence
+from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.runlog import run_event, taken_over
@@ -382,7 +386,7 @@ class DurableRunsPlugin(BasePlugin):
         # of the invocation (and a caller's own value for our key is replaced).
         config.custom_metadata = {**(config.custom_metadata or {}), RUN_METADATA_KEY: stamp}
         ic.run_config = config
-        fence, heartbeat = runner.keep_lease(run, task)
+        fence, heartbeat = runner.keep_lease(run, task, abort=ic.abort)
         scopes = contextlib.ExitStack()
         fence.invocation_id = ic.invocation_id
         scopes.enter_context(using_fence(fence))
@@ -433,6 +437,24 @@ class DurableRunsPlugin(BasePlugin):
         self, ic: InvocationContext, live: _Live, error: BaseException | None
     ) -> None:
         run, runner, ledger = live.run, live.runner, live.runner.ledger
+        if live.fence.stopping is not None:
+            # An operator cancelled it; a heartbeat saw it and ADK's invocation
+            # was aborted (or ended first): CANCELLED, whatever it reached.
+            live.fence.lose("the run was cancelled")
+            if not await ledger.finish_cancelled(run.lease):
+                raise errors.Fenced(f"run {run.run_id} was taken over before it was cancelled")
+            runner.metrics.run_finished(RunStatus.CANCELLED.value)
+            await InterruptTable(ledger.store).close_of_run(run.run_id)
+            run_event(
+                logger,
+                logging.INFO,
+                "cancelled",
+                run_id=run.run_id,
+                epoch=run.epoch,
+                attempt=run.attempts,
+                reason=live.fence.stopping,
+            )
+            return
         if error is not None:
             refused = cause_of(error, errors.FenceRefused)
             if refused is not None:  # an outside service refused as fenced off: did not act

@@ -56,6 +56,8 @@ SELECT * FROM interrupts
 -- by a person before its deadline; EXPIRED by the deadline sweeper after it),
 -- a run carrying the answer goes in the session's queue, and the answer is
 -- recorded in the audit trail of the run that paused, all in one statement.
+-- The pause's answer claim (answer_claims) is taken too: an answer sent through
+-- the run API at the same instant fails the statement on the claims' key.
 -- No row: refused (nothing changed).
 WITH i AS (
     SELECT * FROM interrupts
@@ -82,6 +84,13 @@ WITH i AS (
            extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
       FROM i
     RETURNING *
+), cl AS (
+    INSERT INTO answer_claims (app_name, user_id, session_id, invocation_id, call_id, ask,
+                               run_id, created_at)
+    SELECT i.app_name, i.user_id, i.session_id, i.invocation_id, i.call_id, :ask::int,
+           :new_run_id::text, extract(epoch FROM clock_timestamp())
+      FROM i
+    RETURNING 1
 ), a AS (
     INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
                                   status_after, epoch, detail, created_at)

@@ -14,6 +14,42 @@ VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invo
         extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
 RETURNING *;
 
+-- name: run_submit_answer inline
+-- A run carrying answers to paused calls, in one statement: a claim per pause
+-- it answers (:claims, JSON [[call_id, ask], ...]), then the run. A claim
+-- already taken fails the statement on the claims' key: nothing is written.
+WITH claims AS (
+    INSERT INTO answer_claims (app_name, user_id, session_id, invocation_id, call_id, ask,
+                               run_id, created_at)
+    SELECT :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
+           c.value->>0, (c.value->>1)::int, :run_id::text, extract(epoch FROM clock_timestamp())
+      FROM jsonb_array_elements(:claims::jsonb) AS c
+    RETURNING 1
+)
+INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                  owner, lease_until, created_at, updated_at)
+VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
+        :request::text, 'QUEUED', :owner::text,
+        extract(epoch FROM clock_timestamp()) + :lease::float8,
+        extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
+RETURNING *;
+
+-- name: answer_claim_of
+-- Who holds the claim on one pause: the run carrying its answer, and where it stands.
+SELECT c.run_id, r.status
+  FROM answer_claims c LEFT JOIN runs r ON r.run_id = c.run_id
+ WHERE c.app_name = :app_name::text AND c.user_id = :user_id::text
+   AND c.session_id = :session_id::text AND c.invocation_id = :invocation_id::text
+   AND c.call_id = :call_id::text AND c.ask = :ask::int;
+
+-- name: answer_claim_release
+-- Frees the claim of a run that ended without delivering its answer (cancelled
+-- or failed before the answer was stored), so the pause can be answered again.
+DELETE FROM answer_claims
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+   AND call_id = :call_id::text AND ask = :ask::int AND run_id = :run_id::text;
+
 -- name: run_start inline
 -- A new run in one statement, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its

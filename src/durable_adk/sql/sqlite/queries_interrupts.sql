@@ -56,7 +56,9 @@ SELECT * FROM interrupts
 -- Answers one OPEN interrupt, exactly once: the interrupt is marked (ANSWERED
 -- by a person before its deadline; EXPIRED by the deadline sweeper after it),
 -- a run carrying the answer goes in the session's queue, and the answer is
--- recorded in the audit trail of the run that paused, all in one unit.
+-- recorded in the audit trail of the run that paused, all in one unit. The
+-- pause's answer claim (answer_claims) is taken too: an answer sent through the
+-- run API at the same instant fails the unit on the claims' key.
 SELECT CASE WHEN EXISTS (
          SELECT 1 FROM interrupts
           WHERE pk = :pk AND status = 'OPEN'
@@ -75,6 +77,11 @@ INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request,
 SELECT :new_run_id, app_name, user_id, session_id, invocation_id, :request, 'QUEUED', :owner,
        (julianday('now') - 2440587.5) * 86400.0 + :lease,
        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+  FROM interrupts WHERE pk = :pk;
+INSERT INTO answer_claims (app_name, user_id, session_id, invocation_id, call_id, ask, run_id,
+                           created_at)
+SELECT app_name, user_id, session_id, invocation_id, call_id, :ask, :new_run_id,
+       (julianday('now') - 2440587.5) * 86400.0
   FROM interrupts WHERE pk = :pk;
 INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
                               status_after, epoch, detail, created_at)

@@ -13,6 +13,37 @@ VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QU
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 RETURNING *;
 
+-- name: run_submit_answer inline
+-- A run carrying answers to paused calls, in one unit: a claim per pause it
+-- answers (:claims, JSON [[call_id, ask], ...]), then the run. A claim already
+-- taken fails the unit on the claims' key: nothing is written.
+INSERT INTO answer_claims (app_name, user_id, session_id, invocation_id, call_id, ask, run_id,
+                           created_at)
+SELECT :app_name, :user_id, :session_id, :invocation_id, json_extract(c.value, '$[0]'),
+       json_extract(c.value, '$[1]'), :run_id, (julianday('now') - 2440587.5) * 86400.0
+  FROM json_each(:claims) AS c;
+INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
+                  owner, lease_until, created_at, updated_at)
+VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
+        :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+RETURNING *;
+
+-- name: answer_claim_of
+-- Who holds the claim on one pause: the run carrying its answer, and where it stands.
+SELECT c.run_id, r.status
+  FROM answer_claims c LEFT JOIN runs r ON r.run_id = c.run_id
+ WHERE c.app_name = :app_name AND c.user_id = :user_id AND c.session_id = :session_id
+   AND c.invocation_id = :invocation_id AND c.call_id = :call_id AND c.ask = :ask;
+
+-- name: answer_claim_release
+-- Frees the claim of a run that ended without delivering its answer (cancelled
+-- or failed before the answer was stored), so the pause can be answered again.
+DELETE FROM answer_claims
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND call_id = :call_id AND ask = :ask
+   AND run_id = :run_id;
+
 -- name: run_start inline
 -- A new run in one unit of work, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its

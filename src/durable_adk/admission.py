@@ -1,0 +1,192 @@
+"""Admission: how many drives one process runs at once, set by its event loop's lag.
+
+A worker that drives more runs than its CPU keeps up with falls behind on
+everything at once: events reach their callers seconds late, statements wait
+so long for their answers that pool and statement timeouts fail the runs, and
+the local lease deadlines fire before the renewal's answer is read, so the
+worker gives its runs up as lost. Admission keeps the loop responsive
+instead: a claimed run waits its turn to be driven (its lease renewed by the
+batched heartbeat meanwhile, as for any held run) while the loop lags.
+
+What it guarantees (framework-agnostic: no ADK import here):
+
+* At most ``limit`` drives run at once, ``min_active <= limit <= max_active``;
+  the others wait in arrival order and are let in as drives end or the limit
+  rises. A waiter whose ``abort`` event is set stops waiting (an operator's
+  cancel, a lost lease) without being admitted.
+* The limit adapts to the loop's lag, sampled every ``interval`` seconds
+  while drives are active: above ``lag_target`` it is cut by a quarter (at
+  most every ``5 x interval``); below half of it, with runs waiting and every
+  slot taken, it grows by a sixteenth (at least one). This is additive
+  increase, multiplicative decrease, as TCP does for congestion, with the
+  loop's lag as the congestion signal.
+* Below ``min_active`` drives nothing waits and no sampler runs: a single run
+  pays a counter, nothing more.
+* ``Admission(adaptive=False, max_active=N)`` is a fixed limit of N;
+  ``Admission.unlimited()`` admits everything (the old behaviour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import math
+from typing import Any
+
+from durable_adk import errors
+
+logger = logging.getLogger("durable_adk.admission")
+
+
+class Admission:
+    """Bounds the drives a process runs at once (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        max_active: int | None = None,
+        min_active: int = 16,
+        initial: int = 64,
+        lag_target: float = 0.05,
+        interval: float = 0.05,
+        adaptive: bool = True,
+    ) -> None:
+        """Creates an admission gate.
+
+        Args:
+            max_active: Most drives at once (None: no cap but the adaptive limit).
+            min_active: Drives always let in, whatever the lag.
+            initial: The limit to start from (adaptive).
+            lag_target: The event-loop lag (seconds) above which the limit is cut.
+            interval: Seconds between lag samples while drives run.
+            adaptive: False: the limit stays ``max_active`` (required then).
+
+        Raises:
+            durable_adk.errors.InvalidArgument: A value out of range.
+        """
+        if min_active < 1:
+            raise errors.InvalidArgument(f"min_active must be >= 1, got {min_active}")
+        if max_active is not None and max_active < min_active:
+            raise errors.InvalidArgument(
+                f"max_active ({max_active}) must be >= min_active ({min_active})"
+            )
+        if not adaptive and max_active is None:
+            raise errors.InvalidArgument("a fixed admission (adaptive=False) needs max_active")
+        if lag_target <= 0 or interval <= 0:
+            raise errors.InvalidArgument("lag_target and interval must be > 0")
+        self.max_active = max_active
+        self.min_active = min_active
+        self.lag_target = lag_target
+        self.interval = interval
+        self.adaptive = adaptive
+        cap = math.inf if max_active is None else float(max_active)
+        self.limit: float = cap if not adaptive else min(cap, float(max(initial, min_active)))
+        self.active = 0
+        self.lag = 0.0  # the last sample
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._sampler: asyncio.Task[None] | None = None
+        self._last_cut = -math.inf
+
+    @classmethod
+    def unlimited(cls) -> Admission:
+        """Admits every drive at once (no limit, no sampler)."""
+        return cls(adaptive=False, max_active=2**62, min_active=2**62)
+
+    @property
+    def waiting(self) -> int:
+        """Drives waiting to be let in."""
+        return sum(1 for w in self._waiters if not w.done())
+
+    async def enter(self, abort: asyncio.Event | None = None) -> bool:
+        """Waits for a slot; True once admitted (call :meth:`leave` after), False if aborted."""
+        if abort is not None and abort.is_set():
+            return False
+        if self.active < self._slots() and not self.waiting:
+            self.active += 1
+            self._start_sampler()
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._start_sampler()
+        aborted: asyncio.Future[Any] | None = None
+        try:
+            if abort is None:
+                await waiter
+            else:
+                aborted = asyncio.ensure_future(abort.wait())
+                pending: set[asyncio.Future[Any]] = {waiter, aborted}
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.leave()  # let in at the moment we were cancelled: give the slot back
+            waiter.cancel()
+            raise
+        finally:
+            if aborted is not None:
+                aborted.cancel()
+        if waiter.done() and not waiter.cancelled():
+            return True
+        waiter.cancel()  # aborted while waiting
+        return False
+
+    def leave(self) -> None:
+        """Gives a slot back and lets the next waiter in."""
+        self.active -= 1
+        self._let_in()
+
+    def observe(self, lag: float, now: float) -> None:
+        """One lag sample (seconds) at loop time ``now``: adjusts the limit, lets waiters in."""
+        self.lag = lag
+        if not self.adaptive:
+            return
+        cap = math.inf if self.max_active is None else float(self.max_active)
+        if lag > self.lag_target:
+            if now - self._last_cut >= 5 * self.interval:
+                self._last_cut = now
+                cut = max(float(self.min_active), self.limit * 0.75)
+                if cut < self.limit:
+                    logger.debug("event loop lags %.0f ms: admission limit %d", lag * 1e3, cut)
+                self.limit = cut
+        elif lag < self.lag_target / 2 and self.waiting and self.active >= int(self.limit):
+            self.limit = min(cap, self.limit + max(1.0, self.limit / 16))
+        self._let_in()
+
+    def _slots(self) -> float:
+        return max(float(self.min_active), self.limit)
+
+    def _let_in(self) -> None:
+        while self._waiters and self.active < self._slots():
+            waiter = self._waiters.popleft()
+            if waiter.done():
+                continue  # cancelled or aborted meanwhile
+            self.active += 1
+            waiter.set_result(None)
+
+    def _start_sampler(self) -> None:
+        if not self.adaptive or self.active + self.waiting < self.min_active:
+            return
+        if self._sampler is None or self._sampler.done():
+            self._sampler = asyncio.get_running_loop().create_task(
+                self._sample(), name="durable-adk-admission"
+            )
+
+    async def _sample(self) -> None:
+        """Samples the loop's lag while enough drives run to matter."""
+        loop = asyncio.get_running_loop()
+        while self.active + self.waiting >= self.min_active:
+            started = loop.time()
+            await asyncio.sleep(self.interval)
+            now = loop.time()
+            self.observe(max(0.0, now - started - self.interval), now)
+
+    async def aclose(self) -> None:
+        """Stops the sampler (waiters stay; a closed runner lets in no one new)."""
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+
+
+__all__ = ["Admission"]
