@@ -51,6 +51,7 @@ class Shape:
 
     def __init__(self, name: str, url: str, billing: FakeService) -> None:
         self.name, self.url, self.billing = name, url, billing
+        self.last_report: list[dict[str, Any]] = []
 
     def _child(
         self, action: str, *args: str, crash_at: str | None = None, after: int = 0
@@ -75,6 +76,7 @@ class Shape:
     def recover(self) -> list[tuple[str, str, str]]:
         done = self._child("recover")
         report = json.loads(done.stdout.strip().splitlines()[-1])
+        self.last_report = report  # with each run's last error, for a failing assert
         return [(r["found"], r["action"], r["status"]) for r in report]
 
     def acts(self) -> list[tuple[str | None, str | None]]:
@@ -299,7 +301,8 @@ async def test_a_parallel_root_killed_after_an_act_finishes_with_each_act_once(
 ) -> None:
     app = shape("parallel", url, billing)
     app.run(crash_at="journal.after_act", after=after)
-    assert [(a, s) for _, a, s in app.recover()] == [("redrive", "DONE")]
+    recovered = [(a, s) for _, a, s in app.recover()]
+    assert recovered == [("redrive", "DONE")], app.last_report
     assert sorted(k or "" for _, k in app.acts()) == ["invoice:P-N", "invoice:P-S"]
     seen = await app.facts()
     assert seen["status"] == [DONE]

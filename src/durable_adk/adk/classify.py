@@ -538,8 +538,8 @@ def check_answers(
         content: The message: function responses only.
 
     Returns:
-        One claim per answered pause: the call id and which time it was asked
-        (1 for the first).
+        One claim per pause the message closes (interim responses close none):
+        the call id and which time it was asked (1 for the first).
 
     Raises:
         durable_adk.errors.NotFound: The session has no such invocation.
@@ -572,8 +572,17 @@ def check_answers(
             )
         if answer.id not in pending:
             raise errors.Conflict(f"call {answer.id!r} was already answered (nothing changed)")
+    # An interim response (a long-running tool's progress) leaves the pause
+    # open: it takes no claim, and the final answer takes the pause's.
+    final = sorted(
+        part.function_response.id
+        for part in content.parts or ()
+        if part.function_response
+        and part.function_response.id
+        and not (part.function_response.response or {}).get(INTERIM_KEY)
+    )
     asked = asks_of(events, invocation_id)
-    return [(call_id, asked.get(call_id, 1)) for call_id in sorted(seen)]
+    return [(call_id, asked.get(call_id, 1)) for call_id in final]
 
 
 def replay_blockers(events: Sequence[Event], found: Classification) -> frozenset[str]:

@@ -23,8 +23,8 @@ async def sweep_as_fresh_worker(runner: DurableRunner, *, batch: int = 50) -> li
         batch: Most runs to recover.
 
     Returns:
-        ``run``, ``session``, ``found`` (class), ``action``, ``status`` and
-        ``reason`` per recovered run.
+        ``run``, ``session``, ``found`` (class), ``action``, ``status``,
+        ``reason`` and ``error`` (the row's last error, if any) per recovered run.
     """
     for status in (RunStatus.RUNNING, RunStatus.QUEUED):
         for stuck in await runner.ledger.list_runs(status=status, limit=1000):
@@ -41,6 +41,7 @@ async def sweep_as_fresh_worker(runner: DurableRunner, *, batch: int = 50) -> li
                 "action": done.action,
                 "status": done.status.value,
                 "reason": done.reason,
+                "error": row.last_error if row else None,
             }
         )
     return report
