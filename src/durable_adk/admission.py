@@ -14,12 +14,15 @@ What it guarantees (framework-agnostic: no ADK import here):
   the others wait in arrival order and are let in as drives end or the limit
   rises. A waiter whose ``abort`` event is set stops waiting (an operator's
   cancel, a lost lease) without being admitted.
-* The limit adapts to the loop's lag, sampled every ``interval`` seconds
-  while drives are active: above ``lag_target`` it is cut by a quarter (at
-  most every ``5 x interval``); below half of it, with runs waiting and every
-  slot taken, it grows by a sixteenth (at least one). This is additive
-  increase, multiplicative decrease, as TCP does for congestion, with the
-  loop's lag as the congestion signal.
+* The limit adapts to overload, sampled every ``interval`` seconds while
+  drives are active. The signal is the larger of the loop's lag and the
+  store's pressure (the longest a statement waited for a pooled connection:
+  a database-bound worker saturates its pool before its loop lags). A
+  sample above ``lag_target`` cuts the limit by a quarter (at most every
+  ``5 x interval``); when every sample of the last ``10 x interval`` stayed
+  below half of it, and runs wait with every slot taken, it grows by a
+  thirty-second (at least one). This is additive increase, multiplicative
+  decrease, as TCP does for congestion.
 * Below ``min_active`` drives nothing waits and no sampler runs: a single run
   pays a counter, nothing more.
 * ``Admission(adaptive=False, max_active=N)`` is a fixed limit of N;
@@ -33,6 +36,7 @@ import collections
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from durable_adk import errors
@@ -49,9 +53,10 @@ class Admission:
         max_active: int | None = None,
         min_active: int = 16,
         initial: int = 64,
-        lag_target: float = 0.05,
+        lag_target: float = 0.25,
         interval: float = 0.05,
         adaptive: bool = True,
+        pressure: Callable[[], float] | None = None,
     ) -> None:
         """Creates an admission gate.
 
@@ -62,6 +67,9 @@ class Admission:
             lag_target: The event-loop lag (seconds) above which the limit is cut.
             interval: Seconds between lag samples while drives run.
             adaptive: False: the limit stays ``max_active`` (required then).
+            pressure: Read at each sample: the store's wait for connections
+                since the last read (:meth:`durable_adk.store.Store.take_pressure`;
+                the runner sets its store's when this is None).
 
         Raises:
             durable_adk.errors.InvalidArgument: A value out of range.
@@ -88,6 +96,8 @@ class Admission:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._sampler: asyncio.Task[None] | None = None
         self._last_cut = -math.inf
+        self.pressure = pressure
+        self._recent: collections.deque[float] = collections.deque(maxlen=10)
 
     @classmethod
     def unlimited(cls) -> Admission:
@@ -137,8 +147,9 @@ class Admission:
         self._let_in()
 
     def observe(self, lag: float, now: float) -> None:
-        """One lag sample (seconds) at loop time ``now``: adjusts the limit, lets waiters in."""
+        """One overload sample (seconds) at loop time ``now``: adjusts the limit, lets waiters in."""
         self.lag = lag
+        self._recent.append(lag)
         if not self.adaptive:
             return
         cap = math.inf if self.max_active is None else float(self.max_active)
@@ -147,10 +158,14 @@ class Admission:
                 self._last_cut = now
                 cut = max(float(self.min_active), self.limit * 0.75)
                 if cut < self.limit:
-                    logger.debug("event loop lags %.0f ms: admission limit %d", lag * 1e3, cut)
+                    logger.debug("overloaded (%.0f ms): admission limit %d", lag * 1e3, cut)
                 self.limit = cut
-        elif lag < self.lag_target / 2 and self.waiting and self.active >= int(self.limit):
-            self.limit = min(cap, self.limit + max(1.0, self.limit / 16))
+        elif (
+            max(self._recent) < self.lag_target / 2
+            and self.waiting
+            and self.active >= int(self.limit)
+        ):
+            self.limit = min(cap, self.limit + max(1.0, self.limit / 32))
         self._let_in()
 
     def _slots(self) -> float:
@@ -179,7 +194,9 @@ class Admission:
             started = loop.time()
             await asyncio.sleep(self.interval)
             now = loop.time()
-            self.observe(max(0.0, now - started - self.interval), now)
+            lag = max(0.0, now - started - self.interval)
+            waited = self.pressure() if self.pressure is not None else 0.0
+            self.observe(max(lag, waited), now)
 
     async def aclose(self) -> None:
         """Stops the sampler (waiters stay; a closed runner lets in no one new)."""

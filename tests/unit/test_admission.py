@@ -62,13 +62,18 @@ async def test_lag_above_the_target_cuts_the_limit_and_calm_with_waiters_raises_
         admission.observe(0.3, now=11.0 + step)
     assert admission.limit == 4  # never below min_active
     # Calm but nobody waits: the limit stays.
-    admission.observe(0.0, now=60.0)
+    for step in range(10):
+        admission.observe(0.0, now=60.0 + step)
     assert admission.limit == 4
     tasks = await admitted_now(admission, 6)
     assert admission.active == 4 and admission.waiting == 2
-    admission.observe(0.0, now=61.0)  # calm, every slot taken, runs waiting: +1
+    admission.observe(0.0, now=71.0)  # calm, every slot taken, runs waiting: +1
     await asyncio.sleep(0)
     assert admission.limit == 5 and admission.active == 5 and admission.waiting == 1
+    # One sample above half the target in the last ten holds the growth back.
+    admission.observe(0.03, now=72.0)
+    admission.observe(0.0, now=73.0)
+    assert admission.limit == 5
     for task in tasks:
         task.cancel()
     await admission.aclose()
@@ -123,6 +128,21 @@ async def test_the_sampler_sees_a_loop_held_up_and_cuts_the_limit() -> None:
     time.sleep(0.2)  # noqa: ASYNC251 - a drive that holds the loop (CPU, a blocking call)
     await asyncio.sleep(0.05)
     assert admission.limit == 24  # the 0.2 s sample cut it by a quarter, once
+    for _ in tasks:
+        admission.leave()
+    await admission.aclose()
+
+
+async def test_the_stores_wait_for_connections_counts_as_overload() -> None:
+    waits = [0.5]  # the pool made a statement wait half a second, then no more
+
+    def pressure() -> float:
+        return waits.pop() if waits else 0.0
+
+    admission = Admission(min_active=2, initial=32, interval=0.01, pressure=pressure)
+    tasks = await admitted_now(admission, 3)
+    await asyncio.sleep(0.05)
+    assert admission.limit == 24  # the loop did not lag; the pool's wait cut it
     for _ in tasks:
         admission.leave()
     await admission.aclose()

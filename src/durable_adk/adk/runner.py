@@ -412,6 +412,8 @@ class DurableRunner:
         self.interrupt_deadlines = dict(interrupt_deadlines or {})
         self.commits: CommitMode = commits
         self.admission = admission if admission is not None else Admission()
+        if self.admission.pressure is None:
+            self.admission.pressure = store.take_pressure
         # ADK may run ahead of the caller between barriers only when no code
         # of the app's own runs there (durable_adk.adk.barrier.may_look_ahead).
         self._look_ahead = commits == "barrier" and may_look_ahead(app.root_agent)

@@ -69,6 +69,16 @@ class Store(abc.ABC):
         """Runs a named query for its effect."""
         await self.fetch(query, params)
 
+    def take_pressure(self) -> float:
+        """The longest a statement waited for a connection since the last call (seconds).
+
+        Admission (:mod:`durable_adk.admission`) reads it as a second sign of
+        overload beside the event loop's lag: a pool whose connections are
+        all busy makes statements wait without the loop lagging. A store
+        with no pool to wait for says 0.
+        """
+        return 0.0
+
     @abc.abstractmethod
     async def now(self) -> float:
         """Returns the database clock as seconds since the Unix epoch."""

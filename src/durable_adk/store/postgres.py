@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -222,6 +223,7 @@ class PostgresStore(Store):
             raise errors.InvalidArgument("pool_size and lease_pool_size must be >= 1")
         self.command_timeout = float(command)
         self.acquire_timeout = float(acquire)
+        self._wait_peak = 0.0  # the longest wait for a main-pool connection since take_pressure
         self.notify = bool(from_url.get("notify", True) if notify is None else notify)
         self._queries = load_queries("postgresql")
         self._min_size = min(min_size, max_size)
@@ -311,8 +313,19 @@ class PostgresStore(Store):
         makes a new one instead of reusing a connection in an unknown state.
         """
         pool = self._open_pool(lease=lease)
+        asked = time.monotonic()
         try:
             conn = await pool.acquire(timeout=self.acquire_timeout)
+            if not lease:
+                self._wait_peak = max(self._wait_peak, time.monotonic() - asked)
+        except TimeoutError as exc:
+            self._wait_peak = max(self._wait_peak, self.acquire_timeout)
+            # Not the server's slowness: every connection of the pool was busy.
+            size = self._lease_size if lease else self._max_size
+            raise errors.StoreUnavailable(
+                f"no connection of the {'lease' if lease else 'main'} pool ({size}) was free (or could be opened) "
+                f"within acquire_timeout ({self.acquire_timeout:g} s)"
+            ) from exc
         except Exception as exc:
             raise translate(exc) from exc
         try:
@@ -334,6 +347,10 @@ class PostgresStore(Store):
             # A release that fails has terminated the connection: nothing to give back.
             with contextlib.suppress(Exception):
                 await pool.release(conn, timeout=self.acquire_timeout)
+
+    def take_pressure(self) -> float:
+        peak, self._wait_peak = self._wait_peak, 0.0
+        return peak
 
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         q = self._query(query)
