@@ -147,7 +147,7 @@ class Admission:
         self._let_in()
 
     def observe(self, lag: float, now: float) -> None:
-        """One overload sample (seconds) at loop time ``now``: adjusts the limit, lets waiters in."""
+        """One overload sample (seconds) at loop time ``now``: sets the limit, lets waiters in."""
         self.lag = lag
         self._recent.append(lag)
         if not self.adaptive:

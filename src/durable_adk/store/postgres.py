@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
