@@ -323,8 +323,8 @@ class PostgresStore(Store):
             # Not the server's slowness: every connection of the pool was busy.
             size = self._lease_size if lease else self._max_size
             raise errors.StoreUnavailable(
-                f"no connection of the {'lease' if lease else 'main'} pool ({size}) was free (or could be opened) "
-                f"within acquire_timeout ({self.acquire_timeout:g} s)"
+                f"no connection of the {'lease' if lease else 'main'} pool ({size}) was free "
+                f"(or could be opened) within acquire_timeout ({self.acquire_timeout:g} s)"
             ) from exc
         except Exception as exc:
             raise translate(exc) from exc
