@@ -227,6 +227,7 @@ class Driver:
         self.added: list[float] = []
         self.measuring = False
         self.done_in_window = 0
+        self.done_total = 0  # since the slots started: the drained count
         self._stack = contextlib.AsyncExitStack()
         self.durable = contender.startswith("durable")
 
@@ -307,6 +308,7 @@ class Driver:
             return
         finally:
             _ready.reset(token)
+        self.done_total += 1
         if self.measuring:
             self.done_in_window += 1
 
@@ -362,6 +364,7 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(max(0.0, args.start_at - time.time()))
     start = time.perf_counter()
     stop_at = start + args.warmup + args.duration
+    s_start, driver.done_total = driver.statements.total(), 0
     slots = [asyncio.create_task(single()) for _ in range(singles)]
     slots += [asyncio.create_task(pair()) for _ in range(pairs)]
     rng.shuffle(slots)
@@ -388,9 +391,17 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     heartbeats = driver.statements.heartbeats() - h0
     runs = driver.done_in_window
     driver.measuring = False
-    # No drain: what was in flight at the end is not measured, and waiting for it
-    # (a whole generation of runs at 5,000 in flight) would only cost time. The
-    # caller prints the result and the process exits without closing anything.
+    # Statements per run over whole runs: the window's count divides the
+    # statements of runs it saw start by the runs it saw end, which differ by
+    # up to a generation of runs when runs last longer than the window. So
+    # the slots start nothing new now; the runs in flight are waited for (at
+    # most --drain seconds), and every statement since the slots started is
+    # divided by every run ended since.
+    drained = math.nan
+    if args.drain > 0:
+        _, late = await asyncio.wait(slots, timeout=args.drain)
+        if not late:
+            drained = (driver.statements.total() - s_start) / max(1, driver.done_total)
     monitor.cancel()
     by_name = dict(driver.statements.by_name)
     added = sorted(driver.added)
@@ -401,6 +412,7 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
         "wall": wall,
         "cpu": cpu,
         "statements": statements,
+        "statements_per_run_drained": drained,
         "heartbeats": heartbeats,
         "by_name": by_name,
         "added_p50": percentile(added, 50) if added else math.nan,
@@ -450,6 +462,9 @@ def _child(
         str(args.queued),
         "--start-at",
         str(start_at),
+        # The drained count is for the targets on our statements per run.
+        "--drain",
+        str(args.drain if contender.startswith("durable") and not start_at else 0.0),
     ]
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent
@@ -543,7 +558,8 @@ def _line(r: dict[str, Any]) -> str:
     return (
         f"{LABELS[r['contender']]:<50} N={r['size']:<5} runs={r['runs']:<6} "
         f"{r['runs'] / r['wall']:.1f} runs/s  added p50 {fmt_ms(r['added_p50'])} "
-        f"p99 {fmt_ms(r['added_p99'])}  stmts/run {r['statements'] / max(1, r['runs']):.2f}  "
+        f"p99 {fmt_ms(r['added_p99'])}  stmts/run {r['statements'] / max(1, r['runs']):.2f} "
+        f"(drained {r.get('statements_per_run_drained', math.nan):.2f})  "
         f"hb/s {r['heartbeats'] / r['wall']:.2f}  cpu/run {fmt_ms(r['cpu'] / max(1, r['runs']))}  "
         f"rss/run {r['rss_per_run'] / 1024:.0f} KiB  lag p99 {fmt_ms(r['loop_lag_p99'])}  "
         f"lost {r['lost']}  errors {r['errors']}"
@@ -575,6 +591,7 @@ def single_table(results: list[dict[str, Any]]) -> str:
                 fmt_ms(r["added_p50"]),
                 fmt_ms(r["added_p99"]),
                 per_run(f"{r['statements'] / max(1, runs):.2f}", database),
+                _drained(r),
                 f"{r['statements'] / r['wall']:.0f}" if database else "",
                 f"{r['heartbeats'] / r['wall']:.2f}" if durable else "",
                 per_run(fmt_ms(cpu)),
@@ -598,6 +615,7 @@ def single_table(results: list[dict[str, Any]]) -> str:
             "added per event p50",
             "p99",
             "statements per run",
+            "drained: statements per run",
             "statements/s",
             "heartbeat statements/s",
             "worker CPU per run",
@@ -610,6 +628,20 @@ def single_table(results: list[dict[str, Any]]) -> str:
         ],
         rows,
     )
+
+
+def _drained(r: dict[str, Any]) -> str:
+    """Statements per run over whole runs (every run in flight waited for), or blank."""
+    value = r.get("statements_per_run_drained", math.nan)
+    return "" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def _per_run_statements(r: dict[str, Any]) -> float:
+    """The drained count when there is one, else the window's."""
+    value = r.get("statements_per_run_drained", math.nan)
+    if value is not None and not math.isnan(value):
+        return float(value)
+    return float(r["statements"] / max(1, r["runs"]))
 
 
 def workers_table(results: list[dict[str, Any]]) -> str:
@@ -656,10 +688,10 @@ def target_table(results: list[dict[str, Any]], args: argparse.Namespace) -> str
 
         a, b = by.get((name, small)), by.get((name, large))
         if a and b and a["runs"] and b["runs"] and small != large:
-            pa, pb = a["statements"] / a["runs"], b["statements"] / b["runs"]
+            pa, pb = _per_run_statements(a), _per_run_statements(b)
             spread = abs(pb - pa) / pa
             add(
-                f"statements per run at {small} and {large} in flight",
+                f"statements per run (drained) at {small} and {large} in flight",
                 f"{pa:.2f} and {pb:.2f} ({spread:.1%} apart)",
                 "within 10 %",
                 spread <= STATEMENTS_SPREAD,
@@ -738,6 +770,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
     p.add_argument("--duration", type=float, default=30.0, help="seconds measured")
     p.add_argument("--queued", type=float, default=0.1, help="share of runs queued behind another")
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=180.0,
+        help="seconds to wait for the runs in flight after the window (0: no drained count)",
+    )
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--worker-size", type=int, default=300, help="runs in flight per worker")
     p.add_argument("--no-workers", dest="workers", action="store_false")

@@ -475,3 +475,23 @@ async def test_a_run_cancelled_while_it_waits_for_admission_ends_without_running
     with pytest.raises(errors.NotFound, match="of app"):
         await runner.cancel("run-nope")
     await runner.aclose()
+
+
+async def test_a_pinned_session_stays_cached_beyond_the_cache_size(store: Store) -> None:
+    from durable_adk.adk.session_service import DurableSessionService
+
+    sessions = DurableSessionService(store, cache_sessions=2)
+    keys = [(APP, "u", f"c{i}") for i in range(5)]
+    sessions.pin(keys[0])
+    sessions.pin(keys[0])  # pins nest
+    for _, user, session in keys:
+        await sessions.create_session(app_name=APP, user_id=user, session_id=session)
+        await sessions.get_session(app_name=APP, user_id=user, session_id=session)
+    assert sessions.cached_events(keys[0]) is not None  # held by a run: kept
+    assert sessions.cached_events(keys[1]) is None  # least recently used: dropped
+    assert all(sessions.cached_events(k) is not None for k in keys[3:])
+    sessions.unpin(keys[0])
+    assert sessions.cached_events(keys[0]) is not None  # one pin left
+    sessions.unpin(keys[0])
+    await sessions.get_session(app_name=APP, user_id="u", session_id="c1")
+    assert sessions.cached_events(keys[0]) is None  # unpinned and oldest: dropped now

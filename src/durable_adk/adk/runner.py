@@ -979,6 +979,7 @@ class DurableRunner:
         session = (run.app_name, run.user_id, run.session_id)
         self._drives[(run.run_id, run.epoch)] = drive
         error: BaseException | None = None
+        self.sessions.pin(session)  # we hold the session: kept cached until the drive ends
         try:
             with (
                 using_fence(drive.fence),
@@ -1035,6 +1036,7 @@ class DurableRunner:
         except BaseException as exc:
             error = exc
         finally:
+            self.sessions.unpin(session)
             self._drives.pop((run.run_id, run.epoch), None)
             drive.end(error)
             if drive.detached:

@@ -168,7 +168,8 @@ class DurableSessionService(BaseSessionService):
             store: An open store; the caller owns it and closes it.
             snapshot_every: Cache the state fold every this many events (0: never).
             cache_sessions: How many sessions the per-process cache keeps
-                (least recently used are dropped; 0 disables the cache).
+                besides those live runs hold (:meth:`pin`); the least recently
+                used are dropped; 0 disables the cache.
         """
         if snapshot_every < 0:
             raise errors.InvalidArgument("snapshot_every must be >= 0")
@@ -178,6 +179,7 @@ class DurableSessionService(BaseSessionService):
         self.snapshot_every = snapshot_every
         self._cache_size = cache_sessions
         self._cache: OrderedDict[_Key, _Cached] = OrderedDict()
+        self._pins: dict[_Key, int] = {}  # sessions a live run holds: never dropped
         self.live = LiveEvents()
         """Followers of a session's events in this process: each stored event is
         published with its sequence number (:mod:`durable_adk.adk.live`)."""
@@ -189,11 +191,36 @@ class DurableSessionService(BaseSessionService):
             return
         self._cache[key] = entry
         self._cache.move_to_end(key)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        held = sum(1 for k in self._pins if k in self._cache) if self._pins else 0
+        excess = len(self._cache) - held - self._cache_size
+        if excess > 0:
+            # Least recently used first; a session a live run holds stays and
+            # does not count (the cache holds cache_sessions besides them).
+            victims = [k for k in self._cache if k not in self._pins][:excess]
+            for victim in victims:
+                del self._cache[victim]
 
     def _forget(self, key: _Key) -> None:
         self._cache.pop(key, None)
+
+    def pin(self, key: _Key) -> None:
+        """Keeps ``key`` cached while a run of this process holds it (calls nest).
+
+        With more runs in flight than ``cache_sessions``, the least recently
+        used sessions would be dropped while their runs wait for admission
+        or a model, and each would cost a read of its log on its next
+        append; pinned, a run's session costs none, whatever the number of
+        runs in flight.
+        """
+        self._pins[key] = self._pins.get(key, 0) + 1
+
+    def unpin(self, key: _Key) -> None:
+        """Ends one :meth:`pin` of ``key``."""
+        left = self._pins.get(key, 0) - 1
+        if left > 0:
+            self._pins[key] = left
+        else:
+            self._pins.pop(key, None)
 
     def adopt_created(
         self,
