@@ -21,6 +21,7 @@ import os
 import platform
 import pstats
 import re
+import resource
 import sqlite3
 import statistics
 import sys
@@ -179,8 +180,9 @@ class OtherLoad:
     """How busy the machine was with other work while a bench ran.
 
     ``with OtherLoad(pg_data_dir) as load: ...`` then ``load.note()``: the
-    machine's busy CPU minus this process's and the PostgreSQL server's,
-    in cores (CPU seconds per wall second).
+    machine's busy CPU minus this process's (its reaped child processes
+    included) and the PostgreSQL server's, in cores (CPU seconds per wall
+    second).
     """
 
     def __init__(self, pg_data_dir: Path | None = None) -> None:
@@ -190,17 +192,23 @@ class OtherLoad:
     def _server(self) -> float:
         return postgres_cpu_seconds(self.pg_data_dir) if self.pg_data_dir else 0.0
 
+    @staticmethod
+    def _own() -> float:
+        """This process's CPU and its reaped children's (the contenders a bench ran)."""
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
     def __enter__(self) -> OtherLoad:
         self._t0 = time.perf_counter()
         self._m0 = machine_cpu_seconds()[0]
-        self._p0 = time.process_time()
+        self._p0 = self._own()
         self._s0 = self._server()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self._t0
         self.machine = machine_cpu_seconds()[0] - self._m0
-        self.own = time.process_time() - self._p0
+        self.own = self._own() - self._p0
         self.server = self._server() - self._s0
 
     @property

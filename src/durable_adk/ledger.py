@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -51,6 +51,9 @@ class RunStatus(StrEnum):
 TERMINAL = frozenset(
     {RunStatus.PAUSED, RunStatus.DONE, RunStatus.FAILED, RunStatus.PARKED, RunStatus.CANCELLED}
 )
+
+LOCAL_MAX_POLL = 30.0
+"""The longest back-off of a queued run whose session a drive of this process holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +475,7 @@ class RunLedger:
         first_poll: float = 0.1,
         max_poll: float = 2.0,
         lost: asyncio.Event | None = None,
+        ahead_here: Callable[[], bool] | None = None,
     ) -> Run | None:
         """Waits until our QUEUED ``run`` heads its session's queue, then claims it.
 
@@ -485,6 +489,11 @@ class RunLedger:
         Args:
             lost: Set by whoever renews the queued run's lease when it is
                 lost; the wait then returns None.
+            ahead_here: True while a drive of this process holds the session:
+                its end wakes the wait in-process, so the back-off goes on
+                doubling past ``max_poll`` (to :data:`LOCAL_MAX_POLL`), a
+                safety net only. A worker holding thousands of runs then does
+                not poll for the queued ones it will wake itself.
 
         Returns:
             The claimed run (RUNNING, a new epoch), or None once ``lost`` is set.
@@ -505,7 +514,9 @@ class RunLedger:
                         task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.gather(*tasks, return_exceptions=True)
-                delay = first_poll if woken.is_set() else min(delay * 2, max_poll)
+                local = ahead_here is not None and ahead_here()
+                cap = max(max_poll, LOCAL_MAX_POLL) if local else max_poll
+                delay = first_poll if woken.is_set() else min(delay * 2, cap)
         return None
 
     async def finish(

@@ -495,3 +495,36 @@ async def test_a_pinned_session_stays_cached_beyond_the_cache_size(store: Store)
     sessions.unpin(keys[0])
     await sessions.get_session(app_name=APP, user_id="u", session_id="c1")
     assert sessions.cached_events(keys[0]) is None  # unpinned and oldest: dropped now
+
+
+async def test_a_queued_run_behind_a_drive_of_this_process_hardly_polls(store: Store) -> None:
+    # Its turn comes with a wake-up from this process; polling is only a safety
+    # net then, whose back-off goes on doubling past queue_poll_max.
+    gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
+    runner = busy_app(store, gate, seen, queue_poll=0.02, queue_poll_max=0.05)
+    claims = [0]
+    inner = store.fetch
+
+    async def counting(query: str, params: Any = None) -> Any:
+        if query == "run_claim_queued":
+            claims[0] += 1
+        return await inner(query, params)
+
+    store.fetch = counting  # type: ignore[method-assign]
+
+    async def turn() -> None:
+        async for _ in runner.run(user_id="u", session_id="same", message="go"):
+            pass
+
+    first = asyncio.create_task(turn())
+    deadline = time.monotonic() + 60
+    while seen["now"] < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    second = asyncio.create_task(turn())
+    await asyncio.sleep(3.0)  # at queue_poll_max alone: some 60 claim attempts
+    assert claims[0] <= 10, claims[0]
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second), 30)  # woken at once
+    assert seen["calls"] == 2
+    await runner.aclose()

@@ -873,12 +873,14 @@ class DurableRunner:
         fence = RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
         holding = self.keeper.hold(run.lease, fence, on_lost)
         try:
+            key = (run.app_name, run.user_id, run.session_id)
             claimed = await self.ledger.wait_turn(
                 run,
                 self.worker_id,
                 first_poll=self.queue_poll,
                 max_poll=self.queue_poll_max,
                 lost=lost,
+                ahead_here=lambda: self.sessions.pinned(key),
             )
         finally:
             self.keeper.drop(holding)

@@ -214,6 +214,10 @@ class DurableSessionService(BaseSessionService):
         """
         self._pins[key] = self._pins.get(key, 0) + 1
 
+    def pinned(self, key: _Key) -> bool:
+        """Whether a live run of this process holds ``key`` (see :meth:`pin`)."""
+        return key in self._pins
+
     def unpin(self, key: _Key) -> None:
         """Ends one :meth:`pin` of ``key``."""
         left = self._pins.get(key, 0) - 1
