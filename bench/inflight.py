@@ -465,6 +465,8 @@ def _child(
         # The drained count is for the targets on our statements per run.
         "--drain",
         str(args.drain if contender.startswith("durable") and not start_at else 0.0),
+        "--profile",
+        str(args.profile),
     ]
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent
