@@ -196,7 +196,12 @@ class DurableSessionService(BaseSessionService):
         if excess > 0:
             # Least recently used first; a session a live run holds stays and
             # does not count (the cache holds cache_sessions besides them).
-            victims = [k for k in self._cache if k not in self._pins][:excess]
+            victims: list[_Key] = []
+            for k in self._cache:  # oldest first; usually the first is free to go
+                if k not in self._pins:
+                    victims.append(k)
+                    if len(victims) == excess:
+                        break
             for victim in victims:
                 del self._cache[victim]
 
