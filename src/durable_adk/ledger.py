@@ -52,6 +52,17 @@ TERMINAL = frozenset(
     {RunStatus.PAUSED, RunStatus.DONE, RunStatus.FAILED, RunStatus.PARKED, RunStatus.CANCELLED}
 )
 
+
+def _pause(app_name: str, user_id: str, session_id: str, invocation_id: str) -> dict[str, str]:
+    """The invocation part of a pause's answer claim (``answer_claims``' key but the call)."""
+    return {
+        "app_name": app_name,
+        "user_id": user_id,
+        "session_id": session_id,
+        "invocation_id": invocation_id,
+    }
+
+
 LOCAL_MAX_POLL = 30.0
 """The longest back-off of a queued run whose session a drive of this process holds."""
 
@@ -269,18 +280,11 @@ class RunLedger:
         claims: Sequence[tuple[str, int]],
     ) -> list[tuple[str, str, RunStatus | None]]:
         """Which run holds each of ``claims``: ``(call_id, run_id, its status)``."""
+        where = _pause(app_name, user_id, session_id, invocation_id)
         held: list[tuple[str, str, RunStatus | None]] = []
         for call_id, ask in claims:
             row = await self.store.fetchrow(
-                "answer_claim_of",
-                {
-                    "app_name": app_name,
-                    "user_id": user_id,
-                    "session_id": session_id,
-                    "invocation_id": invocation_id,
-                    "call_id": call_id,
-                    "ask": int(ask),
-                },
+                "answer_claim_of", {**where, "call_id": call_id, "ask": int(ask)}
             )
             if row is not None:
                 status = None if row["status"] is None else RunStatus(row["status"])
@@ -305,27 +309,14 @@ class RunLedger:
             The claims still held by a run that is live or DONE: ``(call_id,
             run_id, status)``; empty when every claim is free.
         """
+        where = _pause(app_name, user_id, session_id, invocation_id)
         kept: list[tuple[str, str, RunStatus | None]] = []
         asks = dict(claims)
-        for call_id, run_id, status in await self.claim_holders(
-            app_name=app_name,
-            user_id=user_id,
-            session_id=session_id,
-            invocation_id=invocation_id,
-            claims=claims,
-        ):
+        for call_id, run_id, status in await self.claim_holders(**where, claims=claims):
             if status in (RunStatus.CANCELLED, RunStatus.FAILED, None):
                 await self.store.execute(
                     "answer_claim_release",
-                    {
-                        "app_name": app_name,
-                        "user_id": user_id,
-                        "session_id": session_id,
-                        "invocation_id": invocation_id,
-                        "call_id": call_id,
-                        "ask": asks[call_id],
-                        "run_id": run_id,
-                    },
+                    {**where, "call_id": call_id, "ask": asks[call_id], "run_id": run_id},
                 )
             else:
                 kept.append((call_id, run_id, status))

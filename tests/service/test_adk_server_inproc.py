@@ -189,40 +189,59 @@ async def test_a_queued_turn_whose_session_was_deleted_fails_clearly(store_url: 
         await service.store.close()
 
 
-async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: str) -> None:
-    # Lease 3 s: renewed every second by DurableRunner's heartbeat.
-    service = DurableUriSessionService(
-        f"durable+{store_url}", settings=ServerSettings(lease=3.0, sweep_interval=3600)
-    )
-    entered = asyncio.Event()
-    acted: list[str] = []
+class HeldTurn:
+    """A turn under DurableRunsPlugin whose tool waits (then would act), on lease 3 s."""
 
-    async def hold() -> dict[str, bool]:
-        """Waits, then would act."""
-        entered.set()
-        await asyncio.sleep(30)
-        acted.append("after takeover")  # never reached: the drive is cancelled first
-        return {"ok": True}
+    def __init__(self, store_url: str) -> None:
+        # Lease 3 s: renewed every second by DurableRunner's heartbeat.
+        self.service = DurableUriSessionService(
+            f"durable+{store_url}", settings=ServerSettings(lease=3.0, sweep_interval=3600)
+        )
+        self.entered = asyncio.Event()
+        self.acted: list[str] = []
 
-    from durable_adk.testing import Call, Say, ScriptedModel
+        async def hold() -> dict[str, bool]:
+            """Waits, then would act."""
+            self.entered.set()
+            await asyncio.sleep(60)
+            self.acted.append("acted")  # never reached: the drive is stopped first
+            return {"ok": True}
 
-    agent = LlmAgent(
-        name="greeter", model=ScriptedModel([Call("hold", {}), Say("done")]), tools=[hold]
-    )
-    runner = Runner(
-        app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
-        session_service=service,
-    )
-    await service.create_session(app_name="greeter", user_id="ann", session_id="s1")
-    message = types.Content(role="user", parts=[types.Part(text="hi")])
+        from durable_adk.testing import Call, Say, ScriptedModel
 
-    async def turn() -> None:
-        async for _ in runner.run_async(user_id="ann", session_id="s1", new_message=message):
-            pass
+        agent = LlmAgent(
+            name="greeter", model=ScriptedModel([Call("hold", {}), Say("done")]), tools=[hold]
+        )
+        self.runner = Runner(
+            app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
+            session_service=self.service,
+        )
 
-    try:
+    async def start(self) -> asyncio.Task[None]:
+        """Starts the turn and waits until its tool is at work."""
+        await self.service.create_session(app_name="greeter", user_id="ann", session_id="s1")
+        message = types.Content(role="user", parts=[types.Part(text="hi")])
+
+        async def turn() -> None:
+            async for _ in self.runner.run_async(
+                user_id="ann", session_id="s1", new_message=message
+            ):
+                pass
+
         driving = asyncio.create_task(turn())
-        await asyncio.wait_for(entered.wait(), 30)
+        await asyncio.wait_for(self.entered.wait(), 30)
+        return driving
+
+    async def close(self) -> None:
+        await self.service.durable_runs.aclose()
+        await self.service.store.close()
+
+
+async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: str) -> None:
+    held = HeldTurn(store_url)
+    service = held.service
+    try:
+        driving = await held.start()
         ledger = RunLedger(service.store)
         [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
         await ledger.backdate(mine.run_id, 120)  # as if this worker had stalled
@@ -230,7 +249,7 @@ async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: 
         assert taken.epoch == mine.epoch + 1
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(driving, 30)  # the next renewal finds it taken: cancelled
-        assert acted == []
+        assert held.acted == []
         after = await ledger.get(mine.run_id)
         assert after is not None
         assert (after.status, after.owner, after.epoch) == (RunStatus.RUNNING, "thief", taken.epoch)
@@ -239,49 +258,21 @@ async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: 
         assert session is not None
         assert not [e for e in session.events if e.get_function_responses()]  # no answer stored
     finally:
-        await service.durable_runs.aclose()
-        await service.store.close()
+        await held.close()
 
 
 async def test_an_operators_cancel_aborts_the_invocation_adks_runner_drives(
     store_url: str,
 ) -> None:
-    # Lease 3 s: renewed every second; the renewal that sees the cancel stops
-    # new acts and, the fence idle, aborts ADK's invocation through its
-    # InvocationContext. The run ends CANCELLED, not DONE, and is never re-driven.
-    service = DurableUriSessionService(
-        f"durable+{store_url}", settings=ServerSettings(lease=3.0, sweep_interval=3600)
-    )
-    entered = asyncio.Event()
-    acted: list[str] = []
-
-    async def hold() -> dict[str, bool]:
-        """Waits, then would act."""
-        entered.set()
-        await asyncio.sleep(60)
-        acted.append("after the cancel")  # never reached: the invocation is aborted
-        return {"ok": True}
-
+    # The renewal that sees the cancel stops new acts and, the fence idle,
+    # aborts ADK's invocation through its InvocationContext. The run ends
+    # CANCELLED, not DONE, and is never re-driven.
     from durable_adk.adk.operators import cancel_run
-    from durable_adk.testing import Call, Say, ScriptedModel
 
-    agent = LlmAgent(
-        name="greeter", model=ScriptedModel([Call("hold", {}), Say("done")]), tools=[hold]
-    )
-    runner = Runner(
-        app=App(name="greeter", root_agent=agent, plugins=[DurableRunsPlugin()]),
-        session_service=service,
-    )
-    await service.create_session(app_name="greeter", user_id="ann", session_id="s1")
-    message = types.Content(role="user", parts=[types.Part(text="hi")])
-
-    async def turn() -> None:
-        async for _ in runner.run_async(user_id="ann", session_id="s1", new_message=message):
-            pass
-
+    held = HeldTurn(store_url)
+    service = held.service
     try:
-        driving = asyncio.create_task(turn())
-        await asyncio.wait_for(entered.wait(), 30)
+        driving = await held.start()
         ledger = RunLedger(service.store)
         [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
         asked = await cancel_run(ledger, mine.run_id, by="ops-carol", reason="customer withdrew")
@@ -290,7 +281,7 @@ async def test_an_operators_cancel_aborts_the_invocation_adks_runner_drives(
         with contextlib.suppress(Exception):
             await asyncio.wait_for(driving, 30)
         assert asyncio.get_running_loop().time() - started < 30  # aborted, not run out
-        assert acted == []
+        assert held.acted == []
         await eventually(lambda: has_runs(ledger, RunStatus.CANCELLED), 30)
         after = await ledger.get(mine.run_id)
         assert after is not None and after.status is RunStatus.CANCELLED
@@ -300,5 +291,4 @@ async def test_an_operators_cancel_aborts_the_invocation_adks_runner_drives(
         actions = [a.action for a in await ledger.actions(run_id=mine.run_id)]
         assert "cancel" in actions
     finally:
-        await service.durable_runs.aclose()
-        await service.store.close()
+        await held.close()
