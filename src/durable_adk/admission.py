@@ -94,6 +94,7 @@ class Admission:
         self.active = 0
         self.lag = 0.0  # the last sample
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._queued = 0  # waiters neither admitted nor gone (the deque keeps gone ones lazily)
         self._sampler: asyncio.Task[None] | None = None
         self._last_cut = -math.inf
         self.pressure = pressure
@@ -107,7 +108,7 @@ class Admission:
     @property
     def waiting(self) -> int:
         """Drives waiting to be let in."""
-        return sum(1 for w in self._waiters if not w.done())
+        return self._queued
 
     async def enter(self, abort: asyncio.Event | None = None) -> bool:
         """Waits for a slot; True once admitted (call :meth:`leave` after), False if aborted."""
@@ -119,6 +120,7 @@ class Admission:
             return True
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        self._queued += 1
         self._start_sampler()
         aborted: asyncio.Future[Any] | None = None
         try:
@@ -129,17 +131,23 @@ class Admission:
                 pending: set[asyncio.Future[Any]] = {waiter, aborted}
                 await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
+            if _admitted(waiter):
                 self.leave()  # let in at the moment we were cancelled: give the slot back
-            waiter.cancel()
+            else:
+                self._withdraw(waiter)
             raise
         finally:
             if aborted is not None:
                 aborted.cancel()
-        if waiter.done() and not waiter.cancelled():
+        if _admitted(waiter):
             return True
-        waiter.cancel()  # aborted while waiting
+        self._withdraw(waiter)  # aborted while waiting
         return False
+
+    def _withdraw(self, waiter: asyncio.Future[None]) -> None:
+        """A waiter leaves the queue without a slot (once per waiter not admitted)."""
+        waiter.cancel()
+        self._queued -= 1
 
     def leave(self) -> None:
         """Gives a slot back and lets the next waiter in."""
@@ -177,6 +185,7 @@ class Admission:
             if waiter.done():
                 continue  # cancelled or aborted meanwhile
             self.active += 1
+            self._queued -= 1
             waiter.set_result(None)
 
     def _start_sampler(self) -> None:
@@ -204,6 +213,11 @@ class Admission:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
+
+
+def _admitted(waiter: asyncio.Future[None]) -> bool:
+    """Whether :meth:`Admission._let_in` gave ``waiter`` a slot."""
+    return waiter.done() and not waiter.cancelled()
 
 
 __all__ = ["Admission"]

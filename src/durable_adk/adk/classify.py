@@ -554,6 +554,9 @@ def check_answers(
     calls = {c.id: c.name for e in mine for c in e.get_function_calls() if c.id}
     pending = set(classify(events, invocation_id, root_agent_name="-").pending_long_running)
     seen: set[str] = set()
+    # An interim response (a long-running tool's progress) leaves the pause
+    # open: it takes no claim, and the final answer takes the pause's.
+    final: list[str] = []
     for part in content.parts or ():
         answer = part.function_response
         if answer is None or not answer.id:
@@ -572,17 +575,10 @@ def check_answers(
             )
         if answer.id not in pending:
             raise errors.Conflict(f"call {answer.id!r} was already answered (nothing changed)")
-    # An interim response (a long-running tool's progress) leaves the pause
-    # open: it takes no claim, and the final answer takes the pause's.
-    final = sorted(
-        part.function_response.id
-        for part in content.parts or ()
-        if part.function_response
-        and part.function_response.id
-        and not (part.function_response.response or {}).get(INTERIM_KEY)
-    )
+        if not (answer.response or {}).get(INTERIM_KEY):
+            final.append(answer.id)
     asked = asks_of(events, invocation_id)
-    return [(call_id, asked.get(call_id, 1)) for call_id in final]
+    return [(call_id, asked.get(call_id, 1)) for call_id in sorted(final)]
 
 
 def replay_blockers(events: Sequence[Event], found: Classification) -> frozenset[str]:

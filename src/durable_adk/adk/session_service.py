@@ -191,11 +191,12 @@ class DurableSessionService(BaseSessionService):
             return
         self._cache[key] = entry
         self._cache.move_to_end(key)
-        held = sum(1 for k in self._pins if k in self._cache) if self._pins else 0
-        excess = len(self._cache) - held - self._cache_size
+        excess = len(self._cache) - len(self._pins) - self._cache_size
         if excess > 0:
             # Least recently used first; a session a live run holds stays and
-            # does not count (the cache holds cache_sessions besides them).
+            # does not count: the cache holds cache_sessions besides them (a
+            # held session not cached yet, a moment at a drive's start, leaves
+            # room for one more meanwhile).
             victims: list[_Key] = []
             for k in self._cache:  # oldest first; usually the first is free to go
                 if k not in self._pins:
