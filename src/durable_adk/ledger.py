@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -89,6 +90,10 @@ class Run:
         created_at: When the run was submitted.
         updated_at: When the row last changed.
         finished_at: When the run reached a terminal status.
+        claim_sent: When (``time.monotonic()`` of this process) the statement
+            that gave ``owner`` this lease was sent; None for a row only
+            read. The lease's local deadline counts from it, not from its
+            answer: the database's lease started somewhere in between.
     """
 
     run_id: str
@@ -108,10 +113,11 @@ class Run:
     created_at: float
     updated_at: float
     finished_at: float | None
+    claim_sent: float | None = field(default=None, compare=False)
 
     @classmethod
-    def from_row(cls, row: Row) -> Run:
-        """Maps a ``runs`` row."""
+    def from_row(cls, row: Row, *, sent: float | None = None) -> Run:
+        """Maps a ``runs`` row (``sent``: when the claim that returned it was sent)."""
         return cls(
             run_id=row["run_id"],
             app_name=row["app_name"],
@@ -130,6 +136,7 @@ class Run:
             created_at=float(row["created_at"]),
             updated_at=float(row["updated_at"]),
             finished_at=None if row["finished_at"] is None else float(row["finished_at"]),
+            claim_sent=sent,
         )
 
     @property
@@ -260,6 +267,7 @@ class RunLedger:
                 ``claims`` (nothing was written); :meth:`claim_holders` says which.
         """
         params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id)
+        sent = time.monotonic()
         if claims:
             if invocation_id is None:
                 raise errors.InvalidArgument("answer claims need the invocation the run continues")
@@ -268,7 +276,7 @@ class RunLedger:
         else:
             row = await self.store.fetchrow("run_submit", params)
         assert row is not None
-        return Run.from_row(row)
+        return Run.from_row(row, sent=sent)
 
     async def claim_holders(
         self,
@@ -379,6 +387,7 @@ class RunLedger:
             caller then submits and waits its turn).
         """
         params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id)
+        sent = time.monotonic()
         try:
             row = await self.store.fetchrow(
                 "run_start", {**params, "backoff": self.backoff_seconds, "now": now}
@@ -388,7 +397,7 @@ class RunLedger:
         assert row is not None
         created = row["created_session_pk"]
         return Started(
-            run=Run.from_row(row),
+            run=Run.from_row(row, sent=sent),
             created_session_pk=None if created is None else int(created),
             app_state=row["app_state"],
             user_state=row["user_state"],
@@ -396,6 +405,7 @@ class RunLedger:
 
     async def claim_queued(self, run_id: str, owner: str) -> Run | None:
         """Starts our own queued run if it heads its session's queue and the session is free."""
+        sent = time.monotonic()
         try:
             row = await self.store.fetchrow(
                 "run_claim_queued",
@@ -408,7 +418,7 @@ class RunLedger:
             )
         except errors.UniqueViolation:
             return None  # another worker started a run of this session at the same moment
-        return None if row is None else Run.from_row(row)
+        return None if row is None else Run.from_row(row, sent=sent)
 
     async def renew(self, lease: Lease) -> RenewResult:
         """Extends the lease and says whether an operator asked the holder to stop.
@@ -574,6 +584,7 @@ class RunLedger:
             app_name: Claim only this app's runs (a worker can drive no other
                 app's agent); None claims any app's (tests, tools).
         """
+        sent = time.monotonic()
         try:
             rows = await self.store.fetch(
                 "run_claim_expired",
@@ -587,7 +598,7 @@ class RunLedger:
             )
         except errors.UniqueViolation:
             return []  # a queued run raced a start in its session; the next pass takes it
-        return [Run.from_row(r) for r in rows]
+        return [Run.from_row(r, sent=sent) for r in rows]
 
     async def park(
         self,
@@ -729,6 +740,7 @@ class RunLedger:
             Conflict: Another run of the session is RUNNING.
         """
         check_id("owner", owner)
+        sent = time.monotonic()
         try:
             row = await self.store.fetchrow(
                 "run_operator_claim",
@@ -744,7 +756,7 @@ class RunLedger:
                 f"run {run.run_id!r}: another run of session {run.session_id!r} is RUNNING; "
                 "try again when it has ended"
             ) from None
-        return None if row is None else Run.from_row(row)
+        return None if row is None else Run.from_row(row, sent=sent)
 
     async def operator_release(self, lease: Lease, status: RunStatus) -> bool:
         """Gives an operator's claim back, the run back in ``status`` (nothing written)."""

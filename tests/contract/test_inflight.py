@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -34,7 +35,9 @@ APP = "inflight"
 NEVER = 600.0  # a polling back-off no test waits out: only a wake-up starts the run
 
 
-def runner_on(store: Store, worker: str, *, poll: float = 0.1, poll_max: float = 2.0) -> Any:
+def runner_on(
+    store: Store, worker: str, *, poll: float = 0.1, poll_max: float = 2.0, lease: float = 30.0
+) -> Any:
     agent = LlmAgent(name="a", model=ScriptedModel({"a": [Say("ok")] * 10}))
     return DurableRunner(
         app=agent,
@@ -43,6 +46,7 @@ def runner_on(store: Store, worker: str, *, poll: float = 0.1, poll_max: float =
         worker_id=worker,
         queue_poll=poll,
         queue_poll_max=poll_max,
+        lease=lease,
     )
 
 
@@ -359,6 +363,108 @@ async def test_heartbeats_renew_while_slow_readers_hold_every_main_connection(
             if not postgres:
                 free.set()
                 await blocked
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_heartbeat_is_not_kept_waiting_by_claims_on_the_lease_pool(store_url: str) -> None:
+    from durable_adk.store.lanes import CLAIM
+
+    async with open_store(store_url + "?lease_pool_size=2&acquire_timeout=30") as store:
+        ledger = RunLedger(store, lease_seconds=300)
+        runs = [await started(ledger, f"s{i}", "w1") for i in range(3)]
+        queued = await ledger.submit(
+            app_name=APP,
+            user_id="u",
+            session_id="s0",
+            request={"role": "user", "parts": [{"text": "again"}]},
+            owner="w1",
+        )
+        release = asyncio.Event()
+
+        async def slow_claim(conn: Any) -> None:
+            await conn.execute("SELECT 1")
+            await release.wait()  # a claim that holds its connection until told
+
+        # A claim holds one of the two lease connections; a second claim must
+        # wait for it even though the other connection is free, which keeps
+        # that one for the heartbeat.
+        holding = asyncio.create_task(
+            store._with_connection(slow_claim, lease=True, kind=CLAIM)  # type: ignore[attr-defined]
+        )
+        await asyncio.sleep(0.2)
+        second_claim = asyncio.create_task(ledger.claim_queued(queued.run_id, "w1"))
+        renewal = asyncio.create_task(ledger.renew_many("w1", [r.lease for r in runs]))
+        done, _ = await asyncio.wait({second_claim, renewal}, timeout=20)
+        assert done == {renewal}  # renewed while the claims still wait
+        assert all(r.ok for r in renewal.result().values())
+        release.set()
+        await holding
+        assert await asyncio.wait_for(second_claim, 20) is None  # s0 is busy: not its turn
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_burst_of_submissions_waits_its_turn_instead_of_failing(store_url: str) -> None:
+    """Far more submissions than the pool serves within acquire_timeout: all are taken in,
+    and a run's own writes sent during the burst are served before the intake still waiting."""
+    async with open_store(store_url + "?pool_size=2&acquire_timeout=0.2") as store:
+        ledger = RunLedger(store, lease_seconds=300)
+        first = await started(ledger, "burst-first", "w1")
+        order: list[str] = []
+
+        async def submit(i: int) -> None:
+            await started(ledger, f"burst-{i}", "w1")
+            order.append("intake")
+
+        async def own_write() -> None:
+            assert await ledger.get(first.run_id) is not None
+            order.append("urgent")
+
+        burst = [asyncio.create_task(submit(i)) for i in range(600)]
+        await asyncio.sleep(0.05)  # the burst is queued for the two connections
+        writes = [asyncio.create_task(own_write()) for _ in range(5)]
+        await asyncio.wait_for(asyncio.gather(*burst, *writes), 120)
+        assert len(order) == 605
+        # The writes were served as soon as a connection came back, not after the burst.
+        assert max(i for i, kind in enumerate(order) if kind == "urgent") < 300
+        rows = await ledger.list_runs(limit=1000)
+        assert len(rows) == 601
+
+
+async def test_a_leases_local_deadline_counts_from_when_its_claim_was_sent(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose answer comes late (a long wait for a connection, a slow round
+    trip) is trusted from when it was sent: the database's lease began before the
+    answer arrived, so trusting it from the answer would outlive it."""
+    from durable_adk.leases import trust_from
+
+    late = 2.0
+    real_fetch = store.fetch
+
+    async def slow_answer(query: str, params: Any = None) -> Any:
+        rows = await real_fetch(query, params)
+        if query in ("run_start", "run_claim_queued"):
+            await asyncio.sleep(late)  # the statement ran; its answer is late
+        return rows
+
+    monkeypatch.setattr(store, "fetch", slow_answer)
+    runner = runner_on(store, "w1", poll=0.05, lease=6.0)
+    sent = time.monotonic()
+    run, content = await runner.submit(user_id="u", session_id="late", message="hi")
+    assert run.claim_sent is not None and sent <= run.claim_sent <= sent + 0.5
+    assert time.monotonic() - run.claim_sent >= late
+    seen: list[float] = []
+    async with contextlib.aclosing(runner.drive(run, content, resume=False)) as events:
+        async for _ in events:
+            fence = runner.fence(run.run_id, run.epoch)
+            if fence is not None and not seen:
+                seen.append(fence.trusted_until)
+    # Before the first renewal (2 s of 6): the deadline of the claim as sent.
+    assert seen == [pytest.approx(trust_from(run.claim_sent, 6.0))]
+    # A row only read carries no claim: nothing to count from.
+    read = await runner.ledger.get(run.run_id)
+    assert read is not None and read.claim_sent is None
+    assert dataclasses.replace(read, claim_sent=1.0) == read  # not part of the row's value
 
 
 def test_pool_sizes_and_notify_come_from_the_url_and_are_checked() -> None:

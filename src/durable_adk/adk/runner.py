@@ -521,7 +521,7 @@ class DurableRunner:
             RunFence(
                 run.run_id,
                 run.epoch,
-                trusted_until=trust_from(None, self.lease_seconds),
+                trusted_until=trust_from(run.claim_sent, self.lease_seconds),
                 invocation_id=run.invocation_id,
                 store=self.store,
             ),
@@ -870,7 +870,9 @@ class DurableRunner:
             why.append(reason)
             lost.set()
 
-        fence = RunFence(run.run_id, run.epoch, trusted_until=trust_from(None, self.lease_seconds))
+        fence = RunFence(
+            run.run_id, run.epoch, trusted_until=trust_from(run.claim_sent, self.lease_seconds)
+        )
         holding = self.keeper.hold(run.lease, fence, on_lost)
         try:
             key = (run.app_name, run.user_id, run.session_id)
@@ -928,7 +930,7 @@ class DurableRunner:
             RunFence(
                 run.run_id,
                 run.epoch,
-                trusted_until=trust_from(None, self.lease_seconds),
+                trusted_until=trust_from(run.claim_sent, self.lease_seconds),
                 invocation_id=run.invocation_id,
                 store=self.store,
             ),

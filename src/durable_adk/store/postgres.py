@@ -7,22 +7,28 @@ of work is one round trip and atomic on its own; asyncpg prepares and caches
 the statements per connection.
 
 Every call is bounded in time, so a hung connection (a network partition, a
-frozen server) is noticed: getting a connection takes at most
-``acquire_timeout`` seconds (default 5, making a new connection included) and
-a statement at most ``command_timeout`` seconds (default 10). Either timeout
-raises :class:`~durable_adk.errors.StoreUnavailable`, and the connection whose
+frozen server) is noticed: a statement may take at most ``command_timeout``
+seconds (default 10), and a wait for a connection fails when no connection
+of the pool was given back for ``acquire_timeout`` seconds (default 5; making
+a new connection is bounded by it too). Either raises
+:class:`~durable_adk.errors.StoreUnavailable`, and the connection whose
 statement timed out is terminated, never handed back to the pool in an
 unknown state (asyncpg would otherwise wait for the server to confirm a
-cancel that a frozen server never sends).
+cancel that a frozen server never sends). A long queue for a pool that keeps
+turning over is load, not a fault: its callers wait.
 
 Two pools, so a heartbeat never waits for a connection behind event-stream
 readers: the main pool (``pool_size``, default 10) for everything else, and a
 small lease pool (``lease_pool_size``, default 2) for the units marked
-``lease`` in the SQL (a heartbeat's batched renewal, claims). Both are bounded
-by ``acquire_timeout``. A worker's heartbeat is one statement per renewal
+``lease`` in the SQL (a heartbeat's batched renewal, claims). Claims may hold
+all but one of the lease pool's connections, so a heartbeat never waits
+behind them either. A worker's heartbeat is one statement per renewal
 interval for all its runs (:class:`~durable_adk.leases.LeaseKeeper`), so two
 connections are plenty; the lease pool costs the server ``lease_pool_size``
-more connections per worker.
+more connections per worker. In the main pool, units that take new work in
+(``intake``: a run submitted) get a connection only when no other unit
+waits, so a burst of submissions queues in the process while the runs in
+progress keep writing (:mod:`durable_adk.store.lanes`).
 
 With ``notify`` on (the default), a dedicated connection outside both pools
 LISTENs on ``durable_adk_turns``: a run that ends while another run of its
@@ -49,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -58,6 +63,7 @@ import asyncpg
 
 from durable_adk import errors
 from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
 from durable_adk.store.queries import Query, load_queries
 
 T = TypeVar("T")
@@ -77,7 +83,7 @@ DEFAULT_COMMAND_TIMEOUT = 10.0
 """Seconds a statement may take before the store gives up on its connection."""
 
 DEFAULT_ACQUIRE_TIMEOUT = 5.0
-"""Seconds to wait for a pooled connection (or to make a new one)."""
+"""Seconds a wait for a pooled connection lasts with none given back (or to make a new one)."""
 
 DEFAULT_POOL_SIZE = 10
 """Connections of the main pool (event streams, appends, reads)."""
@@ -197,8 +203,9 @@ class PostgresStore(Store):
             max_size: Most connections of the main pool (URL ``pool_size``,
                 default 10).
             command_timeout: Seconds a statement may take (default 10).
-            acquire_timeout: Seconds to get a connection from either pool,
-                making a new one included (default 5).
+            acquire_timeout: Seconds a wait for a connection of either pool
+                may last while none is given back, and to make a new one
+                (default 5).
             lease_pool_size: Connections of the lease pool for heartbeats and
                 claims (default 2).
             notify: LISTEN/NOTIFY wake-ups of queued runs (default on).
@@ -231,6 +238,9 @@ class PostgresStore(Store):
         self._lease_size = lease_pool_size
         self._pool: Any = None
         self._lease_pool: Any = None
+        self._lane = Lane(max_size)
+        # Claims leave one connection of the lease pool to the heartbeat.
+        self._lease_lane = Lane(lease_pool_size, caps={CLAIM: max(1, lease_pool_size - 1)})
         self._listener: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while the LISTEN connection is up (tests wait on it)
 
@@ -304,49 +314,66 @@ class PostgresStore(Store):
             raise errors.InvalidArgument(f"no query named {name!r}") from None
 
     async def _with_connection(
-        self, work: Callable[[Any], Awaitable[T]], *, lease: bool = False
+        self, work: Callable[[Any], Awaitable[T]], *, lease: bool = False, kind: str = URGENT
     ) -> T:
         """Runs ``work`` on a pooled connection, bounded in time, errors translated.
+
+        The connection is taken through the pool's :class:`Lane`: units of
+        work in progress before intake, claims capped below the lease pool's
+        size, and a wait that fails only when no connection was given back
+        for ``acquire_timeout`` seconds.
 
         A connection whose statement timed out, failed at the connection
         level or was cancelled is terminated before it goes back, so the pool
         makes a new one instead of reusing a connection in an unknown state.
         """
         pool = self._open_pool(lease=lease)
-        asked = time.monotonic()
+        lane = self._lease_lane if lease else self._lane
         try:
-            conn = await pool.acquire(timeout=self.acquire_timeout)
+            waited = await lane.take(self.acquire_timeout, kind)
+        except LaneStalled as exc:
             if not lease:
-                self._wait_peak = max(self._wait_peak, time.monotonic() - asked)
-        except TimeoutError as exc:
-            self._wait_peak = max(self._wait_peak, self.acquire_timeout)
-            # Not the server's slowness: every connection of the pool was busy.
+                self._wait_peak = max(self._wait_peak, self.acquire_timeout)
             size = self._lease_size if lease else self._max_size
             raise errors.StoreUnavailable(
-                f"no connection of the {'lease' if lease else 'main'} pool ({size}) was free "
-                f"(or could be opened) within acquire_timeout ({self.acquire_timeout:g} s)"
+                f"no connection of the {'lease' if lease else 'main'} pool ({size}) was given "
+                f"back within acquire_timeout ({self.acquire_timeout:g} s): every one is held "
+                "by a statement that has not ended"
             ) from exc
-        except Exception as exc:
-            raise translate(exc) from exc
         try:
-            return await work(conn)
-        except asyncio.CancelledError:
-            # The caller gave up (a drive cancelled on lease loss, a timeout
-            # around us): drop the connection now rather than wait, inside the
-            # release, for a cancel that a frozen server would never confirm.
-            conn.terminate()
-            raise
-        except Exception as exc:
-            error = translate(exc)
-            if isinstance(error, errors.StoreUnavailable) and not isinstance(
-                exc, asyncpg.PostgresError
-            ):
+            if not lease and kind != INTAKE:  # the drives' own wait: admission's signal
+                self._wait_peak = max(self._wait_peak, waited)
+            try:
+                conn = await pool.acquire(timeout=self.acquire_timeout)
+            except TimeoutError as exc:
+                # The lane had a slot, so the pool had to open a connection.
+                raise errors.StoreUnavailable(
+                    f"no new connection of the {'lease' if lease else 'main'} pool could be "
+                    f"opened within acquire_timeout ({self.acquire_timeout:g} s)"
+                ) from exc
+            except Exception as exc:
+                raise translate(exc) from exc
+            try:
+                return await work(conn)
+            except asyncio.CancelledError:
+                # The caller gave up (a drive cancelled on lease loss, a timeout
+                # around us): drop the connection now rather than wait, inside the
+                # release, for a cancel that a frozen server would never confirm.
                 conn.terminate()
-            raise error from exc
+                raise
+            except Exception as exc:
+                error = translate(exc)
+                if isinstance(error, errors.StoreUnavailable) and not isinstance(
+                    exc, asyncpg.PostgresError
+                ):
+                    conn.terminate()
+                raise error from exc
+            finally:
+                # A release that fails has terminated the connection: nothing to give back.
+                with contextlib.suppress(Exception):
+                    await pool.release(conn, timeout=self.acquire_timeout)
         finally:
-            # A release that fails has terminated the connection: nothing to give back.
-            with contextlib.suppress(Exception):
-                await pool.release(conn, timeout=self.acquire_timeout)
+            lane.give_back(kind)
 
     def take_pressure(self) -> float:
         peak, self._wait_peak = self._wait_peak, 0.0
@@ -360,8 +387,11 @@ class PostgresStore(Store):
             raise errors.InvalidArgument(f"query {q.name!r} needs {missing}")
         args = [given[name] for name in q.params]
         timeout = self.command_timeout
+        kind = INTAKE if q.intake else CLAIM if q.claim else URGENT
         records = await self._with_connection(
-            lambda conn: conn.fetch(q.statements[0], *args, timeout=timeout), lease=q.lease
+            lambda conn: conn.fetch(q.statements[0], *args, timeout=timeout),
+            lease=q.lease,
+            kind=kind,
         )
         return [dict(r) for r in records]
 

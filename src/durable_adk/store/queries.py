@@ -20,7 +20,14 @@ ignores it.
 ``-- name: x lease`` marks a unit that keeps or takes a lease (a heartbeat's
 renewal, a claim): PostgreSQL runs it on a small pool of its own, so it never
 waits behind event-stream readers for a connection (see
-:mod:`durable_adk.store.postgres`); SQLite ignores it.
+:mod:`durable_adk.store.postgres`); SQLite ignores it. ``claim`` adds that
+it takes a lease rather than renewing one: claims may hold all but one of
+that pool's connections, so a heartbeat never waits behind them.
+
+``-- name: x intake`` marks a unit that takes new work in (a run submitted):
+PostgreSQL gives it a connection only when no other unit waits for one, so a
+burst of submissions waits in the process instead of starving the runs in
+progress (:mod:`durable_adk.store.lanes`); SQLite ignores it.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class Query:
         writes: Whether the unit modifies the database.
         inline: Whether the unit is small enough to run on the caller's thread.
         lease: Whether the unit keeps or takes a lease (PostgreSQL's lease pool).
+        claim: Whether the lease unit takes a lease (capped below the pool's size).
+        intake: Whether the unit takes new work in (served after every other unit).
     """
 
     name: str
@@ -57,6 +66,8 @@ class Query:
     writes: bool
     inline: bool = False
     lease: bool = False
+    claim: bool = False
+    intake: bool = False
 
 
 def _split_statements(body: str) -> list[str]:
@@ -140,10 +151,14 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             writes=_writes(statements),
             inline="inline" in flags,
             lease="lease" in flags,
+            claim="claim" in flags,
+            intake="intake" in flags,
         )
-        unknown = flags - {"guarded", "inline", "lease"}
+        unknown = flags - {"guarded", "inline", "lease", "claim", "intake"}
         if unknown:
             raise ValueError(f"query {current!r} has unknown flags {sorted(unknown)}")
+        if ("claim" in flags and "lease" not in flags) or {"intake", "lease"} <= flags:
+            raise ValueError(f"query {current!r}: claim needs lease; intake excludes lease")
 
     for line in text.splitlines():
         match = _NAME_LINE.match(line.strip())

@@ -5,7 +5,7 @@
 -- token) and 'attempts', and sets the earliest next recovery:
 -- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
 
--- name: run_submit inline
+-- name: run_submit inline intake
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
                   owner, lease_until, created_at, updated_at)
 VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
@@ -14,7 +14,7 @@ VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invo
         extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
 RETURNING *;
 
--- name: run_submit_answer inline
+-- name: run_submit_answer inline intake
 -- A run carrying answers to paused calls, in one statement: a claim per pause
 -- it answers (:claims, JSON [[call_id, ask], ...]), then the run. A claim
 -- already taken fails the statement on the claims' key: nothing is written.
@@ -50,7 +50,7 @@ DELETE FROM answer_claims
    AND session_id = :session_id::text AND invocation_id = :invocation_id::text
    AND call_id = :call_id::text AND ask = :ask::int AND run_id = :run_id::text;
 
--- name: run_start inline
+-- name: run_start inline intake
 -- A new run in one statement, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
 -- session has no run RUNNING or QUEUED, else QUEUED behind them. Two starts that
@@ -82,7 +82,7 @@ SELECT ins.*, (SELECT pk FROM sess) AS created_session_pk,
          WHERE app_name = :app_name::text AND user_id = :user_id::text) AS user_state
   FROM ins;
 
--- name: run_claim_queued inline lease
+-- name: run_claim_queued inline lease claim
 -- Starts our own queued run when it heads its session's queue and the session is
 -- free. A concurrent claim for the same session trips the partial unique index.
 UPDATE runs
@@ -137,7 +137,7 @@ UPDATE runs
    AND status = 'RUNNING'
 RETURNING status;
 
--- name: run_claim_expired lease
+-- name: run_claim_expired lease claim
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
 -- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
 -- two sweepers never wait on, or both take, the same row.

@@ -5,7 +5,7 @@
 -- token) and 'attempts', and sets the earliest next recovery:
 -- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
 
--- name: run_submit inline
+-- name: run_submit inline intake
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
                   owner, lease_until, created_at, updated_at)
 VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
@@ -13,7 +13,7 @@ VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QU
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 RETURNING *;
 
--- name: run_submit_answer inline
+-- name: run_submit_answer inline intake
 -- A run carrying answers to paused calls, in one unit: a claim per pause it
 -- answers (:claims, JSON [[call_id, ask], ...]), then the run. A claim already
 -- taken fails the unit on the claims' key: nothing is written.
@@ -44,7 +44,7 @@ DELETE FROM answer_claims
    AND invocation_id = :invocation_id AND call_id = :call_id AND ask = :ask
    AND run_id = :run_id;
 
--- name: run_start inline
+-- name: run_start inline intake
 -- A new run in one unit of work, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
 -- session has no run RUNNING or QUEUED, else QUEUED behind them. The run goes in
@@ -71,7 +71,7 @@ SELECT r.*, CASE WHEN changes() > 0 THEN s.pk END AS created_session_pk,
   JOIN sessions s ON s.app_name = r.app_name AND s.user_id = r.user_id AND s.session_id = r.session_id
  WHERE r.run_id = :run_id;
 
--- name: run_claim_queued inline lease
+-- name: run_claim_queued inline lease claim
 -- Starts our own queued run when it heads its session's queue and the session is free.
 UPDATE runs
    SET status = 'RUNNING', epoch = epoch + 1, attempts = attempts + 1,
@@ -121,7 +121,7 @@ UPDATE runs
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
 RETURNING status;
 
--- name: run_claim_expired lease
+-- name: run_claim_expired lease claim
 -- Recovery: RUNNING rows whose owner stopped renewing, past their back-off,
 -- and QUEUED rows whose waiting caller died and whose turn has come.
 UPDATE runs
