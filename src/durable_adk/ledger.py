@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -267,16 +266,14 @@ class RunLedger:
                 ``claims`` (nothing was written); :meth:`claim_holders` says which.
         """
         params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id)
-        sent = time.monotonic()
         if claims:
             if invocation_id is None:
                 raise errors.InvalidArgument("answer claims need the invocation the run continues")
             params["claims"] = json.dumps([[call_id, int(ask)] for call_id, ask in claims])
-            row = await self.store.fetchrow("run_submit_answer", params)
+            rows, sent = await self.store.fetch_sent("run_submit_answer", params)
         else:
-            row = await self.store.fetchrow("run_submit", params)
-        assert row is not None
-        return Run.from_row(row, sent=sent)
+            rows, sent = await self.store.fetch_sent("run_submit", params)
+        return Run.from_row(rows[0], sent=sent)
 
     async def claim_holders(
         self,
@@ -387,14 +384,13 @@ class RunLedger:
             caller then submits and waits its turn).
         """
         params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id)
-        sent = time.monotonic()
         try:
-            row = await self.store.fetchrow(
+            rows, sent = await self.store.fetch_sent(
                 "run_start", {**params, "backoff": self.backoff_seconds, "now": now}
             )
         except errors.UniqueViolation:
             return None
-        assert row is not None
+        row = rows[0]
         created = row["created_session_pk"]
         return Started(
             run=Run.from_row(row, sent=sent),
@@ -405,9 +401,8 @@ class RunLedger:
 
     async def claim_queued(self, run_id: str, owner: str) -> Run | None:
         """Starts our own queued run if it heads its session's queue and the session is free."""
-        sent = time.monotonic()
         try:
-            row = await self.store.fetchrow(
+            rows, sent = await self.store.fetch_sent(
                 "run_claim_queued",
                 {
                     "run_id": run_id,
@@ -418,7 +413,7 @@ class RunLedger:
             )
         except errors.UniqueViolation:
             return None  # another worker started a run of this session at the same moment
-        return None if row is None else Run.from_row(row, sent=sent)
+        return Run.from_row(rows[0], sent=sent) if rows else None
 
     async def renew(self, lease: Lease) -> RenewResult:
         """Extends the lease and says whether an operator asked the holder to stop.
@@ -458,7 +453,7 @@ class RunLedger:
             "run_renew_many",
             {
                 "owner": owner,
-                "leases": json.dumps([[lease.run_id, lease.epoch] for lease in leases]),
+                "leases": json.dumps({lease.run_id: lease.epoch for lease in leases}),
                 "lease": self.lease_seconds,
             },
         )
@@ -584,9 +579,8 @@ class RunLedger:
             app_name: Claim only this app's runs (a worker can drive no other
                 app's agent); None claims any app's (tests, tools).
         """
-        sent = time.monotonic()
         try:
-            rows = await self.store.fetch(
+            rows, sent = await self.store.fetch_sent(
                 "run_claim_expired",
                 {
                     "owner": owner,
@@ -740,9 +734,8 @@ class RunLedger:
             Conflict: Another run of the session is RUNNING.
         """
         check_id("owner", owner)
-        sent = time.monotonic()
         try:
-            row = await self.store.fetchrow(
+            rows, sent = await self.store.fetch_sent(
                 "run_operator_claim",
                 {
                     "run_id": run.run_id,
@@ -756,7 +749,7 @@ class RunLedger:
                 f"run {run.run_id!r}: another run of session {run.session_id!r} is RUNNING; "
                 "try again when it has ended"
             ) from None
-        return None if row is None else Run.from_row(row, sent=sent)
+        return Run.from_row(rows[0], sent=sent) if rows else None
 
     async def operator_release(self, lease: Lease, status: RunStatus) -> bool:
         """Gives an operator's claim back, the run back in ``status`` (nothing written)."""

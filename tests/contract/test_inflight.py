@@ -467,6 +467,36 @@ async def test_a_leases_local_deadline_counts_from_when_its_claim_was_sent(
     assert dataclasses.replace(read, claim_sent=1.0) == read  # not part of the row's value
 
 
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_claim_that_waits_for_a_connection_is_trusted_from_when_it_left(
+    store_url: str,
+) -> None:
+    """The wait for a pooled connection happens before the database grants the lease,
+    so it does not eat into the lease: the claim counts from when its statement left."""
+    async with open_store(store_url + "?pool_size=1&acquire_timeout=30") as store:
+        ledger = RunLedger(store, lease_seconds=300)
+        release = asyncio.Event()
+        taken = asyncio.Event()
+
+        async def hold(conn: Any) -> None:
+            taken.set()
+            await release.wait()
+
+        holder = asyncio.create_task(store._with_connection(hold))  # type: ignore[attr-defined]
+        await taken.wait()
+        asked = time.monotonic()
+        claim = asyncio.create_task(started(ledger, "waited", "w1"))
+        await asyncio.sleep(1.0)
+        assert not claim.done()  # waiting for the one connection
+        freed = time.monotonic()
+        release.set()
+        await holder
+        run = await claim
+        assert run.claim_sent is not None and run.claim_sent >= freed > asked + 0.9
+        rows, sent = await store.fetch_sent("db_now")
+        assert rows and sent <= time.monotonic()
+
+
 def test_pool_sizes_and_notify_come_from_the_url_and_are_checked() -> None:
     from durable_adk.store.postgres import PostgresStore, split_url_options
 

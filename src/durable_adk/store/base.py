@@ -11,10 +11,22 @@ ownership (leases, deadlines, back-off).
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from durable_adk.store.wakeups import Wakeups
+
+_sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
+
+
+def note_sent() -> None:
+    """Notes that a statement leaves now, for :meth:`Store.fetch_sent` (if it asked)."""
+    receipt = _sent.get()
+    if receipt is not None:
+        receipt.append(time.monotonic())
+
 
 Row = Mapping[str, Any]
 Params = Mapping[str, Any]
@@ -54,6 +66,31 @@ class Store(abc.ABC):
         Raises:
             durable_adk.errors.StoreError: Translated from the driver's error.
         """
+
+    async def fetch_sent(
+        self, query: str, params: Params | None = None
+    ) -> tuple[Sequence[Row], float]:
+        """Runs a named query; also says when it was sent, for a lease it takes.
+
+        Returns:
+            The rows, and a ``time.monotonic()`` no later than the moment the
+            database ran the statement: a lease the statement granted for
+            *L* seconds is surely held until that time plus *L*. This store
+            says when the call began, unless the store calls
+            :func:`note_sent` as the statement leaves (PostgreSQL does, once
+            it holds a connection, so a long wait in the pool does not eat
+            into the lease). The note travels in a context variable, so
+            wrappers of :meth:`fetch` (counters in tests and benches) stay
+            in the path.
+        """
+        receipt: list[float] = []
+        token = _sent.set(receipt)
+        try:
+            started = time.monotonic()
+            rows = await self.fetch(query, params)
+        finally:
+            _sent.reset(token)
+        return rows, receipt[-1] if receipt else started
 
     async def fetchrow(self, query: str, params: Params | None = None) -> Row | None:
         """Runs a named query and returns its first row, or None."""

@@ -62,7 +62,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from durable_adk import errors
-from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.base import Params, Row, Store, note_sent
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
 from durable_adk.store.queries import Query, load_queries
 
@@ -387,12 +387,13 @@ class PostgresStore(Store):
             raise errors.InvalidArgument(f"query {q.name!r} needs {missing}")
         args = [given[name] for name in q.params]
         timeout = self.command_timeout
+
+        async def run(conn: Any) -> Any:
+            note_sent()  # the connection is ours: the statement leaves now
+            return await conn.fetch(q.statements[0], *args, timeout=timeout)
+
         kind = INTAKE if q.intake else CLAIM if q.claim else URGENT
-        records = await self._with_connection(
-            lambda conn: conn.fetch(q.statements[0], *args, timeout=timeout),
-            lease=q.lease,
-            kind=kind,
-        )
+        records = await self._with_connection(run, lease=q.lease, kind=kind)
         return [dict(r) for r in records]
 
     async def now(self) -> float:

@@ -434,15 +434,18 @@ SELECT d.* FROM dead_letters d
 
 -- name: run_renew_many inline lease
 -- One worker's heartbeat: renews every lease it holds in one statement, whatever
--- their number. :leases is a JSON array of [run_id, epoch] pairs; a run missing
--- from the result is no longer ours (taken over or ended). Plain JSON functions
--- and UPDATE ... FROM, which CockroachDB and YugabyteDB run too.
+-- their number. :leases is a JSON object {run_id: epoch}; a run missing from the
+-- result is no longer ours (taken over or ended). The rows are found through
+-- run_id's unique index (= ANY of the keys) and each one's epoch looked up in the
+-- object, so the plan stays linear whatever the statistics say: a join against
+-- the array's elements was planned as a nested loop over both sides (25 million
+-- comparisons, 10 s, for 5,000 leases; BENCHMARKS.md, "Runs in flight"). Plain
+-- JSON and array functions, which CockroachDB and YugabyteDB run too.
 UPDATE runs
    SET lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
        updated_at = extract(epoch FROM clock_timestamp())
-  FROM (SELECT e->>0 AS run_id, (e->>1)::bigint AS epoch
-          FROM jsonb_array_elements(:leases::jsonb) AS e) AS held
- WHERE runs.run_id = held.run_id AND runs.epoch = held.epoch
+ WHERE runs.run_id = ANY (ARRAY(SELECT jsonb_object_keys(:leases::jsonb)))
+   AND runs.epoch = (:leases::jsonb ->> runs.run_id)::bigint
    AND runs.owner = :owner::text AND runs.status IN ('QUEUED', 'RUNNING')
 RETURNING runs.run_id, runs.epoch, runs.cancel_requested_at, runs.cancel_requested_by;
 

@@ -373,15 +373,15 @@ SELECT d.* FROM dead_letters d
 
 -- name: run_renew_many inline lease
 -- One worker's heartbeat: renews every lease it holds in one statement, whatever
--- their number. :leases is a JSON array of [run_id, epoch] pairs; a run missing
--- from the result is no longer ours (taken over or ended). The first IN finds
--- the rows by run_id's index, the second checks the epoch of each.
+-- their number. :leases is a JSON object {run_id: epoch}; a run missing from the
+-- result is no longer ours (taken over or ended). The first IN finds the rows by
+-- run_id's index, the second checks the epoch of each (SQLite builds each IN's
+-- list once).
 UPDATE runs
    SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE run_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:leases))
-   AND (run_id, epoch) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
-                             FROM json_each(:leases))
+ WHERE run_id IN (SELECT key FROM json_each(:leases))
+   AND (run_id, epoch) IN (SELECT key, value FROM json_each(:leases))
    AND owner = :owner AND status IN ('QUEUED', 'RUNNING')
 RETURNING run_id, epoch, cancel_requested_at, cancel_requested_by;
 
