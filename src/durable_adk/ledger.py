@@ -64,7 +64,8 @@ def _pause(app_name: str, user_id: str, session_id: str, invocation_id: str) -> 
 
 
 LOCAL_MAX_POLL = 30.0
-"""The longest back-off of a queued run whose session a drive of this process holds."""
+"""Seconds between claims of a queued run whose session a drive of this process
+holds: that drive's end wakes it, so this is only a safety net."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,10 +487,11 @@ class RunLedger:
             lost: Set by whoever renews the queued run's lease when it is
                 lost; the wait then returns None.
             ahead_here: True while a drive of this process holds the session:
-                its end wakes the wait in-process, so the back-off goes on
-                doubling past ``max_poll`` (to :data:`LOCAL_MAX_POLL`), a
-                safety net only. A worker holding thousands of runs then does
-                not poll for the queued ones it will wake itself.
+                its end wakes the wait in-process (the run's finish, or the
+                drive's end however it ended), so the next claim waits
+                :data:`LOCAL_MAX_POLL` seconds, a safety net only. A worker
+                holding thousands of runs then does not poll for the queued
+                ones it will wake itself.
 
         Returns:
             The claimed run (RUNNING, a new epoch), or None once ``lost`` is set.
@@ -510,9 +512,12 @@ class RunLedger:
                         task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.gather(*tasks, return_exceptions=True)
-                local = ahead_here is not None and ahead_here()
-                cap = max(max_poll, LOCAL_MAX_POLL) if local else max_poll
-                delay = first_poll if woken.is_set() else min(delay * 2, cap)
+                if woken.is_set():
+                    delay = first_poll
+                elif ahead_here is not None and ahead_here():
+                    delay = max(max_poll, LOCAL_MAX_POLL)  # its end wakes us: a safety net only
+                else:
+                    delay = min(delay * 2, max_poll)
         return None
 
     async def finish(

@@ -120,6 +120,7 @@ from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.runlog import run_event, taken_over
+from durable_adk.store.wakeups import session_key
 from durable_adk.sweeps import sweepers_seen
 from durable_adk.testing.crash import crash_point
 
@@ -1041,6 +1042,12 @@ class DurableRunner:
             error = exc
         finally:
             self.sessions.unpin(session)
+            if not self.sessions.pinned(session):
+                # Runs queued here behind this drive wait long between claims
+                # (ledger.wait_turn, ahead_here): however the drive ended, they
+                # try now. A finish has woken them already; a lost or handed-back
+                # drive has not.
+                self.store.wakeups.notify(session_key(*session))
             self._drives.pop((run.run_id, run.epoch), None)
             drive.end(error)
             if drive.detached:
