@@ -3,8 +3,8 @@
 What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner` and
 :class:`~durable_adk.adk.session_service.DurableSessionService`):
 
-* While a drive holds an :class:`EventBatch` (``commits="barrier"``;
-  per-event commits are the default), the session service buffers the drive's appends to its own
+* While a drive holds an :class:`EventBatch` (``commits="barrier"``, the
+  default; ``"per_event"`` holds none), the session service buffers the drive's appends to its own
   session in memory, in order, each with the sequence number it will have;
   :meth:`DurableSessionService.flush_batch` writes the whole batch in one
   fenced unit of work (``append_events``; ``append_event`` for a batch of

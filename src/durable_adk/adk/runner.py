@@ -287,7 +287,7 @@ class DurableRunner:
         cancel_grace: float = 30.0,
         interrupt_deadlines: Mapping[str, float] | None = None,
         background: bool | BackgroundSettings = True,
-        commits: CommitMode = "per_event",
+        commits: CommitMode = "barrier",
         admission: Admission | None = None,
     ) -> None:
         """Creates the runner.
@@ -341,11 +341,12 @@ class DurableRunner:
                 and stops them on exit; a :class:`BackgroundSettings` sets
                 their cadence; False runs none (a process that only submits,
                 while a worker or ``durable-adk recover`` recovers).
-            commits: ``"per_event"`` (default): one unit of work per event,
-                as ADK's services do; ``"barrier"``: a drive's events are
-                committed together at barriers (before an agent starts or
-                ends, a model call or a tool, before the caller sees them, at
-                the end; see docs/runs.md, "When events are committed").
+            commits: ``"barrier"`` (default): a drive's events are committed
+                together at barriers (before an agent starts or ends, a model
+                call or a tool, before the caller sees them, at the end; see
+                docs/runs.md, "When events are committed");
+                ``"per_event"``: one unit of work per event, as ADK's
+                services do.
             admission: How many drives run ADK at once (default
                 :class:`~durable_adk.admission.Admission`: a limit set by the
                 event loop's lag, so a worker holding thousands of runs keeps
