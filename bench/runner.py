@@ -13,8 +13,8 @@ contenders drive the same App (the same agent, tool and script, ADK
 resumability on, as DurableRunner requires):
 
 * DurableRunner on SQLite and on PostgreSQL (its DurableSessionService on the
-  same store), each with per-event commits (the default) and with barrier
-  commits (``commits="barrier"``, docs/runs.md): ledger row, claim, lease
+  same store), each with per-event commits (``commits="per_event"``) and
+  with barrier commits (the default, docs/runs.md): ledger row, claim, lease
   heartbeat task, fenced appends, finish;
 * ADK's Runner with InMemorySessionService (the floor: no durability at all);
 * ADK's Runner with DatabaseSessionService on the same database kind
