@@ -633,6 +633,42 @@ async def test_a_pinned_session_stays_cached_beyond_the_cache_size(store: Store)
     assert sessions.cached_events(keys[0]) is None  # unpinned and oldest: dropped now
 
 
+async def test_a_burst_of_runs_keeps_every_claimed_session_cached_until_its_drive_ends(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thirty runs submitted at once with room for four sessions in the cache: each
+    session is pinned from the moment its run is claimed, so no drive reads its log
+    back from the store (a run's own session is never evicted under it)."""
+    from durable_adk import Admission
+    from durable_adk.adk.session_service import DurableSessionService
+
+    counted = Counted(store, monkeypatch)
+    gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
+    runner = busy_app(
+        store,
+        gate,
+        seen,
+        session_service=DurableSessionService(store, cache_sessions=4),
+        admission=Admission(adaptive=False, max_active=2, min_active=1),
+    )
+
+    async def turn(session: str) -> None:
+        async for _ in runner.run(user_id="u", session_id=session, message="go"):
+            pass
+
+    turns = [asyncio.create_task(turn(f"burst-{i}")) for i in range(30)]
+    deadline = time.monotonic() + 60
+    while seen["most"] < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*turns), 120)
+    assert seen["calls"] == 30
+    assert counted.names.count("load_session_tail") == 0, counted.names.count("load_session_tail")
+    assert not runner.sessions._pins  # every pin was given back
+    await runner.aclose()
+
+
 async def test_a_queued_run_behind_a_drive_of_this_process_hardly_polls(store: Store) -> None:
     # Its turn comes with a wake-up from this process; polling is only a safety
     # net then: LOCAL_MAX_POLL (30 s) between claims, whatever queue_poll_max says.

@@ -694,20 +694,34 @@ class DurableRunner:
         run, content = await self.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
-        claimed = await self.wait_for_turn(run)
-        crash_point("runner.before_first_event")
-        # Closed here, not by whoever drops this generator: an early exit of the
-        # caller ends the drive (and its heartbeat) at once.
-        driven = self.drive(
-            claimed,
-            content,
-            resume=invocation_id is not None,
-            run_config=run_config,
-            state_delta=state_delta,
-        )
-        async with contextlib.aclosing(driven) as events:
-            async for event in events:
-                yield event
+        # A run claimed as it was recorded holds its session from now on: pinned
+        # at once (no await since the submit put it in the cache), so a burst of
+        # thousands of submissions does not evict it before its drive pins it too.
+        key = (run.app_name, run.user_id, run.session_id)
+        held = run.status is RunStatus.RUNNING and run.owner == self.worker_id
+        if held:
+            self.sessions.pin(key)
+        try:
+            claimed = await self.wait_for_turn(run)
+            crash_point("runner.before_first_event")
+            # Closed here, not by whoever drops this generator: an early exit of the
+            # caller ends the drive (and its heartbeat) at once.
+            driven = self.drive(
+                claimed,
+                content,
+                resume=invocation_id is not None,
+                run_config=run_config,
+                state_delta=state_delta,
+            )
+            async with contextlib.aclosing(driven) as events:
+                async for event in events:
+                    if held:  # the drive has pinned the session itself by now
+                        held = False
+                        self.sessions.unpin(key)
+                    yield event
+        finally:
+            if held:
+                self.sessions.unpin(key)
 
     async def run_async(
         self,
