@@ -616,7 +616,7 @@ async def run(quick: bool = False) -> str:
         "`DurableRunner.run` creates it itself in the unit that writes and claims the ledger "
         "row (`run_start`), starts the lease heartbeat, appends fenced events, classifies "
         "the end (from its session cache) and finishes the row. *per-event*: one unit per "
-        'stored event (`DurableRunner(commits="per_event")`); *barrier* (opt-in): a '
+        'stored event (`DurableRunner(commits="per_event")`); *barrier* (the default): a '
         "run's events written together at barriers (before an agent starts or ends, a model "
         "call or a tool, before the caller sees them, at the end; docs/runs.md). "
         f"{p.rounds} rounds of {p.runs_per_round} runs per contender, in blocks of {p.block} "
