@@ -669,9 +669,12 @@ async def test_a_burst_of_runs_keeps_every_claimed_session_cached_until_its_driv
     await runner.aclose()
 
 
-async def test_a_queued_run_behind_a_drive_of_this_process_hardly_polls(store: Store) -> None:
-    # Its turn comes with a wake-up from this process; polling is only a safety
-    # net then: LOCAL_MAX_POLL (30 s) between claims, whatever queue_poll_max says.
+async def queued_behind_a_held_drive(store: Store) -> tuple[Any, ...]:
+    """Two runs of one session: the first held inside its tool, the second queued behind it.
+
+    Returns the runner, the tool's gate, its counters, the count of queued claims
+    (``run_claim_queued`` statements) and the two callers' tasks.
+    """
     gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
     runner = busy_app(store, gate, seen, queue_poll=0.02, queue_poll_max=0.05)
     claims = [0]
@@ -693,7 +696,13 @@ async def test_a_queued_run_behind_a_drive_of_this_process_hardly_polls(store: S
     while seen["now"] < 1:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
-    second = asyncio.create_task(turn())
+    return runner, gate, seen, claims, first, asyncio.create_task(turn())
+
+
+async def test_a_queued_run_behind_a_drive_of_this_process_hardly_polls(store: Store) -> None:
+    # Its turn comes with a wake-up from this process; polling is only a safety
+    # net then: LOCAL_MAX_POLL (30 s) between claims, whatever queue_poll_max says.
+    runner, gate, seen, claims, first, second = await queued_behind_a_held_drive(store)
     await asyncio.sleep(3.0)  # at queue_poll_max alone: some 60 claim attempts
     assert claims[0] <= 2, claims[0]  # one before the first drive held the session, at most
     gate.set()
@@ -708,28 +717,7 @@ async def test_a_queued_run_is_woken_when_the_drive_ahead_ends_without_finishing
     """A drive ahead that loses its lease writes no finish, so nothing else wakes the
     queued run: the drive's own end does, and the run goes back to polling (the run
     ahead is another worker's now, whose end this process may not hear of)."""
-    gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
-    runner = busy_app(store, gate, seen, queue_poll=0.02, queue_poll_max=0.05)
-    claims = [0]
-    inner = store.fetch
-
-    async def counting(query: str, params: Any = None) -> Any:
-        if query == "run_claim_queued":
-            claims[0] += 1
-        return await inner(query, params)
-
-    store.fetch = counting  # type: ignore[method-assign]
-
-    async def turn() -> None:
-        async for _ in runner.run(user_id="u", session_id="same", message="go"):
-            pass
-
-    first = asyncio.create_task(turn())
-    deadline = time.monotonic() + 60
-    while seen["now"] < 1:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
-    second = asyncio.create_task(turn())
+    runner, gate, _seen, claims, first, second = await queued_behind_a_held_drive(store)
     await asyncio.sleep(1.0)
     before = claims[0]
     assert before <= 2
