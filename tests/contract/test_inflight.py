@@ -405,10 +405,14 @@ async def test_a_heartbeat_is_not_kept_waiting_by_claims_on_the_lease_pool(store
 @pytest.mark.parametrize("backend", ["postgresql"])
 async def test_a_burst_of_submissions_waits_its_turn_instead_of_failing(store_url: str) -> None:
     """Far more submissions than the pool serves within acquire_timeout: all are taken in,
-    and a run's own writes sent during the burst are served before the intake still waiting."""
-    async with open_store(store_url + "?pool_size=2&acquire_timeout=0.2") as store:
-        # Both connections opened first: the 0.2 s also bounds making a connection,
-        # which a loaded machine may take longer for; the queue is what is tested.
+    and a run's own writes sent during the burst are served before the intake still waiting.
+
+    The timeout is 1 s, not less: on a loaded machine one commit may take a few tenths
+    of a second, and a pool none of whose connections comes back for the timeout is
+    rightly a fault (``tests/unit/test_lanes.py`` checks that a queue outlasting the
+    timeout is not, deterministically)."""
+    async with open_store(store_url + "?pool_size=2&acquire_timeout=1") as store:
+        # Both connections opened first: the timeout also bounds making a connection.
         pool = store._pool  # type: ignore[attr-defined]
         async with pool.acquire(), pool.acquire():
             pass
@@ -424,15 +428,16 @@ async def test_a_burst_of_submissions_waits_its_turn_instead_of_failing(store_ur
             assert await ledger.get(first.run_id) is not None
             order.append("urgent")
 
-        burst = [asyncio.create_task(submit(i)) for i in range(600)]
+        burst = [asyncio.create_task(submit(i)) for i in range(1500)]
         await asyncio.sleep(0.05)  # the burst is queued for the two connections
         writes = [asyncio.create_task(own_write()) for _ in range(5)]
-        await asyncio.wait_for(asyncio.gather(*burst, *writes), 120)
-        assert len(order) == 605
+        # About 1.1-1.3 s on a quiet machine: the queue outlasts the timeout.
+        await asyncio.wait_for(asyncio.gather(*burst, *writes), 300)
+        assert len(order) == 1505
         # The writes were served as soon as a connection came back, not after the burst.
-        assert max(i for i, kind in enumerate(order) if kind == "urgent") < 300
-        rows = await ledger.list_runs(limit=1000)
-        assert len(rows) == 601
+        assert max(i for i, kind in enumerate(order) if kind == "urgent") < 750
+        rows = await ledger.list_runs(limit=2000)
+        assert len(rows) == 1501
 
 
 async def test_a_leases_local_deadline_counts_from_when_its_claim_was_sent(
