@@ -709,6 +709,26 @@ async def queued_behind_a_held_drive(store: Store) -> tuple[Any, ...]:
     return runner, gate, seen, claims, first, asyncio.create_task(turn())
 
 
+async def test_the_last_pin_of_a_session_wakes_the_runs_queued_behind_it(store: Store) -> None:
+    """However many holders pinned it (the caller of ``run`` and its drive), the
+    queued runs behind it are woken when the last one lets go, not before."""
+    from durable_adk.adk.session_service import DurableSessionService
+    from durable_adk.store.wakeups import session_key
+
+    sessions = DurableSessionService(store)
+    key = (APP, "u", "held")
+    sessions.pin(key)
+    sessions.pin(key)
+    with store.wakeups.ticket(session_key(*key)) as woken:
+        sessions.unpin(key)
+        assert not woken.is_set()  # still held
+        sessions.unpin(key)
+        assert woken.is_set()
+    with store.wakeups.ticket(session_key(*key)) as woken:
+        sessions.unpin(key)  # never pinned (now): nothing to wake
+        assert not woken.is_set()
+
+
 async def test_a_queued_run_behind_a_drive_of_this_process_hardly_polls(store: Store) -> None:
     # Its turn comes with a wake-up from this process; polling is only a safety
     # net then: LOCAL_MAX_POLL (30 s) between claims, whatever queue_poll_max says.

@@ -120,7 +120,6 @@ from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.runlog import run_event, taken_over
-from durable_adk.store.wakeups import session_key
 from durable_adk.sweeps import sweepers_seen
 from durable_adk.testing.crash import crash_point
 
@@ -700,7 +699,7 @@ class DurableRunner:
         key = (run.app_name, run.user_id, run.session_id)
         held = run.status is RunStatus.RUNNING and run.owner == self.worker_id
         if held:
-            self.sessions.pin(key)
+            self.sessions.pin(key)  # pins nest: the drive's own pin overlaps this one
         try:
             claimed = await self.wait_for_turn(run)
             crash_point("runner.before_first_event")
@@ -715,9 +714,6 @@ class DurableRunner:
             )
             async with contextlib.aclosing(driven) as events:
                 async for event in events:
-                    if held:  # the drive has pinned the session itself by now
-                        held = False
-                        self.sessions.unpin(key)
                     yield event
         finally:
             if held:
@@ -1056,13 +1052,7 @@ class DurableRunner:
         except BaseException as exc:
             error = exc
         finally:
-            self.sessions.unpin(session)
-            if not self.sessions.pinned(session):
-                # Runs queued here behind this drive wait long between claims
-                # (ledger.wait_turn, ahead_here): however the drive ended, they
-                # try now. A finish has woken them already; a lost or handed-back
-                # drive has not.
-                self.store.wakeups.notify(session_key(*session))
+            self.sessions.unpin(session)  # the last pin wakes the runs queued behind it
             self._drives.pop((run.run_id, run.epoch), None)
             drive.end(error)
             if drive.detached:

@@ -58,6 +58,7 @@ from durable_adk.adk.live import LiveEvents, Stored
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
+from durable_adk.store.wakeups import session_key
 
 _Key = tuple[str, str, str]
 
@@ -225,12 +226,19 @@ class DurableSessionService(BaseSessionService):
         return key in self._pins
 
     def unpin(self, key: _Key) -> None:
-        """Ends one :meth:`pin` of ``key``."""
+        """Ends one :meth:`pin` of ``key``; the last one wakes the runs queued behind it here.
+
+        Runs of this process queued behind a pinned session wait long between
+        claims (:meth:`~durable_adk.ledger.RunLedger.wait_turn`, ``ahead_here``):
+        when no live run of this process holds the session any more, however
+        its drive ended (a finish has woken them already; a lost or handed-back
+        drive has not), they try their claim at once.
+        """
         left = self._pins.get(key, 0) - 1
         if left > 0:
             self._pins[key] = left
-        else:
-            self._pins.pop(key, None)
+        elif self._pins.pop(key, None) is not None:
+            self.store.wakeups.notify(session_key(*key))
 
     def adopt_created(
         self,
