@@ -392,8 +392,7 @@ class PostgresStore(Store):
             note_sent()  # the connection is ours: the statement leaves now
             return await conn.fetch(q.statements[0], *args, timeout=timeout)
 
-        kind = INTAKE if q.intake else CLAIM if q.claim else URGENT
-        records = await self._with_connection(run, lease=q.lease, kind=kind)
+        records = await self._with_connection(run, lease=q.lease, kind=q.lane)
         return [dict(r) for r in records]
 
     async def now(self) -> float:

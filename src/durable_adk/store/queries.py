@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
+from durable_adk.store.lanes import CLAIM, INTAKE, URGENT
+
 _NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[a-z_][a-z0-9_]*)(?P<flags>(\s+[a-z]+)*)\s*$")
 # A parameter is ':name' not preceded by another ':' (so PostgreSQL casts such
 # as '::jsonb' stay as they are).
@@ -55,8 +57,10 @@ class Query:
         writes: Whether the unit modifies the database.
         inline: Whether the unit is small enough to run on the caller's thread.
         lease: Whether the unit keeps or takes a lease (PostgreSQL's lease pool).
-        claim: Whether the lease unit takes a lease (capped below the pool's size).
-        intake: Whether the unit takes new work in (served after every other unit).
+        lane: Its class in PostgreSQL's pool lanes (:mod:`durable_adk.store.lanes`):
+            ``intake`` (takes new work in: served after every other unit),
+            ``claim`` (a lease unit that takes a lease: capped below the
+            pool's size), or ``urgent`` (the rest).
     """
 
     name: str
@@ -66,8 +70,7 @@ class Query:
     writes: bool
     inline: bool = False
     lease: bool = False
-    claim: bool = False
-    intake: bool = False
+    lane: str = URGENT
 
 
 def _split_statements(body: str) -> list[str]:
@@ -151,8 +154,7 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             writes=_writes(statements),
             inline="inline" in flags,
             lease="lease" in flags,
-            claim="claim" in flags,
-            intake="intake" in flags,
+            lane=INTAKE if "intake" in flags else CLAIM if "claim" in flags else URGENT,
         )
         unknown = flags - {"guarded", "inline", "lease", "claim", "intake"}
         if unknown:
