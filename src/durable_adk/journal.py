@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from durable_adk import errors
 from durable_adk.store.base import Row, Store
-from durable_adk.testing.crash import crash_point
+from durable_adk.faults import crash_point
 
 Act = Callable[[str], Awaitable[Any]]
 Lookup = Callable[[str], Awaitable[Any]]

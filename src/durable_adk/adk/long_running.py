@@ -50,7 +50,7 @@ from durable_adk.adk import agent_tree
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.adk.tools import as_async, template_fields
 from durable_adk.jobs import Job, JobTable
-from durable_adk.testing.crash import crash_point
+from durable_adk.faults import crash_point
 
 logger = logging.getLogger("durable_adk.long_running")
 

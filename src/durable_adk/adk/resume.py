@@ -50,7 +50,7 @@ from durable_adk.adk.runner import INTERIM_KEY, DurableRunner
 from durable_adk.jobs import DEFAULT_EXPIRED_RESULT, Job, JobTable
 from durable_adk.ledger import RunStatus
 from durable_adk.loops import periodically
-from durable_adk.testing.crash import crash_point
+from durable_adk.faults import crash_point
 
 logger = logging.getLogger("durable_adk.resume")
 

@@ -121,7 +121,7 @@ from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.runlog import run_event, taken_over
 from durable_adk.sweeps import sweepers_seen
-from durable_adk.testing.crash import crash_point
+from durable_adk.faults import crash_point
 
 if TYPE_CHECKING:
     from durable_adk.adk.background import Background

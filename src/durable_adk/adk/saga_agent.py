@@ -60,7 +60,7 @@ from durable_adk.fence import current_fence
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS
 from durable_adk.sagas import Compensation, Fence, Saga, SagaLedger, SagaStatus, Undo
-from durable_adk.testing.crash import crash_point
+from durable_adk.faults import crash_point
 
 logger = logging.getLogger("durable_adk.saga_agent")
 

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from durable_adk.testing.crash import EXIT_CODE, arm
+from durable_adk.faults import EXIT_CODE, arm
 from durable_adk.testing.services import FakeService
 
 SERVICES = ("inventory", "payments", "carrier", "notifications")

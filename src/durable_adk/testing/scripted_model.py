@@ -72,7 +72,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 from pydantic import PrivateAttr
 
-from durable_adk.testing.crash import crash_point
+from durable_adk.faults import crash_point
 
 __all__ = [
     "Call",
