@@ -84,7 +84,22 @@ def bearer_guard(token: str) -> Callable[..., Awaitable[None]]:
 
 
 class BodyLimit:
-    """ASGI middleware refusing request bodies over ``limit`` bytes with 413."""
+    """ASGI middleware refusing request bodies over ``limit`` bytes with 413.
+
+    A body that announces its length (``Content-Length``) is refused from the
+    header alone: no byte of it is read into memory and no route sees it. A
+    chunked body is read up to the limit and refused at the first byte past it.
+
+    The refusal keeps the connection open (no ``Connection: close``): a client
+    that sends the whole body before it reads the answer (``http.client``,
+    ``requests``, ``curl`` without ``Expect``) would otherwise have its
+    connection reset under it (the socket closed with its body unread) and
+    see a broken pipe instead of the 413. uvicorn discards the rest of the
+    refused body as it arrives (never buffered), and closes the connection
+    when it stays idle past its keep-alive timeout. A client that asked
+    ``Expect: 100-continue`` has not sent the body: it gets the 413 with
+    ``Connection: close`` and no ``100 Continue``.
+    """
 
     def __init__(self, app: ASGIApp, *, limit: int) -> None:
         """Wraps an ASGI app.
@@ -102,7 +117,7 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.limit:
-            await self._refuse(scope, receive, send)
+            await self._refuse(scope, receive, send, declared=declared)
             return
         # Read the body up front (it is at most `limit` bytes), then replay it.
         chunks: list[bytes] = []
@@ -115,7 +130,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await self._refuse(scope, receive, send)
+                await self._refuse(scope, receive, send, declared=None)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -131,22 +146,37 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, *, declared: int | None
+    ) -> None:
+        size = f"({declared} bytes, says its Content-Length) " if declared is not None else ""
         response = error_response(
-            413, "body_too_large", f"the request body is larger than {self.limit} bytes"
+            413,
+            "body_too_large",
+            f"the request body {size}is larger than the limit of {self.limit} bytes; "
+            "nothing was read or changed",
         )
-        response.headers["Connection"] = "close"
+        if _header(scope, b"expect").lower() == b"100-continue":
+            # The client waits for our word before it sends the body: it never will.
+            response.headers["Connection"] = "close"
         await response(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _header(scope: Scope, wanted: bytes) -> bytes:
     for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+        if name == wanted:
+            return bytes(value)
+    return b""
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def install_error_handlers(app: FastAPI) -> None:
