@@ -21,8 +21,10 @@ second call changes nothing and its :class:`Outcome` says where the run stands.
   the operator): the re-drive calls the tool again and the journal answers
   it, so the outside system gets no act.
 * :func:`abandon_run`: a PARKED run (or a FAILED one) is closed as FAILED with
-  the operator's reason.
-* :func:`retry_run`: a PARKED run re-enters its session's queue as it is.
+  the operator's reason. Abandon is final: an abandoned run is never retried,
+  resolved or driven again.
+* :func:`retry_run`: a PARKED run (or a FAILED one not abandoned) re-enters its
+  session's queue as it is.
 
 A crash inside :func:`resolve_run` loses nothing: before the answer is
 written the run is RUNNING under the operator's lease, which runs out, and
@@ -45,11 +47,12 @@ from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk.classify import classify
+from durable_adk.adk.ending import after_cancel
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.ids import check_id
 from durable_adk.interrupts import InterruptTable
 from durable_adk.journal import Journal, JournalEntry, JournalStatus
-from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.ledger import OperatorAction, Run, RunLedger, RunStatus
 
 OPERATOR_METADATA_KEY = "durable_adk_operator"
 """The ``Event.custom_metadata`` key naming who wrote an operator's answer, and why."""
@@ -100,19 +103,44 @@ async def _get(ledger: RunLedger, run_id: str) -> Run:
 
 
 async def cancel_run(
-    ledger: RunLedger, run_id: str, *, by: str, reason: str | None = None
+    ledger: RunLedger,
+    run_id: str,
+    *,
+    by: str,
+    reason: str | None = None,
+    sessions: DurableSessionService | None = None,
 ) -> Outcome:
     """Cancels a run (see the module docstring); safe to call twice.
+
+    A QUEUED, PAUSED or PARKED run ends CANCELLED here, with the bookkeeping
+    of that ending (:func:`durable_adk.adk.ending.after_cancel`): a QUEUED
+    answer run gives its answer claim back; any other cancels its invocation
+    (its paused runs, interrupts and open jobs, and the calls it left open
+    are sealed). A RUNNING run's owner ends it the same way at its next
+    heartbeat.
+
+    Args:
+        sessions: The session service that seals the invocation's open calls
+            (default: one over the ledger's store).
 
     Raises:
         NotFound: No such run.
         InvalidArgument: A bad ``by`` or ``reason``.
     """
     check_id("by", by)
-    done = await ledger.cancel(run_id, by=by, reason=_check_reason(reason))
+    reason = _check_reason(reason)
+    before = await _get(ledger, run_id)
+    done = await ledger.cancel(run_id, by=by, reason=reason)
     run = done.run
     if run.status is RunStatus.CANCELLED and done.changed:
-        await InterruptTable(ledger.store).close_of_run(run_id)  # nobody answers them now
+        await after_cancel(
+            ledger,
+            sessions if sessions is not None else DurableSessionService(ledger.store),
+            InterruptTable(ledger.store),
+            run,
+            drove=before.status is not RunStatus.QUEUED,
+            reason=f"cancelled by {by}" + (f": {reason}" if reason else ""),
+        )
     if run.status is RunStatus.CANCELLED:
         what = "cancelled" if done.changed else "was already CANCELLED: nothing changed"
         return Outcome(run, done.changed, f"run {run_id} {what}; it is CANCELLED")
@@ -158,22 +186,43 @@ async def abandon_run(ledger: RunLedger, run_id: str, *, by: str, reason: str) -
 async def retry_run(
     ledger: RunLedger, run_id: str, *, by: str, reason: str | None = None
 ) -> Outcome:
-    """Puts a PARKED or FAILED run back in its session's queue, recorded.
+    """Puts a PARKED run (or a FAILED one not abandoned) back in its session's queue, recorded.
+
+    Abandon is final: an abandoned run is never driven again, so retrying it
+    is refused and changes nothing.
 
     Raises:
         NotFound: No such run.
-        Conflict: The run is neither PARKED nor FAILED (nothing changed).
+        Conflict: The run is neither PARKED nor FAILED, or it was abandoned
+            (nothing changed).
+        InvalidArgument: A bad ``by`` or ``reason``.
     """
     check_id("by", by)
-    done = await ledger.retry_recorded(run_id, by=by, reason=_check_reason(reason))
+    reason = _check_reason(reason)
+    run = await _get(ledger, run_id)
+    if run.status is RunStatus.FAILED:
+        abandoned = await _abandoned(ledger, run_id)
+        if abandoned is not None:
+            raise errors.Conflict(
+                f"run {run_id!r} was abandoned by {abandoned.actor} at "
+                f"{_when(abandoned.created_at)}: abandon is final, it is not retried "
+                "(nothing changed)"
+            )
+    done = await ledger.retry_recorded(run_id, by=by, reason=reason)
     if not done.changed:
         raise errors.Conflict(
             f"run {run_id!r} is {done.run.status.value}, not PARKED or FAILED: "
-            "only a parked or failed run is retried"
+            "only a parked or failed run is retried (nothing changed)"
         )
     return Outcome(
         done.run, True, f"run {run_id} is QUEUED: the next sweep of a worker recovers it"
     )
+
+
+async def _abandoned(ledger: RunLedger, run_id: str) -> OperatorAction | None:
+    """The operator action that abandoned the run, or None."""
+    found = [a for a in await ledger.actions(run_id=run_id, limit=1000) if a.action == "abandon"]
+    return found[0] if found else None
 
 
 def _response_of(value: Any) -> dict[str, Any]:
@@ -231,13 +280,11 @@ async def resolve_run(
         raise errors.InvalidArgument("give exactly one of 'result' and 'results'")
     run = await _get(ledger, run_id)
     if run.status is RunStatus.FAILED:
-        closed = [
-            a for a in await ledger.actions(run_id=run_id, limit=1000) if a.action == "abandon"
-        ]
-        if closed:
+        closed = await _abandoned(ledger, run_id)
+        if closed is not None:
             raise errors.Conflict(
-                f"run {run_id!r} was abandoned by {closed[0].actor} at "
-                f"{_when(closed[0].created_at)}: it is closed, there is nothing to resolve"
+                f"run {run_id!r} was abandoned by {closed.actor} at "
+                f"{_when(closed.created_at)}: it is closed, there is nothing to resolve"
             )
     if run.status not in RESOLVABLE:
         earlier = [

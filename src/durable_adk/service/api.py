@@ -369,14 +369,19 @@ def create_app(worker: Worker) -> FastAPI:
         tags=["operations"],
         responses={
             **_NOT_FOUND,
-            409: {"model": ErrorOut, "description": "The run is not parked."},
+            409: {
+                "model": ErrorOut,
+                "description": "The run is not parked or failed, or it was abandoned "
+                "(abandon is final); nothing changed.",
+            },
         },
     )
     async def retry_run(run_id: RunId, body: ActionIn | None = None) -> RunOut:
-        """Puts a parked run back in its session's queue; a sweeper recovers it.
+        """Puts a parked (or failed) run back in its session's queue; a sweeper recovers it.
 
-        The optional body names who retries it and why (the audit trail says
-        ``api`` otherwise).
+        An abandoned run is not retried (409: abandon is final). The optional
+        body names who retries it and why (the audit trail says ``api``
+        otherwise).
         """
         by = body.by if body else "api"
         return run_out(await ops.retry(run_id, by=by, reason=body.reason if body else None))

@@ -296,11 +296,12 @@ class Operations:
         )
 
     async def retry(self, run_id: str, *, by: str = "operator", reason: str | None = None) -> Run:
-        """Puts a parked run back in its session's queue; the next sweep recovers it.
+        """Puts a parked (or failed) run back in its session's queue; the next sweep recovers it.
 
         Raises:
             NotFound: No such run.
-            Conflict: The run is neither parked nor failed (nothing was changed).
+            Conflict: The run is neither parked nor failed, or it was
+                abandoned: abandon is final (nothing was changed).
         """
         return (await operators.retry_run(self.ledger, run_id, by=by, reason=reason)).run
 
