@@ -5,9 +5,9 @@ tests/unit/test_public_api.py); everything else is internal and may change.
 Names are imported lazily, on first use: ``import durable_adk`` needs no ADK,
 and the framework-agnostic core (the store, the run ledger, the journal, the
 job table, the saga ledger, the errors) works without it. The ADK layer
-(``DurableRunner``, ``DurableSessionService``, the tool decorators, the saga
-agents and the background loops) imports ``google.adk`` when one of its names
-is first used.
+(``DurableRunner``, ``DurableSessionService``, ``DurableArtifactService``, the
+tool decorators, the saga agents and the background loops) imports
+``google.adk`` when one of its names is first used.
 
 Example::
 
@@ -84,6 +84,8 @@ _EXPORTS: dict[str, str] = {
     "BackgroundSettings": "durable_adk.loops",
     "configure_logging": "durable_adk.runlog:configure",
     "DurableSessionService": "durable_adk.adk.session_service",
+    "DurableArtifactService": "durable_adk.adk.artifact_service",
+    "ArtifactInputError": "durable_adk.adk.artifact_service",
     "journaled": "durable_adk.adk.tools",
     "journaled_node": "durable_adk.adk.workflow_nodes",
     "idempotent": "durable_adk.adk.marks",
@@ -118,12 +120,14 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DEFAULT_URL",
     "Admission",
+    "ArtifactInputError",
     "Background",
     "BackgroundSettings",
     "Conflict",
     "DatabaseBusy",
     "DeadLetter",
     "Draining",
+    "DurableArtifactService",
     "DurableError",
     "DurableLongRunningTool",
     "DurableRunner",
@@ -212,6 +216,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from durable_adk import errors, webhooks
+    from durable_adk.adk.artifact_service import ArtifactInputError, DurableArtifactService
     from durable_adk.adk.classify import OrphanClass
     from durable_adk.adk.inbox import InterruptSweeper, answer_interrupt
     from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
