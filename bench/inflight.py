@@ -250,7 +250,8 @@ class Driver:
                     Admission.unlimited() if self.contender.endswith("-unlimited") else None
                 ),
             )
-            lose = runner._lose
+            driver = runner.path.driver
+            lose = driver._lose
 
             def counted_lose(drive: Any, reason: str) -> None:
                 if drive.fence.lost is None:
@@ -258,7 +259,7 @@ class Driver:
                     self.lost_reasons[reason] += 1
                 lose(drive, reason)
 
-            runner._lose = counted_lose  # type: ignore[method-assign]
+            driver._lose = counted_lose  # type: ignore[method-assign]
             self.runner: Any = runner
             self._stack.push_async_callback(runner.keeper.aclose)
         else:

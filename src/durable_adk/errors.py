@@ -85,6 +85,10 @@ class Conflict(DurableError):
     """The request conflicts with where the record stands (e.g. retrying a running run)."""
 
 
+class InvocationCancelled(Conflict):
+    """The invocation was cancelled: no continuation (an answer, a job's result) may start it again."""
+
+
 class Draining(DurableError):
     """This worker is shutting down and takes no new work: send the request to another worker."""
 

@@ -204,6 +204,18 @@ class InterruptTable:
         """Closes the open interrupts of a run that was cancelled."""
         await self.store.execute("interrupt_close_of_run", {"run_id": run_id})
 
+    async def close_of_invocation(self, run: Run) -> None:
+        """Closes the open interrupts of ``run``'s invocation (it was cancelled)."""
+        await self.store.execute(
+            "interrupt_close_of_invocation",
+            {
+                "app_name": run.app_name,
+                "user_id": run.user_id,
+                "session_id": run.session_id,
+                "invocation_id": run.invocation_id,
+            },
+        )
+
     async def backdate(self, call_id: str, seconds: float) -> None:
         """Puts an open interrupt's deadline ``seconds`` in the past (tests, operators)."""
         await self.store.execute("interrupt_backdate", {"call_id": call_id, "seconds": seconds})

@@ -569,6 +569,34 @@ class JobTable:
         )
         return [Job.from_row(r) for r in rows]
 
+    async def cancel_of_invocation(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        result: Mapping[str, Any],
+    ) -> list[str]:
+        """Ends CANCELLED the open jobs of a cancelled invocation; returns their ids.
+
+        The first terminal result wins, so a completion that arrives later is
+        acknowledged and changes nothing. The resumer then acknowledges these
+        jobs without a run (the invocation takes no answer) and calls each
+        tool's cancel hook.
+        """
+        rows = await self.store.fetch(
+            "job_cancel_of_invocation",
+            {
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "invocation_id": invocation_id,
+                "result": json.dumps(dict(result)),
+            },
+        )
+        return sorted(str(r["job_id"]) for r in rows)
+
     async def get(self, job_id: str) -> Job | None:
         """One job, or None."""
         row = await self.store.fetchrow("job_get", {"job_id": job_id})

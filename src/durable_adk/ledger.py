@@ -873,6 +873,46 @@ class RunLedger:
         )
         return sorted(str(r["run_id"]) for r in rows)
 
+    async def invocation_cancelled(
+        self, *, app_name: str, user_id: str, session_id: str, invocation_id: str
+    ) -> tuple[str, str] | None:
+        """Whether the invocation was cancelled: ``(run_id, cancelled_by)`` of the run, or None.
+
+        An invocation is cancelled when a run that drove it, or paused or
+        parked on it, was cancelled; a QUEUED answer run cancelled before it
+        drove leaves it open (its pause can be answered again).
+        """
+        row = await self.store.fetchrow(
+            "run_invocation_cancelled", _pause(app_name, user_id, session_id, invocation_id)
+        )
+        return None if row is None else (str(row["run_id"]), str(row["cancelled_by"]))
+
+    async def cancel_paused_of_invocation(self, run: Run, *, reason: str) -> list[str]:
+        """Ends CANCELLED the PAUSED and QUEUED runs of ``run``'s invocation but ``run``.
+
+        Returns:
+            The ids of the runs cancelled.
+        """
+        rows = await self.store.fetch(
+            "run_cancel_paused_of_invocation",
+            {
+                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
+                "run_id": run.run_id,
+                "reason": reason,
+            },
+        )
+        return sorted(str(r["run_id"]) for r in rows)
+
+    async def release_claims_of_run(self, run_id: str) -> None:
+        """Gives back every answer claim of a run that ended without storing its answer."""
+        await self.store.execute("answer_claims_release_of_run", {"run_id": run_id})
+
+    async def wake_session(self, run: Run) -> None:
+        """Wakes the runs queued behind ``run``'s session (a lost wake-up costs latency only)."""
+        key = session_key(run.app_name, run.user_id, run.session_id)
+        with contextlib.suppress(errors.StoreError):
+            await self.store.wake(key, others_waiting=True)
+
     async def list_runs_of_app(
         self, *, app_name: str | None, status: RunStatus | None = None, limit: int = 100
     ) -> list[Run]:

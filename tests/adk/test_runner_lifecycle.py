@@ -137,7 +137,7 @@ async def test_exit_cancels_a_recovery_still_in_progress_after_the_drain_time(
         run_id = await left_by_a_dead_worker(store)
         async with runner(store, background=FAST, lease=30.0) as durable:
             async with asyncio.timeout(120):
-                while not durable.detached_runs and not durable._drives:  # noqa: ASYNC110
+                while not durable.detached_runs and not durable.path.driver._drives:  # noqa: ASYNC110
                     await asyncio.sleep(0.05)
         assert loop_tasks() == []  # the drive was cancelled, its heartbeat with it
         # Nothing was written for its end: its lease runs out and a sweeper takes over.

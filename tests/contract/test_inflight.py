@@ -751,8 +751,9 @@ async def test_a_queued_run_is_woken_when_the_drive_ahead_ends_without_finishing
     await asyncio.sleep(1.0)
     before = claims[0]
     assert before <= 2
-    (drive,) = runner._drives.values()
-    runner._lose(drive, "lost for the test")
+    driver = runner.path.driver
+    (drive,) = driver._drives.values()
+    driver._lose(drive, "lost for the test")
     with pytest.raises(errors.Fenced):
         await asyncio.wait_for(first, 30)
     await asyncio.sleep(1.0)  # woken, then polling at queue_poll_max (0.05 s)

@@ -1,6 +1,6 @@
 """The background loops of an app: one wiring for every process that runs them.
 
-:class:`Background` builds, over one :class:`DurableRunner`, every loop a
+`Background` builds, over one run path (a DurableRunner's), every loop a
 durable app needs besides its live runs: the recovery sweeper (after ending
 the runs an operator cancelled whose owner died), the job submitter, the job
 resumer, the job deadline sweep, the progress sender, the interrupts' deadline
@@ -32,7 +32,7 @@ from durable_adk.adk import agent_tree
 from durable_adk.adk.inbox import InboxAnswer, InterruptSweeper
 from durable_adk.adk.recovery import Recovery, Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Resumption, Submitter
-from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.runpath import HasRunPath
 from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
 from durable_adk.jobs import Job, JobTable
 from durable_adk.ledger import RunStatus
@@ -83,11 +83,11 @@ class PassReport:
 
 
 class Background:
-    """An app's background loops over one DurableRunner."""
+    """An app's background loops over one run path (a DurableRunner, or its path)."""
 
     def __init__(
         self,
-        runner: DurableRunner,
+        runner: HasRunPath,
         settings: BackgroundSettings | None = None,
         *,
         metrics: Metrics | None = None,
@@ -105,6 +105,7 @@ class Background:
             one_off: These passes run once (``durable-adk recover``): the
                 sweeper's beat says so (:mod:`durable_adk.sweeps`).
         """
+        runner = runner.path
         self.runner = runner
         self.settings = settings or BackgroundSettings()
         self.metrics = metrics if metrics is not None else runner.metrics

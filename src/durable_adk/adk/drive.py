@@ -1,4 +1,4 @@
-"""A drive's machinery: its task and reader hand-over, its heartbeat, the retry policy.
+"""A drive's machinery: its task and reader hand-over, its heartbeat, its barriers.
 
 What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
 
@@ -14,7 +14,6 @@ What it guarantees (used by :class:`~durable_adk.adk.runner.DurableRunner`):
   cancel the drive (once): it sets :attr:`Drive.abort` when the acts in
   flight have ended, and the keeper goes on renewing, since the holder needs
   its lease to end the run CANCELLED.
-* :class:`RetryPolicy` says which errors of a drive are transient.
 """
 
 from __future__ import annotations
@@ -24,23 +23,19 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.callback_context import CallbackContext
-from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
-from google.genai import errors as genai_errors
 from google.genai import types
 from typing_extensions import override
 
-from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch
 from durable_adk.fence import RunFence
 from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
@@ -50,76 +45,13 @@ from durable_adk.ledger import RenewResult, Run
 logger = logging.getLogger("durable_adk.runner")
 
 
-def model_error_is_retryable(exc: BaseException) -> bool:
-    """The default :attr:`RetryPolicy.retryable`: a model API error 429 (rate limit) or 5xx."""
-    if not isinstance(exc, genai_errors.APIError):
-        return False
-    code = exc.code if isinstance(exc.code, int) else 0
-    return code == 429 or 500 <= code <= 599
-
-
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    errors.DatabaseBusy,
-    errors.StoreUnavailable,
-    TimeoutError,
-    StaleSessionError,
-)
-"""The errors :class:`RetryPolicy` treats as transient by default."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Which errors of a drive are transient: the run is handed back, not failed.
-
-    An error is transient when it, or any error in its cause/context chain
-    (ADK wraps agent errors), is an instance of ``transient`` or satisfies
-    ``retryable``. A transient error hands the run back to recovery
-    (:meth:`durable_adk.ledger.RunLedger.release`): it stays RUNNING, its
-    lease expires now and the sweeper takes it after
-    ``backoff * 2 ** (attempts - 1)`` seconds, counting an attempt; past the
-    runner's ``max_attempts`` the sweeper parks it with a dead letter. Every
-    other error ends the run FAILED for good (an error the app raised
-    deterministically would fail again). See docs/runs.md, "Transient and
-    terminal errors".
-
-    Attributes:
-        transient: Error types that are transient wherever they appear in the
-            chain. Default: :data:`TRANSIENT_ERRORS` (the store busy or
-            unreachable, a timeout, a session appended to by another writer).
-            A bare ``StoreError`` (a constraint, a schema mismatch) is not.
-        retryable: A predicate for other errors, meant for model errors.
-            Default: :func:`model_error_is_retryable` (google.genai API errors
-            with code 429 or 5xx).
-    """
-
-    transient: tuple[type[BaseException], ...] = field(default=TRANSIENT_ERRORS)
-    retryable: Callable[[BaseException], bool] = field(default=model_error_is_retryable)
-
-    def is_transient(self, exc: BaseException) -> bool:
-        """Whether ``exc`` (or an error behind it) is transient under this policy."""
-        return any(isinstance(e, self.transient) or self.retryable(e) for e in causes(exc))
-
-
-def causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the errors behind it (cause, else context), each once.
-
-    ADK's node runner wraps agent errors, so what a drive meets is often a
-    wrapper around the error that decides what to do.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        yield current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-
-
 class End:
-    """The pump's last item: how the drive ended (None: it finished normally)."""
+    """The pump's last item: the drive's outcome, or the error that stopped it unrecorded."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "outcome")
 
-    def __init__(self, error: BaseException | None) -> None:
+    def __init__(self, outcome: Any, error: BaseException | None = None) -> None:
+        self.outcome = outcome
         self.error = error
 
 
@@ -147,6 +79,9 @@ class Drive:
         self.renewal: RenewResult | None = None  # the last renewal's result (cancel_requested_by)
         self.abort = asyncio.Event()  # ADK's abort_signal for this drive (an operator's cancel)
         self.cancelled_by: str | None = None  # who cancelled it, once a heartbeat saw it
+        self.lease_lost: str | None = None  # why the lease was lost, if it was
+        self.holding: Any = None  # the keeper's holding of the lease while ADK drives
+        self.yield_user_message = False  # ADK yields the stored user message first
         self.stopper: asyncio.Task[None] | None = None  # aborts ADK once the acts in flight end
         self.on_abort: Callable[[], None] | None = None  # aborts an invocation ADK's Runner drives
         self._wanted = asyncio.Event()
@@ -165,11 +100,15 @@ class Drive:
         next one (at once once detached): only then may ADK go on.
         """
         async with self._barrier_lock:
+            # Only what is held now is in the batch the flush writes: an event a
+            # parallel branch yields while the flush is out waits for the next
+            # barrier, so nothing is handed over before it is stored.
+            durable = len(self.held)
             if self.batch is not None and self.flush is not None:
                 await self.flush(self.batch)
-            if not self.held:
+            if not durable:
                 return
-            while self.held:
+            for _ in range(durable):
                 await self.wanted()
                 self.hand(self.held.pop(0))
             await self._wanted.wait()  # left set: the reader has asked for the next event
@@ -178,9 +117,9 @@ class Drive:
         if not self.detached:
             self._items.put_nowait(event)
 
-    def end(self, error: BaseException | None) -> None:
+    def end(self, outcome: Any, error: BaseException | None = None) -> None:
         self.ended = True
-        self._items.put_nowait(End(error))
+        self._items.put_nowait(End(outcome, error))
 
     async def next_item(self) -> Event | End:
         self._wanted.set()

@@ -47,6 +47,7 @@ from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk.classify import classify
+from durable_adk.adk.ending import after_cancel
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.ids import check_id
 from durable_adk.interrupts import InterruptTable
@@ -102,19 +103,44 @@ async def _get(ledger: RunLedger, run_id: str) -> Run:
 
 
 async def cancel_run(
-    ledger: RunLedger, run_id: str, *, by: str, reason: str | None = None
+    ledger: RunLedger,
+    run_id: str,
+    *,
+    by: str,
+    reason: str | None = None,
+    sessions: DurableSessionService | None = None,
 ) -> Outcome:
     """Cancels a run (see the module docstring); safe to call twice.
+
+    A QUEUED, PAUSED or PARKED run ends CANCELLED here, with the bookkeeping
+    of that ending (:func:`durable_adk.adk.ending.after_cancel`): a QUEUED
+    answer run gives its answer claim back; any other cancels its invocation
+    (its paused runs, interrupts and open jobs, and the calls it left open
+    are sealed). A RUNNING run's owner ends it the same way at its next
+    heartbeat.
+
+    Args:
+        sessions: The session service that seals the invocation's open calls
+            (default: one over the ledger's store).
 
     Raises:
         NotFound: No such run.
         InvalidArgument: A bad ``by`` or ``reason``.
     """
     check_id("by", by)
-    done = await ledger.cancel(run_id, by=by, reason=_check_reason(reason))
+    reason = _check_reason(reason)
+    before = await _get(ledger, run_id)
+    done = await ledger.cancel(run_id, by=by, reason=reason)
     run = done.run
     if run.status is RunStatus.CANCELLED and done.changed:
-        await InterruptTable(ledger.store).close_of_run(run_id)  # nobody answers them now
+        await after_cancel(
+            ledger,
+            sessions if sessions is not None else DurableSessionService(ledger.store),
+            InterruptTable(ledger.store),
+            run,
+            drove=before.status is not RunStatus.QUEUED,
+            reason=f"cancelled by {by}" + (f": {reason}" if reason else ""),
+        )
     if run.status is RunStatus.CANCELLED:
         what = "cancelled" if done.changed else "was already CANCELLED: nothing changed"
         return Outcome(run, done.changed, f"run {run_id} {what}; it is CANCELLED")

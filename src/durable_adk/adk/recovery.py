@@ -78,9 +78,9 @@ from durable_adk.adk.classify import (
     recover_invocation_id,
     replay_blockers,
 )
-from durable_adk.adk.runner import LAST_EVENTS_KEPT, DurableRunner
+from durable_adk.adk.ending import Ending, EndKind, Outcome, record
+from durable_adk.adk.runpath import HasRunPath, RunPath
 from durable_adk.adk.session_service import RUN_METADATA_KEY
-from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run, RunStatus
 from durable_adk.loops import periodically
 from durable_adk.metrics import Metrics
@@ -143,7 +143,7 @@ class _ReplayUnansweredCalls(BasePlugin):
         return None
 
 
-def _replay_plugin(runner: DurableRunner) -> _ReplayUnansweredCalls:
+def _replay_plugin(runner: RunPath) -> _ReplayUnansweredCalls:
     """The runner's replay plugin, registered on its ADK Runner the first time."""
     manager = runner.adk.plugin_manager
     existing = manager.get_plugin(_ReplayUnansweredCalls.NAME)
@@ -179,7 +179,7 @@ class Sweeper:
 
     def __init__(
         self,
-        runner: DurableRunner,
+        runner: HasRunPath,
         *,
         batch: int = 10,
         interval: float = 5.0,
@@ -190,7 +190,8 @@ class Sweeper:
         """Creates a sweeper that recovers through ``runner``.
 
         Args:
-            runner: The DurableRunner that re-drives runs (its worker id owns the claims).
+            runner: The run path (or a DurableRunner) that re-drives runs; its
+                worker id owns the claims.
             batch: Most runs claimed per pass by this worker.
             interval: Seconds between passes in :meth:`serve`.
             metrics: Where recoveries, parkings and recovery spans go
@@ -205,14 +206,15 @@ class Sweeper:
         if batch < 1 or concurrency < 1 or interval <= 0:
             raise errors.InvalidArgument("batch and concurrency must be >= 1, interval > 0")
         self.concurrency = concurrency
-        self.runner = runner
-        self.metrics = metrics if metrics is not None else runner.metrics
-        self.ledger = runner.ledger
+        path = runner.path
+        self.runner = path
+        self.metrics = metrics if metrics is not None else path.metrics
+        self.ledger = path.ledger
         self.batch = batch
         self.interval = interval
         self.one_off = one_off
         self._last_beat: float | None = None
-        self._replay = _replay_plugin(runner)
+        self._replay = _replay_plugin(path)
 
     async def _beat(self) -> None:
         """Stamps this sweeper's beat in the store (:mod:`durable_adk.sweeps`).
@@ -256,6 +258,17 @@ class Sweeper:
                 epoch=None,
                 reason="asked to stop; its owner died",
             )
+            run = await self.ledger.get(run_id)
+            if run is not None:  # the ending's bookkeeping, as the owner would have done it
+                path = self.runner
+                await after_cancel(
+                    path.ledger,
+                    path.sessions,
+                    path.interrupts,
+                    run,
+                    drove=True,
+                    reason=run.last_error or "cancelled",
+                )
         return cancelled
 
     async def recover_once(self, *, cancel_expired: bool = True) -> list[Recovery]:
@@ -374,12 +387,11 @@ class Sweeper:
                 events, started_at=run.created_at, request_text=_request_text(run.request)
             )
         found = self.runner.classify(events, invocation_id)
-        mine = [e for e in events if e.invocation_id == invocation_id][-LAST_EVENTS_KEPT:]
         if run.attempts > self.ledger.max_attempts:
             return await self._park(
                 run,
                 found,
-                mine,
+                events,
                 f"gave up after {run.attempts - 1} attempts: {run.last_error or found.reason}",
             )
         if found.cls is OrphanClass.ACTUALLY_DONE:
@@ -399,7 +411,7 @@ class Sweeper:
             return await self._park(
                 run,
                 found,
-                mine,
+                events,
                 f"node in flight: {', '.join(found.unsafe_nodes)} was running when its worker "
                 "died and may have acted; it is neither idempotent nor journaled, so it is not "
                 "run again (mark its function @idempotent, or make it a journaled_node)",
@@ -411,7 +423,7 @@ class Sweeper:
                 return await self._park(
                     run,
                     found,
-                    mine,
+                    events,
                     f"left unanswered: {', '.join(left)} was called and the agent moved on "
                     "without its answer; a re-drive would not run it",
                 )
@@ -420,7 +432,7 @@ class Sweeper:
                 return await self._park(
                     run,
                     found,
-                    mine,
+                    events,
                     f"outcome unknown: {', '.join(sorted(set(unsafe)))} may have acted",
                 )
             if self.runner.is_workflow:
@@ -433,7 +445,6 @@ class Sweeper:
         # This worker holds the run and has just read its session: ADK's read,
         # next, is served from that.
         self.runner.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
-        ended: list[RunStatus] = []
         if hidden:
             logger.info(
                 "run %s: ADK re-drives the call without the %d event(s) after it (error event "
@@ -443,60 +454,61 @@ class Sweeper:
             )
             self._replay.hidden[run.invocation_id or invocation_id or ""] = hidden
         try:
-            driven = self.runner.drive(
+            outcome = await self.runner.run_to_end(
                 run,
                 message,
                 resume=resume,
                 classification=found.cls.value,
-                outcome=ended,
                 answer_first=answer_first,
             )
-            async for _event in driven:
-                pass
-        except errors.Fenced:
-            raise
-        except errors.RunInterrupted as exc:  # a transient fault: back on the ledger
-            return Recovery(run.run_id, found.cls, "redrive", RunStatus.RUNNING, str(exc))
-        except OutcomeUnknown as exc:  # drive() parked it with a dead letter
-            return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, str(exc))
-        except errors.RunCancelled as exc:  # an operator's cancel, seen at a heartbeat
-            return Recovery(run.run_id, found.cls, "redrive", RunStatus.CANCELLED, str(exc))
-        except errors.StoreError:
-            raise  # nothing recorded the end: the run is recovered again after its lease
-        except Exception as exc:  # the run is FAILED on the ledger by drive()
-            logger.warning("run %s failed on re-drive: %s", run.run_id, exc)
-            return Recovery(run.run_id, found.cls, "redrive", RunStatus.FAILED, str(exc))
         finally:
             self._replay.hidden.pop(run.invocation_id or invocation_id or "", None)
-        status = ended[0] if ended else RunStatus.DONE
-        return Recovery(run.run_id, found.cls, "redrive", status, found.reason)
+        return self._recovery_of(outcome, found)
+
+    @staticmethod
+    def _recovery_of(outcome: Outcome, found: Classification) -> Recovery:
+        """What a re-drive did, from its outcome (the one ending decided it)."""
+        run, ending = outcome.run, outcome.ending
+        if ending.kind is EndKind.TAKEN_OVER:
+            raise errors.Fenced(f"run {run.run_id}: {ending.reason or 'taken over'}")
+        if outcome.store_error is not None:
+            raise outcome.store_error  # nothing recorded the end: recovered again after its lease
+        if not outcome.recorded:
+            raise errors.Fenced(f"run {run.run_id} was taken over before it could end")
+        status = outcome.status
+        assert status is not None
+        action = "park" if ending.kind is EndKind.PARKED else "redrive"
+        if ending.kind is EndKind.FAILED:
+            logger.warning("run %s failed on re-drive: %s", run.run_id, ending.reason)
+        reason = found.reason if ending.kind in (EndKind.DONE, EndKind.PAUSED) else ending.reason
+        return Recovery(run.run_id, found.cls, action, status, reason or found.reason)
 
     async def _finish(
         self, run: Run, status: RunStatus, found: Classification, events: list[Event]
     ) -> None:
-        if not await self.ledger.finish(run.lease, status, classification=found.cls.value):
+        kind = EndKind.DONE if status is RunStatus.DONE else EndKind.PAUSED
+        outcome = await record(
+            self.runner,
+            run,
+            Ending(kind),
+            events=events,
+            verdict=found,
+            classification=found.cls.value,
+        )
+        if outcome.store_error is not None:
+            raise outcome.store_error
+        if not outcome.recorded:
             raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
-        await self.runner.after_finish(run, status, events, found)
 
     async def _park(
-        self, run: Run, found: Classification, mine: list[Event], reason: str
+        self, run: Run, found: Classification, events: list[Event], reason: str
     ) -> Recovery:
-        last = [json.loads(e.model_dump_json(exclude_none=True)) for e in mine]
-        if not await self.ledger.park(
-            run.lease, error=reason, classification=found.cls.value, last_events=last
-        ):
+        ending = Ending(EndKind.PARKED, reason, found=found.cls.value)
+        outcome = await record(self.runner, run, ending, events=events)
+        if outcome.store_error is not None:
+            raise outcome.store_error
+        if not outcome.recorded:
             raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
-        self.metrics.run_parked()
-        run_event(
-            logger,
-            logging.WARNING,
-            "parked",
-            run_id=run.run_id,
-            epoch=run.epoch,
-            cls=found.cls.value,
-            attempt=run.attempts,
-            reason=reason,
-        )
         return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, reason)
 
     @contextlib.asynccontextmanager

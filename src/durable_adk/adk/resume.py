@@ -45,12 +45,14 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.classify import INTERIM_KEY
+from durable_adk.adk.ending import CANCELLED_JOB_RESULT
 from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tools
-from durable_adk.adk.runner import INTERIM_KEY, DurableRunner
+from durable_adk.adk.runpath import HasRunPath
+from durable_adk.faults import crash_point
 from durable_adk.jobs import DEFAULT_EXPIRED_RESULT, Job, JobTable
 from durable_adk.ledger import RunStatus
 from durable_adk.loops import periodically
-from durable_adk.faults import crash_point
 
 logger = logging.getLogger("durable_adk.resume")
 
@@ -112,7 +114,7 @@ class Resumer:
 
     def __init__(
         self,
-        runner: DurableRunner,
+        runner: HasRunPath,
         jobs: JobTable | None = None,
         *,
         lease: float = 30.0,
@@ -133,8 +135,8 @@ class Resumer:
             interval: Seconds between passes in :meth:`serve`.
             on_event: Receives every event of the resume runs.
         """
-        self.runner = runner
-        self.jobs = jobs or JobTable(runner.store)
+        self.runner = runner.path
+        self.jobs = jobs or JobTable(runner.path.store)
         self.lease = lease
         self.gather = gather
         self.batch = batch
@@ -169,15 +171,25 @@ class Resumer:
         first = jobs[0]
         assert first.user_id and first.session_id and first.invocation_id
         content = types.Content(role="user", parts=[response_part(j, answer_of(j)) for j in jobs])
+        ids = tuple(j.job_id for j in jobs)
+        path = self.runner
         try:
-            run = await self.runner.ledger.submit(
-                app_name=self.runner.app_name,
+            run, content = await path.submit(
                 user_id=first.user_id,
                 session_id=first.session_id,
-                request=content.model_dump(mode="json", exclude_none=True),
-                owner=self.runner.worker_id,
+                message=content,
                 invocation_id=first.invocation_id,
             )
+        except errors.InvocationCancelled as exc:
+            # A cancelled invocation takes no answer: the jobs are acknowledged
+            # (a late completion changes nothing) and their work cancelled.
+            await self._acknowledge(jobs, f"cancelled:{first.invocation_id}"[:200], str(exc))
+            return Resumption("", first.session_id, first.invocation_id, ids, RunStatus.CANCELLED)
+        except (errors.Conflict, errors.NotFound, errors.InvalidArgument) as exc:
+            # The calls are answered already (another path got there first) or
+            # no longer exist: nothing to resume, and nothing to resume again.
+            await self._acknowledge(jobs, f"answered:{first.invocation_id}"[:200], str(exc))
+            return Resumption("", first.session_id, first.invocation_id, ids, None)
         except errors.StoreError:
             await self.jobs.release(self.owner, jobs)
             raise
@@ -185,17 +197,33 @@ class Resumer:
         # The answer is on the ledger: recovery delivers it even if we die now.
         await self.jobs.mark_resumed(self.owner, jobs, run.run_id)
         crash_point("resume.after_mark")
-        ids = tuple(j.job_id for j in jobs)
+
+        async def emit(event: Event) -> None:
+            await _emit(self.on_event, first, event)
+
         try:
-            claimed = await self.runner.wait_for_turn(run)
-            async for event in self.runner.drive(claimed, content, resume=True):
-                await _emit(self.on_event, first, event)
+            outcome = await path.drive_submitted(run, content, resume=True, on_event=emit)
         except Exception:
             logger.exception("resume run %s of jobs %s failed", run.run_id, ", ".join(ids))
             return Resumption(run.run_id, first.session_id, first.invocation_id, ids, None)
-        after = await self.runner.ledger.get(run.run_id)
-        status = after.status if after else None
-        return Resumption(run.run_id, first.session_id, first.invocation_id, ids, status)
+        return Resumption(run.run_id, first.session_id, first.invocation_id, ids, outcome.status)
+
+    async def _acknowledge(self, jobs: Sequence[Job], marker: str, why: str) -> None:
+        """Marks finished jobs handled without a run; cancels the work of cancelled ones."""
+        await self.jobs.mark_resumed(self.owner, jobs, marker)
+        logger.info("jobs %s: not resumed: %s", ", ".join(j.job_id for j in jobs), why)
+        tools = long_running_tools(self.runner.app.root_agent)
+        for job in jobs:
+            tool = tools.get(job.tool_name)
+            cancelled = isinstance(job.result, Mapping) and all(
+                job.result.get(k) == v for k, v in CANCELLED_JOB_RESULT.items()
+            )
+            if tool is None or not cancelled:
+                continue
+            try:
+                await tool.cancel_job(job)
+            except Exception:
+                logger.exception("cancel hook of %s failed for job %s", job.tool_name, job.job_id)
 
     @contextlib.asynccontextmanager
     async def serve(self) -> AsyncIterator[Resumer]:
@@ -212,7 +240,7 @@ class Submitter:
         jobs: JobTable,
         *,
         tools: Mapping[str, DurableLongRunningTool] | None = None,
-        runner: DurableRunner | None = None,
+        runner: HasRunPath | None = None,
         batch: int = 100,
         interval: float = 1.0,
     ) -> None:
@@ -228,7 +256,7 @@ class Submitter:
             interval: Seconds between passes in :meth:`serve`.
         """
         if tools is None and runner is not None:
-            tools = long_running_tools(runner.app.root_agent)
+            tools = long_running_tools(runner.path.app.root_agent)
         self.jobs = jobs
         self.tools = {n: t for n, t in (tools or {}).items() if t.submit is not None}
         self.batch = batch
@@ -257,7 +285,7 @@ class ProgressSender:
 
     def __init__(
         self,
-        runner: DurableRunner,
+        runner: HasRunPath,
         jobs: JobTable | None = None,
         *,
         interval: float = 60.0,
@@ -273,8 +301,8 @@ class ProgressSender:
             batch: Most jobs per pass.
             on_event: Receives every event of the progress runs.
         """
-        self.runner = runner
-        self.jobs = jobs or JobTable(runner.store)
+        self.runner = runner.path
+        self.jobs = jobs or JobTable(runner.path.store)
         self.interval = interval
         self.batch = batch
         self.on_event = on_event
@@ -298,16 +326,21 @@ class ProgressSender:
             "progress": job.progress_sent,
         }
         message = types.Content(role="user", parts=[response_part(job, response)])
+
+        async def emit(event: Event) -> None:
+            await _emit(self.on_event, job, event)
+
         try:
-            async for event in self.runner.run(
+            run, content = await self.runner.submit(
                 user_id=job.user_id,
                 session_id=job.session_id,
                 message=message,
                 invocation_id=job.invocation_id,
-            ):
-                await _emit(self.on_event, job, event)
+            )
+            await self.runner.drive_submitted(run, content, resume=True, on_event=emit)
         except errors.Conflict:
-            # The call was answered meanwhile (the job finished): progress is moot.
+            # The call was answered meanwhile (the job finished), or its
+            # invocation was cancelled: progress is moot.
             logger.info("progress of job %s not delivered: its call is answered", job.job_id)
         except Exception:
             logger.exception("progress of job %s was not delivered", job.job_id)
@@ -375,7 +408,7 @@ class ExpirySweeper:
 
 
 async def reattach_open_calls(
-    runner: DurableRunner, jobs: JobTable, *, user_id: str, session_id: str
+    runner: HasRunPath, jobs: JobTable, *, user_id: str, session_id: str
 ) -> list[Job]:
     """Re-attaches (and if need be starts) the jobs of a session's open long-running calls.
 
@@ -387,18 +420,19 @@ async def reattach_open_calls(
     Returns:
         The jobs of the open calls.
     """
-    session = await runner.sessions.get_session(
-        app_name=runner.app_name, user_id=user_id, session_id=session_id
+    path = runner.path
+    session = await path.sessions.get_session(
+        app_name=path.app_name, user_id=user_id, session_id=session_id
     )
     if session is None:
         return []
     found: list[Job] = []
-    for tool in long_running_tools(runner.app.root_agent).values():
+    for tool in long_running_tools(path.app.root_agent).values():
         found.extend(
             await tool.reattach(
                 jobs,
                 session.events,
-                app_name=runner.app_name,
+                app_name=path.app_name,
                 user_id=user_id,
                 session_id=session_id,
             )

@@ -47,6 +47,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -58,18 +59,18 @@ from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.workflow import BaseNode
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.app_services import AppServices, load_services
 from durable_adk.adk.background import Background, BackgroundSettings
-from durable_adk.adk.classify import OrphanClass
-from durable_adk.adk.runner import DurableRunner, cause_of
+from durable_adk.adk.drive import Drive
+from durable_adk.adk.ending import decide, record
+from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.fence import RunFence, current_fence, using_fence
-from durable_adk.interrupts import InterruptTable
-from durable_adk.journal import OutcomeUnknown
+from durable_adk.fence import current_fence, using_fence
 from durable_adk.ledger import Run, RunLedger, RunStatus
-from durable_adk.runlog import run_event, taken_over
 
 logger = logging.getLogger("durable_adk.server")
 
@@ -110,6 +111,14 @@ def _resumable(app: App) -> App:
     return app.model_copy(update={"resumability_config": resumable})
 
 
+def _others(plugins: list[BasePlugin]) -> list[BasePlugin]:
+    """The plugins but this one: DurableRunner holds its own drives."""
+    return [p for p in plugins if not isinstance(p, DurableRunsPlugin)]
+
+
+_SERVICE_NAMES = ("artifact_service", "memory_service", "credential_service")
+
+
 @dataclass(eq=False)
 class ServerRuns:
     """The durable side of one ADK server: a DurableRunner and its background loops per app.
@@ -117,6 +126,14 @@ class ServerRuns:
     One per durable session service (the server has one). The runner of an
     app puts the server's runs of that app on the ledger under one worker id
     and re-drives recovered runs itself.
+
+    An app's services (artifacts, memory, credentials) come from its module's
+    ``durable_adk_services()`` (:func:`durable_adk.adk.app_services.load_services`,
+    as for ``durable-adk serve`` and ``recover``), for recovery drives and for
+    the server's own runs of the app alike, so both halves of a run use the
+    same backends. A service the app does not name is the server's (ADK's
+    ``--artifact_service_uri``, ``--memory_service_uri``), adopted from the
+    app's first live run; a recovery before that has none.
     """
 
     sessions: DurableSessionService
@@ -126,6 +143,8 @@ class ServerRuns:
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:adk:{uuid.uuid4().hex[:6]}"
     )
     _runners: dict[str, DurableRunner] = field(default_factory=dict)
+    _declared: dict[str, AppServices] = field(default_factory=dict)
+    _adopted: set[str] = field(default_factory=set)
     _backgrounds: dict[str, Background] = field(default_factory=dict)
     _starting: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _started: asyncio.Task[None] | None = None
@@ -149,42 +168,95 @@ class ServerRuns:
         for app_name in sorted(apps - set(self._runners)):
             try:
                 loaded = self._load(app_name)
+                services = self._app_services(app_name)
             except Exception:  # one broken agent must not stop the others' recovery
                 logger.exception("cannot load app %r to recover its runs", app_name)
                 continue
-            self._serve(app_name, loaded, services={})
+            self._serve(app_name, loaded, services)
 
     def _ledger(self) -> RunLedger:
         return RunLedger(self.sessions.store, lease_seconds=self.settings.lease)
 
     def _load(self, app_name: str) -> App:
+        """The App of ``app_name`` from the agents folder (the objects the server runs)."""
         if self.agents_dir is None:
-            raise errors.InvalidArgument("no agents folder known to load the app from")
+            raise errors.InvalidArgument(
+                f"no agents folder known to load app {app_name!r} from (a Workflow root is "
+                "found only there: ADK's invocation context does not carry it; for a Runner "
+                "of your own, use DurableRunner)"
+            )
         from google.adk.cli.utils.agent_loader import AgentLoader
 
+        # ADK's loader imports the app's module once (sys.modules), so this
+        # is the same App, agent or Workflow object the server's Runner holds.
         loaded = AgentLoader(self.agents_dir).load_agent(app_name)
         if isinstance(loaded, App):
-            return loaded.model_copy(update={"name": app_name})
-        if not isinstance(loaded, BaseAgent):
-            raise errors.InvalidArgument(f"app {app_name!r} is not an ADK agent or App")
+            return loaded.model_copy(update={"name": app_name, "plugins": _others(loaded.plugins)})
+        if not isinstance(loaded, BaseNode):
+            raise errors.InvalidArgument(f"app {app_name!r} is not an ADK agent, Workflow or App")
         return App(name=app_name, root_agent=loaded)
 
-    def runner_for(self, ic: InvocationContext) -> DurableRunner:
-        """The app's runner, made from the agent and services of this invocation if new."""
-        runner = self._runners.get(ic.app_name)
-        if runner is not None:
-            return runner
-        root = ic.agent.root_agent if isinstance(ic.agent, BaseAgent) else ic.agent
-        plugins = [p for p in ic.plugin_manager.plugins if not isinstance(p, DurableRunsPlugin)]
-        app = App(name=ic.app_name, root_agent=root, plugins=plugins)
-        services = {
-            "artifact_service": ic.artifact_service,
-            "memory_service": ic.memory_service,
-            "credential_service": ic.credential_service,
-        }
-        return self._serve(ic.app_name, app, services=services)
+    def _app_services(self, app_name: str) -> AppServices:
+        """What ``durable_adk_services()`` in the app's module names (none without one).
 
-    def _serve(self, app_name: str, app: App, *, services: dict[str, Any]) -> DurableRunner:
+        Raises:
+            InvalidArgument: The factory is broken (see ``load_services``).
+        """
+        if self.agents_dir is None:
+            return AppServices()  # a Runner of the caller's own: its services are the ones
+        # ADK's loader imports ``<app>`` and, when that has no agent, ``<app>.agent``.
+        names = (app_name, f"{app_name}.agent")
+        return load_services(modules=[sys.modules[n] for n in names if n in sys.modules])
+
+    def _app_of(self, ic: InvocationContext) -> App:
+        """The App this invocation runs, as the server's Runner holds it.
+
+        The invocation context carries the App's plugins and configuration,
+        and its root agent; a Workflow root it does not carry (``ic.agent`` is
+        None), so that one is loaded from the agents folder.
+        """
+        if isinstance(ic.agent, BaseAgent):
+            root: BaseNode = ic.agent.root_agent
+        else:
+            root = self._load(ic.app_name).root_agent  # type: ignore[assignment]
+        return App(
+            name=ic.app_name,
+            root_agent=root,
+            plugins=_others(ic.plugin_manager.plugins),
+            resumability_config=ic.resumability_config,
+            events_compaction_config=ic.events_compaction_config,
+            context_cache_config=ic.context_cache_config,
+        )
+
+    def runner_for(self, ic: InvocationContext) -> DurableRunner:
+        """The app's runner (made on first use), with the invocation on the app's services.
+
+        The services the app's module names replace the server's in this
+        invocation (the live half of the run uses what a recovery of it
+        would); the services it does not name are the server's, which the
+        runner adopts from the app's first live run.
+
+        Raises:
+            InvalidArgument: The app's services factory is broken, or a
+                Workflow root cannot be found (no agents folder).
+        """
+        app_name = ic.app_name
+        runner = self._runners.get(app_name)
+        if runner is None:
+            runner = self._serve(app_name, self._app_of(ic), self._app_services(app_name))
+        declared = self._declared[app_name]
+        for name, service in declared.runner_kwargs().items():
+            setattr(ic, name, service)
+        if app_name not in self._adopted:
+            self._adopted.add(app_name)
+            for name in _SERVICE_NAMES:
+                server_service = getattr(ic, name)
+                if getattr(declared, name) is None and server_service is not None:
+                    # ADK's Runner keeps its services as public attributes.
+                    setattr(runner.adk, name, server_service)
+        return runner
+
+    def _serve(self, app_name: str, app: App, services: AppServices) -> DurableRunner:
         s = self.settings
         runner = DurableRunner(
             app=_resumable(app),
@@ -195,13 +267,10 @@ class ServerRuns:
             max_attempts=s.max_attempts,
             backoff=s.backoff,
             queue_poll=s.queue_poll,
+            **services.runner_kwargs(),
         )
-        # The recovery drives use the server's own services (ADK's Runner keeps
-        # them as public attributes); an app loaded at start-up has none yet.
-        for name, service in services.items():
-            if service is not None:
-                setattr(runner.adk, name, service)
         self._runners[app_name] = runner
+        self._declared[app_name] = services
         # The same loops as a worker's (Background.start only creates their tasks).
         background = Background(runner, BackgroundSettings(sweep_interval=s.sweep_interval))
         self._backgrounds[app_name] = background
@@ -223,6 +292,8 @@ class ServerRuns:
         for runner in self._runners.values():
             await runner.aclose(grace=0)
         self._runners.clear()
+        self._declared.clear()
+        self._adopted.clear()
 
 
 def server_runs_of(sessions: DurableSessionService) -> ServerRuns:
@@ -241,7 +312,7 @@ class _Live:
 
     runner: DurableRunner
     run: Run
-    fence: RunFence
+    drive: Drive
     heartbeat: asyncio.Task[None]
     _scopes: contextlib.ExitStack
 
@@ -363,13 +434,13 @@ class DurableRunsPlugin(BasePlugin):
         server.start_soon()
         runner = server.runner_for(ic)
         session = ic.session
-        run = await runner.ledger.submit(
-            app_name=ic.app_name,
+        # The one submit: a message of answers continues its paused invocation
+        # (each pause answered once, none of a cancelled invocation).
+        run, _ = await runner.path.submit(
             user_id=session.user_id,
             session_id=session.id,
-            request=message.model_dump(mode="json", exclude_none=True),
-            owner=runner.worker_id,
-            invocation_id=ic.invocation_id,
+            message=message,
+            chosen_invocation_id=ic.invocation_id,
         )
         run = await runner.wait_for_turn(run)
         task = asyncio.current_task()
@@ -378,7 +449,8 @@ class DurableRunsPlugin(BasePlugin):
             await refresh_in_place(sessions, session)
         except SessionNotFoundError as exc:
             # Deterministic: no later attempt finds the session either.
-            await runner.ledger.finish(run.lease, RunStatus.FAILED, error=str(exc))
+            ending = decide(exc, None, retry_policy=runner.retry_policy)
+            await record(runner.path, run, ending)
             raise
         stamp = {"run_id": run.run_id, "epoch": run.epoch}
         config = ic.run_config or RunConfig()
@@ -386,11 +458,12 @@ class DurableRunsPlugin(BasePlugin):
         # of the invocation (and a caller's own value for our key is replaced).
         config.custom_metadata = {**(config.custom_metadata or {}), RUN_METADATA_KEY: stamp}
         ic.run_config = config
-        fence, heartbeat = runner.keep_lease(run, task, abort=ic.abort)
+        drive, heartbeat = runner.path.keep_lease(run, task, abort=ic.abort)
+        fence = drive.fence
         scopes = contextlib.ExitStack()
         fence.invocation_id = ic.invocation_id
         scopes.enter_context(using_fence(fence))
-        live = _Live(runner, run, fence, heartbeat, scopes)
+        live = _Live(runner, run, drive, heartbeat, scopes)
         self._live[ic.invocation_id] = live
         invocation_id = ic.invocation_id
 
@@ -413,95 +486,29 @@ class DurableRunsPlugin(BasePlugin):
         await self._end(invocation_context, error)
 
     async def _end(self, ic: InvocationContext, error: BaseException | None) -> None:
+        """The run's end, decided and recorded as every drive's (:mod:`durable_adk.adk.ending`)."""
         live = self._live.pop(ic.invocation_id, None)
         if live is None:
             return
         live.stop()
-        run = live.run
-        if live.fence.lost is not None:
+        drive, runner = live.drive, live.runner
+        if drive.lease_lost is not None or (
+            drive.fence.lost is not None and drive.cancelled_by is None
+        ):
             return  # another worker holds the run now: write nothing
-        try:
-            await self._record_end(ic, live, error)
-        except errors.StoreError as exc:
-            logger.warning(
-                "run %s (epoch %d): the store failed to record how the run ended (%s); "
-                "its lease expires and recovery takes it over then",
-                run.run_id,
-                run.epoch,
-                exc,
-            )
-        except errors.Fenced as exc:
-            taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="run end", reason=exc)
-
-    async def _record_end(
-        self, ic: InvocationContext, live: _Live, error: BaseException | None
-    ) -> None:
-        run, runner, ledger = live.run, live.runner, live.runner.ledger
-        if live.fence.stopping is not None:
-            # An operator cancelled it; a heartbeat saw it and ADK's invocation
-            # was aborted (or ended first): CANCELLED, whatever it reached.
-            live.fence.lose("the run was cancelled")
-            if not await ledger.finish_cancelled(run.lease):
-                raise errors.Fenced(f"run {run.run_id} was taken over before it was cancelled")
-            runner.metrics.run_finished(RunStatus.CANCELLED.value)
-            await InterruptTable(ledger.store).close_of_run(run.run_id)
-            run_event(
-                logger,
-                logging.INFO,
-                "cancelled",
-                run_id=run.run_id,
-                epoch=run.epoch,
-                attempt=run.attempts,
-                reason=live.fence.stopping,
-            )
-            return
-        if error is not None:
-            refused = cause_of(error, errors.FenceRefused)
-            if refused is not None:  # an outside service refused as fenced off: did not act
-                await self._hand_back(live, f"an outside service refused the request: {refused}")
-                return
-            if cause_of(error, errors.Fenced) is not None:
-                return
-            unknown = cause_of(error, OutcomeUnknown)
-            if unknown is not None:
-                await runner._park_unknown(run, unknown)
-                return
-            failed = f"{type(error).__name__}: {error}"
-            if runner.retry_policy.is_transient(error):
-                await self._hand_back(live, f"transient fault: {failed}")
-                return
-            if await ledger.finish(run.lease, RunStatus.FAILED, error=failed):
-                runner.metrics.run_finished(RunStatus.FAILED.value)
-            return
-        verdict = runner.classify(ic.session.events, run.invocation_id)
-        if verdict.cls is OrphanClass.ACTUALLY_DONE:
-            status = RunStatus.DONE
-        elif verdict.cls is OrphanClass.PAUSED:
-            status = RunStatus.PAUSED
-        else:
-            await self._hand_back(
-                live,
-                f"the invocation ended {verdict.cls.value} ({verdict.reason}): "
-                "handed back for recovery",
-            )
-            return
-        if not await ledger.finish(run.lease, status):
-            raise errors.Fenced(f"run {run.run_id} was taken over before it could finish")
-        runner.metrics.run_finished(status.value)
-
-    @staticmethod
-    async def _hand_back(live: _Live, reason: str) -> None:
-        run = live.run
-        if not await live.runner.ledger.release(run.lease, error=reason):
-            raise errors.Fenced(f"run {run.run_id} was taken over before it could be handed back")
-        run_event(
-            logger,
-            logging.WARNING,
-            "handed_back",
-            run_id=run.run_id,
-            epoch=run.epoch,
-            attempt=run.attempts,
-            reason=reason,
+        verdict = None
+        if error is None and drive.cancelled_by is None:
+            verdict = runner.classify(ic.session.events, live.run.invocation_id)
+        ending = decide(
+            error,
+            verdict,
+            retry_policy=runner.retry_policy,
+            cancelled_by=drive.cancelled_by,
+            lease_lost=drive.lease_lost,
+        )
+        drive.fence.lose(f"the run ended {ending.kind.value}")
+        await record(
+            runner.path, live.run, ending, events=list(ic.session.events), verdict=verdict
         )
 
     async def close(self) -> None:

@@ -43,7 +43,6 @@ from durable_adk.adk.background import Background, BackgroundSettings
 from durable_adk.adk.background import sagas_of as sagas_of
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.journal import OutcomeUnknown
 from durable_adk.ledger import Run
 from durable_adk.metrics import Metrics
 from durable_adk.service.ops import Operations
@@ -117,6 +116,7 @@ class Worker:
             interrupt_deadlines=dict(settings.interrupt_deadlines),
             run_config=streaming_config(RunConfig(), streaming=settings.streaming),
             background=False,  # the worker runs them itself: self.background
+            **(settings.services.runner_kwargs() if settings.services else {}),
         )
         self.ops = Operations(
             store,
@@ -292,22 +292,16 @@ class Worker:
         run_config: RunConfig | None = None,
     ) -> None:
         try:
-            claimed = await self.runner.wait_for_turn(run)
-            driven = self.runner.drive(claimed, message, resume=resume, run_config=run_config)
-            async for _event in driven:
-                pass
-        # The runner logged these (taken_over, lease_lost, parked, handed_back).
+            outcome = await self.runner.path.drive_submitted(
+                run, message, resume=resume, run_config=run_config
+            )
         except errors.Fenced as exc:
             logger.debug("run %s: %s", run.run_id, exc)
-        except OutcomeUnknown as exc:
-            logger.debug("run %s parked: %s", run.run_id, exc)
         except errors.RunCancelled as exc:
             logger.info("run %s: %s", run.run_id, exc)
-        except errors.RunInterrupted as exc:  # handed back, or its lease left to expire
-            logger.debug("run %s interrupted: %s", run.run_id, exc)
         except errors.StoreError:
             # Only waiting for the run's turn talks to the store outside the
-            # drive (whose store failures end in RunInterrupted): the row is
+            # drive (whose store failures end in its outcome): the row is
             # still QUEUED or RUNNING under our lease, which expires, and a
             # sweeper then recovers the run.
             logger.exception(
@@ -315,8 +309,9 @@ class Worker:
                 "takes it over then",
                 run.run_id,
             )
-        except Exception:  # the ledger already says FAILED, with the error
-            logger.exception("run %s failed", run.run_id)
+        else:
+            # The one ending logged it (taken_over, lease_lost, parked, handed_back, failed).
+            logger.debug("run %s ended %s", run.run_id, outcome.ending.kind.value)
 
     async def refresh_gauges(self) -> dict[str, int]:
         """Samples the runs-by-status gauge from the ledger; returns the counts."""

@@ -115,3 +115,11 @@ RETURNING run_id;
 -- Moves an interrupt's deadline into the past (tests, operators).
 UPDATE interrupts SET deadline_at = extract(epoch FROM clock_timestamp()) - :seconds::float8
  WHERE call_id = :call_id::text AND status = 'OPEN';
+
+-- name: interrupt_close_of_invocation
+-- The invocation was cancelled: every open call of it leaves the inbox,
+-- whichever of its runs paused on it.
+UPDATE interrupts SET status = 'CLOSED', answered_at = extract(epoch FROM clock_timestamp())
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+   AND status = 'OPEN';

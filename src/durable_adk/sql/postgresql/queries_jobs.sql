@@ -303,3 +303,16 @@ UPDATE jobs
        completed_at = completed_at - :seconds::float8
  WHERE job_id = :job_id::text
 RETURNING job_id;
+
+-- name: job_cancel_of_invocation
+-- The invocation was cancelled: its open jobs end CANCELLED with :result (a
+-- late completion then changes nothing: the first terminal result won). The
+-- resumer acknowledges them without a run and calls each tool's cancel hook.
+UPDATE jobs
+   SET state = 'CANCELLED', result = :result::text,
+       completed_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+   AND state = 'STARTED'
+RETURNING job_id;

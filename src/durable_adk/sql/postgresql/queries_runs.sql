@@ -455,3 +455,32 @@ RETURNING runs.run_id, runs.epoch, runs.cancel_requested_at, runs.cancel_request
 -- notify option); waiting runs poll at a back-off besides, so a database without
 -- LISTEN/NOTIFY (CockroachDB, YugabyteDB) loses nothing but latency.
 SELECT pg_notify('durable_adk_turns', :session::text);
+
+-- name: run_invocation_cancelled
+-- Whether the invocation was cancelled: a run of it that drove it, or paused
+-- or parked on it, was cancelled (a QUEUED answer run cancelled before it
+-- drove leaves the invocation open). Its run id and who cancelled it.
+SELECT r.run_id, COALESCE(r.cancel_requested_by, 'an operator') AS cancelled_by
+  FROM runs r
+ WHERE r.invocation_id = :invocation_id::text AND r.app_name = :app_name::text
+   AND r.user_id = :user_id::text AND r.session_id = :session_id::text
+   AND r.status = 'CANCELLED'
+   AND EXISTS (SELECT 1 FROM operator_actions a
+                WHERE a.run_id = r.run_id AND a.action = 'cancel'
+                  AND a.status_before <> 'QUEUED')
+ LIMIT 1;
+
+-- name: run_cancel_paused_of_invocation
+-- The invocation was cancelled: the runs that paused on it are CANCELLED too.
+UPDATE runs
+   SET status = 'CANCELLED', last_error = :reason::text,
+       finished_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+   AND status IN ('PAUSED', 'QUEUED') AND run_id <> :run_id::text
+RETURNING run_id;
+
+-- name: answer_claims_release_of_run
+-- Gives back every answer claim of a run that ended without storing its answer.
+DELETE FROM answer_claims WHERE run_id = :run_id::text;

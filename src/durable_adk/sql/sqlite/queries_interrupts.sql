@@ -103,3 +103,10 @@ RETURNING run_id;
 -- Moves an interrupt's deadline into the past (tests, operators).
 UPDATE interrupts SET deadline_at = (julianday('now') - 2440587.5) * 86400.0 - :seconds
  WHERE call_id = :call_id AND status = 'OPEN';
+
+-- name: interrupt_close_of_invocation
+-- The invocation was cancelled: every open call of it leaves the inbox,
+-- whichever of its runs paused on it.
+UPDATE interrupts SET status = 'CLOSED', answered_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND status = 'OPEN';

@@ -258,3 +258,15 @@ UPDATE jobs
        completed_at = completed_at - :seconds
  WHERE job_id = :job_id
 RETURNING job_id;
+
+-- name: job_cancel_of_invocation
+-- The invocation was cancelled: its open jobs end CANCELLED with :result (a
+-- late completion then changes nothing: the first terminal result won). The
+-- resumer acknowledges them without a run and calls each tool's cancel hook.
+UPDATE jobs
+   SET state = 'CANCELLED', result = :result,
+       completed_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND state = 'STARTED'
+RETURNING job_id;

@@ -390,3 +390,30 @@ RETURNING run_id, epoch, cancel_requested_at, cancel_requested_by;
 -- store's notifier) and by polling at a back-off across processes, so this is
 -- never sent. Kept so both dialects hold the same names.
 SELECT :session AS session;
+
+-- name: run_invocation_cancelled
+-- Whether the invocation was cancelled: a run of it that drove it, or paused
+-- or parked on it, was cancelled (a QUEUED answer run cancelled before it
+-- drove leaves the invocation open). Its run id and who cancelled it.
+SELECT r.run_id, COALESCE(r.cancel_requested_by, 'an operator') AS cancelled_by
+  FROM runs r
+ WHERE r.invocation_id = :invocation_id AND r.app_name = :app_name
+   AND r.user_id = :user_id AND r.session_id = :session_id AND r.status = 'CANCELLED'
+   AND EXISTS (SELECT 1 FROM operator_actions a
+                WHERE a.run_id = r.run_id AND a.action = 'cancel'
+                  AND a.status_before <> 'QUEUED')
+ LIMIT 1;
+
+-- name: run_cancel_paused_of_invocation
+-- The invocation was cancelled: the runs that paused on it are CANCELLED too.
+UPDATE runs
+   SET status = 'CANCELLED', last_error = :reason,
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND status IN ('PAUSED', 'QUEUED') AND run_id <> :run_id
+RETURNING run_id;
+
+-- name: answer_claims_release_of_run
+-- Gives back every answer claim of a run that ended without storing its answer.
+DELETE FROM answer_claims WHERE run_id = :run_id;
