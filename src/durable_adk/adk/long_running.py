@@ -49,8 +49,8 @@ from durable_adk import errors
 from durable_adk.adk import agent_tree
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.adk.tools import as_async, template_fields
-from durable_adk.jobs import Job, JobTable
 from durable_adk.faults import crash_point
+from durable_adk.jobs import Job, JobTable
 
 logger = logging.getLogger("durable_adk.long_running")
 

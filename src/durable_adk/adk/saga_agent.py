@@ -56,11 +56,11 @@ from durable_adk import errors
 from durable_adk.adk import agent_tree
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.tools import as_async, attempt_in
+from durable_adk.faults import crash_point
 from durable_adk.fence import current_fence
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS
 from durable_adk.sagas import Compensation, Fence, Saga, SagaLedger, SagaStatus, Undo
-from durable_adk.faults import crash_point
 
 logger = logging.getLogger("durable_adk.saga_agent")
 
