@@ -36,9 +36,9 @@ from enum import StrEnum
 from typing import Any
 
 from durable_adk import errors
+from durable_adk.faults import crash_point
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.store.base import Row, Store
-from durable_adk.faults import crash_point
 
 logger = logging.getLogger("durable_adk.sagas")
 
