@@ -16,6 +16,7 @@ asserts the difference, so it cannot change unnoticed.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -534,3 +535,230 @@ async def test_reappending_an_equal_event_is_a_no_op_like_the_in_memory_service(
     ours, memory, database = await traces(reappend_equal_event, durable, adk_database)
     assert_same(ours, memory)
     assert step(database, "retry") == ("raises", "IntegrityError")
+
+
+# ------------------------------------------------ deliberate differences
+# Each is listed in docs/adk-compat.md ("Sessions") with its reason.
+
+
+async def distinct_event_under_a_stored_id(t: Trace) -> None:
+    s = t.service
+    session = await s.create_session(app_name=APP, user_id=USER, session_id="s1")
+    await s.append_event(session, said(1, "one", x=1))
+    await t.call("other-event-same-id", s.append_event(session, said(1, "other", x=2)))
+    t.rec("object-events", len(session.events))
+    await t.get("stored", "s1")
+
+
+async def test_a_different_event_under_a_stored_id_is_refused(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """ADK's in-memory service stores both, its database service fails on its key."""
+    ours, memory, database = await traces(distinct_event_under_a_stored_id, durable, adk_database)
+    assert step(ours, "other-event-same-id") == ("raises", "AlreadyExistsError")
+    assert step(database, "other-event-same-id") == ("raises", "IntegrityError")
+    assert step(ours, "stored") == step(database, "stored")  # nothing written
+    assert step(ours, "object-events") == 1
+    assert len(step(memory, "stored")["events"]) == 2
+
+
+async def ids(t: Trace) -> None:
+    s = t.service
+    for label, sid in [("slash", "a/b"), ("long", "x" * 600), ("control", "s\x01")]:
+        await t.call(label, s.create_session(app_name=APP, user_id=USER, session_id=sid))
+    await t.call("empty-app", s.create_session(app_name="", user_id=USER, session_id="s"))
+    await t.get("get-empty", "")
+    await t.call("delete-empty", s.delete_session(app_name=APP, user_id=USER, session_id=""))
+    await t.call("list-empty-user", s.list_sessions(app_name=APP, user_id=""))
+    padded = await s.create_session(app_name=APP, user_id=USER, session_id=" s1 ")
+    t.rec("padded-id", padded.id)
+    empty = await s.create_session(app_name=APP, user_id=USER, session_id="")
+    t.rec("empty-id-generated", len(empty.id) > 0)
+
+
+async def test_ids_outside_the_id_rule_are_refused(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """1 to 512 characters, no '/', no control character: ADK takes any string."""
+    ours, memory, database = await traces(ids, durable, adk_database)
+    for label in ("slash", "long", "control", "empty-app"):
+        assert step(ours, label) == ("raises", "ValueError")
+        assert step(memory, label) != ("raises", "ValueError")
+    for label in ("get-empty", "delete-empty", "list-empty-user"):
+        assert step(ours, label) == ("raises", "ValueError")
+        assert step(database, label) in (None, [])
+    # Surrounding blanks are kept, as the database service keeps them (the
+    # in-memory one strips them); an empty id gets a generated one, as the
+    # in-memory one does (the database service stores "").
+    assert step(ours, "padded-id") == step(database, "padded-id") == " s1 "
+    assert step(memory, "padded-id") == "s1"
+    assert step(ours, "empty-id-generated") is step(memory, "empty-id-generated") is True
+    assert step(database, "empty-id-generated") is False
+
+
+async def open_invocation_window(t: Trace) -> None:
+    s = t.service
+    session = await s.create_session(app_name=APP, user_id=USER, session_id="s1")
+    for event in turn(0, "q0", "a0"):
+        await s.append_event(session, event)
+    await s.append_event(session, said(2, "q1", inv="inv-1"))
+    call = types.FunctionCall(id="c1", name="stock", args={})
+    await s.append_event(
+        session,
+        Event(
+            id="e3",
+            timestamp=T0 + 3,
+            author="agent",
+            invocation_id="inv-1",
+            content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+        ),
+    )
+    for label, config in {
+        "last-1": GetSessionConfig(num_recent_events=1),
+        "after-e3": GetSessionConfig(after_timestamp=T0 + 3),
+        "none": GetSessionConfig(num_recent_events=0),
+    }.items():
+        loaded = await s.get_session(app_name=APP, user_id=USER, session_id="s1", config=config)
+        assert loaded is not None
+        t.rec(label, [e.id for e in loaded.events])
+
+
+async def test_an_open_invocation_comes_back_whole(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """ADK's resume reads the events of the invocation it continues: a window never cuts it."""
+    ours, memory, database = await traces(open_invocation_window, durable, adk_database)
+    assert_same(memory, database)
+    assert step(memory, "last-1") == step(memory, "after-e3") == ["e3"]
+    assert step(ours, "last-1") == step(ours, "after-e3") == ["e2", "e3"]
+    assert step(ours, "none") == step(memory, "none") == []
+
+
+async def timestamps_out_of_order(t: Trace) -> None:
+    s = t.service
+    session = await s.create_session(app_name=APP, user_id=USER, session_id="s1")
+    for n, ts in [(1, 30), (2, 10), (3, 20), (4, 20)]:
+        event = said(n, f"m{n}", author="agent")
+        event.timestamp = T0 + ts
+        await s.append_event(session, event)
+    for label, config in {
+        "all": None,
+        "last-2": GetSessionConfig(num_recent_events=2),
+        "after-15": GetSessionConfig(after_timestamp=T0 + 15),
+    }.items():
+        loaded = await s.get_session(app_name=APP, user_id=USER, session_id="s1", config=config)
+        assert loaded is not None
+        t.rec(label, [e.id for e in loaded.events])
+    await t.get("state-and-contents", "s1")
+
+
+async def test_events_come_back_in_append_order(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """As the in-memory service keeps them; the database service sorts by timestamp.
+
+    ``after_timestamp`` keeps every event at or after the time, in append
+    order (the in-memory service keeps only those after the last earlier one).
+    """
+    ours, memory, database = await traces(timestamps_out_of_order, durable, adk_database)
+    assert step(ours, "all") == step(memory, "all") == ["e1", "e2", "e3", "e4"]
+    assert step(database, "all") == ["e2", "e3", "e4", "e1"]
+    assert step(ours, "last-2") == step(memory, "last-2") == ["e3", "e4"]
+    assert step(ours, "after-15") == ["e1", "e3", "e4"]
+    assert step(memory, "after-15") == ["e3", "e4"]
+    assert step(database, "after-15") == ["e3", "e4", "e1"]
+    assert step(ours, "state-and-contents") == step(memory, "state-and-contents")
+
+
+async def values_json_cannot_hold(t: Trace) -> None:
+    s = t.service
+    await t.call(
+        "object",
+        s.create_session(app_name=APP, user_id=USER, session_id="s1", state={"f": object()}),
+    )
+    await t.call(
+        "nul-shared",
+        s.create_session(app_name=APP, user_id=USER, session_id="s2", state={"app:f": "a\x00b"}),
+    )
+    await t.call(
+        "nul-session",
+        s.create_session(app_name=APP, user_id=USER, session_id="s3", state={"f": "a\x00b"}),
+    )
+    session = await s.get_session(app_name=APP, user_id=USER, session_id="s3")
+    assert session is not None
+    await t.call("nul-user-delta", s.append_event(session, said(1, "x", **{"user:x": "a\x00"})))
+    t.rec("object-events", len(session.events))
+    await t.call("listed", s.list_sessions(app_name=APP))
+    await t.call("app-and-user-state", s.get_user_state(app_name=APP, user_id=USER))
+
+
+async def test_values_json_cannot_hold_are_refused_before_writing(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """ADK stores an unserializable value as its string form, and NUL where SQLite takes it."""
+    ours, _, database = await traces(values_json_cannot_hold, durable, adk_database)
+    for label in ("object", "nul-shared", "nul-user-delta"):
+        assert step(ours, label) == ("raises", "ValueError")
+        assert step(database, label) != ("raises", "ValueError")
+    # Session-scoped state takes NUL (the database service's also holds its app:f).
+    assert step(ours, "nul-session")["state"] == {"f": "a\x00b"}
+    assert step(database, "nul-session")["state"]["f"] == "a\x00b"
+    assert step(ours, "object-events") == 0
+    assert [x["id"] for x in step(ours, "listed")] == ["s3"]
+    assert step(ours, "app-and-user-state") == {}
+
+
+async def recreated_under_the_same_id(t: Trace) -> None:
+    s = t.service
+    old = await s.create_session(app_name=APP, user_id=USER, session_id="s1")
+    await s.delete_session(app_name=APP, user_id=USER, session_id="s1")
+    await s.create_session(app_name=APP, user_id=USER, session_id="s1", state={"new": True})
+    await t.call("old-object", s.append_event(old, said(1, "into the new session?")))
+    await t.get("stored", "s1")
+
+
+async def test_an_object_of_a_deleted_session_is_not_found(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """Even when a new session took its id: that is another conversation.
+
+    ADK's database service raises StaleSessionError; its in-memory service
+    appends to the new session.
+    """
+    ours, memory, database = await traces(recreated_under_the_same_id, durable, adk_database)
+    assert step(ours, "old-object") == ("raises", "SessionNotFoundError")
+    assert step(database, "old-object") == ("raises", "StaleSessionError")
+    assert step(ours, "stored") == step(database, "stored")
+    assert len(step(memory, "stored")["events"]) == 1
+
+
+async def two_appends_at_once(t: Trace) -> None:
+    s = t.service
+    session = await s.create_session(app_name=APP, user_id=USER, session_id="s1")
+    results = await asyncio.gather(
+        s.append_event(session, said(1, "a", author="agent")),
+        s.append_event(session, said(2, "b", author="agent")),
+        return_exceptions=True,
+    )
+    t.rec("results", [error_type(r) if isinstance(r, BaseException) else r.id for r in results])
+    loaded = await s.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert loaded is not None
+    t.rec("stored", [e.id for e in loaded.events])
+
+
+async def test_two_appends_at_once_through_one_object(
+    durable: DurableSessionService, adk_database: DatabaseSessionService, backend: str
+) -> None:
+    """The fence cannot tell them from two writers holding copies of one object.
+
+    On PostgreSQL the second, sent before the first returned, is refused as
+    stale; on SQLite an append is one synchronous unit on the caller's thread,
+    so the two run one after the other. ADK's services accept both.
+    """
+    ours, memory, database = await traces(two_appends_at_once, durable, adk_database)
+    assert step(memory, "results") == step(database, "results") == ["e1", "e2"]
+    if backend == "sqlite":
+        assert_same(ours, memory)
+    else:
+        assert step(ours, "results") == ["e1", "StaleSessionError"]
+        assert step(ours, "stored") == ["e1"]

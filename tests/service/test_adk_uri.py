@@ -19,6 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 from google.adk.cli.service_registry import ServiceRegistry
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions.database_session_service import DatabaseSessionService
 
 from durable_adk import errors
 from durable_adk.adk.service_uri import DurableUriSessionService, register, store_url
@@ -45,6 +48,7 @@ SERVICES_YAML = """services:
 def test_uris_map_to_store_urls_and_register() -> None:
     assert store_url("durable+sqlite:///a.db") == "sqlite:///a.db"
     assert store_url("durable+postgresql://u@h:5/db") == "postgresql://u@h:5/db"
+    assert store_url("durable+sqlite:///a.db?mode=ro") == "sqlite:///a.db?mode=ro"
     with pytest.raises(errors.UnsupportedUrl):
         store_url("sqlite:///a.db")
     registry = ServiceRegistry()
@@ -52,6 +56,114 @@ def test_uris_map_to_store_urls_and_register() -> None:
     service = registry.create_session_service("durable+sqlite:///x.db", agents_dir="/tmp")
     assert isinstance(service, DurableUriSessionService)
     assert registry.create_session_service("memory://") is None  # nothing else touched
+
+
+async def close(service: DurableUriSessionService) -> None:
+    await service.durable_runs.aclose()
+    await service.store.close()
+
+
+async def test_a_sqlite_uri_with_query_parameters_is_taken_and_honoured(tmp_path: Path) -> None:
+    """``durable+sqlite:///x.db?timeout=5`` is built, as ADK builds ``sqlite+aiosqlite:///x.db?timeout=5``."""
+    registry = ServiceRegistry()
+    register(registry)
+    uri = f"durable+sqlite:///{tmp_path}/s.db?timeout=2.5&uri=true&cache=private"
+    service = registry.create_session_service(uri, agents_dir=str(tmp_path))
+    assert isinstance(service, DurableUriSessionService)
+    try:
+        await service.create_session(app_name="shop", user_id="ann", session_id="s1")
+        assert await service.get_session(app_name="shop", user_id="ann", session_id="s1")
+        opened = await service.store.opened()  # type: ignore[attr-defined]
+        assert opened._busy_timeout_ms == 2500
+    finally:
+        await close(service)
+    assert [n for n in sorted(os.listdir(tmp_path)) if n.endswith(".db")] == ["s.db"]
+
+
+async def test_a_read_only_sqlite_uri_reads_and_refuses_every_write(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path}/s.db") as store:
+        writer = DurableSessionService(store)
+        session = await writer.create_session(
+            app_name="shop", user_id="ann", session_id="s1", state={"plan": "gold"}
+        )
+        await writer.append_event(
+            session, Event(author="user", invocation_id="i1", actions=EventActions())
+        )
+    before = (tmp_path / "s.db").read_bytes()
+    reader = DurableUriSessionService(f"durable+sqlite:///{tmp_path}/s.db?mode=ro")
+    try:
+        loaded = await reader.get_session(app_name="shop", user_id="ann", session_id="s1")
+        assert loaded is not None and loaded.state == {"plan": "gold"}
+        assert [e.author for e in loaded.events] == ["user"]
+        listed = await reader.list_sessions(app_name="shop")
+        assert [s.id for s in listed.sessions] == ["s1"]
+        with pytest.raises(errors.StoreError, match="readonly"):
+            await reader.append_event(loaded, Event(author="user", invocation_id="i2"))
+        with pytest.raises(errors.StoreError, match="readonly"):
+            await reader.create_session(app_name="shop", user_id="ann", session_id="s2")
+        with pytest.raises(errors.StoreError, match="readonly"):
+            await reader.delete_session(app_name="shop", user_id="ann", session_id="s1")
+    finally:
+        await close(reader)
+    assert (tmp_path / "s.db").read_bytes() == before
+    async with open_store(f"sqlite:///{tmp_path}/s.db") as store:
+        again = await DurableSessionService(store).get_session(
+            app_name="shop", user_id="ann", session_id="s1"
+        )
+        assert again is not None and len(again.events) == 1
+
+
+async def test_a_read_only_uri_names_an_existing_database(tmp_path: Path) -> None:
+    reader = DurableUriSessionService(f"durable+sqlite:///{tmp_path}/none.db?mode=ro")
+    try:
+        with pytest.raises(errors.StoreUnavailable, match="mode=ro opens an existing database"):
+            await reader.get_session(app_name="shop", user_id="ann", session_id="s1")
+    finally:
+        await close(reader)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("cache=shared", "cache=shared cannot apply"),
+        ("mode=memory", "mode=memory cannot apply"),
+        ("mode=wr", "mode takes ro, rw or rwc"),
+        ("immutable=1", "'immutable' cannot apply"),
+        ("check_same_thread=false", "'check_same_thread' cannot apply"),
+        ("mdoe=ro", "unknown SQLite URL parameter 'mdoe'"),
+        ("timeout=soon", "timeout takes a number of seconds"),
+        ("mode=ro&mode=rw", "mode is given twice"),
+    ],
+)
+def test_a_sqlite_uri_parameter_that_cannot_apply_is_refused_when_the_service_is_built(
+    tmp_path: Path, query: str, words: str
+) -> None:
+    registry = ServiceRegistry()
+    register(registry)
+    with pytest.raises(errors.UnsupportedUrl, match=words):
+        registry.create_session_service(
+            f"durable+sqlite:///{tmp_path}/s.db?{query}", agents_dir=str(tmp_path)
+        )
+    assert list(tmp_path.iterdir()) == []  # nothing opened or created, under any name
+
+
+async def test_the_same_sqlite_url_as_adk_database_session_service(tmp_path: Path) -> None:
+    """ADK takes ``sqlite+aiosqlite:///x.db?timeout=5``; the same file and options open here."""
+    adk = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path}/adk%20x.db?timeout=5")
+    try:
+        await adk.create_session(app_name="shop", user_id="ann", session_id="s1")
+    finally:
+        await adk.close()
+    async with open_store(f"sqlite:///{tmp_path}/ours%20x.db?timeout=5") as store:
+        assert store._busy_timeout_ms == 5000  # type: ignore[attr-defined]
+        await DurableSessionService(store).create_session(
+            app_name="shop", user_id="ann", session_id="s1"
+        )
+    assert [n for n in sorted(os.listdir(tmp_path)) if n.endswith(".db")] == [
+        "adk x.db",
+        "ours x.db",
+    ]
 
 
 def free_port() -> int:

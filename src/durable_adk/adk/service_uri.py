@@ -23,7 +23,11 @@ or, with no code, ``my_agents/services.yaml``::
 
 then ``adk api_server --session_service_uri durable+sqlite:///sessions.db my_agents``.
 The URI after ``durable+`` is a store URL (``sqlite:///relative.db``,
-``sqlite:////absolute.db``, ``postgresql://user@host/db``).
+``sqlite:////absolute.db``, ``postgresql://user@host/db``), query parameters
+included (``durable+sqlite:///sessions.db?timeout=5``, ``?mode=ro`` for a
+read-only view; see :func:`durable_adk.store.connect`). A parameter that
+cannot apply is refused when ADK builds the service, before anything is
+opened or created.
 
 ADK builds the service synchronously, before its event loop runs, so the
 store is opened on first use, in the loop that uses it (an empty database
@@ -51,7 +55,7 @@ from google.adk.sessions.session import Session
 from durable_adk import errors
 from durable_adk.adk.server import ServerRuns, ServerSettings
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.store import check_schema, connect
+from durable_adk.store import check_schema, check_url, connect
 from durable_adk.store.base import Params, Row, Store
 
 logger = logging.getLogger("durable_adk.service_uri")
@@ -83,13 +87,17 @@ class LazyStore(Store):
     def __init__(self, url: str, *, on_open: Callable[[], None] | None = None) -> None:
         """Names the store without opening it.
 
+        Raises:
+            UnsupportedUrl: The URL, or one of its query parameters, cannot
+                apply (nothing is opened or created).
+
         Args:
-            url: ``sqlite:///...`` or ``postgresql://...``.
+            url: ``sqlite:///...`` or ``postgresql://...``, with the query
+                parameters :func:`durable_adk.store.connect` takes.
             on_open: Called once, in the loop, right after the store opened
                 (the ADK server's durable side starts there).
         """
-        if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
-            raise errors.UnsupportedUrl(f"unsupported store URL {url!r}")
+        check_url(url)  # a bad URL fails when ADK builds the service, not at first use
         self.url = url
         self.dialect = "sqlite" if url.startswith("sqlite:") else "postgresql"
         self._store: Store | None = None

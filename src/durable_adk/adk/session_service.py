@@ -611,12 +611,28 @@ class DurableSessionService(BaseSessionService):
         )
         status = row["status"] if row else "missing"
         if status == "duplicate":
+            await self._check_retry(session.id, pk, event.id, data)
             return event
         self._refused(key, session.id, status, row, event=event.id, fence=fence, expected=expected)
         session._storage_update_marker = _marker(pk, new_seq)
         session.last_update_time = event.timestamp
         self._appended(key, pk, expected, event, data, session_delta, app_delta, user_delta)
         return self._commit_event_to_session(session, event)
+
+    async def _check_retry(self, session_id: str, pk: int, event_id: str, data: str) -> None:
+        """Returns if the stored event of this id equals ``data`` (a retry: a no-op); else raises.
+
+        An event id names one event: a different event under a stored id is
+        refused, never dropped in silence.
+        """
+        stored = await self.store.fetchval(
+            "load_event_data", {"session_pk": pk, "event_id": event_id}
+        )
+        if stored is not None and json.loads(stored) != json.loads(data):
+            raise AlreadyExistsError(
+                f"session {session_id!r} already holds an event with id {event_id!r} "
+                "and different content; nothing was written"
+            )
 
     def _refused(
         self,

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from durable_adk import errors
 from durable_adk.store.base import Params, Row, Store
@@ -107,15 +108,21 @@ class SqliteStore(Store):
 
     dialect = "sqlite"
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000) -> None:
+    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000, mode: str = "rwc") -> None:
         """Opens (creating if needed) the database file.
 
         Args:
             path: The database file, or ``:memory:`` for a private in-memory one.
             busy_timeout_ms: How long to wait for another process's write lock.
+            mode: ``rwc`` (read and write, create the file if missing), ``rw``
+                (an existing file only) or ``ro`` (an existing file, read-only:
+                every write fails with SQLITE_READONLY, a StoreError).
         """
+        if mode not in ("ro", "rw", "rwc") or (mode != "rwc" and path == ":memory:"):
+            raise errors.UnsupportedUrl(f"SQLite mode {mode!r} cannot apply to {path!r}")
         self.path = path
-        self.url = f"sqlite:///{path}"
+        self.mode = mode
+        self.url = f"sqlite:///{path}" + ("" if mode == "rwc" else f"?mode={mode}")
         self._queries = load_queries("sqlite")
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="durable-adk-sqlite")
         self._busy_timeout_ms = busy_timeout_ms
@@ -140,16 +147,24 @@ class SqliteStore(Store):
         return self
 
     def _connection(self, *, busy_timeout_ms: int, same_thread: bool = True) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=same_thread)
+        if self.mode == "rwc":
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=same_thread)
+        else:
+            # A URI filename is the only way to open without creating, or read-only.
+            target = f"file:{quote(str(Path(self.path).absolute()))}?mode={self.mode}"
+            conn = sqlite3.connect(
+                target, uri=True, isolation_level=None, check_same_thread=same_thread
+            )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        if self.mode != "ro":  # a reader takes the file's journal mode as it is
+            conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.create_function("dadk_merge", 2, merge_json, deterministic=True)
         return conn
 
     def _connect(self) -> None:
-        if self.path != ":memory:":
+        if self.path != ":memory:" and self.mode == "rwc":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._conn = self._connection(busy_timeout_ms=self._busy_timeout_ms)
         self._thread_id = threading.get_ident()

@@ -90,6 +90,10 @@ SELECT seq, delta FROM events
 -- name: load_snapshots
 SELECT seq, state FROM state_snapshots WHERE session_pk = :session_pk::bigint ORDER BY seq;
 
+-- name: load_event_data
+-- One stored event of a session, by id: a re-append of that id is compared with it.
+SELECT data FROM events WHERE session_pk = :session_pk::bigint AND event_id = :event_id::text;
+
 -- name: find_event_seq
 SELECT s.pk, s.last_seq, e.seq
   FROM sessions s
