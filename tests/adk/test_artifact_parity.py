@@ -123,8 +123,8 @@ VERSIONS = [
     save("notes.csv", {"text": "a,b"}),  # a plain dict, as api_server hands it over
     save("report.pdf", blob(b"other session"), session="s2"),
     *reads("report.pdf"),
-    *[call("load_artifact", "report.pdf", version=v) for v in (0, 1, 2, 99, -1)],
-    *[call("get_artifact_version", "report.pdf", version=v) for v in (0, 1, 2, -1)],
+    *[call("load_artifact", "report.pdf", version=v) for v in (0, 1, 2, 99, -1, 2**64)],
+    *[call("get_artifact_version", "report.pdf", version=v) for v in (0, 1, 2, -1, 2**64)],
     *reads("report.pdf", session="s2"),
     *reads("missing"),
     *reads("report.pdf", session="s3"),
