@@ -11,8 +11,10 @@ What it guarantees:
 * An event stamped with a run (``custom_metadata["durable_adk"]``, written by
   DurableRunner) is also fenced by that run's epoch: once the run was taken
   over or finished, the append raises :class:`durable_adk.errors.Fenced`.
-* Re-appending an event id the session already holds is a no-op; partial
-  (streaming) events are never stored; ``temp:`` keys stay in memory.
+* Re-appending an event the session already holds (same id, equal content)
+  is a no-op, and a different event under a stored id raises
+  ``AlreadyExistsError``; partial (streaming) events are never stored;
+  ``temp:`` keys stay in memory.
 * Each stored event is published, with its sequence number, to the
   followers of its session in this process (``live``, for token streaming:
   :mod:`durable_adk.adk.live`).
