@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import getpass
 import json
 import os
@@ -33,6 +34,10 @@ from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact
 
 if TYPE_CHECKING:
+    from google.adk.agents import BaseAgent
+    from google.adk.apps import App
+
+    from durable_adk.adk.app_services import AppServices
     from durable_adk.service.client import OpsSource
     from durable_adk.service.server import WorkerServer
 
@@ -97,6 +102,15 @@ LogLevelOpt = Annotated[
         help="The library's log level on stderr: debug, info, warning, error (default info).",
     ),
 ]
+ServicesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--services",
+        metavar="MODULE:FUNCTION",
+        help="A function returning the app's artifact, memory and credential services "
+        "(default: durable_adk_services() in the app's module, if it has one).",
+    ),
+]
 
 
 def _who(by: str | None) -> str:
@@ -124,6 +138,25 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 # ------------------------------------------------------------------- serve
+
+
+def load_app_and_services(
+    app_spec: str, services_spec: str | None
+) -> tuple[App | BaseAgent, AppServices]:
+    """The app ``MODULE:APP`` names and its services (``serve`` and ``recover``).
+
+    The services come from ``--services MODULE:FUNCTION`` when given, else
+    from ``durable_adk_services()`` in the app's module, else there are none
+    (:func:`durable_adk.adk.app_services.load_services`).
+
+    Raises:
+        durable_adk.errors.InvalidArgument: Either cannot be loaded.
+    """
+    from durable_adk.adk.app_services import load_services
+    from durable_adk.service.server import load_app
+
+    agent = load_app(app_spec)
+    return agent, load_services(services_spec, modules=[app_spec.partition(":")[0]])
 
 
 def serve(
@@ -171,12 +204,12 @@ def serve(
         bool,
         typer.Option(help="Stream model text as partial events on the event stream (SSE)."),
     ] = False,
+    services: ServicesOpt = None,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
     """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
     from durable_adk.runlog import configure
-    from durable_adk.service.server import load_app
     from durable_adk.service.server import serve as run_worker
     from durable_adk.service.settings import ServiceSettings, new_token
 
@@ -207,7 +240,8 @@ def serve(
             streaming=streaming,
         )
         configure(log_level)
-        agent = load_app(app_spec)
+        agent, app_services = load_app_and_services(app_spec, services)
+        settings = dataclasses.replace(settings, services=app_services)
     except errors.DurableError as exc:
         _fail(str(exc))
 

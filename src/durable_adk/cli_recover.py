@@ -29,10 +29,12 @@ from durable_adk.cli_ops import (
     DbOpt,
     JsonOpt,
     LogLevelOpt,
+    ServicesOpt,
     _fail,
     _short,
     _table,
     console,
+    load_app_and_services,
     require_database,
 )
 from durable_adk.runlog import configure
@@ -71,14 +73,13 @@ def recover(
     max_attempts: Annotated[int, typer.Option(min=1, help="Claims before a run is parked.")] = 3,
     batch: Annotated[int, typer.Option(min=1, max=10_000, help="Most runs recovered.")] = 100,
     as_json: JsonOpt = False,
+    services: ServicesOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Runs one recovery pass (sweeper, jobs, sagas) for an app and exits with what it left."""
-    from durable_adk.service.server import load_app
-
     try:
         configure(log_level)
-        agent = load_app(app_spec)
+        agent, app_services = load_app_and_services(app_spec, services)
     except errors.DurableError as exc:
         _fail(str(exc))
     where = db or DEFAULT_URL
@@ -98,6 +99,7 @@ def recover(
                 max_attempts=max_attempts,
                 idempotent_tools=tuple(idempotent_tool or ()),
                 background=False,
+                **app_services.runner_kwargs(),
             )
             settings = BackgroundSettings(sweep_batch=batch, sweep_concurrency=min(batch, 4))
             try:

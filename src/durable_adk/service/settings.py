@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from durable_adk import errors
 from durable_adk.loops import require_positive
+
+if TYPE_CHECKING:
+    from durable_adk.adk.app_services import AppServices
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 """Requests with a larger body are refused with 413 (1 MiB)."""
@@ -58,6 +62,10 @@ class ServiceSettings:
         streaming: Drive runs with ADK's ``StreamingMode.SSE``: the model's
             text reaches the event stream live as partial events (never
             stored); a run may ask otherwise (``streaming`` in its body).
+        services: The app's artifact, memory and credential services, used by
+            every run the worker drives, recovered ones included (None: none
+            but the default durable artifact service). ``durable-adk serve``
+            loads them with :func:`durable_adk.adk.app_services.load_services`.
     """
 
     db: str
@@ -83,8 +91,16 @@ class ServiceSettings:
     saga_quiet: float = 300.0
     interrupt_deadlines: tuple[tuple[str, float], ...] = ()
     streaming: bool = False
+    services: AppServices | None = None
 
     def __post_init__(self) -> None:
+        if self.services is not None:
+            from durable_adk.adk.app_services import AppServices  # imports ADK: only when given
+
+            if not isinstance(self.services, AppServices):
+                raise errors.InvalidArgument(
+                    f"services must be AppServices, not {type(self.services).__name__}"
+                )
         if not self.token or len(self.token) < 8:
             raise errors.InvalidArgument("the bearer token must be at least 8 characters")
         require_positive(

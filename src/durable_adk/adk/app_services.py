@@ -1,0 +1,186 @@
+"""The services an app's tools use besides sessions, taken from one place for every entry point.
+
+An app whose tools call ``tool_context.save_artifact``/``load_artifact``,
+``search_memory`` or ``load_credential`` needs an artifact, memory or
+credential service on every process that drives its runs, recovered ones
+included: a run recovered without them fails ("Memory service is not
+available"). The app names them once, in its own module::
+
+    # my_agents/app.py, next to `app` or `root_agent`
+    def durable_adk_services() -> AppServices:
+        return AppServices(memory_service=..., credential_service=...)
+
+(a mapping with the same keys works too), or on the command line with
+``--services MODULE:FUNCTION``. :func:`load_services` is the one loader:
+``durable-adk serve``, ``durable-adk recover`` and the api_server plugin's
+recovery (:class:`~durable_adk.adk.server.ServerRuns`) all call it, and
+:meth:`AppServices.runner_kwargs` hands the result to
+:class:`~durable_adk.adk.runner.DurableRunner`. What it guarantees: a
+factory that is missing, not callable, raising, async, or returning anything
+but these three services is refused with
+:class:`~durable_adk.errors.InvalidArgument` naming it, before anything is
+opened or written.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from google.adk.artifacts.base_artifact_service import BaseArtifactService
+from google.adk.auth.credential_service.base_credential_service import BaseCredentialService
+from google.adk.memory.base_memory_service import BaseMemoryService
+
+from durable_adk import errors
+
+SERVICES_FACTORY = "durable_adk_services"
+"""The function an app's module may define to name its services (no arguments)."""
+
+_KINDS: dict[str, type] = {
+    "artifact_service": BaseArtifactService,
+    "memory_service": BaseMemoryService,
+    "credential_service": BaseCredentialService,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AppServices:
+    """An app's ADK services besides sessions; ``None`` where the app needs none.
+
+    Attributes:
+        artifact_service: ADK's artifact service for the app's tools (None:
+            the runner's default, a ``DurableArtifactService`` on the store).
+        memory_service: ADK's memory service (``search_memory``), if any.
+        credential_service: ADK's credential service, if any.
+
+    Raises:
+        InvalidArgument: A value is not an instance of its ADK base class.
+    """
+
+    artifact_service: BaseArtifactService | None = None
+    memory_service: BaseMemoryService | None = None
+    credential_service: BaseCredentialService | None = None
+
+    def __post_init__(self) -> None:
+        for name, kind in _KINDS.items():
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise errors.InvalidArgument(
+                    f"{name} must be an ADK {kind.__name__} (or None), not {type(value).__name__}"
+                )
+
+    def runner_kwargs(self) -> dict[str, Any]:
+        """The services given, as ``DurableRunner`` keyword arguments."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: service for name, service in given.items() if service is not None}
+
+    @classmethod
+    def of(cls, value: object, *, source: str) -> AppServices:
+        """Checks what a services factory returned.
+
+        Args:
+            value: An :class:`AppServices`, or a mapping whose keys are among
+                ``artifact_service``, ``memory_service``, ``credential_service``.
+            source: Where it came from, for the error message.
+
+        Raises:
+            InvalidArgument: Anything else, an unknown key, or a value of the
+                wrong type.
+        """
+        if isinstance(value, AppServices):
+            return value
+        if not isinstance(value, Mapping):
+            raise errors.InvalidArgument(
+                f"{source} returned {type(value).__name__}: expected AppServices or a "
+                f"mapping with {', '.join(_KINDS)}"
+            )
+        unknown = sorted(str(k) for k in value if k not in _KINDS)
+        if unknown:
+            raise errors.InvalidArgument(
+                f"{source} returned unknown service(s) {', '.join(map(repr, unknown))}: "
+                f"expected {', '.join(_KINDS)}"
+            )
+        try:
+            return cls(**value)
+        except errors.InvalidArgument as exc:
+            raise errors.InvalidArgument(f"{source}: {exc}") from None
+
+
+def load_services(
+    spec: str | None = None,
+    *,
+    modules: Iterable[str | ModuleType] = (),
+    search: Path | None = None,
+) -> AppServices:
+    """The app's services: from ``spec`` if given, else from its module's factory, else none.
+
+    Args:
+        spec: ``MODULE:FUNCTION`` (``--services``): a function without
+            arguments returning :class:`AppServices` or a mapping of them.
+        modules: The app's module(s), by name or object: the first that
+            defines ``durable_adk_services`` gives the services when there is
+            no ``spec``.
+        search: A folder put first on ``sys.path`` (default: the working
+            directory, as ``MODULE:APP`` is loaded).
+
+    Returns:
+        The services; empty when neither names any.
+
+    Raises:
+        InvalidArgument: The spec is malformed, its module cannot be imported
+            or lacks the function, or the factory is not callable, raises,
+            is async, or returns something else.
+    """
+    if spec is not None:
+        module_name, _, attribute = spec.partition(":")
+        if not module_name or not attribute:
+            raise errors.InvalidArgument(
+                f"--services {spec!r}: expected MODULE:FUNCTION, e.g. my_agents.app:services"
+            )
+        module = _import(module_name, search)
+        found: object = module
+        for part in attribute.split("."):
+            if not hasattr(found, part):
+                raise errors.InvalidArgument(f"{module_name!r} has no function {attribute!r}")
+            found = getattr(found, part)
+        return _call(found, f"{module_name}:{attribute}")
+    for candidate in modules:
+        module = _import(candidate, search) if isinstance(candidate, str) else candidate
+        factory = getattr(module, SERVICES_FACTORY, None)
+        if factory is not None:
+            return _call(factory, f"{module.__name__}:{SERVICES_FACTORY}")
+    return AppServices()
+
+
+def _import(name: str, search: Path | None) -> ModuleType:
+    folder = str(search or Path.cwd())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise errors.InvalidArgument(f"cannot import {name!r}: {exc}") from exc
+
+
+def _call(factory: object, source: str) -> AppServices:
+    if not callable(factory):
+        raise errors.InvalidArgument(
+            f"{source} is a {type(factory).__name__}, not a function returning the services"
+        )
+    if inspect.iscoroutinefunction(factory):
+        raise errors.InvalidArgument(f"{source} is async: make it a plain function")
+    try:
+        made = factory()
+    except Exception as exc:  # the app's own code: report it as bad input, with its cause
+        raise errors.InvalidArgument(f"{source}() raised {type(exc).__name__}: {exc}") from exc
+    if inspect.isawaitable(made):
+        if inspect.iscoroutine(made):
+            made.close()  # never awaited: no "was never awaited" warning
+        raise errors.InvalidArgument(f"{source}() returned an awaitable: make it a plain function")
+    return AppServices.of(made, source=f"{source}()")
