@@ -86,7 +86,7 @@ class Conflict(DurableError):
 
 
 class InvocationCancelled(Conflict):
-    """The invocation was cancelled: no continuation (an answer, a job's result) may start it again."""
+    """The invocation was cancelled: no continuation (an answer, a job result) may start it."""
 
 
 class Draining(DurableError):

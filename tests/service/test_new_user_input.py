@@ -16,8 +16,8 @@ from durable_adk.store import connect, open_store
 @pytest.mark.parametrize(
     ("suffix", "words"),
     [
-        ("?mode=ro", "unknown SQLite URL parameter 'mode'"),
-        ("?cache=shared&mode=memory", "unknown SQLite URL parameter 'cache'"),
+        ("?mode=memory", "mode=memory cannot apply"),
+        ("?cache=shared", "cache=shared cannot apply"),
         ("?busy_timeout_ms=soon", "busy_timeout_ms takes a whole number"),
         ("#frag", "no '#' fragment"),
     ],

@@ -8,7 +8,7 @@ The recovery sweeper asks `classify` about the invocation of each run it claims
   first event of the invocation it names up to it. Then only the invocation's
   own non-partial events count; other invocations' events (rewinds aside)
   never change the result.
-* Events with neither content nor ``error_code`` (checkpoint-only
+* Events with neither content, ``error_code`` nor ``output`` (checkpoint-only
   ``agent_state`` / ``end_of_agent`` events among them) are never the "last
   meaningful event"; only the end marker of the root or terminal agent counts.
 * Precedence: NOT_STARTED, TOOL_UNANSWERED, NODE_INFLIGHT, PAUSED,
@@ -192,7 +192,9 @@ def _text_of(event: Event) -> str:
 
 
 def _is_meaningful(event: Event) -> bool:
-    return _has_content(event) or bool(event.error_code)
+    # A node's output event (a BaseNode root, a Workflow's own output) carries
+    # no content: it counts as ADK's Runner counts it, as the node's answer.
+    return _has_content(event) or bool(event.error_code) or event.output is not None
 
 
 def _is_model_turn(event: Event) -> bool:
@@ -395,8 +397,10 @@ def classify(
     ``end_of_agent`` marker by the root or terminal agent after the last
     meaningful event, unless that event hands over with ``transfer_to_agent``
     (an LlmAgent writes its marker before its transfer target runs); (b) an
-    abort seal as the last meaningful event; or (c) a final text by the
-    terminal agent as the last meaningful event. The terminal agent starts as
+    abort seal as the last meaningful event; (c) a final text by the
+    terminal agent as the last meaningful event; or (d) an output event (a
+    node's answer, with or without content) by the root or terminal agent as
+    the last meaningful event: a plain BaseNode root ends so. The terminal agent starts as
     ``terminal_agent_name`` (else the root) and follows each transfer it makes.
     Markers exist only in resumable apps; without them a pipeline is done only
     through (c), so pass its last sub-agent as ``terminal_agent_name``. For an
@@ -490,6 +494,8 @@ def classify(
         return verdict(done, "aborted by the client")
     if last.author == terminal and _is_final_text(last):
         return verdict(done, f"final text by terminal agent {terminal}")
+    if last.output is not None and last.author in (root_agent_name, terminal):
+        return verdict(done, f"output of {last.author}")
 
     if last.error_code:
         why = f"error {last.error_code} by {last.author}; re-drive retries"

@@ -345,7 +345,7 @@ class Driver:
     async def _message_for(
         self, drive: Drive, message: types.Content, *, resume: bool
     ) -> types.Content | None:
-        """The message ADK gets: a continuation's answers not stored yet (see :func:`unanswered`)."""
+        """The message ADK gets: what a continuation answers that is not stored yet."""
         path, run = self.path, drive.run
         if not (resume and any(p.function_response for p in message.parts or ())):
             return message

@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from google.adk.events._abort_events import _build_abort_events
 from google.adk.events.event import Event
+from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.classify import Classification, OrphanClass
+from durable_adk.adk.classify import ABORT_ERROR_CODE, Classification, OrphanClass, classify
 from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
 from durable_adk.adk.policy import RetryPolicy, causes
 from durable_adk.adk.session_service import DurableSessionService
@@ -450,16 +450,22 @@ async def after_cancel(
     await ledger.wake_session(run)
 
 
+ABORT_MESSAGE = "Invocation was aborted by client."
+"""The error ADK's own seal gives an aborted invocation's open calls."""
+
+
 async def seal_open_calls(sessions: DurableSessionService, run: Run) -> int:
     """Seals the calls a cancelled invocation left open, as ADK seals an aborted invocation's.
 
     ADK answers each call an aborted invocation left open with an error
-    response (``INVOCATION_ABORTED``, authored by the agent that made the
-    call), so a later turn in the session finds no dangling call: the model
-    is not asked about it and a resumable app does not replay it. A cancel
-    seen while the run was paused, queued or parked had no ADK invocation to
-    do that; ADK's own builder makes the same seal here, once (a sealed call
-    is answered, so a second cancel finds nothing open).
+    response (``error_code="INVOCATION_ABORTED"``, authored by the agent that
+    made the call, on its branch), so a later turn finds no dangling call and
+    a resumable app does not replay it. A cancel seen while the run was
+    paused, queued or parked had no ADK invocation to do that, so the same
+    seal is appended here: every call still open by the classifier's count
+    (unanswered, or long-running and not answered by the user, whose own
+    pending answer does not close it), once; a sealed call is answered, so a
+    second cancel finds nothing open.
 
     Returns:
         How many seal events were appended.
@@ -469,16 +475,38 @@ async def seal_open_calls(sessions: DurableSessionService, run: Run) -> int:
     )
     if session is None:
         return 0
-    mine = [e for e in session.events if e.invocation_id == run.invocation_id]
-    answered = {r.id for e in mine for r in e.get_function_responses() if r.id}
-    if not any(c.id and c.id not in answered for e in mine for c in e.get_function_calls()):
-        return 0  # nothing dangles: ADK would add only a marker, which nothing here needs
-    seals = _build_abort_events(
-        list(session.events),
-        invocation_id=run.invocation_id,
-        root_agent_name=next((e.author for e in mine if e.author != "user"), "user"),
-        branch=None,
-    )
-    for seal in seals:
+    found = classify(session.events, run.invocation_id, root_agent_name="-")
+    open_ids = {c for c, _ in found.unanswered_calls} | set(found.pending_long_running)
+    if not open_ids:
+        return 0
+    grouped: dict[tuple[str, str | None, str | None], list[types.FunctionCall]] = {}
+    for event in session.events:
+        if event.invocation_id != run.invocation_id:
+            continue
+        for call in event.get_function_calls():
+            if call.id in open_ids:
+                open_ids.discard(call.id)
+                key = (event.author, event.branch, event.isolation_scope)
+                grouped.setdefault(key, []).append(call)
+    for (author, branch, scope), calls in grouped.items():
+        seal = Event(
+            invocation_id=run.invocation_id,
+            author=author,
+            branch=branch,
+            isolation_scope=scope,
+            error_code=ABORT_ERROR_CODE,
+            error_message=ABORT_MESSAGE,
+            content=types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(
+                            id=call.id, name=call.name, response={"error": ABORT_MESSAGE}
+                        )
+                    )
+                    for call in calls
+                ],
+            ),
+        )
         await sessions.append_event(session, seal)
-    return len(seals)
+    return len(grouped)

@@ -78,7 +78,7 @@ from durable_adk.adk.classify import (
     recover_invocation_id,
     replay_blockers,
 )
-from durable_adk.adk.ending import Ending, EndKind, Outcome, record
+from durable_adk.adk.ending import Ending, EndKind, Outcome, after_cancel, record
 from durable_adk.adk.runpath import HasRunPath, RunPath
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.ledger import Run, RunStatus
