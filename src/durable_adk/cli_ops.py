@@ -733,11 +733,11 @@ def dead_letters_list(
 
 def _subject(interrupt: dict[str, Any]) -> str:
     """What an interrupt asks about, in a few words."""
-    args = interrupt.get("args") or {}
-    original = args.get("originalFunctionCall")
-    if interrupt["kind"] == "confirmation" and isinstance(original, dict):
-        return _short(f"{original.get('name')}({json.dumps(original.get('args') or {})})", 60)
-    return _short(json.dumps(args), 60)
+    guarded = interrupt.get("guarded_call")
+    if interrupt["kind"] == "confirmation" and isinstance(guarded, dict):
+        # A tool's or a Workflow node's confirmation: the call it guards.
+        return _short(f"{guarded.get('name')}({json.dumps(guarded.get('args') or {})})", 60)
+    return _short(json.dumps(interrupt.get("args") or {}), 60)
 
 
 @interrupts_app.command("list")
@@ -783,8 +783,10 @@ def interrupts_list(
 @interrupts_app.command("answer")
 def interrupts_answer(
     call_id: Annotated[str, typer.Argument(help="The interrupt's call id.")],
-    approve: Annotated[bool, typer.Option("--approve", help="Approve a confirmation.")] = False,
-    deny: Annotated[bool, typer.Option("--deny", help="Deny it (any kind).")] = False,
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Approve a confirmation (a tool's or a node's).")
+    ] = False,
+    deny: Annotated[bool, typer.Option("--deny", "--reject", help="Deny it (any kind).")] = False,
     payload: Annotated[
         str | None, typer.Option(help="The answer (input, long-running), as JSON.")
     ] = None,
@@ -800,7 +802,7 @@ def interrupts_answer(
 ) -> None:
     """Answers an interrupt exactly once; its paused invocation goes on."""
     if approve and deny:
-        _fail("give --approve or --deny, not both")
+        _fail("give --approve or --deny (--reject), not both")
     decision = "approve" if approve else "deny" if deny else None
     value: Any = None
     if payload is not None:

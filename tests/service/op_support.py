@@ -13,7 +13,12 @@ APP = "stock_assistant"
 
 
 async def park_in_store(
-    store: Store, session: str, *, app_name: str = APP, item: str = "stools"
+    store: Store,
+    session: str,
+    *,
+    app_name: str = APP,
+    item: str = "stools",
+    call_id: str | None = None,
 ) -> tuple[Run, str]:
     """A run whose worker died inside a tool that is not idempotent, parked by recovery.
 
@@ -33,7 +38,7 @@ async def park_in_store(
     stamp = {RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": claimed.epoch}}
     loaded = await sessions.get_session(app_name=app_name, user_id="u1", session_id=session)
     assert loaded is not None
-    call_id = f"call-{session}"
+    call_id = call_id or f"call-{session}"
     for event in (
         Event(
             invocation_id=run.invocation_id,

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import wf_support
 from svc_support import TOKEN, ThreadedWorker, settings_for, threaded_worker
 
 from durable_adk.adk.session_service import DurableSessionService
@@ -370,5 +371,71 @@ def test_dashboard_answers_interrupts_once(tmp_path: Path) -> None:
             if SCREENSHOTS:
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 shutil.copy(shot, SCREENSHOTS / "dashboard-interrupts.png")
+        finally:
+            browser.close()
+
+
+async def pause_workflow_nodes(url: str, orders: list[str]) -> list[str]:
+    """Runs of a Workflow, each PAUSED on its FunctionNode's confirmation (a '/' in its id)."""
+    from durable_adk.adk.runner import DurableRunner
+
+    async with open_store(url) as store:
+        durable = DurableRunner(app=wf_support.app(), store=store)
+        for order in orders:
+            async for _ in durable.run(user_id="ann", session_id=order, message=order):
+                pass
+        return [r.run_id for r in await durable.ledger.list_runs()]
+
+
+def test_dashboard_approves_a_workflow_nodes_confirmation(tmp_path: Path) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    url = f"sqlite:///{tmp_path}/nodes.db"
+    wf_support.SHIPPED.clear()
+    paused = asyncio.run(pause_workflow_nodes(url, ["O-5", "O-6"]))
+    with (
+        threaded_worker(settings_for(url), app=wf_support.app()) as worker,
+        sync_playwright() as driver,
+    ):
+        browser = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{worker.base_url}/dashboard/#token={TOKEN}")
+            expect(page.locator("#main")).to_be_visible()
+            rows = page.locator("#interrupts tbody tr")
+            expect(rows).to_have_count(2)
+            first = page.locator("#interrupts tbody tr", has_text="O-5")
+            second = page.locator("#interrupts tbody tr", has_text="O-6")
+            # An approval, like a tool's: the guarded node call, Approve and Deny.
+            expect(first).to_contain_text("confirmation")
+            expect(first).to_contain_text('ship({"order_id":"O-5"})')
+            expect(first.locator("button.approve")).to_be_visible()
+            expect(first.locator("button.send")).to_have_count(0)
+            message = page.locator("#answer-message")
+
+            page.fill("#answer-by", "ana")
+            first.locator("button.approve").click()
+            expect(message).to_contain_text("answered by ana")
+            expect(rows).to_have_count(1)
+            second.locator("button.deny").click()
+            expect(message).to_contain_text("answered by ana")
+            expect(rows).to_have_count(0)
+
+            with worker.client() as client:
+                for run_id in paused:  # the paused runs follow their invocations to DONE
+                    waited = 0.0
+                    while client.get(f"/v1/runs/{run_id}").json()["run"]["status"] != "DONE":
+                        assert waited < 60.0, run_id
+                        page.wait_for_timeout(100)
+                        waited += 0.1
+                answered = client.get("/v1/interrupts", params={"status": "ANSWERED"}).json()
+                by_order = {
+                    i["guarded_call"]["args"]["order_id"]: i for i in answered["interrupts"]
+                }
+                assert by_order["O-5"]["answer"] == {"confirmed": True}
+                assert by_order["O-6"]["answer"] == {"confirmed": False}
+                assert all("/" in i["call_id"] for i in by_order.values())
+            assert wf_support.SHIPPED == ["O-5"]  # approved once, the denied node never ran
         finally:
             browser.close()

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.adk.events.event import Event
+from google.adk.workflow.utils._workflow_hitl_utils import confirmation_interrupt_id
 from google.genai import types
 
 from durable_adk import errors
@@ -44,7 +45,16 @@ from durable_adk.store.base import Store
 logger = logging.getLogger("durable_adk.inbox")
 
 CONFIRMATION_CALL = "adk_request_confirmation"
-INPUT_CALLS = frozenset({"adk_request_input", "adk_request_credential"})
+INPUT_CALL = "adk_request_input"
+INPUT_CALLS = frozenset({INPUT_CALL, "adk_request_credential"})
+NODE_CONFIRMATION_PREFIX = confirmation_interrupt_id("")
+"""How ADK's Workflow names a node's confirmation request (``adk_request_input``).
+
+A FunctionNode built with ``require_confirmation``, and a tool node whose tool
+asks for confirmation, pause on a request for input whose interrupt id is
+``wf_tool_confirmation:<node path>`` and whose answer is a ``ToolConfirmation``
+(``{"confirmed": true}``): an approval, not an input.
+"""
 DECISIONS = ("approve", "deny")
 ANY_TOOL = "*"
 """The key of :class:`DurableRunner`'s ``interrupt_deadlines`` that applies to every call."""
@@ -52,21 +62,43 @@ ANY_TOOL = "*"
 MAX_PAYLOAD_CHARS = 100_000
 
 
-def kind_of(name: str) -> InterruptKind:
-    """The kind of interrupt a call of ``name`` is."""
+def kind_of(name: str, call_id: str = "") -> InterruptKind:
+    """The kind of interrupt a call of ``name`` with id ``call_id`` is.
+
+    A confirmation is an LlmAgent tool's ``adk_request_confirmation``, or a
+    Workflow node's confirmation request (``adk_request_input`` under a
+    :data:`NODE_CONFIRMATION_PREFIX` id), whichever node asks it.
+    """
     if name == CONFIRMATION_CALL:
+        return InterruptKind.CONFIRMATION
+    if name == INPUT_CALL and call_id.startswith(NODE_CONFIRMATION_PREFIX):
         return InterruptKind.CONFIRMATION
     if name in INPUT_CALLS:
         return InterruptKind.INPUT
     return InterruptKind.LONG_RUNNING
 
 
+def guarded_call(name: str, call_id: str, args: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """The call a confirmation guards, as ``(tool name, its arguments)``; None for other kinds.
+
+    ``adk_request_confirmation`` carries it as ``originalFunctionCall``; a
+    Workflow node's request as ``payload`` (``tool_name``, ``args``).
+    """
+    if kind_of(name, call_id) is not InterruptKind.CONFIRMATION:
+        return None
+    original = args.get("originalFunctionCall")
+    if isinstance(original, dict) and original.get("name"):
+        return str(original["name"]), original.get("args") or {}
+    payload = args.get("payload")
+    if isinstance(payload, dict) and payload.get("tool_name"):
+        return str(payload["tool_name"]), payload.get("args") or {}
+    return None
+
+
 def _subject(call: types.FunctionCall) -> str:
     """The tool a deadline is chosen by: the guarded tool of a confirmation, else the call's."""
-    original = (call.args or {}).get("originalFunctionCall")
-    if call.name == CONFIRMATION_CALL and isinstance(original, dict) and original.get("name"):
-        return str(original["name"])
-    return call.name or ""
+    guarded = guarded_call(call.name or "", call.id or "", call.args or {})
+    return guarded[0] if guarded is not None else call.name or ""
 
 
 def may_have_interrupts(events: Sequence[Event], invocation_id: str) -> bool:
@@ -108,7 +140,7 @@ async def sync_interrupts(
         await table.open(
             run,
             call_id=call_id,
-            kind=kind_of(call.name or ""),
+            kind=kind_of(call.name or "", call_id),
             name=call.name or "",
             args=dict(call.args or {}),
             deadline_seconds=limit,
@@ -437,6 +469,7 @@ __all__ = [
     "InterruptSweeper",
     "answer_interrupt",
     "find_interrupt",
+    "guarded_call",
     "kind_of",
     "may_have_interrupts",
     "response_for",

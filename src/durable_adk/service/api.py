@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Response
 from fastapi.responses import StreamingResponse
@@ -32,7 +33,9 @@ from durable_adk.service.guards import (
     install_error_handlers,
 )
 from durable_adk.service.ops import MAX_PAGE, SessionKey
+from durable_adk.service.paths import segment
 from durable_adk.service.schemas import (
+    CALL_ID_PATTERN,
     ID_PATTERN,
     AbandonIn,
     ActionIn,
@@ -67,7 +70,14 @@ from durable_adk.service.worker import Worker
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="The run.")]
-CallId = Annotated[str, Path(pattern=ID_PATTERN, description="The interrupt's call id.")]
+CallId = Annotated[
+    str,
+    Path(
+        pattern=CALL_ID_PATTERN,
+        description="The interrupt's call id, percent-encoded as one segment (a '/' in it may "
+        "also be sent plain).",
+    ),
+]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
 AppName = Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this app's records.")]
 After = Annotated[
@@ -240,8 +250,8 @@ def create_app(worker: Worker) -> FastAPI:
             run=run_out(run),
             after_seq=after,
             events_url=(
-                f"/v1/users/{user_id}/sessions/{session_id}/stream"
-                f"?after={after}&run_id={run.run_id}"
+                f"/v1/users/{segment(user_id)}/sessions/{segment(session_id)}/stream"
+                f"?after={after}&run_id={quote(run.run_id, safe='')}"
             ),
         )
 
@@ -465,7 +475,7 @@ def create_app(worker: Worker) -> FastAPI:
         return InterruptListOut(interrupts=[interrupt_out(i) for i in found])
 
     @guarded.post(
-        "/interrupts/{call_id}",
+        "/interrupts/{call_id:path}",
         response_model=AnswerOut,
         tags=["interrupts"],
         responses=_ACTION_ERRORS,

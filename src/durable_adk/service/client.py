@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import httpx
 
@@ -19,6 +18,7 @@ from durable_adk import errors
 from durable_adk.ledger import RunStatus
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
+from durable_adk.service.paths import segment
 from durable_adk.service.schemas import (
     AnswerOut,
     action_out,
@@ -331,7 +331,9 @@ class HttpOps:
 
     async def complete_job(self, job_id: str, state: str, result: Any) -> JSON:
         return await self._call(
-            "POST", f"/v1/jobs/{job_id}/complete", json={"state": state, "result": result}
+            "POST",
+            f"/v1/jobs/{_segment(job_id)}/complete",
+            json={"state": state, "result": result},
         )
 
     async def sagas(self, status: str | None, limit: int) -> JSON:
@@ -370,8 +372,8 @@ class HttpOps:
 
 
 def _segment(value: str) -> str:
-    """A path segment, percent-encoded (an id with '/' or '?' stays one segment)."""
-    return quote(value, safe="")
+    """An id as one percent-encoded path segment (:func:`durable_adk.service.paths.segment`)."""
+    return segment(value)
 
 
 def _body(**fields: Any) -> dict[str, Any]:

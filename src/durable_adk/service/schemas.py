@@ -5,7 +5,8 @@ models, call the worker and :class:`~durable_adk.service.ops.Operations`
 (which speak frozen dataclasses), and map the answers back with
 ``from_attributes``. Every identifier obeys the library's one id rule
 (:data:`durable_adk.ids.ID_PATTERN`: 1 to 512 characters, no ``/``, NUL or
-other control character), so hostile strings are refused with 422 before
+other control character; a function call id may also hold ``/``,
+:data:`CALL_ID_PATTERN`), so hostile strings are refused with 422 before
 anything is read or written, and every id the library stores can be named.
 """
 
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from durable_adk.adk.inbox import guarded_call
 from durable_adk.adk.operators import MAX_REASON_CHARS, Outcome
 from durable_adk.ids import ID_PATTERN as ID_PATTERN  # the library's rule, for the routes
 from durable_adk.interrupts import Interrupt
@@ -24,6 +26,14 @@ from durable_adk.ledger import DeadLetter, OperatorAction, Run
 from durable_adk.service.ops import RunDetail, SeqEvent
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+
+CALL_ID_PATTERN = r"^[^\x00-\x1f\x7f]{1,512}$"
+"""Function call ids (the interrupts' ids): 1 to 512 characters, no NUL or other control
+character; unlike the library's ids they may hold ``/`` (a Workflow node's
+interrupt id names its node path, ``wf_tool_confirmation:flow@1/ship@1``). In a
+URL path a call id is one percent-encoded segment (see ``docs/service.md``,
+"Ids in paths"); the route takes the rest of the path, so a plain ``/`` works too.
+"""
 
 
 class _Out(BaseModel):
@@ -363,6 +373,13 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
     )
 
 
+class GuardedCallOut(_Out):
+    """The tool call a confirmation guards (what approving it lets run)."""
+
+    name: str
+    args: Any
+
+
 class InterruptOut(_Out):
     """A call a paused run waits on (a confirmation, an input, a long-running call)."""
 
@@ -372,9 +389,15 @@ class InterruptOut(_Out):
     session_id: str
     invocation_id: str
     run_id: str = Field(description="The run that paused on it.")
-    kind: str = Field(description="confirmation, input or long_running.")
+    kind: str = Field(
+        description="confirmation (a tool's or any Workflow node's: approve or deny), input "
+        "or long_running."
+    )
     name: str = Field(description="The call's function name.")
     args: dict[str, Any] = Field(description="The call's arguments (hint, original call...).")
+    guarded_call: GuardedCallOut | None = Field(
+        default=None, description="For a confirmation: the call it guards."
+    )
     status: str = Field(description="OPEN, ANSWERED, EXPIRED (default outcome) or CLOSED.")
     deadline_at: float | None = Field(description="When the default outcome (deny) applies.")
     answered_by: str | None
@@ -420,4 +443,8 @@ class AnswerOut(_Out):
 
 def interrupt_out(interrupt: Interrupt) -> InterruptOut:
     """An interrupt for the wire."""
-    return InterruptOut.model_validate(interrupt, from_attributes=True)
+    out = InterruptOut.model_validate(interrupt, from_attributes=True)
+    guarded = guarded_call(interrupt.name, interrupt.call_id, interrupt.args)
+    if guarded is None:
+        return out
+    return out.model_copy(update={"guarded_call": GuardedCallOut(name=guarded[0], args=guarded[1])})

@@ -30,6 +30,13 @@ function when(seconds) {
   return new Date(seconds * 1000).toLocaleTimeString();
 }
 
+// An id as one path segment (docs/service.md, "Ids in paths"): percent-encoded,
+// so a call id with "/" (a Workflow node's, "wf_tool_confirmation:flow@1/ship@1")
+// stays one segment; the worker decodes it.
+function segment(id) {
+  return encodeURIComponent(String(id));
+}
+
 function short(text, size) {
   const value = String(text ?? "");
   return value.length > size ? value.slice(0, size - 1) + "…" : value;
@@ -125,12 +132,12 @@ function renderParked(runs) {
 }
 
 function asks(interrupt) {
-  const args = interrupt.args || {};
-  const original = args.originalFunctionCall;
-  if (interrupt.kind === "confirmation" && original) {
-    return original.name + "(" + JSON.stringify(original.args || {}) + ")";
+  // A confirmation (a tool's or a Workflow node's) shows the call it guards.
+  const guarded = interrupt.guarded_call;
+  if (interrupt.kind === "confirmation" && guarded) {
+    return guarded.name + "(" + JSON.stringify(guarded.args ?? {}) + ")";
   }
-  return interrupt.name + " " + JSON.stringify(args);
+  return interrupt.name + " " + JSON.stringify(interrupt.args || {});
 }
 
 function renderInterrupts(interrupts) {
@@ -176,7 +183,7 @@ async function answer(item, chosen, button) {
   }
   button.disabled = true;
   try {
-    const answered = await api("/v1/interrupts/" + encodeURIComponent(item.call_id),
+    const answered = await api("/v1/interrupts/" + segment(item.call_id),
       { method: "POST", body: JSON.stringify(body) });
     $("answer-message").textContent = answered.message;
   } catch (error) {
@@ -286,7 +293,7 @@ async function retry(runId, button) {
   button.disabled = true;
   try {
     const by = operatorName() || "dashboard";
-    const run = await api("/v1/runs/" + encodeURIComponent(runId) + "/retry",
+    const run = await api("/v1/runs/" + segment(runId) + "/retry",
       { method: "POST", body: JSON.stringify({ by }) });
     $("action-message").textContent = "Run " + run.run_id + " is " + run.status + ": a worker will recover it.";
   } catch (error) {
@@ -317,7 +324,7 @@ async function act(kind) {
   const buttons = document.querySelectorAll("#controls button");
   buttons.forEach((b) => { b.disabled = true; });
   try {
-    const outcome = await api("/v1/runs/" + encodeURIComponent(run.run_id) + "/" + kind,
+    const outcome = await api("/v1/runs/" + segment(run.run_id) + "/" + kind,
       { method: "POST", body: JSON.stringify(body) });
     $("action-message").textContent = outcome.message;
   } catch (error) {
@@ -335,7 +342,7 @@ async function select(run) {
 async function loadTimeline() {
   const run = state.selected;
   if (!run) return;
-  renderTimeline(run, await api("/v1/runs/" + encodeURIComponent(run.run_id)));
+  renderTimeline(run, await api("/v1/runs/" + segment(run.run_id)));
 }
 
 async function refresh() {
