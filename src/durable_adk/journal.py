@@ -12,9 +12,14 @@ the database clock; a caller outside any run is never fenced):
 * a DONE entry: return the stored result, do nothing;
 * no entry: write INTENT (owned by this attempt), act with the key passed
   downstream, write DONE;
-* an INTENT whose owner is live (its run still RUNNING at its epoch; outside a
-  run, its hold still running): wait for its result, bounded; never act. The
-  wait ends when the entry is DONE, or when the owner stops being live;
+* an INTENT whose owner is live (its run still RUNNING at its epoch, though it
+  may have died with its lease still running; outside a run, its hold still
+  running): ask the outside system by idempotency key first (``lookup``); found:
+  record DONE (fenced by the caller's own epoch; an entry already DONE is left
+  as it is) and return it at once. Not found, or no lookup: wait for the
+  owner's result, bounded; never act. The wait ends when the entry is DONE, or
+  when the owner stops being live; a wait that runs out raises
+  :class:`JournalBusy`, naming the run and epoch that hold the key;
 * an abandoned INTENT (its run was taken over or ended, or its holder released
   it because its act raised): take it over with one conditional update, then
   ask the outside system by idempotency key (``lookup``); found: record DONE
@@ -46,8 +51,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from durable_adk import errors
-from durable_adk.store.base import Row, Store
 from durable_adk.faults import crash_point
+from durable_adk.store.base import Row, Store
 
 Act = Callable[[str], Awaitable[Any]]
 Lookup = Callable[[str], Awaitable[Any]]
@@ -93,6 +98,30 @@ class OutcomeUnknown(errors.DurableError):
 # meanwhile. (The docstring is the default message, so it stays one line.)
 class JournalBusy(errors.DatabaseBusy):
     """A live attempt holds this effect's intent and gave no result within the wait: retry."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        key: str | None = None,
+        run_id: str | None = None,
+        run_epoch: int | None = None,
+        function_call_id: str | None = None,
+    ) -> None:
+        """The error, with who holds the intent.
+
+        Args:
+            message: The message (default: the docstring).
+            key: The effect's key.
+            run_id: The run that holds its intent (None outside a run).
+            run_epoch: That run's fencing epoch.
+            function_call_id: The call that holds it.
+        """
+        super().__init__(message)
+        self.key = key
+        self.run_id = run_id
+        self.run_epoch = run_epoch
+        self.function_call_id = function_call_id
 
 
 class JournalStatus(StrEnum):
@@ -185,7 +214,7 @@ class Attempt:
 
 
 class _Lost(Exception):
-    """Internal: our hold was taken over before we acted; begin again."""
+    """Internal: the entry changed hands under us (our hold was taken over); begin again."""
 
 
 class Journal:
@@ -282,7 +311,9 @@ class Journal:
                 means the same.
             wait: Seconds to wait for the result of another live attempt that
                 holds the intent (a parallel call of the same key, another
-                session) before giving up with :class:`JournalBusy`.
+                session, a run that died with its lease still running) before
+                giving up with :class:`JournalBusy`. There is no wait when
+                ``lookup`` finds the effect: its answer is returned at once.
             fence: The caller's local lease view, confirmed right before each
                 outside call (``lookup``, ``act``), after the database's own
                 fenced check; None to rely on the database alone.
@@ -291,7 +322,8 @@ class Journal:
             OutcomeUnknown: An abandoned intent is recorded and its outcome
                 cannot be learned.
             JournalBusy: A live attempt still holds the intent after ``wait``
-                seconds (transient: retry later).
+                seconds and ``lookup`` did not find the effect (transient:
+                retry later). It names the run and epoch that hold the key.
             durable_adk.errors.Fenced: The caller's run was taken over, ended,
                 or its lease ran out (database clock); nothing was done.
             durable_adk.errors.FenceRefused: ``act`` raised it: the outside
@@ -328,7 +360,16 @@ class Journal:
                 except _Lost:
                     continue  # someone took our hold over before we acted: see who
             if status == "held":
-                await self._wait(key, attempt, holder, deadline, row, wait)
+                # The owner may be acting right now, or may have died with its
+                # lease still running: the outside system may already hold the
+                # effect, and then its answer is ours at once.
+                found = await self._ask_while_held(key, lookup, fence)
+                if found is not None:
+                    try:
+                        return await self._record_found(key, attempt, found)
+                    except _Lost:
+                        continue  # the entry changed under us: see how it stands
+                await self._wait(key, attempt, holder, deadline, row, wait, lookup)
             elif status == "retry":  # a concurrent writer changed the row first
                 await asyncio.sleep(_FIRST_POLL)
             # Either way: decide again from the row as it now stands.
@@ -407,8 +448,64 @@ class Journal:
         crash_point("journal.after_act")
         return await self._done(key, attempt, holder, result)
 
+    async def _ask_while_held(self, key: str, lookup: Lookup | None, fence: Fence | None) -> Any:
+        """Asks the outside system for an effect another attempt holds: its record, or None.
+
+        A read only: the intent stays the owner's. A system that cannot be
+        asked (no lookup, ``LookupUnavailable``) is no answer, so the caller
+        waits for the owner as before; any other error propagates (nothing
+        of ours to release).
+        """
+        if lookup is None:
+            return None
+        if fence is not None:
+            await fence.confirm()
+        try:
+            return await lookup(key)
+        except errors.LookupUnavailable:
+            return None
+
+    async def _record_found(self, key: str, attempt: Attempt, found: Any) -> Any:
+        """Records DONE an effect the lookup found under another's intent; returns the answer.
+
+        One statement, fenced by the caller's epoch (what it records has
+        happened, like the holder's own DONE). An entry already DONE is left
+        as it is, and its stored result is the answer: a second recorder
+        changes nothing. The owner, if alive, finds the entry DONE when it
+        records its own result, and answers with the stored one.
+        """
+        row = await self.store.fetchrow(
+            "journal_found",
+            {
+                "key": key,
+                "tool_name": attempt.tool_name,
+                "run_id": attempt.run_id,
+                "run_epoch": attempt.run_epoch,
+                "function_call_id": attempt.function_call_id,
+                "result": json.dumps(found, default=repr),
+            },
+        )
+        status = str(row["status"]) if row else "missing"
+        if status == "fenced":
+            raise self._fenced(key, attempt)
+        if status == "ok":
+            return found
+        if status == "done":
+            assert row is not None
+            return None if row["result"] is None else json.loads(row["result"])
+        # 'missing' (the intent was forgotten: its act was refused unacted),
+        # 'retry' (another writer changed the row first) or 'wrong_tool'.
+        raise _Lost()
+
     async def _wait(
-        self, key: str, attempt: Attempt, holder: str, deadline: float, row: Row, wait: float
+        self,
+        key: str,
+        attempt: Attempt,
+        holder: str,
+        deadline: float,
+        row: Row,
+        wait: float,
+        lookup: Lookup | None,
     ) -> None:
         """Waits while a live owner holds the intent; returns when the entry changed hands."""
         logger.debug(
@@ -423,11 +520,7 @@ class Journal:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise JournalBusy(
-                    f"journal entry {key!r} is held by a live attempt (run "
-                    f"{row['owner_run_id']}, epoch {row['owner_epoch']}, call "
-                    f"{row['owner_call_id']}) and had no result after {wait:g}s"
-                )
+                raise await self._busy_error(key, row, wait, lookup)
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, _MAX_POLL)
             state = await self._watch(key, attempt, holder)
@@ -435,6 +528,35 @@ class Journal:
                 raise self._fenced(key, attempt)
             if state != "held":
                 return
+
+    async def _busy_error(
+        self, key: str, row: Row, wait: float, lookup: Lookup | None
+    ) -> JournalBusy:
+        """The error of a wait that ran out, naming who holds the key now."""
+        entry = await self.get(key)  # the owner may have changed hands while we waited
+        if entry is not None and entry.status is JournalStatus.INTENT and entry.holder:
+            run_id, epoch, call = entry.run_id, entry.run_epoch, entry.function_call_id
+        else:
+            run_id, epoch, call = row["owner_run_id"], row["owner_epoch"], row["owner_call_id"]
+        epoch = None if epoch is None else int(epoch)
+        who = (
+            f"run {run_id} at epoch {epoch} (call {call})"
+            if run_id is not None
+            else f"an attempt outside any run (call {call})"
+        )
+        asked = (
+            "the outside system's lookup did not find the effect (or could not be asked)"
+            if lookup is not None
+            else "the tool has no lookup to ask"
+        )
+        return JournalBusy(
+            f"journal entry {key!r} is held by a live attempt, {who}, which gave no result "
+            f"within {wait:g}s, and {asked}: retry later",
+            key=key,
+            run_id=run_id,
+            run_epoch=epoch,
+            function_call_id=call,
+        )
 
     async def _watch(self, key: str, attempt: Attempt, holder: str) -> str:
         row = await self.store.fetchrow(
@@ -476,10 +598,18 @@ class Journal:
             raise self._fenced(key, attempt)
         if status == "missing":
             raise errors.StoreError(f"journal entry {key!r} vanished between intent and done")
-        # 'done' or 'lost': another attempt took our hold over (only possible
-        # outside a run, when our renewals failed) and may have finished.
+        # 'done': another caller's lookup found the effect (our own act's, or
+        # the one it deduplicated) and recorded it first: its record is the
+        # answer, as for every caller of the key. 'lost': another attempt took
+        # our hold over (only possible outside a run, when our renewals
+        # failed) and may have finished.
         entry = await self.get(key)
-        logger.warning("journal entry %r was taken over while %s acted", key, attempt.tool_name)
+        if status == "done":
+            logger.debug(
+                "journal entry %r was recorded by a lookup while %s acted", key, attempt.tool_name
+            )
+        else:
+            logger.warning("journal entry %r was taken over while %s acted", key, attempt.tool_name)
         if entry is not None and entry.status is JournalStatus.DONE:
             return entry.result
         return result

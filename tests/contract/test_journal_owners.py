@@ -8,12 +8,18 @@ record count alone would hide a doubled act.
 No test depends on timing: a slow act waits on an event that the test sets
 once the second caller is seen waiting (the journal logs each wait), and
 leases are expired by moving them back in the database.
+
+A caller that meets an intent held by another attempt asks billing's lookup
+first: it waits only when the lookup finds nothing (or there is none), so a
+waiter here always costs one lookup, and an effect already in billing is the
+answer at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -130,8 +136,14 @@ def attempt_of(run: Run | None, call: str, tool: str = TOOL) -> Attempt:
     )
 
 
-async def hold_intent(store: Store, key: str, attempt: Attempt, holder: str) -> None:
-    """Writes an intent as ``attempt`` would just before acting (its process then dies)."""
+async def hold_intent(
+    store: Store, key: str, attempt: Attempt, holder: str, hold: float = -1.0
+) -> None:
+    """Writes an intent as ``attempt`` would just before acting (its process then dies).
+
+    Outside a run, ``hold`` is how long its hold still runs (by default it has
+    already run out); inside a run the run's status and epoch decide.
+    """
     row = await store.fetchrow(
         "journal_begin",
         {
@@ -142,7 +154,7 @@ async def hold_intent(store: Store, key: str, attempt: Attempt, holder: str) -> 
             "invocation_id": attempt.invocation_id,
             "function_call_id": attempt.function_call_id,
             "holder": holder,
-            "hold": -1.0,  # outside a run: a hold that has already run out
+            "hold": hold,
         },
     )
     assert row is not None and row["status"] == "acquired"
@@ -173,10 +185,11 @@ async def test_two_parallel_calls_of_one_key_in_one_run_make_one_act(
     )
     await until(lambda: waits(key) == 1, "the second call to wait")
     assert outside.entered == 1  # the second call did not act while the first is live
+    assert outside.lookups == 1  # it asked billing first: nothing there yet, so it waits
     outside.let_go()
     a, b = await asyncio.gather(first, second)
     assert a == b and a["idempotency_key"] == key
-    assert (outside.acts, outside.entered, outside.lookups, outside.invoices()) == (1, 1, 0, 1)
+    assert (outside.acts, outside.entered, outside.lookups, outside.invoices()) == (1, 1, 1, 1)
     entry = await journal.get(key)
     assert entry is not None and entry.status is JournalStatus.DONE
     assert entry.function_call_id == "call-a" and entry.holder is None
@@ -202,7 +215,7 @@ async def test_two_runs_of_two_sessions_on_two_connections_make_one_act(
         outside.let_go()
         a, b = await asyncio.gather(first, second)
     assert a == b
-    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 0, 1)
+    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 1, 1)
 
 
 async def test_many_callers_at_once_make_one_act(store: Store, billing: FakeService) -> None:
@@ -218,7 +231,8 @@ async def test_many_callers_at_once_make_one_act(store: Store, billing: FakeServ
     ]
     results = await asyncio.gather(*calls)
     assert all(r == results[0] for r in results)
-    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 0, 1)
+    assert (outside.acts, outside.invoices(), billing.acts("invoices", "create", key)) == (1, 1, 1)
+    assert outside.lookups <= 5  # at most one per caller that met the winner's intent
 
 
 async def test_a_live_owner_is_waited_for_then_taken_over_after_its_epoch_moved(
@@ -230,31 +244,39 @@ async def test_a_live_owner_is_waited_for_then_taken_over_after_its_epoch_moved(
     outside = Billing(billing, invoice)
     hung = asyncio.Event()
 
-    async def act_then_hang(idem: str) -> dict[str, Any]:
-        record = await outside.act(idem)  # the invoice exists...
-        await hung.wait()  # ...and the answer never comes back
-        return record
+    async def lost_on_the_way(idem: str) -> dict[str, Any]:
+        outside.entered += 1
+        await hung.wait()  # its request never reaches billing
+        return {"never": "sent"}
 
     owner = asyncio.create_task(
-        journal.execute(key, attempt_of(owner_run, "c-owner"), act_then_hang, outside.lookup)
+        journal.execute(key, attempt_of(owner_run, "c-owner"), lost_on_the_way, outside.lookup)
     )
-    await until(lambda: outside.acts == 1, "the owner to act")
+    await until(lambda: outside.entered == 1, "the owner to act")
     waiter = asyncio.create_task(
         journal.execute(key, attempt_of(waiter_run, "c-waiter"), outside.act, outside.lookup)
     )
     await until(lambda: waits(key) == 1, "the waiter to wait")
+    assert (outside.acts, outside.lookups) == (0, 1)  # billing has nothing yet: it waits
     # The owner's lease runs out: still RUNNING at its epoch, so still live (it
-    # may be acting right now): a third caller is told to wait, not to act.
+    # may be acting right now): a third caller finds nothing in billing either
+    # and is told who holds the key, not to act.
     await ledger.backdate(owner_run.run_id, LEASE * 2)
     third = await running(ledger, "s3")
-    with pytest.raises(JournalBusy):
+    held_by = f"run {owner_run.run_id} at epoch {owner_run.epoch} (call c-owner)"
+    with pytest.raises(JournalBusy, match=re.escape(held_by)) as busy:
         await journal.execute(key, attempt_of(third, "c-3"), outside.act, outside.lookup, wait=0)
-    assert not waiter.done() and (outside.acts, outside.lookups) == (1, 0)
+    assert (busy.value.key, busy.value.run_id, busy.value.run_epoch) == (
+        key,
+        owner_run.run_id,
+        owner_run.epoch,
+    )
+    assert not waiter.done() and (outside.acts, outside.lookups) == (0, 2)
     # Another worker claims the run: epoch + 1, the intent is abandoned.
     new_owner = await take_over(ledger, owner_run)
     result = await waiter
     assert result["idempotency_key"] == key
-    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 1, 1)  # lookup, no act
+    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 3, 1)  # looked up, acted
     entry = await journal.get(key)
     assert entry is not None and entry.status is JournalStatus.DONE
     assert (entry.run_id, entry.run_epoch, entry.function_call_id) == (
@@ -268,7 +290,8 @@ async def test_a_live_owner_is_waited_for_then_taken_over_after_its_epoch_moved(
     with pytest.raises(errors.Fenced):
         await owner
     again = await journal.execute(key, attempt_of(new_owner, "c-redrive"), outside.act, None)
-    assert again == result and (outside.acts, outside.lookups) == (1, 1)
+    assert again == result and (outside.acts, outside.lookups) == (1, 3)
+    assert billing.acts("invoices", "create", key) == 1
 
 
 async def test_a_taker_over_looks_up_then_acts_when_nothing_happened(
@@ -302,9 +325,12 @@ async def test_a_live_owner_past_the_wait_budget_is_journal_busy(
             key, attempt_of(other_run, "c2"), outside.act, outside.lookup, wait=0.3
         )
     assert isinstance(busy.value, errors.DatabaseBusy)  # transient, by design
-    with pytest.raises(JournalBusy):
-        await journal.execute(key, attempt_of(other_run, "c3"), outside.act, outside.lookup, wait=0)
-    assert (outside.entered, outside.lookups) == (1, 0)
+    message = str(busy.value)
+    assert f"run {owner_run.run_id} at epoch {owner_run.epoch}" in message
+    assert "within 0.3s" in message and "lookup did not find the effect" in message
+    with pytest.raises(JournalBusy, match="the tool has no lookup"):
+        await journal.execute(key, attempt_of(other_run, "c3"), outside.act, None, wait=0)
+    assert (outside.entered, outside.lookups) == (1, 1)  # each asked billing once, if it could
     outside.let_go()
     await owner
     assert (outside.acts, outside.invoices()) == (1, 1)
@@ -375,27 +401,27 @@ async def test_a_waiter_whose_owner_fails_looks_up_instead_of_waiting_forever(
     run = await running(ledger, "s1")
     key, invoice = new_key()
     outside = Billing(billing, invoice)
-    fail = asyncio.Event()
+    outside.hold_acts()
 
     async def fails_after_acting(idem: str) -> Any:
-        await outside.act(idem)
-        await fail.wait()
+        await outside.act(idem)  # held until the waiter waits, then the invoice is made
         raise TimeoutError("billing did not answer")
 
     owner = asyncio.create_task(
         journal.execute(key, attempt_of(run, "c1"), fails_after_acting, outside.lookup)
     )
-    await until(lambda: outside.acts == 1, "the owner to act")
+    await until(lambda: outside.entered == 1, "the owner to act")
     waiter = asyncio.create_task(
         journal.execute(key, attempt_of(run, "c2"), outside.act, outside.lookup, wait=600)
     )
     await until(lambda: waits(key) == 1, "the parallel call to wait")
-    fail.set()
+    assert outside.lookups == 1  # billing had nothing yet
+    outside.let_go()
     with pytest.raises(TimeoutError):
         await owner
     result = await asyncio.wait_for(waiter, 60)
     assert result["idempotency_key"] == key
-    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 1, 1)
+    assert (outside.acts, outside.lookups, outside.invoices()) == (1, 2, 1)
 
 
 @pytest.mark.parametrize("existing", ["done", "intent"])
@@ -538,7 +564,10 @@ async def test_two_takers_of_one_abandoned_intent_one_wins_the_other_waits(
             Journal(other_store).execute(key, attempt_of(other, "c2"), outside.act, outside.lookup),
         )
     assert a == b
-    assert (outside.lookups, outside.acts, outside.invoices()) == (1, 1, 1)
+    assert (outside.acts, outside.invoices(), billing.acts("invoices", "create", key)) == (1, 1, 1)
+    # The winner looks up before acting; the loser, meeting its intent, may
+    # ask billing too.
+    assert outside.lookups in (1, 2)
 
 
 def seen_by_billing(billing: FakeService, run_id: str, epoch: int) -> None:

@@ -133,6 +133,42 @@ SELECT CASE WHEN v.status = 'ok' AND NOT EXISTS (SELECT 1 FROM upd) THEN 'lost'
             ELSE v.status END AS status
   FROM verdict v;
 
+-- name: journal_found inline
+-- A caller met an intent held by another attempt (live, or dead with its
+-- run's lease still running), asked the outside system, and the effect is
+-- there: record it DONE, whoever holds the intent. Fenced by the caller's
+-- epoch only, like the holder's DONE: what it records has happened. Refused:
+-- 'fenced', 'missing' (the intent was forgotten: begin again), 'wrong_tool',
+-- 'done' (with the stored result: a second recorder changes nothing), 'retry'
+-- (another writer changed the row first: begin again). A holder still acting
+-- finds the entry DONE when it records, and answers with the stored result.
+WITH cur AS (
+    SELECT * FROM journal WHERE key = :key::text
+), verdict AS (
+    SELECT CASE
+             WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM runs WHERE run_id = :run_id::text
+                       AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
+             WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 'missing'
+             WHEN (SELECT tool_name FROM cur) <> :tool_name::text THEN 'wrong_tool'
+             WHEN (SELECT status FROM cur) = 'DONE' THEN 'done'
+             ELSE 'ok'
+           END AS status
+), upd AS (
+    UPDATE journal
+       SET status = 'DONE', result = :result::text, run_id = :run_id::text,
+           run_epoch = :run_epoch::bigint, function_call_id = :function_call_id::text,
+           holder = NULL, held_until = NULL,
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE key = :key::text AND status = 'INTENT'
+       AND (SELECT status FROM verdict) = 'ok'
+    RETURNING result
+)
+SELECT CASE WHEN v.status = 'ok' AND NOT EXISTS (SELECT 1 FROM upd) THEN 'retry'
+            ELSE v.status END AS status,
+       COALESCE((SELECT result FROM upd), (SELECT result FROM cur)) AS result
+  FROM verdict v;
+
 -- name: journal_release inline
 -- The holder's act (or lookup) raised: the intent stays, nobody is acting.
 UPDATE journal

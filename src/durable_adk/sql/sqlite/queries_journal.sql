@@ -104,6 +104,33 @@ UPDATE journal
  WHERE key = :key AND status = 'INTENT' AND holder = :holder;
 SELECT 'ok' AS status;
 
+-- name: journal_found guarded inline
+-- A caller met an intent held by another attempt (live, or dead with its
+-- run's lease still running), asked the outside system, and the effect is
+-- there: record it DONE, whoever holds the intent. Fenced by the caller's
+-- epoch only, like the holder's DONE: what it records has happened. Refused:
+-- 'fenced', 'missing' (the intent was forgotten: begin again), 'wrong_tool',
+-- 'done' (with the stored result: a second recorder changes nothing). A
+-- holder still acting finds the entry DONE when it records, and answers with
+-- the stored result.
+SELECT CASE
+         WHEN :run_id IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                                     AND status = 'RUNNING') THEN 'fenced'
+         WHEN j.key IS NULL THEN 'missing'
+         WHEN j.tool_name <> :tool_name THEN 'wrong_tool'
+         WHEN j.status = 'DONE' THEN 'done'
+         ELSE 'ok'
+       END AS status,
+       j.result AS result
+  FROM (SELECT 1) AS one LEFT JOIN journal j ON j.key = :key;
+UPDATE journal
+   SET status = 'DONE', result = :result, run_id = :run_id, run_epoch = :run_epoch,
+       function_call_id = :function_call_id, holder = NULL, held_until = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE key = :key AND status = 'INTENT';
+SELECT 'ok' AS status, result FROM journal WHERE key = :key;
+
 -- name: journal_release inline
 -- The holder's act (or lookup) raised: the intent stays, nobody is acting.
 UPDATE journal
