@@ -74,7 +74,7 @@ async def test_an_http_client_continues_a_paused_invocation(service: Service) ->
             "only of function_response parts",
         ),
         ({"invocation_id": invocation, "message": "hi"}, 422, "function_response parts"),
-        ({"content": answer(call_id)}, 422, "without function calls"),
+        ({"content": answer(call_id)}, 422, f"'invocation_id': {invocation!r}"),
     ]
     for body, status, words in refused:
         response = await service.client.post(url, json=body)

@@ -118,13 +118,42 @@ def message_of(body: StartRunIn, max_chars: int) -> types.Content:
         raise errors.InvalidArgument(f"content is not a genai Content: {exc}") from None
     if content.role not in (None, "user") or not content.parts:
         raise errors.InvalidArgument("content must have role 'user' and at least one part")
+    answers = [p.function_response for p in content.parts if p.function_response]
+    if answers:
+        raise errors.InvalidArgument(answers_refusal(answers))
     for part in content.parts:
-        if not (part.text or part.inline_data or part.file_data) or (
-            part.function_call or part.function_response
-        ):
+        if not (part.text or part.inline_data or part.file_data) or part.function_call:
             raise errors.InvalidArgument("each part must be text or media, without function calls")
     content.role = "user"
     return content
+
+
+def answers_refusal(
+    answers: list[types.FunctionResponse], invocations: dict[str, str] | None = None
+) -> str:
+    """Why a new run's message made of function responses is refused, and where answers go.
+
+    A function response answers a paused call; it does not start a run. The
+    answer goes to the same route with the paused invocation's id
+    (``invocation_id``), or to the interrupts inbox.
+
+    Args:
+        answers: The message's function responses.
+        invocations: The invocation of each answered call, where the session
+            shows it (call id to invocation id).
+    """
+    ids = [a.id or "?" for a in answers]
+    known = sorted({invocations[i] for i in ids if invocations and i in invocations})
+    where = (
+        f"'invocation_id': {known[0]!r} (the paused invocation of {', '.join(map(repr, ids))})"
+        if len(known) == 1
+        else "'invocation_id': the id of the paused invocation whose call it answers"
+    )
+    return (
+        "a message of function responses answers a paused call; it does not start a run: "
+        "send the same body to POST /v1/users/{user_id}/sessions/{session_id}/runs with "
+        f"{where}, or answer it at POST /v1/interrupts/{{call_id}} (nothing was changed)"
+    )
 
 
 def _answers_of(body: StartRunIn) -> types.Content:
@@ -181,6 +210,32 @@ def create_app(worker: Worker) -> FastAPI:
     def key(user_id: str, session_id: str) -> SessionKey:
         return SessionKey(worker.app_name, user_id, session_id)
 
+    async def _name_the_invocation(user_id: str, session_id: str, body: StartRunIn) -> None:
+        """Refuses answers sent without ``invocation_id`` naming the invocation they answer.
+
+        Only reads the session; a message of anything else passes through.
+        """
+        if body.invocation_id is not None or body.content is None:
+            return
+        try:
+            content = types.Content.model_validate(body.content)
+        except ValidationError:
+            return
+        answers = [p.function_response for p in content.parts or () if p.function_response]
+        if not answers:
+            return
+        stored = await worker.sessions.get_session(
+            app_name=worker.app_name, user_id=user_id, session_id=session_id
+        )
+        wanted = {a.id for a in answers if a.id}
+        invocations = {
+            call.id: event.invocation_id
+            for event in (stored.events if stored else ())
+            for call in event.get_function_calls()
+            if call.id in wanted
+        }
+        raise errors.InvalidArgument(answers_refusal(answers, invocations))
+
     @app.get("/healthz", response_model=HealthOut, tags=["worker"])
     async def healthz() -> HealthOut:
         """This worker: its id, its app, whether it drains."""
@@ -212,9 +267,16 @@ def create_app(worker: Worker) -> FastAPI:
         With ``invocation_id``, continues that paused invocation with the
         function responses in ``content`` (404 for an unknown invocation, 422
         for an unknown call id or a wrong name, 409 for a call already
-        answered; nothing is written then).
+        answered; nothing is written then). Function responses without
+        ``invocation_id`` are refused (422): the error names the invocation
+        they answer (when the session shows it) and the routes that take
+        answers (this one with ``invocation_id``, ``POST /v1/interrupts/{call_id}``).
         """
-        message = message_of(body, settings.max_message_chars)
+        try:
+            message = message_of(body, settings.max_message_chars)
+        except errors.InvalidArgument:
+            await _name_the_invocation(user_id, session_id, body)
+            raise
         session = key(user_id, session_id)
         try:
             after = await ops.last_seq(session)
@@ -538,4 +600,4 @@ def create_app(worker: Worker) -> FastAPI:
     return app
 
 
-__all__ = ["create_app", "message_of"]
+__all__ = ["answers_refusal", "create_app", "message_of"]
