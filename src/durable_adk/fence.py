@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextvars import ContextVar
@@ -204,6 +205,7 @@ class RunFence:
         self._trusted_until = trusted_until
         self._lost: str | None = None
         self._lost_event = asyncio.Event()
+        self._guard = threading.Lock()  # extend() may come from the lease watchdog's thread
         self._changed = asyncio.Event()
         self._stopping: str | None = None
         self._busy = 0
@@ -350,17 +352,26 @@ class RunFence:
 
     def renewed(self, trusted_until: float) -> None:
         """Moves the deadline after a successful renewal (the heartbeat's call); no-op once lost."""
+        self.extend(trusted_until)
         if self._lost is None:
-            self._trusted_until = max(self._trusted_until, trusted_until)
             self._notify()
+
+    def extend(self, trusted_until: float) -> None:
+        """Moves the deadline only, from any thread (the lease watchdog's renewal while the
+        event loop is blocked); no-op once lost. The loop is told later, by :meth:`renewed`."""
+        with self._guard:
+            if self._lost is None:
+                self._trusted_until = max(self._trusted_until, trusted_until)
 
     def lose(self, reason: str) -> None:
         """Marks the lease lost for good (the heartbeat's call); the first reason is kept."""
-        if self._lost is None:
+        with self._guard:
+            if self._lost is not None:
+                return
             self._lost = reason
             self._trusted_until = float("-inf")
-            self._lost_event.set()
-            self._notify()
+        self._lost_event.set()
+        self._notify()
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

@@ -20,6 +20,14 @@ What it guarantees (framework-agnostic: no ADK import here):
   (a :class:`~durable_adk.ledger.RenewResult`: ``ok`` and
   ``cancel_requested_by``, so the owner can stop a cancelled run at its next
   heartbeat).
+* A blocked event loop costs no lease (:class:`LeaseWatchdog`): a thread of
+  its own, with its own connection to the store, watches the loop; when the
+  loop has not ticked for half a renewal interval and a renewal is due, the
+  watchdog sends the same one statement itself and moves each fence's local
+  deadline (the loop learns of it when it runs again). A synchronous tool or
+  callback that blocks for minutes therefore loses neither its own lease nor
+  those of the runs beside it. Every write is still fenced by the store, and
+  a run the watchdog finds taken over is lost on the loop as soon as it runs.
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from durable_adk.fence import RunFence
 from durable_adk.ledger import Lease, RenewResult, RunLedger
@@ -82,6 +92,7 @@ class LeaseKeeper:
         self.renewals = 0  # statements sent (tests, benches)
         self._held: dict[str, Holding] = {}
         self._task: asyncio.Task[None] | None = None
+        self.watchdog = LeaseWatchdog(self)
 
     @property
     def interval(self) -> float:
@@ -107,6 +118,7 @@ class LeaseKeeper:
         task = self._task
         if task is None or task.done() or task.get_loop() is not loop:
             self._task = loop.create_task(self._run(), name=f"durable-adk-leases-{self.owner}")
+        self.watchdog.watch(loop)
         return holding
 
     def drop(self, holding: Holding) -> None:
@@ -118,7 +130,8 @@ class LeaseKeeper:
             holding._timer = None
 
     async def aclose(self) -> None:
-        """Stops the heartbeat task (the holdings are left as they are)."""
+        """Stops the heartbeat task and its watchdog (the holdings are left as they are)."""
+        await self.watchdog.stop()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -142,7 +155,7 @@ class LeaseKeeper:
         return results
 
     def _live(self) -> list[Holding]:
-        return [h for h in self._held.values() if h.fence.lost is None]
+        return [h for h in list(self._held.values()) if h.fence.lost is None]
 
     def _arm(self, holding: Holding) -> None:
         """(Re)sets the holding's deadline timer on the fence's ``trusted_until``."""
@@ -206,6 +219,7 @@ class LeaseKeeper:
                 retry_in = min(retry_in * 2, interval)
                 continue
             self._apply(batch, results, sent)
+            self.watchdog.renewed(sent)
             return sent
 
     def _apply(self, batch: list[Holding], results: dict[str, RenewResult], sent: float) -> None:
@@ -222,3 +236,153 @@ class LeaseKeeper:
             self._arm(holding)
             if holding.on_renewal is not None:
                 holding.on_renewal(result)
+
+
+class LeaseWatchdog:
+    """Renews a keeper's leases from a thread of its own while the event loop is blocked.
+
+    The loop ticks a timestamp every tenth of the renewal interval while any
+    lease is held. The watchdog thread looks at it as often: when the loop
+    has been silent for half an interval and a renewal is due (an interval
+    since the last one sent), it renews every live holding with one
+    statement on a store connection of its own (opened at first need, from
+    the store's URL, in the thread's own event loop), moves each fence's
+    local deadline (:meth:`~durable_adk.fence.RunFence.extend`, safe from a
+    thread) and hands the per-run results to the loop for when it runs again
+    (renewal callbacks, lost runs). While the loop ticks, the watchdog sends
+    nothing: the keeper's own task renews. A store it cannot open (an
+    in-memory SQLite database has no second connection) leaves it idle.
+    """
+
+    def __init__(self, keeper: LeaseKeeper) -> None:
+        self.keeper = keeper
+        self.renewals = 0  # statements the watchdog sent (tests)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._seen = time.monotonic()  # the loop's last tick
+        self._last_sent = time.monotonic()  # the last renewal sent, by either side
+        self._main: asyncio.AbstractEventLoop | None = None
+        self._tick: asyncio.TimerHandle | None = None
+
+    @property
+    def every(self) -> float:
+        """How often the loop ticks and the watchdog looks: a tenth of the renewal interval."""
+        return self.keeper.interval / 10
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Starts the loop's tick and the watchdog thread (once; again after they stopped)."""
+        url = getattr(self.keeper.ledger.store, "url", None)
+        if not isinstance(url, str) or ":memory:" in url:
+            return  # no second connection reaches this database
+        self._seen = time.monotonic()
+        if self._main is not loop or self._tick is None:
+            self._main = loop
+            self._schedule_tick()
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._thread_main,
+                args=(url,),
+                name=f"durable-adk-lease-watchdog-{self.keeper.owner}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def renewed(self, sent: float) -> None:
+        """The keeper's own renewal answered (sent at ``sent``)."""
+        self._last_sent = max(self._last_sent, sent)
+
+    async def stop(self) -> None:
+        """Stops the thread (waits for it) and the loop's tick."""
+        self._stop.set()
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join, 10)
+
+    def _schedule_tick(self) -> None:
+        def tick() -> None:
+            self._seen = time.monotonic()
+            if self.keeper.held() and not self._stop.is_set():
+                assert self._main is not None
+                self._tick = self._main.call_later(self.every, tick)
+            else:
+                self._tick = None
+
+        assert self._main is not None
+        self._tick = self._main.call_later(self.every, tick)
+
+    def _thread_main(self, url: str) -> None:
+        try:
+            asyncio.run(self._watch(url))
+        except Exception:  # never take the process down; the loop's own renewal goes on
+            logger.exception("the lease watchdog stopped")
+
+    async def _watch(self, url: str) -> None:
+        from durable_adk.ledger import RunLedger
+        from durable_adk.store import connect
+
+        store: Any = None
+        try:
+            while not self._stop.is_set() and self.keeper.held():
+                await asyncio.sleep(self.every)
+                now = time.monotonic()
+                stalled = now - self._seen > self.keeper.interval / 2
+                due = now - self._last_sent >= self.keeper.interval
+                if not (stalled and due):
+                    continue
+                batch = self.keeper._live()
+                if not batch:
+                    continue
+                if store is None:
+                    store = await connect(url, **_one_connection(url))
+                ledger = RunLedger(store, lease_seconds=self.keeper.lease_seconds)
+                sent = time.monotonic()
+                try:
+                    results = await asyncio.wait_for(
+                        ledger.renew_many(self.keeper.owner, [h.lease for h in batch]),
+                        timeout=self.keeper.interval * 0.8,
+                    )
+                except Exception as exc:  # retried at the next look, until the deadlines
+                    logger.warning("the lease watchdog's renewal failed: %s", exc)
+                    continue
+                self.renewals += 1
+                self._last_sent = sent
+                trusted = trust_from(sent, self.keeper.lease_seconds)
+                for holding in batch:
+                    result = results.get(holding.lease.run_id)
+                    if result is not None and result.ok:
+                        holding.fence.extend(trusted)
+                logger.warning(
+                    "the event loop has not run for %.1fs: the lease watchdog renewed %d "
+                    "lease(s) from its own thread",
+                    now - self._seen,
+                    len(batch),
+                )
+                self._hand_to_loop(batch, results, sent)
+        finally:
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    await store.close()
+            with self._lock:
+                self._thread = None
+
+    def _hand_to_loop(self, batch: list[Holding], results: Any, sent: float) -> None:
+        """The loop applies the results when it runs again (callbacks, lost runs, timers)."""
+        main = self._main
+        if main is None or main.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            main.call_soon_threadsafe(self.keeper._apply, batch, results, sent)
+
+
+def _one_connection(url: str) -> dict[str, Any]:
+    """Options for the watchdog's own store: as small as the backend allows."""
+    if url.startswith("sqlite"):
+        return {}
+    return {"min_size": 1, "max_size": 1, "lease_pool_size": 1, "notify": False}

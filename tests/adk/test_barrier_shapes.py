@@ -12,7 +12,6 @@ from typing import Any
 
 from google.adk.agents import LlmAgent, ParallelAgent
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
-from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
@@ -164,3 +163,47 @@ async def test_a_sync_tool_blocking_past_the_lease_loses_no_lease(store: Store) 
     kept = DurableRunner(app=agent, app_name=APP, store=store, run_config=own)
     assert kept.run_config.tool_thread_pool_config == own.tool_thread_pool_config
     assert runner.run_config.tool_thread_pool_config is not None
+
+
+async def test_a_blocked_event_loop_costs_no_lease(store: Store) -> None:
+    """A sync callback blocks the loop itself for twice the lease: the watchdog renews."""
+    lease = 3.0
+    blocked_once: list[str] = []
+    waiting, stalled = asyncio.Event(), asyncio.Event()
+
+    def stall(callback_context: Any, llm_request: LlmRequest) -> None:
+        if callback_context.session.id == "stalls" and not blocked_once:
+            blocked_once.append("x")
+            stalled.set()  # seen by the run beside once the loop runs again
+            time.sleep(2 * lease)  # on the event loop: no await, no heartbeat task
+        return None
+
+    async def wait_here(n: int) -> dict[str, int]:
+        """Holds its run (and its lease) across the stall."""
+        waiting.set()
+        await asyncio.wait_for(stalled.wait(), 30)
+        return {"n": n}
+
+    agent = LlmAgent(
+        name="clerk",
+        model=ScriptedModel([Call("wait_here", {"n": 1}), Say("ok")]),
+        tools=[wait_here],
+        before_model_callback=stall,
+    )
+    runner = DurableRunner(app=agent, app_name=APP, store=store, lease=lease)
+
+    async def one(session: str) -> None:
+        async for _ in runner.run(user_id="u", session_id=session, message="go"):
+            pass
+
+    beside = asyncio.create_task(one("beside"))
+    await asyncio.wait_for(waiting.wait(), 30)
+    await one("stalls")
+    await beside
+    runs = await runner.ledger.list_runs()
+    assert {r.session_id: (r.status, r.epoch) for r in runs} == {
+        "beside": (RunStatus.DONE, 1),
+        "stalls": (RunStatus.DONE, 1),
+    }
+    assert runner.keeper.watchdog.renewals >= 1  # the loop's own heartbeat could not have
+    await runner.aclose()
