@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import warnings
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from google.adk.agents import LlmAgent, LoopAgent, ParallelAgent
@@ -41,7 +42,7 @@ from google.adk.events.event import Event
 from google.adk.events.request_input import RequestInput
 from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.function_tool import FunctionTool
-from google.adk.workflow import FunctionNode, Workflow
+from google.adk.workflow import BaseNode, FunctionNode, Workflow
 from google.genai import types
 
 from durable_adk import DurableRunner, Store, errors, journaled, open_store
@@ -83,8 +84,17 @@ def _finish(node_input: Any) -> str:
     return f"approved: {node_input}"
 
 
+class Tally(BaseNode):
+    """A plain node root (neither agent nor Workflow): its answer is an output event."""
+
+    async def _run_impl(self, *, ctx: Any, node_input: Any) -> AsyncGenerator[Any, None]:
+        yield {"tally": 3}
+
+
 def build(shape: str, billing: BillingClient) -> Any:
     """The root agent of a shape."""
+    if shape == "basenode":
+        return Tally(name="tally")
     if shape == "input_loop":
         ask = FunctionNode(func=_ask, name="ask", rerun_on_resume=True)
         decide = FunctionNode(func=_decide, name="decide")

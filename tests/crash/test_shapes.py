@@ -333,3 +333,21 @@ async def test_a_loop_root_killed_before_finish_is_done_without_another_round(
         ("worker-A", "invoice:L-1"),
         ("worker-A", "invoice:L-2"),
     ]
+
+
+# ------------------------------------------------------ a plain BaseNode root
+
+
+async def test_a_plain_node_root_runs_to_done_and_is_recovered_after_a_kill(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("basenode", url, billing)
+    assert app.run() is None
+    assert (await app.facts())["status"] == [DONE]  # not handed back as MODEL_INFLIGHT
+    app.run(crash_at="runner.before_finish")  # its output stored, the row not finished
+    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    app.run(crash_at="runner.before_first_event")  # recorded, nothing driven yet
+    assert app.recover() == [("NOT_STARTED", "redrive", "DONE")]
+    seen = await app.facts()
+    assert seen["status"] == [DONE, DONE, DONE]
+    assert seen["outputs"] == [{"tally": 3}] * 3

@@ -192,9 +192,7 @@ def _text_of(event: Event) -> str:
 
 
 def _is_meaningful(event: Event) -> bool:
-    # A node's output event (a BaseNode root, a Workflow's own output) carries
-    # no content: it counts as ADK's Runner counts it, as the node's answer.
-    return _has_content(event) or bool(event.error_code) or event.output is not None
+    return _has_content(event) or bool(event.error_code)
 
 
 def _is_model_turn(event: Event) -> bool:
@@ -483,7 +481,15 @@ def classify(
     for event in mine:
         if event.author == terminal and event.actions.transfer_to_agent:
             terminal = event.actions.transfer_to_agent
-    last_index = max(i for i, e in enumerate(mine) if _is_meaningful(e))
+    # A plain node's output event carries no content: for a root that is neither
+    # an agent nor a Workflow (whose nodes' outputs are read above), it is the
+    # node's answer, as ADK's Runner takes it.
+    outputs_answer = nodes is None
+
+    def counts(e: Event) -> bool:
+        return _is_meaningful(e) or (outputs_answer and e.output is not None)
+
+    last_index = max(i for i, e in enumerate(mine) if counts(e))
     last = mine[last_index]
     done = OrphanClass.ACTUALLY_DONE
     if not last.actions.transfer_to_agent:
@@ -494,7 +500,7 @@ def classify(
         return verdict(done, "aborted by the client")
     if last.author == terminal and _is_final_text(last):
         return verdict(done, f"final text by terminal agent {terminal}")
-    if last.output is not None and last.author in (root_agent_name, terminal):
+    if outputs_answer and last.output is not None and last.author in (root_agent_name, terminal):
         return verdict(done, f"output of {last.author}")
 
     if last.error_code:
