@@ -29,12 +29,16 @@ session URI (:mod:`durable_adk.adk.service_uri`). What it guarantees:
   for recovery; ``on_run_error_callback``: FAILED, or handed back when the
   error is transient (:class:`RetryPolicy`), or parked on an unknown outcome.
 * Recovery runs with the server: :class:`ServerRuns` keeps, per app, one
-  :class:`DurableRunner` (built from the agent the server loaded, or loaded
-  from the agents folder) and its background loops (:class:`Background`: the
-  recovery sweeper, the job loops, the interrupts' deadlines and the saga
-  sweepers, as under a worker or ``async with DurableRunner``). They start when the
-  durable store is first opened in the server's event loop (ADK's CLI gives
-  session services no start-up hook) and when a plugin first sees an app.
+  :class:`DurableRunner` (built from the App the server runs: its root, its
+  plugins and configuration, a Workflow root loaded from the agents folder;
+  with the services the app's module names in ``durable_adk_services()``,
+  :mod:`durable_adk.adk.app_services`, which the server's runs of the app use
+  too, and resumability on for them as for its recoveries) and its
+  background loops (:class:`Background`: the recovery sweeper, the job
+  loops, the interrupts' deadlines and the saga sweepers, as under a worker
+  or ``async with DurableRunner``). They start when the durable store is
+  first opened in the server's event loop (ADK's CLI gives session services
+  no start-up hook) and when a plugin first sees an app.
 
 Runs the plugin sees inside a DurableRunner drive (recovery re-drives, whose
 App may carry the plugin too) are left alone: DurableRunner holds them.
@@ -244,6 +248,11 @@ class ServerRuns:
         runner = self._runners.get(app_name)
         if runner is None:
             runner = self._serve(app_name, self._app_of(ic), self._app_services(app_name))
+        if not (ic.resumability_config and ic.resumability_config.is_resumable):
+            # ADK wraps a bare root in an App without resumability; the run
+            # is driven as its recovery would be, or its end (a Workflow's
+            # end marker) is never written and it cannot be told done.
+            ic.resumability_config = runner.app.resumability_config
         declared = self._declared[app_name]
         for name, service in declared.runner_kwargs().items():
             setattr(ic, name, service)
