@@ -206,11 +206,12 @@ class Driver:
         drive = self._drives.get((run_id, epoch))
         return drive.fence if drive is not None else None
 
-    def cancel_local(self, run_id: str, epoch: int, by: str) -> None:
-        """A cancel of a run this worker drives: stopped now, without waiting for a heartbeat."""
-        drive = self._drives.get((run_id, epoch))
-        if drive is not None and drive.cancelled_by is None:
-            self._cancel(drive, by)
+    def cancel_local(self, run_id: str, epoch: int | None, by: str) -> None:
+        """A cancel of a run this worker drives (at ``epoch``, or any): stopped now,
+        without waiting for a heartbeat."""
+        for (held, at), drive in list(self._drives.items()):
+            if held == run_id and epoch in (None, at) and drive.cancelled_by is None:
+                self._cancel(drive, by)
 
     async def aclose(self, *, grace: float | None = None) -> None:
         """Waits for the detached drives to end, cancelling those still running after ``grace``.

@@ -58,6 +58,7 @@ from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
 from durable_adk.adk.policy import RetryPolicy, causes
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.adk.workflow_nodes import NodeInFlight
+from durable_adk.ids import check_id
 from durable_adk.interrupts import InterruptTable
 from durable_adk.jobs import JobTable
 from durable_adk.journal import OutcomeUnknown
@@ -98,12 +99,22 @@ class Ending:
             FAILED run, the :class:`~durable_adk.journal.OutcomeUnknown` of a
             PARKED one, the transient fault of a hand-back.
         found: The class recorded with a parked run (its dead letter's).
+        by: Who cancelled a CANCELLED run (an id, for the audit trail).
     """
 
     kind: EndKind
     reason: str | None = None
     error: BaseException | None = None
     found: str | None = None
+    by: str | None = None
+
+
+def _as_id(who: str | None) -> str | None:
+    """``who`` if it is a valid actor id for the audit trail, else None."""
+    try:
+        return check_id("by", who) if who is not None else None
+    except errors.InvalidArgument:
+        return None
 
 
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -140,7 +151,8 @@ def decide(
         with a call unanswered or no final answer.
     """
     if cancelled_by is not None or (error is not None and _cause(error, errors.RunCancelled)):
-        return Ending(EndKind.CANCELLED, f"cancelled by {cancelled_by or 'an operator'}", error)
+        why = f"cancelled by {cancelled_by or 'an operator'}"
+        return Ending(EndKind.CANCELLED, why, error, by=_as_id(cancelled_by))
     if error is not None:
         refused = _cause(error, errors.FenceRefused)
         if refused is not None and lease_lost is None:
@@ -326,7 +338,15 @@ async def _write(
     if kind is EndKind.HANDED_BACK:
         return await ledger.release(lease, error=ending.reason or "handed back")
     if kind is EndKind.CANCELLED:
+        # The audit row of the cancel, if the drive stopped for a cancel the
+        # ledger has not seen (a caller's abort signal): it is what marks the
+        # invocation cancelled for every later continuation. A no-op when an
+        # operator's request is already recorded.
+        await ledger.cancel(run.run_id, by=ending.by or "durable-adk", reason=ending.reason)
         done = await ledger.finish_cancelled(lease)
+        if not done:  # the cancel ended it at once (its lease had run out meanwhile)
+            now = await ledger.get(run.run_id)
+            done = now is not None and now.status is RunStatus.CANCELLED and now.epoch == run.epoch
         if done:
             await ledger.wake_session(run)
         return done

@@ -485,6 +485,9 @@ class DurableRunner:
 
         async def watch() -> None:
             await signal.wait()
+            # Stopped here at once (no await before it): a drive about to end
+            # ends CANCELLED, as ADK's invocation would stop at its next check.
+            self.path.driver.cancel_local(run.run_id, None, "caller")
             await self.cancel(run.run_id, by="caller", reason="abort_signal set")
 
         return asyncio.create_task(watch(), name=f"durable-adk-abort-{run.run_id}")
