@@ -138,7 +138,7 @@ async def test_the_services_given_are_the_attributes(store: Store) -> None:
     assert runner.credential_service is creds
     assert isinstance(runner.session_service, DurableSessionService)
     assert runner.agent.name == "clerk" and runner.app_name == APP
-    assert [p.name for p in runner.plugin_manager.plugins][0] == "durable_adk_barriers"
+    assert runner.plugin_manager.plugins[0].name == "durable_adk_barriers"
 
 
 async def test_app_or_agent_exactly_one(store: Store) -> None:
