@@ -1,19 +1,27 @@
 """Packaging: the built wheel installs in a fresh virtualenv; the ADK facts we rely on still hold.
 
-The wheel test installs with ``--no-deps`` so it needs nothing from a package
-index: it proves the wheel carries the package data (SQL files, migrations,
-dashboard) and that the core runs on the standard library alone, as
-``import durable_adk`` promises. The facts script re-checks, against the ADK
-installed here, every private ADK behaviour docs/adk-notes.md says we rely on:
-an ADK upgrade that breaks one fails this suite.
+The first wheel test installs with ``--no-deps`` so it needs nothing from a
+package index: it proves the wheel carries the package data (SQL files,
+migrations, dashboard) and that the core runs on the standard library alone, as
+``import durable_adk`` promises. The README's install test runs the commands
+the README gives (until durable-adk is published: from a clone, or a wheel
+built from one) in a new virtualenv, dependencies and the ``postgresql`` extra
+included; it needs the package index (pip's cache makes it faster). The facts
+script re-checks, against the ADK installed here, every private ADK behaviour
+docs/adk-notes.md says we rely on: an ADK upgrade that breaks one fails this
+suite.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -100,6 +108,107 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
     assert ran.returncode == 0, ran.stderr
     assert "postgres-extra-named" in ran.stdout
     assert "core-ok 0.1.0" in ran.stdout
+
+
+def readme_install_blocks() -> list[list[str]]:
+    """The shell blocks of the README's install section, one command a line, comments cut."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Adding it to an existing project", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    return [
+        [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+        for block in blocks
+    ]
+
+
+def copy_checkout(target: Path) -> None:
+    """What a clone holds: the checkout without its virtualenv, builds and caches."""
+    shutil.copytree(
+        ROOT,
+        target,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            "*.pyc",
+            ".*_cache",
+            ".hypothesis",
+            "*.db",
+            "*.db-*",
+        ),
+    )
+
+
+@pytest.mark.slow
+def test_the_readme_install_commands_work_in_a_new_virtualenv(tmp_path: Path) -> None:
+    """The README's commands, verbatim: the wheel into a new virtualenv, then the clone."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    wheel = f"dist/durable_adk-{version}-py3-none-any.whl"
+    from_clone, from_wheel = readme_install_blocks()
+    assert from_clone == [
+        "python3 -m venv venv",
+        ". venv/bin/activate",
+        "python -m pip install './durable-adk[postgresql]'",
+        "durable-adk --help",
+    ]
+    assert from_wheel == [
+        "python -m pip wheel --no-deps -w dist ./durable-adk",
+        f"python -m pip install '{wheel}[postgresql]'",
+    ]
+    project = tmp_path / "project"
+    copy_checkout(project / "durable-adk")
+    check = (
+        "import asyncpg, durable_adk, durable_adk.store, durable_adk.adk;"
+        " print('imported', durable_adk.__version__, durable_adk.__file__)"
+    )
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            # The interpreter running this suite, not whatever `python3` is on
+            # PATH: the README asks for Python 3.11 or newer, as this one is.
+            from_clone[0].replace("python3", shlex.quote(sys.executable), 1),
+            from_clone[1],
+            # The wheel first, so that it is what goes into the new virtualenv
+            # with its dependencies; then the clone's install, over it.
+            *from_wheel,
+            f"python -c {shlex.quote(check)}",
+            "durable-adk --help",
+            "echo WHEEL-OK",
+            *from_clone[2:],
+            f"python -c {shlex.quote(check)}",
+        ]
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")
+    }
+    # pip's cache (under HOME) is used as usual. PIP_NO_COMPILE skips compiling
+    # every dependency's .pyc files at install (Python compiles what it imports
+    # when it imports it): the longest part of the install on a busy machine.
+    env.update(PIP_PROGRESS_BAR="off", PIP_NO_COMPILE="1")
+    ran = subprocess.run(
+        ["bash", "-c", script],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-4000:]
+    assert (project / wheel).is_file()
+    venv_lib = str(project / "venv" / "lib")
+    wheel_part, clone_part = ran.stdout.split("WHEEL-OK", 1)
+    for part in (wheel_part, clone_part):
+        (line,) = [x for x in part.splitlines() if x.startswith("imported ")]
+        assert line.startswith(f"imported {version} {venv_lib}"), line
+    assert wheel_part.count("Usage: durable-adk") == 1
+    assert clone_part.count("Usage: durable-adk") == 1
+    for command in ("serve", "recover", "db"):  # its commands are listed
+        assert re.search(rf"\b{command}\b", wheel_part), command
 
 
 def test_the_adk_facts_we_rely_on_still_hold() -> None:
