@@ -903,6 +903,22 @@ class RunLedger:
         )
         return sorted(str(r["run_id"]) for r in rows)
 
+    async def request_cancel_of_invocation(self, run: Run, *, by: str) -> list[str]:
+        """Asks the RUNNING continuations of ``run``'s invocation to stop (not ``run``).
+
+        Returns:
+            The ids of the runs asked.
+        """
+        rows = await self.store.fetch(
+            "run_request_cancel_of_invocation",
+            {
+                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
+                "run_id": run.run_id,
+                "by": by,
+            },
+        )
+        return sorted(str(r["run_id"]) for r in rows)
+
     async def release_claims_of_run(self, run_id: str) -> None:
         """Gives back every answer claim of a run that ended without storing its answer."""
         await self.store.execute("answer_claims_release_of_run", {"run_id": run_id})

@@ -225,3 +225,66 @@ async def test_an_answer_run_cancelled_after_its_answer_was_stored_closes_the_pa
 async def _drain(events: Any) -> None:
     async for _ in events:
         pass
+
+
+async def _settle(runner: DurableRunner, store: Store) -> None:
+    """Drives whatever the race left queued or claimable, until nothing moves."""
+    from durable_adk.adk.recovery import Sweeper
+
+    for _ in range(5):
+        await Resumer(runner, gather=0.0).resume_once()
+        for run in await runner.ledger.list_runs():
+            if run.status is RunStatus.QUEUED:
+                await runner.ledger.backdate(run.run_id, 3600)
+        await Sweeper(runner).recover_once()
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("other", ["job", "inbox", "deadline"])
+async def test_cancel_racing_a_continuation_has_one_outcome(
+    store: Store, payments: FakeService, other: str
+) -> None:
+    recorder = Recorder()
+    runner = DurableRunner(
+        app=agent(payments, recorder),
+        app_name=APP,
+        store=store,
+        queue_poll=0.02,
+        background=False,
+        interrupt_deadlines={"*": 3600.0},
+    )
+    run, call = await paused(runner)
+    table = InterruptTable(store)
+
+    async def continuation() -> None:
+        try:
+            if other == "job":
+                await JobTable(store).complete(JOB_ID, JobState.SUCCEEDED, DONE)
+                await Resumer(runner, gather=0.0).resume_once()
+            elif other == "inbox":
+                await answer_interrupt(store, call.id or "", by="alice", payload=DONE)
+            else:
+                await table.backdate(call.id or "", 7200)
+                from durable_adk.adk.inbox import InterruptSweeper
+
+                await InterruptSweeper(store, app_name=APP, owner="sweeper").expire_once()
+        except errors.Conflict:
+            pass  # the cancel got there first: refused, nothing changed
+
+    await asyncio.gather(runner.cancel(run.run_id, by="ops"), continuation())
+    await _settle(runner, store)
+    runs = await runner.ledger.list_runs()
+    original = next(r for r in runs if r.run_id == run.run_id)
+    mine = [r for r in runs if r.invocation_id == run.invocation_id]
+    assert original.status in (RunStatus.CANCELLED, RunStatus.DONE)
+    if original.status is RunStatus.CANCELLED:
+        # One outcome: nothing of the invocation runs on or ends DONE afterwards.
+        assert {r.status for r in mine} <= {RunStatus.CANCELLED}, [
+            (r.run_id, r.status) for r in mine
+        ]
+        assert payments.acts("charges", "create") <= 1  # at most the act already under way
+        actions = await runner.ledger.actions(run_id=run.run_id)
+        assert [a.action for a in actions].count("cancel") == 1  # audited once
+    else:
+        assert payments.acts("charges", "create") == 1
+    assert not [r for r in runs if r.status in (RunStatus.RUNNING, RunStatus.QUEUED)]

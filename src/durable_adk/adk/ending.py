@@ -448,8 +448,9 @@ async def after_cancel(
 
     A run that never drove (a QUEUED answer) gives its answer claims back:
     the pause stays open for another answer. Any other run cancels its
-    invocation: the runs paused on it end CANCELLED, its interrupts close, its
-    open jobs end CANCELLED, and the calls it left open are sealed.
+    invocation: the runs paused or queued on it end CANCELLED, one still
+    driving it is asked to stop, its interrupts close, its open jobs end
+    CANCELLED, and the calls it left open are sealed.
     """
     if not drove:
         await ledger.release_claims_of_run(run.run_id)
@@ -458,6 +459,8 @@ async def after_cancel(
     await ledger.cancel_paused_of_invocation(
         run, reason=f"its invocation was cancelled (run {run.run_id}: {reason})"
     )
+    # A continuation already driving stops at its owner's next heartbeat.
+    await ledger.request_cancel_of_invocation(run, by="durable-adk")
     await interrupts.close_of_invocation(run)
     await JobTable(ledger.store).cancel_of_invocation(
         app_name=run.app_name,

@@ -39,7 +39,7 @@ from durable_adk.adk.classify import Classification, asks_of, classify, live_eve
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.ids import check_id
 from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
-from durable_adk.ledger import Run
+from durable_adk.ledger import Run, RunLedger
 from durable_adk.store.base import Store
 
 logger = logging.getLogger("durable_adk.inbox")
@@ -368,6 +368,17 @@ async def _record_answer(
     lease: float,
     by_deadline: bool,
 ) -> InboxAnswer:
+    cancelled = await RunLedger(table.store).invocation_cancelled(
+        app_name=interrupt.app_name,
+        user_id=interrupt.user_id,
+        session_id=interrupt.session_id,
+        invocation_id=interrupt.invocation_id,
+    )
+    if cancelled is not None:  # the one rule of every continuation (RunPath.submit's)
+        raise errors.InvocationCancelled(
+            f"interrupt {interrupt.call_id!r}: its invocation was cancelled by {cancelled[1]} "
+            f"(run {cancelled[0]}); it takes no answer (nothing changed)"
+        )
     content = types.Content(
         role="user",
         parts=[

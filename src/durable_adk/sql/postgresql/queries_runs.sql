@@ -484,3 +484,15 @@ RETURNING run_id;
 -- name: answer_claims_release_of_run
 -- Gives back every answer claim of a run that ended without storing its answer.
 DELETE FROM answer_claims WHERE run_id = :run_id::text;
+
+-- name: run_request_cancel_of_invocation
+-- The invocation was cancelled: a continuation of it still RUNNING is asked to
+-- stop (its owner sees the request at its next heartbeat, as an operator's).
+UPDATE runs
+   SET cancel_requested_at = extract(epoch FROM clock_timestamp()),
+       cancel_requested_by = :by::text,
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE app_name = :app_name::text AND user_id = :user_id::text
+   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
+   AND status = 'RUNNING' AND run_id <> :run_id::text AND cancel_requested_at IS NULL
+RETURNING run_id;

@@ -417,3 +417,15 @@ RETURNING run_id;
 -- name: answer_claims_release_of_run
 -- Gives back every answer claim of a run that ended without storing its answer.
 DELETE FROM answer_claims WHERE run_id = :run_id;
+
+-- name: run_request_cancel_of_invocation
+-- The invocation was cancelled: a continuation of it still RUNNING is asked to
+-- stop (its owner sees the request at its next heartbeat, as an operator's).
+UPDATE runs
+   SET cancel_requested_at = (julianday('now') - 2440587.5) * 86400.0,
+       cancel_requested_by = :by,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND status = 'RUNNING' AND run_id <> :run_id
+   AND cancel_requested_at IS NULL
+RETURNING run_id;
