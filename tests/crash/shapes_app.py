@@ -38,14 +38,16 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from google.adk.agents import LlmAgent, LoopAgent, ParallelAgent
+from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.events.request_input import RequestInput
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.workflow import BaseNode, FunctionNode, Workflow
 from google.genai import types
 
-from durable_adk import DurableRunner, Store, errors, journaled, open_store
+from durable_adk import DurableRunner, Store, errors, idempotent, journaled, open_store
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from durable_adk.testing.services import BillingClient
@@ -91,10 +93,46 @@ class Tally(BaseNode):
         yield {"tally": 3}
 
 
+class AuditPlugin(BasePlugin):
+    """An app's own plugin that acts in before_tool_callback (says which call, then may die)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="audit")
+
+    async def before_tool_callback(
+        self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any
+    ) -> dict[str, Any] | None:
+        print(f"PLUGIN {tool_context.function_call_id}", flush=True)
+        crash_point("shapes.in_plugin_before_tool")
+        return None
+
+
 def build(shape: str, billing: BillingClient) -> Any:
     """The root agent of a shape."""
     if shape == "basenode":
         return Tally(name="tally")
+    if shape == "audited":
+        model = ScriptedModel({"clerk": [Call("invoice", {"invoice_id": "A-1"}), Say("done")]})
+        clerk = LlmAgent(name="clerk", model=model, tools=[invoice_tool(billing)])
+        return App(name=APP, root_agent=clerk, plugins=[AuditPlugin()])
+    if shape == "parallel_slow":
+        model = ScriptedModel(
+            {
+                "north": [Call("invoice", {"invoice_id": "P-N"}), Say("North invoiced.")],
+                "south": [Call("tally_up", {"n": 1}), Say("South tallied.")],
+            }
+        )
+
+        @idempotent
+        async def tally_up(n: int) -> dict[str, int]:
+            """Slow: the other branch runs ahead meanwhile."""
+            await asyncio.sleep(1.0)
+            crash_point("shapes.in_slow_branch")
+            return {"n": n}
+
+        north = LlmAgent(name="north", model=model, tools=[invoice_tool(billing)])
+        south = LlmAgent(name="south", model=model, tools=[tally_up])
+        return ParallelAgent(name="fanout", sub_agents=[north, south])
     if shape == "input_loop":
         ask = FunctionNode(func=_ask, name="ask", rerun_on_resume=True)
         decide = FunctionNode(func=_decide, name="decide")
@@ -185,10 +223,10 @@ def make_runner(store: Store, shape: str, billing_url: str, worker: str) -> Dura
 async def _drive(runner: DurableRunner, session: str, message: Any, invocation: str | None) -> str:
     error = None
     try:
-        async for _ in runner.run(
+        async for event in runner.run(
             user_id=USER, session_id=session, message=message, invocation_id=invocation
         ):
-            pass
+            print(f"HANDED {event.id}", flush=True)  # what the caller saw, before any kill
     except Exception as exc:  # parked, refused, handed back: the ledger says which
         error = f"{type(exc).__name__}: {exc}"
     return json.dumps({"error": error})

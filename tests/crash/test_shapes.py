@@ -351,3 +351,43 @@ async def test_a_plain_node_root_runs_to_done_and_is_recovered_after_a_kill(
     seen = await app.facts()
     assert seen["status"] == [DONE, DONE, DONE]
     assert seen["outputs"] == [{"tally": 3}] * 3
+
+
+# ------------------------------------- barriers under a kill: caller and plugins
+
+
+async def stored_event_ids(url: str) -> tuple[set[str], set[str]]:
+    """(event ids, function call ids) a fresh process reads from the store."""
+    async with open_store(url) as store:
+        session = await DurableSessionService(store).get_session(
+            app_name=APP, user_id=USER, session_id="s1"
+        )
+    assert session is not None
+    calls = {c.id or "" for e in session.events for c in e.get_function_calls()}
+    return {e.id for e in session.events}, calls
+
+
+async def test_parallel_branches_killed_mid_way_the_caller_saw_only_stored_events(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("parallel_slow", url, billing)
+    crashed = app._child("run", "--text", "go", crash_at="shapes.in_slow_branch")
+    handed = [line.split()[1] for line in crashed.stdout.splitlines() if line.startswith("HANDED")]
+    assert handed, crashed.stdout  # the fast branch's events reached the caller first
+    ids, _ = await stored_event_ids(url)
+    assert [h for h in handed if h not in ids] == []  # none a crash could lose
+    assert app.recover()[0][2] == "DONE"
+    assert [key for _, key in app.acts()] == ["invoice:P-N"]  # one invoice, whatever re-ran
+
+
+async def test_an_app_plugin_killed_in_before_tool_acted_for_a_stored_call(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("audited", url, billing)
+    crashed = app._child("run", "--text", "go", crash_at="shapes.in_plugin_before_tool")
+    seen = [line.split()[1] for line in crashed.stdout.splitlines() if line.startswith("PLUGIN")]
+    assert len(seen) == 1, crashed.stdout
+    _, calls = await stored_event_ids(url)
+    assert seen[0] in calls  # the barrier ran before the app's plugin: the call is durable
+    assert app.recover() == [("TOOL_UNANSWERED", "redrive", "DONE")]
+    assert [key for _, key in app.acts()] == ["invoice:A-1"]
