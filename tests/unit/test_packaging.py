@@ -91,7 +91,7 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
                 async with open_store("postgresql://nobody@127.0.0.1:1/x"):
                     pass
             except errors.UnsupportedUrl as exc:
-                assert "durable-adk[postgresql]" in str(exc), exc
+                assert "durable-adk[postgresql]" in str(exc) and "extra" in str(exc), exc
                 print("postgres-extra-named")
         asyncio.run(main())
         print("core-ok", durable_adk.__version__)

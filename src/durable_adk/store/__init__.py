@@ -220,7 +220,8 @@ def _postgres_store_class() -> type[PostgresStore]:
         from durable_adk.store.postgres import PostgresStore
     except ImportError as exc:  # asyncpg missing
         raise errors.UnsupportedUrl(
-            f"PostgreSQL needs the asyncpg driver: pip install 'durable-adk[postgresql]' ({exc})"
+            "PostgreSQL needs the asyncpg driver: install durable-adk with its postgresql "
+            f"extra (pip install './durable-adk[postgresql]' from a checkout) ({exc})"
         ) from exc
     return PostgresStore
 
