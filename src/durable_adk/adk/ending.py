@@ -367,41 +367,33 @@ async def _write(
     return parked
 
 
+_LOGGED = {
+    EndKind.HANDED_BACK: ("handed_back", logging.WARNING),
+    EndKind.PARKED: ("parked", logging.WARNING),
+    EndKind.CANCELLED: ("cancelled", logging.INFO),
+}
+"""The endings that get a run-log line of their own (docs/runs.md, "Logs")."""
+
+
 def _log_and_count(metrics: Metrics, run: Run, ending: Ending) -> None:
     kind = ending.kind
-    if kind is EndKind.HANDED_BACK:
+    if kind in _LOGGED:
+        name, level = _LOGGED[kind]
+        extra = {"cls": ending.found} if kind is EndKind.PARKED else {}
         run_event(
             logger,
-            logging.WARNING,
-            "handed_back",
+            level,
+            name,
             run_id=run.run_id,
             epoch=run.epoch,
             attempt=run.attempts,
             reason=ending.reason,
+            **extra,
         )
-        return
+    if kind is EndKind.HANDED_BACK:
+        return  # still RUNNING: not an outcome
     if kind is EndKind.PARKED:
         metrics.run_parked()
-        run_event(
-            logger,
-            logging.WARNING,
-            "parked",
-            run_id=run.run_id,
-            epoch=run.epoch,
-            cls=ending.found,
-            attempt=run.attempts,
-            reason=ending.reason,
-        )
-    elif kind is EndKind.CANCELLED:
-        run_event(
-            logger,
-            logging.INFO,
-            "cancelled",
-            run_id=run.run_id,
-            epoch=run.epoch,
-            attempt=run.attempts,
-            reason=ending.reason,
-        )
     metrics.run_finished(STATUS_OF[kind].value)
 
 

@@ -335,15 +335,7 @@ class RunPath:
             if all(p.function_response for p in content.parts):
                 run = await self.submit_answer(user_id, session_id, chosen_invocation_id, content)
                 return run, content
-            run = await self.ledger.submit(
-                app_name=self.app_name,
-                user_id=user_id,
-                session_id=session_id,
-                request=request,
-                owner=self.worker_id,
-                invocation_id=chosen_invocation_id,
-            )
-            return run, content
+            return await self._record(user_id, session_id, request, chosen_invocation_id), content
         # The common case in one unit of work: session made if missing, run
         # recorded and, if the session is free, claimed.
         now = time.time()
@@ -376,14 +368,20 @@ class RunPath:
                 await self.sessions.create_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id
                 )
-        run = await self.ledger.submit(
+        return await self._record(user_id, session_id, request, None), content
+
+    async def _record(
+        self, user_id: str, session_id: str, request: dict[str, Any], invocation_id: str | None
+    ) -> Run:
+        """A new run on the ledger, QUEUED and held by this worker (no answer claims)."""
+        return await self.ledger.submit(
             app_name=self.app_name,
             user_id=user_id,
             session_id=session_id,
             request=request,
             owner=self.worker_id,
+            invocation_id=invocation_id,
         )
-        return run, content
 
     async def refuse_if_cancelled(self, user_id: str, session_id: str, invocation_id: str) -> None:
         """Refuses a continuation of a cancelled invocation.
@@ -482,15 +480,8 @@ class RunPath:
                 f"invocation {invocation_id!r} has no user message in session {session_id!r}"
             )
         await self.refuse_if_cancelled(user_id, session_id, invocation_id)
-        run = await self.ledger.submit(
-            app_name=self.app_name,
-            user_id=user_id,
-            session_id=session_id,
-            request=original.model_dump(mode="json", exclude_none=True),
-            owner=self.worker_id,
-            invocation_id=invocation_id,
-        )
-        return run, original
+        request = original.model_dump(mode="json", exclude_none=True)
+        return await self._record(user_id, session_id, request, invocation_id), original
 
     async def invocation_of_answers(
         self, user_id: str, session_id: str, message: types.Content
