@@ -70,6 +70,10 @@ class RunPolicy:
         return self.queue_poll_max
 
 
+DEFAULT_POLICY = RunPolicy()
+"""The defaults every entry point takes (DurableRunner, the worker, the api_server plugin)."""
+
+
 def model_error_is_retryable(exc: BaseException) -> bool:
     """The default :attr:`RetryPolicy.retryable`: a model API error 429 (rate limit) or 5xx."""
     if not isinstance(exc, genai_errors.APIError):

@@ -62,10 +62,10 @@ from durable_adk.adk.classify import INTERIM_KEY as INTERIM_KEY
 from durable_adk.adk.classify import Classification
 from durable_adk.adk.ending import LAST_EVENTS_KEPT as LAST_EVENTS_KEPT
 from durable_adk.adk.live import LiveEvents
+from durable_adk.adk.policy import DEFAULT_POLICY, causes
 from durable_adk.adk.policy import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.policy import RetryPolicy as RetryPolicy
 from durable_adk.adk.policy import RunPolicy as RunPolicy
-from durable_adk.adk.policy import causes
 from durable_adk.adk.policy import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.runpath import RunPath
 from durable_adk.adk.session_service import DurableSessionService
@@ -115,13 +115,13 @@ class DurableRunner:
         store: Any,
         agent: BaseAgent | BaseNode | None = None,
         worker_id: str | None = None,
-        lease: float = 30.0,
+        lease: float = DEFAULT_POLICY.lease,
         app_name: str | None = None,
         session_service: BaseSessionService | None = None,
-        max_attempts: int = 3,
-        backoff: float = 1.0,
+        max_attempts: int = DEFAULT_POLICY.max_attempts,
+        backoff: float = DEFAULT_POLICY.backoff,
         idempotent_tools: Iterable[str] = (),
-        queue_poll: float = 0.1,
+        queue_poll: float = DEFAULT_POLICY.queue_poll,
         queue_poll_max: float | None = None,
         metrics: Metrics = NO_METRICS,
         retry_policy: RetryPolicy | None = None,
@@ -130,7 +130,7 @@ class DurableRunner:
         credential_service: BaseCredentialService | None = None,
         plugins: Iterable[BasePlugin] = (),
         run_config: RunConfig | None = None,
-        cancel_grace: float = 30.0,
+        cancel_grace: float = DEFAULT_POLICY.cancel_grace,
         interrupt_deadlines: Mapping[str, float] | None = None,
         background: bool | BackgroundSettings = True,
         commits: CommitMode = "barrier",

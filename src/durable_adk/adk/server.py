@@ -71,6 +71,7 @@ from durable_adk.adk.app_services import AppServices, load_services
 from durable_adk.adk.background import Background, BackgroundSettings
 from durable_adk.adk.drive import Drive
 from durable_adk.adk.ending import decide, record
+from durable_adk.adk.policy import DEFAULT_POLICY
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.fence import current_fence, using_fence
@@ -95,11 +96,11 @@ class ServerSettings:
             (doubling to 2 s; a run of the session that ends wakes it at once).
     """
 
-    lease: float = 30.0
+    lease: float = DEFAULT_POLICY.lease
     sweep_interval: float = 5.0
-    max_attempts: int = 3
-    backoff: float = 1.0
-    queue_poll: float = 0.1
+    max_attempts: int = DEFAULT_POLICY.max_attempts
+    backoff: float = DEFAULT_POLICY.backoff
+    queue_poll: float = DEFAULT_POLICY.queue_poll
 
     def __post_init__(self) -> None:
         if self.lease <= 0 or self.sweep_interval <= 0 or self.queue_poll <= 0:

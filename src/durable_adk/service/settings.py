@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from durable_adk import errors
+from durable_adk.adk.policy import DEFAULT_POLICY
 from durable_adk.loops import require_positive
 
 if TYPE_CHECKING:
@@ -73,9 +74,9 @@ class ServiceSettings:
     port: int = 8000
     token: str = field(default_factory=new_token, repr=False)
     worker_id: str | None = None
-    lease: float = 30.0
-    max_attempts: int = 3
-    backoff: float = 1.0
+    lease: float = DEFAULT_POLICY.lease
+    max_attempts: int = DEFAULT_POLICY.max_attempts
+    backoff: float = DEFAULT_POLICY.backoff
     idempotent_tools: tuple[str, ...] = ()
     sweep_interval: float = 5.0
     sweep_batch: int = 10
