@@ -56,6 +56,21 @@ register_session_uris(settings=ServerSettings(lease=30.0, sweep_interval=0.3))
 """
 
 
+@pytest.fixture(autouse=True)
+def own_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Folders the loaders put on sys.path, and the modules they import, go with the test.
+
+    (An agents folder left on sys.path would give a later ADK server in this
+    process its ``services.py``.)
+    """
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name in ("services_app", "services", "good_services") or name.startswith("broken_"):
+            del sys.modules[name]
+
+
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     """A folder holding the app's module: the working directory, or ADK's agents folder."""
