@@ -97,6 +97,21 @@ async def test_retry_of_a_parked_run_is_safe_twice(store: Store) -> None:
     assert await ledger.retry("no-such-run") is None
 
 
+async def test_an_abandoned_run_is_never_retried_by_the_ledger(store: Store) -> None:
+    """Abandon is final in the statement itself, not only in the operator's check before it."""
+    ledger = RunLedger(store)
+    run = await ledger.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")
+    claimed = await ledger.claim_queued(run.run_id, "w")
+    assert claimed is not None
+    assert await ledger.park(claimed.lease, error="outcome unknown")
+    assert (await ledger.abandon(run.run_id, by="ops", reason="checked by hand")).changed
+    left = await ledger.retry(run.run_id)  # the run as it stands: not re-queued
+    assert left is not None and left.status is RunStatus.FAILED
+    recorded = await ledger.retry_recorded(run.run_id, by="ops")
+    assert not recorded.changed and recorded.run.status is RunStatus.FAILED
+    assert await ledger.claim_expired("sweeper") == []
+
+
 async def test_one_running_run_per_session_in_order(store: Store) -> None:
     def two_turn_runner(worker: str) -> DurableRunner:
         script = [Say("first answer"), Say("second answer")]

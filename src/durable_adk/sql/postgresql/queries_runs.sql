@@ -195,12 +195,15 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM r) THEN 'ok' ELSE 'fenced' END AS status,
 -- name: run_retry
 -- An operator tries a parked or failed run again: it re-enters its session's
 -- queue with an expired lease and fresh attempts, so the next sweep recovers it.
--- A run that is neither PARKED nor FAILED is left as it is (calling twice is harmless).
+-- A run that is neither PARKED nor FAILED, or was abandoned (final), is left as it is
+-- (calling twice is harmless).
 UPDATE runs
    SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
        lease_until = 0, last_error = NULL, finished_at = NULL,
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND status IN ('PARKED', 'FAILED')
+   AND NOT EXISTS (SELECT 1 FROM operator_actions a WHERE a.run_id = :run_id::text
+                                                  AND a.action = 'abandon')
 RETURNING *;
 
 -- name: run_get
@@ -383,6 +386,8 @@ WITH cur AS (
     SELECT r.pk, r.run_id, r.app_name, r.status, r.epoch, r.last_error
       FROM runs r
      WHERE r.run_id = :run_id::text AND r.status IN ('PARKED', 'FAILED')
+       AND NOT EXISTS (SELECT 1 FROM operator_actions a
+                        WHERE a.run_id = :run_id::text AND a.action = 'abandon')
        FOR UPDATE
 ), u AS (
     UPDATE runs

@@ -167,12 +167,14 @@ SELECT 'ok' AS status;
 -- name: run_retry
 -- An operator tries a parked or failed run again: it re-enters its session's
 -- queue with an expired lease and fresh attempts, so the next sweep recovers it.
--- A run that is neither PARKED nor FAILED is left as it is (calling twice is harmless).
+-- A run that is neither PARKED nor FAILED, or was abandoned (final), is left as it is
+-- (calling twice is harmless).
 UPDATE runs
    SET status = 'QUEUED', owner = NULL, attempts = 0, next_attempt_at = 0,
        lease_until = 0, last_error = NULL, finished_at = NULL,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND status IN ('PARKED', 'FAILED')
+  AND NOT EXISTS (SELECT 1 FROM operator_actions a WHERE a.run_id = :run_id AND a.action = 'abandon')
 RETURNING *;
 
 -- name: run_get
@@ -328,7 +330,8 @@ SELECT * FROM runs WHERE run_id = :run_id;
 -- run_retry with its line in the audit trail: a PARKED or FAILED run re-enters
 -- its session's queue; any other run is left as it is.
 SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id
-                                              AND status IN ('PARKED', 'FAILED'))
+                                              AND status IN ('PARKED', 'FAILED')
+                                              AND NOT EXISTS (SELECT 1 FROM operator_actions a WHERE a.run_id = :run_id AND a.action = 'abandon'))
             THEN 'ok' ELSE 'unchanged' END AS status;
 INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
                               status_after, epoch, detail, created_at)
