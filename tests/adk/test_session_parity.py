@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.base_session_service import (
@@ -762,3 +763,43 @@ async def test_two_appends_at_once_through_one_object(
     else:
         assert step(ours, "results") == ["e1", "StaleSessionError"]
         assert step(ours, "stored") == ["e1"]
+
+
+# ------------------------------------------- the service as ADK's callers hold it
+
+ADK_STALE = "modified in storage"
+"""What callers of ADK's database service match a stale append's message on."""
+
+
+async def test_async_with_and_the_stale_message_read_as_the_database_services(
+    durable: DurableSessionService, adk_database: DatabaseSessionService
+) -> None:
+    """``async with service:`` works, and a stale append says what ADK's says.
+
+    Both services give the same error type and the words ADK's callers look
+    for, through an object loaded before another append and through one built
+    by hand behind the log. Leaving the block closes ADK's engine; ours leaves
+    the caller's store open.
+    """
+    for service in (durable, adk_database):
+        async with service as entered:
+            assert entered is service
+            await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+            first = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+            second = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+            assert first is not None and second is not None
+            await service.append_event(first, said(1, "first"))
+            with pytest.raises(StaleSessionError, match=ADK_STALE):
+                await service.append_event(second, said(2, "second"))
+            stored = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+            assert stored is not None
+            await service.append_event(stored, said(3, "third"))
+            behind = Session(app_name=APP, user_id=USER, id="s1", events=[said(9, "never stored")])
+            with pytest.raises(StaleSessionError, match=ADK_STALE):
+                await service.append_event(behind, said(4, "fourth"))
+    after = await durable.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert after is not None
+    assert [e.content.parts[0].text for e in after.events if e.content and e.content.parts] == [
+        "first",
+        "third",
+    ]

@@ -152,6 +152,10 @@ def _parse_marker(marker: str | None) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+_STALE = "The session has been modified in storage since it was loaded"
+"""The first words of every StaleSessionError, as ADK's DatabaseSessionService words it."""
+
+
 class DurableSessionService(BaseSessionService):
     """An ADK session service over a durable-adk :class:`~durable_adk.store.Store`.
 
@@ -658,9 +662,10 @@ class DurableSessionService(BaseSessionService):
         if status == "missing":
             self._forget(key)
             raise SessionNotFoundError(f"Session {session_id} not found.")
+        # The first sentence is ADK's (DatabaseSessionService): callers match on it.
         raise StaleSessionError(
-            f"session {session_id!r} was appended to since this object was loaded "
-            f"(it saw event #{expected}, the log is at #{row['last_seq'] if row else '?'}"
+            f"{_STALE} (session {session_id!r}: this object saw event #{expected}, "
+            f"the log is at #{row['last_seq'] if row else '?'}"
             f"{'; an event id of the batch is already stored' if status == 'duplicate' else ''}); "
             "reload it with get_session"
         )
@@ -856,7 +861,8 @@ class DurableSessionService(BaseSessionService):
             raise SessionNotFoundError(f"Session {session.id} not found.")
         if session.events and row["seq"] is None:
             raise StaleSessionError(
-                f"session {session.id!r}: this object's newest event is not in the store"
+                f"{_STALE} (session {session.id!r}: this object's newest event is not in "
+                "the store); reload it with get_session"
             )
         return int(row["pk"]), int(row["seq"] or 0)
 
@@ -876,6 +882,23 @@ class DurableSessionService(BaseSessionService):
             "load_deltas_after", {"session_pk": pk, "after_seq": snap_seq, "upto_seq": seq}
         )
         return fold(base, (json.loads(r["delta"]) for r in rows))
+
+    # ------------------------------------------------------------- lifetime
+
+    async def close(self) -> None:
+        """Does nothing: the store belongs to the caller, who closes it.
+
+        ADK's ``DatabaseSessionService.close`` likewise leaves an engine it
+        was given open; here the store is always given.
+        """
+
+    async def __aenter__(self) -> DurableSessionService:
+        """``async with service:`` as with ADK's ``DatabaseSessionService``; returns the service."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Calls :meth:`close` (the store stays open)."""
+        await self.close()
 
     # --------------------------------------------------------------- rebuild
 
