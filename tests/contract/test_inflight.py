@@ -531,7 +531,7 @@ async def test_queue_polls_are_checked(store: Store) -> None:
             runner_on(store, "w1", poll=first, poll_max=most)
     agent = LlmAgent(name="a", model=ScriptedModel({"a": []}))
     slow = DurableRunner(app=agent, app_name=APP, store=store, queue_poll=5.0)
-    assert (slow.queue_poll, slow.queue_poll_max) == (5.0, 5.0)  # a long first poll still works
+    assert (slow.policy.queue_poll, slow.policy.queue_poll_max) == (5.0, 5.0)  # a long first poll
 
 
 def busy_app(store: Store, gate: asyncio.Event, seen: dict[str, int], **kwargs: Any) -> Any:

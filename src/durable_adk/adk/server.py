@@ -517,9 +517,7 @@ class DurableRunsPlugin(BasePlugin):
             lease_lost=drive.lease_lost,
         )
         drive.fence.lose(f"the run ended {ending.kind.value}")
-        await record(
-            runner.path, live.run, ending, events=list(ic.session.events), verdict=verdict
-        )
+        await record(runner.path, live.run, ending, events=list(ic.session.events), verdict=verdict)
 
     async def close(self) -> None:
         """ADK closes its runners at server shutdown: the recovery loops stop too."""
