@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "NotFound": "durable_adk.errors",
     "Conflict": "durable_adk.errors",
     "Draining": "durable_adk.errors",
+    "InvocationCancelled": "durable_adk.errors",
     # fencing
     "check_lease": "durable_adk.fence",
     "RunFence": "durable_adk.fence",
@@ -79,6 +80,9 @@ _EXPORTS: dict[str, str] = {
     "FenceToken": "durable_adk.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
+    "RunPolicy": "durable_adk.adk.policy",
+    "RetryPolicy": "durable_adk.adk.policy",
+    "AppServices": "durable_adk.adk.app_services",
     "Admission": "durable_adk.admission",
     "Background": "durable_adk.adk.background",
     "BackgroundSettings": "durable_adk.loops",
@@ -120,6 +124,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DEFAULT_URL",
     "Admission",
+    "AppServices",
     "ArtifactInputError",
     "Background",
     "BackgroundSettings",
@@ -141,6 +146,7 @@ __all__ = [
     "InterruptSweeper",
     "InterruptTable",
     "InvalidArgument",
+    "InvocationCancelled",
     "Job",
     "JobNotFound",
     "JobState",
@@ -154,11 +160,13 @@ __all__ = [
     "ProgressSender",
     "Recovery",
     "Resumer",
+    "RetryPolicy",
     "Run",
     "RunCancelled",
     "RunFence",
     "RunInterrupted",
     "RunLedger",
+    "RunPolicy",
     "RunStatus",
     "SagaAborted",
     "SagaFailed",
@@ -216,11 +224,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from durable_adk import errors, webhooks
+    from durable_adk.adk.app_services import AppServices
     from durable_adk.adk.artifact_service import ArtifactInputError, DurableArtifactService
     from durable_adk.adk.classify import OrphanClass
     from durable_adk.adk.inbox import InterruptSweeper, answer_interrupt
     from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
     from durable_adk.adk.marks import idempotent
+    from durable_adk.adk.policy import RetryPolicy, RunPolicy
     from durable_adk.adk.recovery import Recovery, Sweeper
     from durable_adk.adk.resume import (
         ExpirySweeper,
@@ -250,6 +260,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         Fenced,
         FenceRefused,
         InvalidArgument,
+        InvocationCancelled,
         LookupUnavailable,
         NotFound,
         RunCancelled,
