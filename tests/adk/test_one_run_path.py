@@ -288,3 +288,27 @@ async def test_cancel_racing_a_continuation_has_one_outcome(
     else:
         assert payments.acts("charges", "create") == 1
     assert not [r for r in runs if r.status in (RunStatus.RUNNING, RunStatus.QUEUED)]
+
+
+async def test_cancel_racing_a_takeover_has_one_outcome(
+    store: Store, payments: FakeService
+) -> None:
+    """A run whose owner died, cancelled while a sweeper takes it over: CANCELLED, once."""
+    from durable_adk.adk.recovery import Sweeper
+
+    runner = runner_for(store, agent(payments, Recorder()))
+    run, _ = await runner.submit(user_id=USER, session_id="t", message="go")
+    assert run.status is RunStatus.RUNNING  # claimed at submit; its owner "dies" here
+    await runner.ledger.backdate(run.run_id, 3600)
+    outcome, recovered = await asyncio.gather(
+        runner.cancel(run.run_id, by="ops"), Sweeper(runner).recover_once()
+    )
+    await _settle(runner, store)
+    ended = await runner.ledger.get(run.run_id)
+    assert ended is not None and ended.status is RunStatus.CANCELLED, (outcome, recovered)
+    actions = await runner.ledger.actions(run_id=run.run_id)
+    assert [a.action for a in actions].count("cancel") == 1
+    assert payments.acts("charges", "create") == 0
+    assert await JobTable(store).list_jobs() == [] or all(
+        j.state is JobState.CANCELLED for j in await JobTable(store).list_jobs()
+    )
