@@ -312,3 +312,28 @@ async def test_cancel_racing_a_takeover_has_one_outcome(
     assert await JobTable(store).list_jobs() == [] or all(
         j.state is JobState.CANCELLED for j in await JobTable(store).list_jobs()
     )
+
+
+async def test_a_recovered_answer_run_says_it_delivered_its_answer(
+    store: Store, payments: FakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    from durable_adk.adk.recovery import Sweeper
+
+    runner = runner_for(store, agent(payments, Recorder()))
+    run, call = await paused(runner)
+    queued, _ = await runner.submit(
+        user_id=USER, session_id="s", message=answer(call), invocation_id=run.invocation_id
+    )
+    await runner.ledger.backdate(queued.run_id, 3600)  # its worker died before driving it
+    caplog.set_level("INFO", logger="durable_adk.recovery")
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert (recovery.found.value, recovery.action, recovery.status) == (
+        "PAUSED",
+        "redrive",
+        RunStatus.DONE,
+    )
+    assert "awaits its answer" not in recovery.reason.split("(")[0]
+    assert recovery.reason.startswith("re-driven with the answer it carries")
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recovered"))
+    assert "re-driven with the answer it carries" in line
+    assert payments.acts("charges", "create") == 1

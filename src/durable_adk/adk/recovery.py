@@ -463,10 +463,17 @@ class Sweeper:
             )
         finally:
             self._replay.hidden.pop(run.invocation_id or invocation_id or "", None)
-        return self._recovery_of(outcome, found)
+        # What recovery did, said truthfully: a paused invocation whose answer this run
+        # carries was continued with it, not left waiting for one.
+        why = (
+            f"re-driven with the answer it carries ({found.reason} before)"
+            if found.cls is OrphanClass.PAUSED
+            else found.reason
+        )
+        return self._recovery_of(outcome, found, why)
 
     @staticmethod
-    def _recovery_of(outcome: Outcome, found: Classification) -> Recovery:
+    def _recovery_of(outcome: Outcome, found: Classification, why: str) -> Recovery:
         """What a re-drive did, from its outcome (the one ending decided it)."""
         run, ending = outcome.run, outcome.ending
         if ending.kind is EndKind.TAKEN_OVER:
@@ -480,8 +487,8 @@ class Sweeper:
         action = "park" if ending.kind is EndKind.PARKED else "redrive"
         if ending.kind is EndKind.FAILED:
             logger.warning("run %s failed on re-drive: %s", run.run_id, ending.reason)
-        reason = found.reason if ending.kind in (EndKind.DONE, EndKind.PAUSED) else ending.reason
-        return Recovery(run.run_id, found.cls, action, status, reason or found.reason)
+        reason = why if ending.kind in (EndKind.DONE, EndKind.PAUSED) else ending.reason
+        return Recovery(run.run_id, found.cls, action, status, reason or why)
 
     async def _finish(
         self, run: Run, status: RunStatus, found: Classification, events: list[Event]
