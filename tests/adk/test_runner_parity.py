@@ -250,3 +250,60 @@ async def test_abort_signal_cancels_the_invocation(store: Store) -> None:
         app_name=APP, user_id="u", session_id="s", invocation_id=run.invocation_id
     )
     assert cancelled is not None
+
+
+async def test_construction_answers_as_adks(store: Store) -> None:
+    with pytest.raises(ValueError, match="Only one of app, agent, or node") as ours:
+        DurableRunner(app=agent(), agent=agent(), store=store)
+    with pytest.raises(ValueError, match="Only one of app, agent, or node") as theirs:
+        Runner(app=resumable(agent()), agent=agent(), session_service=InMemorySessionService())
+    assert isinstance(ours.value, ValueError) and isinstance(theirs.value, ValueError)
+    with pytest.raises(ValueError, match="One of app, agent, or node must be provided"):
+        DurableRunner(store=store)
+    renamed = DurableRunner(app=resumable(agent()), app_name="override", store=store)
+    adk = Runner(
+        app=resumable(agent()), app_name="override", session_service=InMemorySessionService()
+    )
+    assert renamed.app_name == adk.app_name == "override"
+
+
+async def test_a_missing_session_without_auto_create_is_adks_error(store: Store) -> None:
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+
+    runner = DurableRunner(agent=agent(), app_name=APP, store=store, auto_create_session=False)
+    with pytest.raises(SessionNotFoundError):
+        async for _ in runner.run_async(user_id="u", session_id="none", new_message=message("x")):
+            pass
+    adk = Runner(app=resumable(agent()), session_service=InMemorySessionService())
+    with pytest.raises(SessionNotFoundError):
+        async for _ in adk.run_async(user_id="u", session_id="none", new_message=message("x")):
+            pass
+    assert await runner.ledger.list_runs() == []  # refused before anything was written
+
+
+async def test_a_caller_chosen_invocation_id_starts_a_new_invocation(store: Store) -> None:
+    runner = DurableRunner(agent=agent(), app_name=APP, store=store, background=False)
+    events = [
+        e
+        async for e in runner.run_async(
+            user_id="u", session_id="s", invocation_id="e-mine", new_message=message("where?")
+        )
+    ]
+    assert {e.invocation_id for e in events} == {"e-mine"}
+    (run,) = await runner.ledger.list_runs()
+    assert run.invocation_id == "e-mine" and run.status is RunStatus.DONE
+
+
+async def test_close_closes_adks_side_too(store: Store) -> None:
+    from google.adk.plugins.base_plugin import BasePlugin
+
+    class Closing(BasePlugin):
+        closed = False
+
+        async def close(self) -> None:
+            Closing.closed = True
+
+    app = resumable(agent()).model_copy(update={"plugins": [Closing(name="closing")]})
+    runner = DurableRunner(app=app, store=store, background=False)
+    await runner.close()
+    assert Closing.closed

@@ -46,6 +46,7 @@ from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App
 from google.adk.artifacts.base_artifact_service import BaseArtifactService
 from google.adk.auth.credential_service.base_credential_service import BaseCredentialService
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.plugins.base_plugin import BasePlugin
@@ -114,6 +115,8 @@ class DurableRunner:
         app: App | BaseAgent | BaseNode | None = None,
         store: Any,
         agent: BaseAgent | BaseNode | None = None,
+        node: BaseNode | None = None,
+        auto_create_session: bool = True,
         worker_id: str | None = None,
         lease: float = DEFAULT_POLICY.lease,
         app_name: str | None = None,
@@ -144,8 +147,13 @@ class DurableRunner:
                 App is made for it). An App without resumability gets it
                 turned on (logged once): durable runs depend on it.
             store: The open durable store.
-            agent: ADK Runner's other way to name the root (``app`` or
-                ``agent``, not both).
+            agent: ADK Runner's other way to name the root; ``node`` too
+                (exactly one of ``app``, ``agent`` and ``node``).
+            node: A bare BaseNode root, as ADK's Runner takes it.
+            auto_create_session: Create a missing session at the run's start
+                (the default, in the same unit of work as the run's row);
+                False raises ADK's ``SessionNotFoundError`` instead, as ADK's
+                Runner does by default.
             worker_id: This worker's name on the ledger (default: host:pid:random).
             lease: Lease length in seconds (see :class:`RunPolicy`).
             app_name: The app name for a bare agent (default: the agent's name).
@@ -191,10 +199,24 @@ class DurableRunner:
                 durable, or an AgentTool's child holding a long-running tool
                 or a saga.
         """
-        if (app is None) == (agent is None):
-            raise errors.InvalidArgument("give the app as app= or agent=, exactly one of them")
-        root = app if app is not None else agent
-        assert root is not None
+        given = [
+            f"{k}={type(v).__name__}"
+            for k, v in (("app", app), ("agent", agent), ("node", node))
+            if v is not None
+        ]
+        if len(given) > 1:
+            raise errors.InvalidArgument(
+                f"Only one of app, agent, or node may be provided, but got: {', '.join(given)}. "
+                "Pass exactly one to DurableRunner()."
+            )
+        root = app if app is not None else agent if agent is not None else node
+        if root is None:
+            raise errors.InvalidArgument(
+                "One of app, agent, or node must be provided. Got none. "
+                "Pass exactly one to DurableRunner()."
+            )
+        if isinstance(root, App) and app_name and app_name != root.name:
+            root = root.model_copy(update={"name": app_name})  # as ADK: app_name overrides
         if policy is None:
             policy = RunPolicy(
                 lease=lease,
@@ -228,6 +250,7 @@ class DurableRunner:
         self.background_settings: BackgroundSettings | None = background or None
         self._own_background: Background | None = None  # the loops ``async with`` started
         self._sweepers_checked = False
+        self.auto_create_session = auto_create_session
 
     # ------------------------------------------------- ADK Runner's attributes
 
@@ -419,6 +442,7 @@ class DurableRunner:
             durable_adk.errors.Conflict: The message answers a pause that was
                 already answered (each pause takes one answer); nothing is written.
         """
+        await self._require_session(user_id, session_id)
         run, content = await self.path.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
@@ -478,6 +502,16 @@ class DurableRunner:
             if held:
                 path.sessions.unpin(key)
 
+    async def _require_session(self, user_id: str, session_id: str) -> None:
+        """With ``auto_create_session=False``, a missing session is ADK's SessionNotFoundError."""
+        if self.auto_create_session:
+            return
+        found = await self.path.sessions.get_session(
+            app_name=self.app_name, user_id=user_id, session_id=session_id
+        )
+        if found is None:
+            raise SessionNotFoundError(f"Session not found: {session_id}")
+
     def _watch_abort(self, run: Run, signal: asyncio.Event | None) -> asyncio.Task[None] | None:
         """Cancels ``run`` when the caller sets its abort signal."""
         if signal is None:
@@ -520,6 +554,8 @@ class DurableRunner:
                 "run_async needs new_message, or invocation_id to resume an invocation"
             )
         path = self.path
+        await self._require_session(user_id, session_id)
+        chosen: str | None = None
         if new_message is None:
             assert invocation_id is not None
             run, content = await path.submit_resume(
@@ -529,11 +565,16 @@ class DurableRunner:
             if invocation_id is None and _only_answers(new_message):
                 # As ADK: answers to paused calls continue the invocation that made them.
                 invocation_id = await path.invocation_of_answers(user_id, session_id, new_message)
+            elif invocation_id is not None and not _only_answers(new_message):
+                # As ADK: a new message under an invocation id the caller chose.
+                chosen, invocation_id = invocation_id, None
+                await path.ensure_session(user_id, session_id)
             run, content = await path.submit(
                 user_id=user_id,
                 session_id=session_id,
                 message=new_message,
                 invocation_id=invocation_id,
+                chosen_invocation_id=chosen,
             )
         driven = self._drive_submitted(
             run,
@@ -617,8 +658,10 @@ class DurableRunner:
         await self.path.aclose(grace=grace)
 
     async def close(self) -> None:
-        """ADK Runner's ``close``: stops the loops this runner started and its drives."""
+        """ADK Runner's ``close``: stops the loops this runner started and its drives,
+        then closes ADK's side (toolsets and plugins) as ADK's Runner does."""
         await self.__aexit__(None, None, None)
+        await self.path.adk.close()
 
     async def __aenter__(self) -> DurableRunner:
         """Starts the app's background loops (unless ``background=False``)."""

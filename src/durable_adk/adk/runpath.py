@@ -359,6 +359,12 @@ class RunPath:
                     created_at=now,
                 )
             return started.run, content
+        await self.ensure_session(user_id, session_id)
+        return await self._record(user_id, session_id, request, None), content
+
+    async def ensure_session(self, user_id: str, session_id: str) -> None:
+        """Creates the session if it is missing (a run under a chosen invocation id
+        needs it; ADK's own Runner, under the plugin, has made it already)."""
         existing = await self.sessions.get_session(
             app_name=self.app_name, user_id=user_id, session_id=session_id
         )
@@ -368,7 +374,6 @@ class RunPath:
                 await self.sessions.create_session(
                     app_name=self.app_name, user_id=user_id, session_id=session_id
                 )
-        return await self._record(user_id, session_id, request, None), content
 
     async def _record(
         self, user_id: str, session_id: str, request: dict[str, Any], invocation_id: str | None
