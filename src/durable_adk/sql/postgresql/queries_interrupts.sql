@@ -2,14 +2,17 @@
 -- paused on, indexed when a run pauses, answered at most once.
 
 -- name: interrupt_open
--- Indexes an open call of a paused invocation; a call already indexed is left as it is.
+-- Indexes an open call of a paused invocation; a call already indexed is left as it is,
+-- but for its kind (an open row indexed before a kind rule changed takes the new kind).
 INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
                         name, args, status, deadline_at, created_at)
 VALUES (:call_id::text, :app_name::text, :user_id::text, :session_id::text,
         :invocation_id::text, :run_id::text, :kind::text, :name::text, :args::text, 'OPEN',
         extract(epoch FROM clock_timestamp()) + :deadline::float8,
         extract(epoch FROM clock_timestamp()))
-ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO NOTHING;
+ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
+   SET kind = excluded.kind
+ WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;
 
 -- name: interrupt_list
 SELECT * FROM interrupts

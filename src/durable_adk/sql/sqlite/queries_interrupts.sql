@@ -2,7 +2,8 @@
 -- paused on, indexed when a run pauses, answered at most once.
 
 -- name: interrupt_open
--- Indexes an open call of a paused invocation; a call already indexed is left as it is.
+-- Indexes an open call of a paused invocation; a call already indexed is left as it is,
+-- but for its kind (an open row indexed before a kind rule changed takes the new kind).
 INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
                         name, args, status, deadline_at, created_at)
 VALUES (:call_id, :app_name, :user_id, :session_id, :invocation_id, :run_id, :kind, :name,
@@ -10,7 +11,9 @@ VALUES (:call_id, :app_name, :user_id, :session_id, :invocation_id, :run_id, :ki
         CASE WHEN :deadline IS NULL THEN NULL
              ELSE (julianday('now') - 2440587.5) * 86400.0 + :deadline END,
         (julianday('now') - 2440587.5) * 86400.0)
-ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO NOTHING;
+ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
+   SET kind = excluded.kind
+ WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;
 
 -- name: interrupt_list
 SELECT * FROM interrupts
