@@ -21,7 +21,7 @@ ACTUALLY_DONE      mark DONE; never re-drive (that would ask the model again)
 =================  ==========================================================
 
 On a Workflow root, a TOOL_UNANSWERED re-drive first answers the dangling
-calls (``DurableRunner.drive(answer_first=...)``, under the run's fence):
+calls (``RunPath.run_to_end(answer_first=...)``, under the run's fence):
 ADK itself would write the node's end marker over them and move on.
 
 A claim past ``max_attempts`` parks the run with a dead letter holding the
@@ -29,7 +29,7 @@ request, the classification, the last events and the error. ``serve()`` runs a
 pass at start-up and then periodically.
 
 Claims are never held unheartbeated. A claimed run's lease is renewed only
-while :meth:`DurableRunner.drive` drives it, so a pass claims only as many
+while the run path's driver drives it, so a pass claims only as many
 runs as it has free slots (``concurrency``) and claims more as recoveries end,
 up to ``batch`` per pass, stopping early once a claim finds fewer runs than it
 asked for. A run therefore waits in no queue of ours after its claim: the

@@ -18,7 +18,7 @@ session URI (:mod:`durable_adk.adk.service_uri`). What it guarantees:
   session service refuses the appends of a run that was taken over;
   journaled tools use it for their journal entries.
 * The lease is renewed by DurableRunner's own heartbeat
-  (:meth:`DurableRunner.keep_lease`); when it is lost the request's task is
+  (:meth:`RunPath.keep_lease`); when it is lost the request's task is
   cancelled, so ADK and the tool in flight stop. An operator's cancel seen by
   a renewal refuses new acts at once, lets the acts under way finish (up to
   ``cancel_grace``), then aborts ADK's invocation (``InvocationContext.abort``);
