@@ -56,9 +56,9 @@ _ALREADY_ANSWERED = types.Content(role="user", parts=[])
 """Sentinel of :func:`unanswered`: every call the message answers is already answered."""
 
 
-async def _no_events() -> AsyncGenerator[Event, None]:
-    return
-    yield  # pragma: no cover - makes this an (empty) async generator
+def has_answers(message: types.Content | None) -> bool:
+    """Whether ``message`` carries function responses (a continuation's answers)."""
+    return message is not None and any(p.function_response for p in message.parts or ())
 
 
 def unanswered(
@@ -166,12 +166,14 @@ class Driver:
         run_config: RunConfig | None = None,
         state_delta: dict[str, Any] | None = None,
         answer_first: tuple[str, ...] = (),
+        yield_user_message: bool = False,
     ) -> Drive:
         """Starts the pump of a claimed run (in the caller's context: spans nest)."""
         path = self.path
         drive = self.new_drive(run)
         drive.run_config, drive.state_delta = run_config, state_delta
         drive.answer_first = answer_first
+        drive.yield_user_message = yield_user_message
         if path.commits == "barrier":
             drive.batch = EventBatch((run.app_name, run.user_id, run.session_id), path.sessions)
             drive.flush = path.sessions.flush_batch
@@ -348,7 +350,7 @@ class Driver:
     ) -> types.Content | None:
         """The message ADK gets: what a continuation answers that is not stored yet."""
         path, run = self.path, drive.run
-        if not (resume and any(p.function_response for p in message.parts or ())):
+        if not (resume and has_answers(message)):
             return message
         before = await path.sessions.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
@@ -376,19 +378,13 @@ class Driver:
         chosen[(run.user_id, run.session_id)] = run.invocation_id
         admitted = False
         try:
-            if resume and any(p.function_response for p in drive_message_parts(new_message)):
+            if resume and has_answers(new_message):
                 # The race between the submit's check and a cancel: a cancelled
                 # invocation takes no continuation, even one already queued.
-                cancelled = await path.ledger.invocation_cancelled(
-                    app_name=run.app_name,
-                    user_id=run.user_id,
-                    session_id=run.session_id,
-                    invocation_id=run.invocation_id,
-                )
-                if cancelled is not None:
-                    raise errors.RunCancelled(
-                        f"its invocation was cancelled by {cancelled[1]} (run {cancelled[0]})"
-                    )
+                try:
+                    await path.refuse_if_cancelled(run.user_id, run.session_id, run.invocation_id)
+                except errors.InvocationCancelled as exc:
+                    raise errors.RunCancelled(str(exc)) from exc  # ends the run CANCELLED
             # Our turn to run ADK (the lease is held meanwhile); a cancel seen
             # while waiting ends the wait, and the drive, without running it.
             admitted = await path.admission.enter(drive.abort)
@@ -581,13 +577,6 @@ class Driver:
             then="drive cancelled",
         )
         drive.stop("fenced")
-
-
-def drive_message_parts(message: types.Content | None) -> list[types.Part]:
-    """The parts of a drive's message (none for a re-drive without one)."""
-    if message is None or message is _ALREADY_ANSWERED:
-        return []
-    return list(message.parts or ())
 
 
 def _log_detached_end(run: Run, outcome: Outcome | None, stopped: BaseException | None) -> None:

@@ -277,7 +277,6 @@ async def record(
     events: Sequence[Event] | None = None,
     verdict: Classification | None = None,
     classification: str | None = None,
-    drove: bool = True,
 ) -> Outcome:
     """Writes ``ending`` for a run this worker holds, then the bookkeeping of that ending.
 
@@ -289,8 +288,6 @@ async def record(
             when a PARKED ending or the bookkeeping needs them).
         verdict: The classifier's verdict (the interrupts index needs it).
         classification: What recovery found, recorded on a finished row.
-        drove: Whether this run drove its invocation (a CANCELLED ending of
-            a run that never drove leaves the invocation open).
 
     Returns:
         The outcome; ``recorded`` False when the lease was lost meanwhile or
@@ -312,7 +309,7 @@ async def record(
         return Outcome(run, ending, recorded=False)
     _log_and_count(path.metrics, run, ending)
     try:
-        await _bookkeeping(path, run, ending, events=events, verdict=verdict, drove=drove)
+        await _bookkeeping(path, run, ending, events=events, verdict=verdict)
     except (errors.StoreError, TimeoutError) as exc:
         # Derived records: the run's own end is recorded; the next ending re-syncs them.
         logger.warning("run %s: the bookkeeping of its end failed: %s", run.run_id, exc)
@@ -404,7 +401,6 @@ async def _bookkeeping(
     *,
     events: Sequence[Event] | None,
     verdict: Classification | None,
-    drove: bool,
 ) -> None:
     kind = ending.kind
     if kind in (EndKind.DONE, EndKind.PAUSED) and events is not None and verdict is not None:
@@ -421,7 +417,7 @@ async def _bookkeeping(
             path.sessions,
             path.interrupts,
             run,
-            drove=drove,
+            drove=True,  # a drive's (or a recovery's) run held its invocation
             reason=ending.reason or "cancelled",
         )
 

@@ -154,6 +154,20 @@ def _replay_plugin(runner: RunPath) -> _ReplayUnansweredCalls:
     return plugin
 
 
+def _require_recorded(outcome: Outcome, when: str) -> None:
+    """Raises unless the ledger took the outcome.
+
+    Raises:
+        durable_adk.errors.StoreError: The store failed (nothing recorded: the
+            run is recovered again after its lease).
+        durable_adk.errors.Fenced: Another worker took the run over ``when``.
+    """
+    if outcome.store_error is not None:
+        raise outcome.store_error
+    if not outcome.recorded:
+        raise errors.Fenced(f"run {outcome.run.run_id} was taken over {when}")
+
+
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """What one recovery did.
@@ -478,10 +492,7 @@ class Sweeper:
         run, ending = outcome.run, outcome.ending
         if ending.kind is EndKind.TAKEN_OVER:
             raise errors.Fenced(f"run {run.run_id}: {ending.reason or 'taken over'}")
-        if outcome.store_error is not None:
-            raise outcome.store_error  # nothing recorded the end: recovered again after its lease
-        if not outcome.recorded:
-            raise errors.Fenced(f"run {run.run_id} was taken over before it could end")
+        _require_recorded(outcome, "before it could end")
         status = outcome.status
         assert status is not None
         action = "park" if ending.kind is EndKind.PARKED else "redrive"
@@ -502,20 +513,14 @@ class Sweeper:
             verdict=found,
             classification=found.cls.value,
         )
-        if outcome.store_error is not None:
-            raise outcome.store_error
-        if not outcome.recorded:
-            raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+        _require_recorded(outcome, "during recovery")
 
     async def _park(
         self, run: Run, found: Classification, events: list[Event], reason: str
     ) -> Recovery:
         ending = Ending(EndKind.PARKED, reason, found=found.cls.value)
         outcome = await record(self.runner, run, ending, events=events)
-        if outcome.store_error is not None:
-            raise outcome.store_error
-        if not outcome.recorded:
-            raise errors.Fenced(f"run {run.run_id} was taken over during recovery")
+        _require_recorded(outcome, "during recovery")
         return Recovery(run.run_id, found.cls, "park", RunStatus.PARKED, reason)
 
     @contextlib.asynccontextmanager

@@ -68,7 +68,7 @@ from durable_adk.adk.policy import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.policy import RetryPolicy as RetryPolicy
 from durable_adk.adk.policy import RunPolicy as RunPolicy
 from durable_adk.adk.policy import model_error_is_retryable as model_error_is_retryable
-from durable_adk.adk.runpath import RunPath
+from durable_adk.adk.runpath import RunPath, only_answers
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.admission import Admission
 from durable_adk.faults import crash_point
@@ -91,11 +91,6 @@ E = TypeVar("E", bound=BaseException)
 def cause_of(exc: BaseException, kind: type[E]) -> E | None:
     """The ``kind`` error behind ``exc``, if any (ADK's node runner wraps agent errors)."""
     return next((e for e in causes(exc) if isinstance(e, kind)), None)
-
-
-def _only_answers(message: types.Content) -> bool:
-    parts = message.parts or []
-    return bool(parts) and all(p.function_response for p in parts)
 
 
 class DurableRunner:
@@ -562,10 +557,10 @@ class DurableRunner:
                 user_id=user_id, session_id=session_id, invocation_id=invocation_id
             )
         else:
-            if invocation_id is None and _only_answers(new_message):
+            if invocation_id is None and only_answers(new_message):
                 # As ADK: answers to paused calls continue the invocation that made them.
                 invocation_id = await path.invocation_of_answers(user_id, session_id, new_message)
-            elif invocation_id is not None and not _only_answers(new_message):
+            elif invocation_id is not None and not only_answers(new_message):
                 # As ADK: a new message under an invocation id the caller chose.
                 chosen, invocation_id = invocation_id, None
                 await path.ensure_session(user_id, session_id)

@@ -149,6 +149,12 @@ def durable_app(
     return app.model_copy(update={"plugins": [*barrier, *theirs, *ours]})
 
 
+def only_answers(message: types.Content) -> bool:
+    """Whether ``message`` is made only of function responses (the answers to paused calls)."""
+    parts = message.parts or []
+    return bool(parts) and all(p.function_response for p in parts)
+
+
 class HasRunPath(Protocol):
     """Anything that drives through a run path (DurableRunner, or the path itself)."""
 
@@ -332,7 +338,7 @@ class RunPath:
             return await self.submit_answer(user_id, session_id, invocation_id, content), content
         request = content.model_dump(mode="json", exclude_none=True)
         if chosen_invocation_id is not None:
-            if all(p.function_response for p in content.parts):
+            if only_answers(content):
                 run = await self.submit_answer(user_id, session_id, chosen_invocation_id, content)
                 return run, content
             return await self._record(user_id, session_id, request, chosen_invocation_id), content
@@ -417,7 +423,7 @@ class RunPath:
         passed the check). A claim held by a run that ended CANCELLED or
         FAILED is freed, and the session read again, once.
         """
-        if not all(p.function_response for p in content.parts or ()):
+        if not only_answers(content):
             raise errors.InvalidArgument(
                 "a message continuing an invocation must be made only of function responses"
             )
@@ -596,23 +602,13 @@ class RunPath:
             run_config=run_config,
             state_delta=state_delta,
             answer_first=answer_first,
+            yield_user_message=yield_user_message,
         )
-        drive.yield_user_message = yield_user_message
-        try:
-            while True:
-                item = await drive.next_item()
-                if isinstance(item, End):
-                    break
-                yield item
-        except BaseException:
-            # GeneratorExit (the caller closed us) or CancelledError (its task
-            # was cancelled): the run goes on to its end without a reader.
-            self.driver.detach(drive)
-            raise
-        if item.error is not None:
-            raise item.error
-        outcome: Outcome = item.outcome
-        outcome.raise_for_caller()
+        end = End(None)
+        async with contextlib.aclosing(self._handed(drive, end)) as handed:
+            async for event in handed:
+                yield event
+        self._outcome(end).raise_for_caller()
 
     async def run_to_end(
         self,
@@ -640,21 +636,39 @@ class RunPath:
             answer_first=answer_first,
         )
         if on_event is None:
-            drive.detach()
+            drive.detach()  # no reader: nothing is handed over, only the end arrives
+        end = End(None)
+        async with contextlib.aclosing(self._handed(drive, end)) as handed:
+            async for event in handed:
+                result = on_event(event) if on_event is not None else None
+                if asyncio.iscoroutine(result):
+                    await result
+        return self._outcome(end)
+
+    async def _handed(self, drive: Drive, end: End) -> AsyncGenerator[Event, None]:
+        """The drive's events as they are handed over; its last item is copied into ``end``.
+
+        If the reader goes (GeneratorExit, or its task is cancelled) the
+        drive is detached and goes on to its end without one (``aclose``
+        waits for it).
+        """
         try:
             while True:
                 item = await drive.next_item()
                 if isinstance(item, End):
-                    break
-                result = on_event(item) if on_event is not None else None
-                if asyncio.iscoroutine(result):
-                    await result
+                    end.outcome, end.error = item.outcome, item.error
+                    return
+                yield item
         except BaseException:
-            self.driver.detach(drive)  # the waiter is gone: aclose waits for the drive
+            self.driver.detach(drive)
             raise
-        if item.error is not None:
-            raise item.error
-        outcome: Outcome = item.outcome
+
+    @staticmethod
+    def _outcome(end: End) -> Outcome:
+        """The drive's outcome, or the error that stopped it unrecorded (a shutdown)."""
+        if end.error is not None:
+            raise end.error
+        outcome: Outcome = end.outcome
         return outcome
 
     async def drive_submitted(
