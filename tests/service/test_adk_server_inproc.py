@@ -24,6 +24,7 @@ from google.genai import types
 
 from durable_adk import (
     DurableRunsPlugin,
+    Run,
     RunLedger,
     RunStatus,
     ServerSettings,
@@ -244,8 +245,16 @@ async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: 
         driving = await held.start()
         ledger = RunLedger(service.store)
         [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
-        await ledger.backdate(mine.run_id, 120)  # as if this worker had stalled
-        [taken] = await ledger.claim_expired("thief", app_name="greeter")
+        # As if this worker had stalled: its lease moved back, then claimed. A
+        # renewal of the live owner landing between the two moves it forward
+        # again; then the stall is made again (the claim is what is tested).
+        claimed: list[Run] = []
+        for _ in range(10):
+            await ledger.backdate(mine.run_id, 120)
+            claimed = await ledger.claim_expired("thief", app_name="greeter")
+            if claimed:
+                break
+        [taken] = claimed
         assert taken.epoch == mine.epoch + 1
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(driving, 30)  # the next renewal finds it taken: cancelled
