@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -145,6 +145,16 @@ def split_url_options(url: str) -> tuple[str, dict[str, Any]]:
             continue
         options[name] = _option(name, value)
     return urlunsplit(parts._replace(query=urlencode(kept))), options
+
+
+def statement_cache_size(queries: Mapping[str, Query]) -> int:
+    """Prepared statements asyncpg keeps per connection: every named query, and room.
+
+    The room (32) is for the store's own statements outside the named queries
+    (the schema version's two reads) and for queries added without this
+    number being revisited.
+    """
+    return len(queries) + 32
 
 
 def _option(name: str, value: str) -> float | int | bool:
@@ -266,6 +276,13 @@ class PostgresStore(Store):
             max_size=max_size,
             reset=_keep_session,
             timeout=self.acquire_timeout,
+            # asyncpg caches 100 prepared statements per connection for 300 s
+            # by default: fewer than the store's named queries, so a rarely
+            # used one (a sweep, an operator's read) would evict a hot one, and
+            # every statement would be prepared again each five minutes. Each
+            # prepare is one more round trip before the unit's own.
+            statement_cache_size=statement_cache_size(self._queries),
+            max_cached_statement_lifetime=0,
         )
 
     async def _listen(self) -> None:

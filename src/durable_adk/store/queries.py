@@ -28,6 +28,17 @@ that pool's connections, so a heartbeat never waits behind them.
 PostgreSQL gives it a connection only when no other unit waits for one, so a
 burst of submissions waits in the process instead of starving the runs in
 progress (:mod:`durable_adk.store.lanes`); SQLite ignores it.
+
+A statement of a multi-statement unit may carry the line
+``-- skip when :x IS NULL``: the store does not run it when the parameter
+``x`` is NULL (SQLite: one statement less in the unit, which is most calls of
+an append with no ``app:`` delta). The marker states what the SQL already
+does, so skipping changes nothing but the cost: the statement must gate
+itself on the parameter (``WHERE :x IS NOT NULL``, or rows from
+``json_each(:x)``, which has none for NULL), must not return rows, and must
+not be a guarded unit's check. A marker that breaks one of these rules, or
+sits in a one-statement unit (every PostgreSQL query), is refused when the
+file is loaded.
 """
 
 from __future__ import annotations
@@ -40,6 +51,9 @@ from importlib.resources.abc import Traversable
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[a-z_][a-z0-9_]*)(?P<flags>(\s+[a-z]+)*)\s*$")
+_SKIP_LINE = re.compile(
+    r"^--\s*skip when\s+:(?P<name>[a-z_][a-z0-9_]*)\s+IS\s+NULL\s*$", re.IGNORECASE
+)
 # A parameter is ':name' not preceded by another ':' (so PostgreSQL casts such
 # as '::jsonb' stay as they are).
 _PARAM = re.compile(r"(?<![:\w]):(?P<name>[a-z_][a-z0-9_]*)")
@@ -61,6 +75,8 @@ class Query:
             ``intake`` (takes new work in: served after every other unit),
             ``claim`` (a lease unit that takes a lease: capped below the
             pool's size), or ``urgent`` (the rest).
+        skips: For each statement, the parameters whose NULL value skips it
+            (``-- skip when :x IS NULL``); empty when it always runs.
     """
 
     name: str
@@ -71,6 +87,7 @@ class Query:
     inline: bool = False
     lease: bool = False
     lane: str = URGENT
+    skips: tuple[tuple[str, ...], ...] = ()
 
 
 def _split_statements(body: str) -> list[str]:
@@ -89,14 +106,51 @@ def _only_comments(text: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in text.splitlines())
 
 
+def _code(statement: str) -> str:
+    """A statement without its comment lines."""
+    return "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
+
+
 def _writes(statements: list[str]) -> bool:
     for statement in statements:
-        code = "\n".join(
-            line for line in statement.splitlines() if not line.strip().startswith("--")
-        ).upper()
-        if re.search(r"\b(INSERT|UPDATE|DELETE|CREATE|DROP|ALTER)\b", code):
+        if re.search(r"\b(INSERT|UPDATE|DELETE|CREATE|DROP|ALTER)\b", _code(statement).upper()):
             return True
     return False
+
+
+def _skips(name: str, statements: list[str], guarded: bool) -> tuple[tuple[str, ...], ...]:
+    """Reads each statement's ``-- skip when :x IS NULL`` lines, refusing a marker that lies."""
+    found: list[tuple[str, ...]] = []
+    for index, statement in enumerate(statements):
+        params = tuple(
+            m.group("name")
+            for m in (_SKIP_LINE.match(line.strip()) for line in statement.splitlines())
+            if m
+        )
+        found.append(params)
+        if not params:
+            continue
+        code = _code(statement)
+        where = f"query {name!r}, statement {index + 1}"
+        if len(statements) == 1:
+            raise ValueError(f"{where}: a one-statement unit cannot skip its statement")
+        if guarded and index == 0:
+            raise ValueError(f"{where}: a guarded unit's check always runs")
+        if re.match(r"\s*(SELECT|VALUES|WITH)\b", code, re.IGNORECASE) or re.search(
+            r"\bRETURNING\b", code, re.IGNORECASE
+        ):
+            raise ValueError(f"{where}: a statement that returns rows cannot be skipped")
+        for param in params:
+            gate = re.compile(
+                rf"(?<![:\w]):{param}\s+IS\s+NOT\s+NULL\b|\bjson_each\(\s*:{param}\s*\)",
+                re.IGNORECASE,
+            )
+            if not gate.search(code):
+                raise ValueError(
+                    f"{where}: skipped when :{param} is NULL, but it does not gate itself on "
+                    f"it (':{param} IS NOT NULL' or 'json_each(:{param})')"
+                )
+    return tuple(found) if any(found) else ()
 
 
 def _to_positional(statement: str, order: list[str]) -> str:
@@ -138,6 +192,7 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             raise ValueError(f"query {current!r} is defined twice")
         if dialect == "postgresql" and (len(statements) > 1 or "guarded" in flags):
             raise ValueError(f"PostgreSQL query {current!r} must be one statement, unguarded")
+        skips = _skips(current, statements, "guarded" in flags)
         order: list[str] = []
         if dialect == "postgresql":
             statements = [_to_positional(s, order) for s in statements]
@@ -155,6 +210,7 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             inline="inline" in flags,
             lease="lease" in flags,
             lane=INTAKE if "intake" in flags else CLAIM if "claim" in flags else URGENT,
+            skips=skips,
         )
         unknown = flags - {"guarded", "inline", "lease", "claim", "intake"}
         if unknown:

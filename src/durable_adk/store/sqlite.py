@@ -40,7 +40,7 @@ import asyncio
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -99,8 +99,67 @@ def translate(exc: sqlite3.Error) -> errors.StoreError:
     return errors.StoreError(message)
 
 
-def _dict_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> dict[str, Any]:
-    return {d[0]: v for d, v in zip(cursor.description, values, strict=True)}
+def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """A cursor's rows as dicts; the column names are read once per cursor."""
+    description = cursor.description
+    if description is None:
+        return []
+    names = [d[0] for d in description]
+    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+
+
+def arguments(query: Query, params: Params) -> dict[str, Any]:
+    """The named arguments of a unit, or InvalidArgument before any SQL runs."""
+    try:
+        return {name: params[name] for name in query.params}
+    except KeyError:
+        missing = [n for n in query.params if n not in params]
+        raise errors.InvalidArgument(f"query {query.name!r} needs {missing}") from None
+
+
+def run_unit(conn: sqlite3.Connection, query: Query, args: dict[str, Any]) -> list[dict[str, Any]]:
+    """Runs a unit's statements inside the caller's transaction; returns its rows.
+
+    A guarded unit stops after its check when the check's status is not
+    ``'ok'`` (the check's rows are the result); a statement marked
+    ``-- skip when :x IS NULL`` is not run when ``x`` is NULL. The result is
+    the rows of the last statement that returned rows.
+    """
+    result: list[dict[str, Any]] = []
+    skips = query.skips
+    for index, statement in enumerate(query.statements):
+        if skips and any(args[name] is None for name in skips[index]):
+            continue
+        cursor = conn.execute(statement, args)
+        if cursor.description is None:
+            continue
+        result = _rows(cursor)
+        if index == 0 and query.guarded and (not result or result[0].get("status") != "ok"):
+            break
+    return result
+
+
+def statement_cache_size(queries: Mapping[str, Query]) -> int:
+    """How many prepared statements a connection keeps: every one the store may run.
+
+    sqlite3 keeps an LRU cache of prepared statements per connection (128 by
+    default); the store's units hold more distinct statements than that, so a
+    rarely used unit (a sweep, an operator's query) would evict a hot one,
+    which is then prepared again. Every statement of every unit, plus the
+    transaction control statements and 64 more (the store's own reads of its
+    schema version, a migration's DDL), fits.
+    """
+    distinct = {s for q in queries.values() for s in q.statements}
+    return len(distinct) + len(CONTROL_STATEMENTS) + 64
+
+
+CONTROL_STATEMENTS = (
+    "BEGIN",
+    "BEGIN IMMEDIATE",
+    "COMMIT",
+    "ROLLBACK",
+)
+"""The transaction control statements a unit may run besides its own."""
 
 
 class SqliteStore(Store):
@@ -147,13 +206,23 @@ class SqliteStore(Store):
         return self
 
     def _connection(self, *, busy_timeout_ms: int, same_thread: bool = True) -> sqlite3.Connection:
+        cache = statement_cache_size(self._queries)
         if self.mode == "rwc":
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=same_thread)
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=same_thread,
+                cached_statements=cache,
+            )
         else:
             # A URI filename is the only way to open without creating, or read-only.
             target = f"file:{quote(str(Path(self.path).absolute()))}?mode={self.mode}"
             conn = sqlite3.connect(
-                target, uri=True, isolation_level=None, check_same_thread=same_thread
+                target,
+                uri=True,
+                isolation_level=None,
+                check_same_thread=same_thread,
+                cached_statements=cache,
             )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         if self.mode != "ro":  # a reader takes the file's journal mode as it is
@@ -193,27 +262,12 @@ class SqliteStore(Store):
     def _run_on(
         self, conn: sqlite3.Connection, query: Query, params: Params
     ) -> list[dict[str, Any]]:
-        args = {name: params.get(name) for name in query.params}
-        missing = [n for n in query.params if n not in params]
-        if missing:
-            raise errors.InvalidArgument(f"query {query.name!r} needs {missing}")
-        single_read = len(query.statements) == 1 and not query.writes
-        if single_read:
-            cursor = conn.execute(query.statements[0], args)
-            return [_dict_row(cursor, r) for r in cursor.fetchall()]
+        args = arguments(query, params)
+        if len(query.statements) == 1 and not query.writes:
+            return _rows(conn.execute(query.statements[0], args))
         conn.execute("BEGIN IMMEDIATE" if query.writes else "BEGIN")
         try:
-            result: list[dict[str, Any]] = []
-            for index, statement in enumerate(query.statements):
-                cursor = conn.execute(statement, args)
-                rows = (
-                    [_dict_row(cursor, r) for r in cursor.fetchall()] if cursor.description else []
-                )
-                if index == 0 and query.guarded and (not rows or rows[0].get("status") != "ok"):
-                    result = rows
-                    break
-                if cursor.description:
-                    result = rows
+            result = run_unit(conn, query, args)
             conn.execute("COMMIT")
             return result
         except BaseException:
