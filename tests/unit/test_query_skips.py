@@ -64,6 +64,11 @@ def test_a_query_without_markers_has_no_skips() -> None:
             "DELETE FROM t WHERE :xy IS NOT NULL AND k = :x;\n",
             "does not gate itself",
         ),
+        (
+            "-- name: q\nDELETE FROM t;\n-- skip when :x IS NULL\n"
+            "DELETE FROM t WHERE :x IS NOT NULL;\nSELECT changes() AS n;\n",
+            "changes",
+        ),
     ],
 )
 def test_a_marker_that_does_not_hold_is_refused_at_load(text: str, reason: str) -> None:

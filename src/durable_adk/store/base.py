@@ -37,6 +37,10 @@ class Store(abc.ABC):
 
     dialect: str
     url: str
+    commits: int = 0
+    """Write transactions committed so far: a unit alone counts one, a group
+    of units (:mod:`durable_adk.store.groups`) one in all. For tests and
+    benches; a unit whose commit failed is not counted."""
 
     @property
     def wakeups(self) -> Wakeups:

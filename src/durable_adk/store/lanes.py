@@ -75,6 +75,14 @@ class Lane:
     def _may_take(self, kind: str) -> bool:
         return self.free > 0 and self.held[kind] < self.caps[kind]
 
+    def idle(self, kind: str = URGENT) -> bool:
+        """Whether a :meth:`take` of class ``kind`` now would get a slot without waiting."""
+        ahead = any(
+            self.waiting[k] and self.held[k] < self.caps[k]
+            for k in _ORDER[: _ORDER.index(kind) + 1]
+        )
+        return not ahead and self._may_take(kind)
+
     async def take(self, stall_after: float, kind: str = URGENT) -> float:
         """Waits for a slot of class ``kind``; returns the seconds waited.
 
@@ -82,11 +90,7 @@ class Lane:
             LaneStalled: No slot was given back during the last
                 ``stall_after`` seconds of the wait (nothing is held then).
         """
-        ahead = any(
-            self.waiting[k] and self.held[k] < self.caps[k]
-            for k in _ORDER[: _ORDER.index(kind) + 1]
-        )
-        if not ahead and self._may_take(kind):
+        if self.idle(kind):
             self.free -= 1
             self.held[kind] += 1
             return 0.0

@@ -62,7 +62,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from durable_adk import errors
+from durable_adk.faults import crash_point
 from durable_adk.store.base import Params, Row, Store, note_sent
+from durable_adk.store.groups import DEFAULT_GROUP_MAX, Pending, Queue, groupable
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
 from durable_adk.store.queries import Query, load_queries
 
@@ -94,7 +96,14 @@ DEFAULT_LEASE_POOL_SIZE = 2
 TURNS_CHANNEL = "durable_adk_turns"
 """The LISTEN/NOTIFY channel of session turns (payload: the session key)."""
 
-URL_OPTIONS = ("command_timeout", "acquire_timeout", "pool_size", "lease_pool_size", "notify")
+URL_OPTIONS = (
+    "command_timeout",
+    "acquire_timeout",
+    "pool_size",
+    "lease_pool_size",
+    "notify",
+    "group_commit",
+)
 """Store options that may be given in the URL's query string (removed before connecting)."""
 
 _SECONDS_OPTIONS = ("command_timeout", "acquire_timeout")
@@ -177,6 +186,12 @@ def _option(name: str, value: str) -> float | int | bool:
     return number
 
 
+def _unit_error(exc: asyncpg.PostgresError) -> errors.StoreError:
+    error = translate(exc)
+    error.__cause__ = exc
+    return error
+
+
 async def _keep_session(connection: Any) -> None:
     """Pool reset that sends nothing.
 
@@ -202,6 +217,8 @@ class PostgresStore(Store):
         acquire_timeout: float | None = None,
         lease_pool_size: int | None = None,
         notify: bool | None = None,
+        group_commit: bool | None = None,
+        group_max: int = DEFAULT_GROUP_MAX,
     ) -> None:
         """Prepares the pools; call :meth:`open` to connect.
 
@@ -219,6 +236,11 @@ class PostgresStore(Store):
             lease_pool_size: Connections of the lease pool for heartbeats and
                 claims (default 2).
             notify: LISTEN/NOTIFY wake-ups of queued runs (default on).
+            group_commit: Write the units of different runs that wait for a
+                connection together, in one transaction
+                (:mod:`durable_adk.store.groups`; URL ``group_commit``,
+                default off).
+            group_max: Most units in one group.
 
         Raises:
             InvalidArgument: A timeout is not a positive number, or a size < 1.
@@ -242,6 +264,13 @@ class PostgresStore(Store):
         self.acquire_timeout = float(acquire)
         self._wait_peak = 0.0  # the longest wait for a main-pool connection since take_pressure
         self.notify = bool(from_url.get("notify", True) if notify is None else notify)
+        if group_commit is None:
+            group_commit = bool(from_url.get("group_commit", False))
+        if not isinstance(group_max, int) or group_max < 1:
+            raise errors.InvalidArgument(f"group_max must be a whole number >= 1: {group_max!r}")
+        self.group_commit = group_commit
+        self._group = Queue(group_max)
+        self._takers: set[asyncio.Task[None]] = set()
         self._queries = load_queries("postgresql")
         self._min_size = min(min_size, max_size)
         self._max_size = max_size
@@ -403,6 +432,13 @@ class PostgresStore(Store):
         if missing:
             raise errors.InvalidArgument(f"query {q.name!r} needs {missing}")
         args = [given[name] for name in q.params]
+        if self.group_commit and groupable(q) and (self._group or not self._lane.idle(q.lane)):
+            # Every connection is busy (or units already wait for one): wait
+            # with the others, and the connection that frees up takes them all.
+            pending = self._group.add(q, args)
+            self._start_takers()
+            rows: list[dict[str, Any]] = await pending.future
+            return rows
         timeout = self.command_timeout
 
         async def run(conn: Any) -> Any:
@@ -410,7 +446,91 @@ class PostgresStore(Store):
             return await conn.fetch(q.statements[0], *args, timeout=timeout)
 
         records = await self._with_connection(run, lease=q.lease, kind=q.lane)
+        if q.writes:
+            self.commits += 1
         return [dict(r) for r in records]
+
+    # ------------------------------------------------------------ group commit
+
+    def _start_takers(self) -> None:
+        """Enough takers for the waiting units: each takes one group from a connection."""
+        while len(self._takers) * self._group.group_max < len(self._group):
+            taker = asyncio.create_task(self._take_group(), name="durable-adk-group")
+            self._takers.add(taker)
+            taker.add_done_callback(self._taker_done)
+
+    def _taker_done(self, taker: asyncio.Task[None]) -> None:
+        self._takers.discard(taker)
+        if self._group and self._pool is not None:
+            self._start_takers()
+
+    async def _take_group(self) -> None:
+        """Waits for a main-pool connection, then writes the units waiting by then."""
+        group: list[Pending] = []
+
+        async def work(conn: Any) -> None:
+            group.extend(self._group.take())
+            if group:
+                await self._write_group(conn, group)
+
+        try:
+            await self._with_connection(work)
+        except BaseException as exc:
+            # No connection came (a stalled pool, a closed store): the units
+            # that would have been next fail as they would have alone. A
+            # group whose transaction failed: none of it was written, unless
+            # the connection died at the commit (as for one statement alone).
+            failed = group or self._group.take()
+            for pending in failed:
+                error = exc if isinstance(exc, errors.StoreError) else errors.StoreUnavailable()
+                pending.settle(type(error)(str(error)))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _write_group(self, conn: Any, group: list[Pending]) -> None:
+        """One transaction for the group, each unit behind a savepoint of its own.
+
+        A unit that fails with a PostgreSQL error is rolled back to its
+        savepoint and the error goes to its caller; any other failure (the
+        connection, a timeout, the commit) is the whole group's and raises.
+        """
+        timeout = self.command_timeout
+        if len(group) == 1:  # alone: one statement, as without grouping
+            only = group[0]
+            try:
+                records = await conn.fetch(only.query.statements[0], *only.args, timeout=timeout)
+            except asyncpg.PostgresError as exc:
+                only.settle(_unit_error(exc))
+                return
+            self.commits += 1
+            only.settle([dict(r) for r in records])
+            return
+        outcomes: list[Any] = []
+        await conn.execute("BEGIN", timeout=timeout)
+        try:
+            for index, pending in enumerate(group):
+                await conn.execute("SAVEPOINT unit", timeout=timeout)
+                try:
+                    records = await conn.fetch(
+                        pending.query.statements[0], *pending.args, timeout=timeout
+                    )
+                    outcomes.append([dict(r) for r in records])
+                except asyncpg.PostgresError as exc:
+                    await conn.execute("ROLLBACK TO SAVEPOINT unit", timeout=timeout)
+                    outcomes.append(_unit_error(exc))
+                if index == 0:
+                    crash_point("store.group_after_first_unit")
+            await conn.execute("COMMIT", timeout=timeout)
+        except BaseException:
+            if not conn.is_closed() and conn.is_in_transaction():
+                try:
+                    await conn.execute("ROLLBACK", timeout=timeout)
+                except Exception:
+                    conn.terminate()
+            raise
+        self.commits += 1
+        for pending, outcome in zip(group, outcomes, strict=True):
+            pending.settle(outcome)
 
     async def now(self) -> float:
         return float(await self.fetchval("db_now"))
@@ -443,6 +563,8 @@ class PostgresStore(Store):
         await self._with_connection(run)
 
     async def close(self) -> None:
+        for taker in list(self._takers):
+            taker.cancel()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             listener.cancel()

@@ -35,8 +35,9 @@ A statement of a multi-statement unit may carry the line
 an append with no ``app:`` delta). The marker states what the SQL already
 does, so skipping changes nothing but the cost: the statement must gate
 itself on the parameter (``WHERE :x IS NOT NULL``, or rows from
-``json_each(:x)``, which has none for NULL), must not return rows, and must
-not be a guarded unit's check. A marker that breaks one of these rules, or
+``json_each(:x)``, which has none for NULL), must not return rows, must not
+be a guarded unit's check, and must not come before a statement that reads
+``changes()`` or ``last_insert_rowid()``. A marker that breaks one of these rules, or
 sits in a one-statement unit (every PostgreSQL query), is refused when the
 file is loaded.
 """
@@ -140,6 +141,12 @@ def _skips(name: str, statements: list[str], guarded: bool) -> tuple[tuple[str, 
             r"\bRETURNING\b", code, re.IGNORECASE
         ):
             raise ValueError(f"{where}: a statement that returns rows cannot be skipped")
+        later = " ".join(_code(s) for s in statements[index + 1 :])
+        if re.search(r"\b(changes|last_insert_rowid)\s*\(", later, re.IGNORECASE):
+            raise ValueError(
+                f"{where}: a later statement reads changes() or last_insert_rowid(), "
+                "which would read another statement's count when this one is skipped"
+            )
         for param in params:
             gate = re.compile(
                 rf"(?<![:\w]):{param}\s+IS\s+NOT\s+NULL\b|\bjson_each\(\s*:{param}\s*\)",

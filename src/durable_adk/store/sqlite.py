@@ -47,7 +47,15 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from durable_adk import errors
+from durable_adk.faults import crash_point
 from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.groups import (
+    DEFAULT_GROUP_MAX,
+    Pending,
+    Queue,
+    groupable,
+    nothing_else_ready,
+)
 from durable_adk.store.queries import Query, load_queries, split_script
 
 T = TypeVar("T")
@@ -97,6 +105,39 @@ def translate(exc: sqlite3.Error) -> errors.StoreError:
     if code is not None and code & 0xFF in _UNAVAILABLE_PRIMARY:
         return errors.StoreUnavailable(message)
     return errors.StoreError(message)
+
+
+def _fail(group: list[Pending], exc: BaseException) -> None:
+    """The group's transaction failed: every unit of it fails, none was written."""
+    for pending in group:
+        if isinstance(exc, sqlite3.Error):
+            error = translate(exc)
+        elif isinstance(exc, errors.StoreError):
+            error = type(exc)(str(exc))
+        else:
+            error = errors.StoreError(f"{exc} ({type(exc).__name__})")
+        error.__cause__ = exc
+        pending.settle(error)
+
+
+def _hand_out(group: list[Pending], outcomes: list[list[dict[str, Any]] | sqlite3.Error]) -> None:
+    for pending, outcome in zip(group, outcomes, strict=True):
+        if isinstance(outcome, sqlite3.Error):
+            error = translate(outcome)
+            error.__cause__ = outcome
+            pending.settle(error)
+        else:
+            pending.settle(outcome)
+
+
+def _settle(group: list[Pending], done: asyncio.Future[Any]) -> None:
+    """Hands out a group written on the database thread."""
+    if done.cancelled():
+        _fail(group, errors.StoreUnavailable("the store closed before the group was written"))
+    elif done.exception() is not None:
+        _fail(group, done.exception() or Exception())
+    else:
+        _hand_out(group, done.result())
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
@@ -167,7 +208,15 @@ class SqliteStore(Store):
 
     dialect = "sqlite"
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000, mode: str = "rwc") -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout_ms: int = 10_000,
+        mode: str = "rwc",
+        group_commit: bool = False,
+        group_max: int = DEFAULT_GROUP_MAX,
+    ) -> None:
         """Opens (creating if needed) the database file.
 
         Args:
@@ -176,9 +225,17 @@ class SqliteStore(Store):
             mode: ``rwc`` (read and write, create the file if missing), ``rw``
                 (an existing file only) or ``ro`` (an existing file, read-only:
                 every write fails with SQLITE_READONLY, a StoreError).
+            group_commit: Write the units of different runs submitted in the
+                same turn of the event loop in one transaction
+                (:mod:`durable_adk.store.groups`).
+            group_max: Most units in one group.
         """
         if mode not in ("ro", "rw", "rwc") or (mode != "rwc" and path == ":memory:"):
             raise errors.UnsupportedUrl(f"SQLite mode {mode!r} cannot apply to {path!r}")
+        if not isinstance(group_max, int) or group_max < 1:
+            raise errors.InvalidArgument(f"group_max must be a whole number >= 1: {group_max!r}")
+        self.group_commit = bool(group_commit)
+        self._group = Queue(group_max)
         self.path = path
         self.mode = mode
         self.url = f"sqlite:///{path}" + ("" if mode == "rwc" else f"?mode={mode}")
@@ -269,20 +326,29 @@ class SqliteStore(Store):
         try:
             result = run_unit(conn, query, args)
             conn.execute("COMMIT")
+            if query.writes:
+                self.commits += 1
             return result
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
 
-    async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
-        q = self._query(query)
-        if (
-            q.inline
+    def _on_fast_path(self, query: Query) -> bool:
+        return (
+            query.inline
             and self._fast is not None
             and not self._closed
             and threading.get_ident() == self._fast_thread
-        ):
+        )
+
+    async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
+        q = self._query(query)
+        if self._on_fast_path(q):
+            loop = asyncio.get_running_loop()
+            if self.group_commit and groupable(q) and (self._group or not nothing_else_ready(loop)):
+                return await self._grouped(q, params or {}, loop)
+            assert self._fast is not None
             try:
                 return self._run_on(self._fast, q, params or {})
             except sqlite3.Error as exc:
@@ -291,6 +357,82 @@ class SqliteStore(Store):
                     raise error from exc
                 # Another connection holds the lock: wait for it on the database thread.
         return await self._call(lambda: self._run(q, params or {}))
+
+    # ------------------------------------------------------------ group commit
+
+    async def _grouped(
+        self, query: Query, params: Params, loop: asyncio.AbstractEventLoop
+    ) -> list[dict[str, Any]]:
+        """Queues a unit for this turn's group; returns its rows or raises its error."""
+        pending = self._group.add(query, arguments(query, params))
+        if len(self._group) == 1:
+            loop.call_soon(self._flush_group)
+        rows: list[dict[str, Any]] = await pending.future
+        return rows
+
+    def _flush_group(self) -> None:
+        """Writes the units of this turn (a loop callback): on the caller's
+        connection, or on the database thread when another holds the lock."""
+        group = self._group.take()
+        if self._group:
+            asyncio.get_running_loop().call_soon(self._flush_group)
+        if not group:
+            return
+        if self._closed or self._fast is None:
+            for pending in group:
+                pending.settle(errors.StoreUnavailable("the store is closed"))
+            return
+        try:
+            outcomes = self._write_group(self._fast, group)
+        except Exception as exc:
+            if not (
+                isinstance(exc, sqlite3.Error) and isinstance(translate(exc), errors.DatabaseBusy)
+            ):
+                _fail(group, exc)
+                return
+            # Another connection holds the write lock: the database thread
+            # waits for it, as for any unit (nothing of the group was written).
+            conn = self._conn
+            assert conn is not None
+            waiting = asyncio.get_running_loop().run_in_executor(
+                self._executor, lambda: self._write_group(conn, group)
+            )
+            waiting.add_done_callback(lambda done: _settle(group, done))
+            return
+        _hand_out(group, outcomes)
+
+    def _write_group(
+        self, conn: sqlite3.Connection, group: list[Pending]
+    ) -> list[list[dict[str, Any]] | sqlite3.Error]:
+        """One transaction for the group, each unit behind a savepoint of its own.
+
+        Returns each unit's rows, or the error that rolled it (alone) back.
+        Raises when the transaction itself failed: then nothing was written.
+        """
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            outcomes: list[list[dict[str, Any]] | sqlite3.Error] = []
+            if len(group) == 1:  # alone: no savepoint needed, its error is the group's
+                outcomes.append(run_unit(conn, group[0].query, group[0].args))
+            for index, pending in enumerate(group if len(group) > 1 else ()):
+                conn.execute("SAVEPOINT unit")
+                try:
+                    outcomes.append(run_unit(conn, pending.query, pending.args))
+                except sqlite3.Error as exc:
+                    if not conn.in_transaction:  # the error ended the transaction
+                        raise
+                    conn.execute("ROLLBACK TO unit")
+                    outcomes.append(exc)
+                conn.execute("RELEASE unit")
+                if index == 0:
+                    crash_point("store.group_after_first_unit")
+            conn.execute("COMMIT")
+            self.commits += 1
+            return outcomes
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     async def now(self) -> float:
         value = await self.fetchval("db_now")
