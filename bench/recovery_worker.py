@@ -2,7 +2,10 @@
 
 Run by the bench (from the repository root)::
 
-    .venv/bin/python -m bench.recovery_worker URL WORKER_ID [--batch 20]
+    .venv/bin/python -m bench.recovery_worker URL WORKER_ID [--batch 20] [--concurrency 4]
+    .venv/bin/python -m bench.recovery_worker URL WORKER_ID --mode adk
+    .venv/bin/python -m bench.recovery_worker URL WORKER_ID --mode floor \
+        --runs 500 --writes 4.1 --reads 1.0
 
 The process opens the store, builds the same app the orphaned runs were started
 with (:func:`build_agent`), warms up with one run of its own (user ``warmup``),
@@ -11,6 +14,26 @@ prints ``ready`` and waits for a ``go`` line on stdin. It then loops
 claim, prints one JSON line (runs recovered, wall-clock start and end, CPU time
 of the process) and waits for an ``exit`` line before closing its connections,
 so the parent can read the server's CPU use while every backend is still alive.
+
+More modes measure, the same way (warm-up, ``ready``, ``go``, one JSON
+line, ``exit``), what bounds a recovery:
+
+* ``--mode steps --concurrency 1``: the recovery loop with each step's CPU
+  read around it (:class:`CpuSteps`: claim, session read, classification,
+  drive), one run at a time so that nothing else runs meanwhile.
+* ``--mode adk`` (:func:`adk_baseline`): ADK's own Runner with an
+  InMemorySessionService finishing the same remaining work. Before ``ready``
+  it reads every orphan's session from the database (then closes the store)
+  and copies its events into an in-memory session; after ``go`` it makes the
+  call the durable re-drive makes: ``Runner.run_async`` with the run's
+  invocation id and its stored message, over the same App (resumable), the
+  same number of runs at a time as the sweeper. It checks each session ends
+  with the run's final text exactly once and every call answered once.
+* ``--mode floor`` (:func:`commit_floor`): a worker whose only cost is its
+  round trips: per run, as many single-row autocommit INSERTs (an event-sized
+  row) and single-row SELECTs as a recovery makes writing and reading
+  statements (fractions spread evenly over the runs), through an asyncpg pool
+  opened as PostgresStore opens it, the same number of runs at a time.
 
 The app: one LlmAgent ``order_desk`` with one read-only (idempotent) tool,
 ``check_order``, and a ScriptedModel of two steps: call the tool for the order
@@ -28,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -37,10 +61,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.apps import App, ResumabilityConfig
+from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
 
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Turn
 
@@ -126,7 +157,248 @@ def make_runner(store: Store, worker_id: str, dies_in: str | None = None) -> Dur
     )
 
 
-async def serve(url: str, worker_id: str, batch: int) -> None:
+CONCURRENCY = 4  # Sweeper's default: runs of a pass recovered side by side
+
+
+async def _wait_for_go() -> bool:
+    """Says ``ready`` and waits for ``go`` (blocking: nothing else runs on the loop)."""
+    print("ready", flush=True)
+    return sys.stdin.readline().strip() == "go"
+
+
+def _report(
+    worker_id: str, recovered: int, start: float, end: float, cpu: float, **more: Any
+) -> None:
+    print(
+        json.dumps(
+            {
+                "worker": worker_id,
+                "recovered": recovered,
+                "passes": 1,
+                "largest_pass": recovered,
+                "start": start,
+                "end": end,
+                "cpu": cpu,
+                "outcomes": {},
+                **more,
+            }
+        ),
+        flush=True,
+    )
+
+
+def adk_app() -> App:
+    """The bench's app as ADK's own Runner gets it: the same agent, resumable."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ADK flags resumability as experimental
+        resumable = ResumabilityConfig(is_resumable=True)
+    return App(name=APP, root_agent=build_agent(), resumability_config=resumable)
+
+
+async def read_orphans(url: str) -> list[tuple[Run, list[Event]]]:
+    """Every orphaned run of the fixture with its session's stored events."""
+    async with open_store(url) as store:
+        ledger = RunLedger(store)
+        sessions = DurableSessionService(store, cache_sessions=0)
+        runs = await ledger.list_runs(status=RunStatus.RUNNING, limit=100_000)
+        out: list[tuple[Run, list[Event]]] = []
+        for run in sorted(runs, key=lambda r: r.run_id):
+            if not run.user_id.startswith(CUSTOMERS):
+                continue
+            session = await sessions.get_session(
+                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+            out.append((run, list(session.events) if session else []))
+    return out
+
+
+def _finished_once(events: Sequence[Event], order_id: str) -> bool:
+    """The session holds the run's final text exactly once and every call answered once."""
+    answer = final_text(order_id)
+    finals = sum(
+        1
+        for e in events
+        if e.author == AGENT and e.content and any(p.text == answer for p in e.content.parts or ())
+    )
+    calls = Counter(c.id for e in events for c in e.get_function_calls())
+    answers = Counter(r.id for e in events for r in e.get_function_responses())
+    return finals == 1 and bool(calls) and all(answers[c] == 1 for c in calls)
+
+
+async def in_memory_copies(orphans: Sequence[tuple[Run, list[Event]]]) -> Runner:
+    """ADK's Runner over an InMemorySessionService holding a copy of each orphan's session."""
+    service = InMemorySessionService()
+    runner = Runner(app=adk_app(), session_service=service)
+    for run, events in orphans:
+        session = await service.create_session(
+            app_name=APP, user_id=run.user_id, session_id=run.session_id
+        )
+        for event in events:
+            await service.append_event(session, event)
+    return runner
+
+
+async def finish_in_memory(runner: Runner, runs: Sequence[Run], concurrency: int) -> None:
+    """Finishes each run's remaining work with ADK's Runner, ``concurrency`` at a time."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def finish(run: Run) -> None:
+        # The call a recovery's re-drive makes: the run's invocation id, its stored message.
+        message = types.Content.model_validate_json(run.request)
+        async with slots:
+            async for _ in runner.run_async(
+                user_id=run.user_id,
+                session_id=run.session_id,
+                invocation_id=run.invocation_id,
+                new_message=message,
+            ):
+                pass
+
+    await asyncio.gather(*(finish(run) for run in runs))
+
+
+async def finished_once(runner: Runner, runs: Sequence[Run]) -> int:
+    """How many runs' sessions hold the final text once and every call answered once."""
+    checked = 0
+    for run in runs:
+        session = await runner.session_service.get_session(
+            app_name=APP, user_id=run.user_id, session_id=run.session_id
+        )
+        order = run.session_id.removeprefix("order-")
+        checked += session is not None and _finished_once(session.events, order)
+    return checked
+
+
+async def adk_baseline(url: str, worker_id: str, concurrency: int) -> None:
+    """ADK's Runner + InMemorySessionService finishing each orphan's remaining work."""
+    orphans = await read_orphans(url)  # the store is closed again: the timed part has none
+    runner = await in_memory_copies(orphans)
+    runs = [run for run, _ in orphans]
+    # Warm-up: imports, ADK's first-run caches.
+    await runner.session_service.create_session(
+        app_name=APP, user_id=WARMUP_USER, session_id="warmup"
+    )
+    warm = types.Content(role="user", parts=[types.Part(text=request_text("W_adk"))])
+    async for _ in runner.run_async(user_id=WARMUP_USER, session_id="warmup", new_message=warm):
+        pass
+    if not await _wait_for_go():
+        return
+    start = time.time()
+    cpu0 = time.process_time()
+    await finish_in_memory(runner, runs, concurrency)
+    cpu = time.process_time() - cpu0
+    end = time.time()
+    _report(worker_id, len(runs), start, end, cpu, checked=await finished_once(runner, runs))
+    sys.stdin.readline()  # "exit"
+
+
+def _spread(per_run: float, index: int) -> int:
+    """How many of ``per_run`` (a mean, maybe fractional) statements run ``index`` makes."""
+    return math.floor((index + 1) * per_run) - math.floor(index * per_run)
+
+
+async def commit_floor(
+    url: str, worker_id: str, runs: int, writes: float, reads: float, concurrency: int
+) -> None:
+    """Only the round trips of ``runs`` recoveries: autocommit INSERTs and SELECTs."""
+    import asyncpg  # the floor talks to PostgreSQL as PostgresStore does, without our layers
+
+    async def no_reset(connection: Any) -> None:
+        return None  # as PostgresStore: no second round trip per pool call
+
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset)
+    try:
+        await pool.execute(
+            "CREATE TABLE IF NOT EXISTS floor_rows (id bigserial PRIMARY KEY, x text NOT NULL)"
+        )
+        payload = Event(
+            invocation_id="e-floor",
+            author=AGENT,
+            content=types.Content(role="model", parts=[types.Part(text=final_text("A00000"))]),
+        ).model_dump_json(exclude_none=True)
+        first = await pool.fetchval("INSERT INTO floor_rows (x) VALUES ($1) RETURNING id", payload)
+        for _ in range(20):  # warm-up: connections, prepared statements
+            await pool.execute("INSERT INTO floor_rows (x) VALUES ($1)", payload)
+            await pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", first)
+        if not await _wait_for_go():
+            return
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            async with slots:
+                for _ in range(_spread(reads, index)):
+                    await pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", first)
+                for _ in range(_spread(writes, index)):
+                    await pool.execute("INSERT INTO floor_rows (x) VALUES ($1)", payload)
+
+        start = time.time()
+        cpu0 = time.process_time()
+        await asyncio.gather(*(one(i) for i in range(runs)))
+        cpu = time.process_time() - cpu0
+        end = time.time()
+        _report(worker_id, runs, start, end, cpu, checked=runs)
+        sys.stdin.readline()  # "exit": the parent has read the server's CPU use
+    finally:
+        await pool.close()
+
+
+STEP_NAMES = ("claim", "session read", "classify", "drive")
+
+
+class CpuSteps:
+    """CPU of a recovery's steps, one run at a time: wrappers on the sweeper's objects.
+
+    Each step's process CPU is read around it; with one run in flight nothing
+    else runs meanwhile. A session read or classification inside the drive
+    counts as the drive's.
+    """
+
+    def __init__(self, sweeper: Sweeper) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(STEP_NAMES, 0.0)
+        self._in_drive = False
+        path = sweeper.runner
+        self._wrap(sweeper.ledger, "claim_expired", "claim")
+        self._wrap(sweeper.ledger, "cancel_expired", "claim")
+        self._wrap(path.sessions, "get_session", "session read")
+        self._wrap_sync(path, "classify", "classify")
+        self._wrap(path, "run_to_end", "drive")
+
+    def _charge(self, step: str, cpu0: float) -> None:
+        if step == "drive" or not self._in_drive:
+            self.seconds[step] += time.process_time() - cpu0
+
+    def _wrap(self, obj: object, name: str, step: str) -> None:
+        inner = getattr(obj, name)
+
+        async def wrapped(*args: Any, **kwargs: Any) -> Any:
+            cpu0 = time.process_time()
+            if step == "drive":
+                self._in_drive = True
+            try:
+                return await inner(*args, **kwargs)
+            finally:
+                self._charge(step, cpu0)
+                if step == "drive":
+                    self._in_drive = False
+
+        setattr(obj, name, wrapped)
+
+    def _wrap_sync(self, obj: object, name: str, step: str) -> None:
+        inner = getattr(obj, name)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            cpu0 = time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._charge(step, cpu0)
+
+        setattr(obj, name, wrapped)
+
+
+async def serve(
+    url: str, worker_id: str, batch: int, concurrency: int = CONCURRENCY, steps: bool = False
+) -> None:
     async with open_store(url) as store:
         runner = make_runner(store, worker_id)
         # Warm-up: imports, ADK's first-run caches, prepared statements.
@@ -136,7 +408,8 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
             message=request_text("W_" + re.sub(r"\W", "_", worker_id)),
         ):
             pass
-        sweeper = Sweeper(runner, batch=batch)
+        sweeper = Sweeper(runner, batch=batch, concurrency=concurrency)
+        split = CpuSteps(sweeper) if steps else None
         print("ready", flush=True)
         # Blocking reads on purpose: nothing else runs on the loop while we wait.
         if sys.stdin.readline().strip() != "go":
@@ -169,6 +442,7 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
                     "end": end,
                     "cpu": cpu,
                     "outcomes": dict(outcomes),
+                    "steps": split.seconds if split is not None else {},
                 }
             ),
             flush=True,
@@ -176,18 +450,43 @@ async def serve(url: str, worker_id: str, batch: int) -> None:
         sys.stdin.readline()  # "exit": the parent has read the server's CPU use
 
 
+USAGE = (
+    "usage: python -m bench.recovery_worker URL WORKER_ID [--batch N] "
+    "[--mode recover|steps|adk|floor] [--runs N --writes W --reads R] [--concurrency N]"
+)
+
+
+def _option(args: list[str], name: str, default: str) -> str:
+    """Removes ``name VALUE`` from ``args``; returns VALUE (or ``default``)."""
+    if name not in args:
+        return default
+    i = args.index(name)
+    if i + 1 >= len(args):
+        raise SystemExit(USAGE)
+    value = args[i + 1]
+    del args[i : i + 2]
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    batch = 20
-    if "--batch" in args:
-        i = args.index("--batch")
-        batch = int(args[i + 1])
-        del args[i : i + 2]
-    if len(args) != 2:
-        raise SystemExit("usage: python -m bench.recovery_worker URL WORKER_ID [--batch N]")
+    batch = int(_option(args, "--batch", "20"))
+    mode = _option(args, "--mode", "recover")
+    runs = int(_option(args, "--runs", "0"))
+    writes = float(_option(args, "--writes", "0"))
+    reads = float(_option(args, "--reads", "0"))
+    concurrency = int(_option(args, "--concurrency", str(CONCURRENCY)))
+    if len(args) != 2 or mode not in ("recover", "steps", "adk", "floor"):
+        raise SystemExit(USAGE)
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
-    asyncio.run(serve(args[0], args[1], batch))
+    url, worker_id = args
+    if mode == "adk":
+        asyncio.run(adk_baseline(url, worker_id, concurrency))
+    elif mode == "floor":
+        asyncio.run(commit_floor(url, worker_id, runs, writes, reads, concurrency))
+    else:
+        asyncio.run(serve(url, worker_id, batch, concurrency, steps=mode == "steps"))
 
 
 if __name__ == "__main__":
