@@ -78,6 +78,7 @@ from bench.sessions import (
 from durable_adk.adk.barrier import CommitMode
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.store import Store, open_store
+from durable_adk.store.queries import load_queries
 from durable_adk.testing.pg_cluster import TempPostgres
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel
 
@@ -239,18 +240,8 @@ class RawCommitsContender(Contender):
 
 IN_MEMORY = "ADK Runner + InMemorySessionService"
 COMMITS_LABEL: dict[CommitMode, str] = {"per_event": "per-event", "barrier": "barrier"}
-WRITE_QUERIES = frozenset(
-    {
-        "create_session",
-        "run_start",
-        "run_submit",
-        "run_claim_queued",
-        "run_renew",
-        "append_event",
-        "append_events",
-        "run_finish",
-    }
-)
+WRITE_QUERIES = frozenset(name for name, q in load_queries("sqlite").items() if q.writes)
+"""The store's units that write (a commit each): what a run's commits are counted from."""
 
 
 @contextlib.asynccontextmanager

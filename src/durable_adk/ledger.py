@@ -529,27 +529,50 @@ class RunLedger:
         classification: str | None = None,
     ) -> bool:
         """Ends a RUNNING run as DONE, PAUSED or FAILED; False if the lease was lost."""
-        if status not in (RunStatus.DONE, RunStatus.PAUSED, RunStatus.FAILED):
-            raise errors.InvalidArgument(f"finish takes DONE, PAUSED or FAILED, not {status}")
-        row = await self.store.fetchrow(
-            "run_finish",
-            {
-                "run_id": lease.run_id,
-                "owner": lease.owner,
-                "epoch": lease.epoch,
-                "status": status.value,
-                "error": error,
-                "classification": classification,
-            },
-        )
+        params = self.finish_params(lease, status, error=error, classification=classification)
+        row = await self.store.fetchrow("run_finish", {**params, "epoch": params.pop("run_epoch")})
         if row is None:
             return False
-        # The session's next run may start now: wake it (other workers too
-        # only when one waits, so a run without a queue sends nothing more).
+        await self.finished(row)
+        return True
+
+    @staticmethod
+    def finish_params(
+        lease: Lease,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        classification: str | None = None,
+    ) -> dict[str, Any]:
+        """The parameters of a run's finish, for :meth:`finish` or a unit it joins.
+
+        The session service writes a drive's last events and these in one
+        unit (``append_events_finish``); :meth:`finished` then does what
+        follows a finish.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: ``status`` is not DONE, PAUSED or FAILED.
+        """
+        if status not in (RunStatus.DONE, RunStatus.PAUSED, RunStatus.FAILED):
+            raise errors.InvalidArgument(f"finish takes DONE, PAUSED or FAILED, not {status}")
+        return {
+            "run_id": lease.run_id,
+            "owner": lease.owner,
+            "run_epoch": lease.epoch,
+            "status": status.value,
+            "error": error,
+            "classification": classification,
+        }
+
+    async def finished(self, row: Row) -> None:
+        """After a finish was written (``row``: the session's keys and ``queued_behind``).
+
+        The session's next run may start now: wake it (other workers too only
+        when one waits, so a run without a queue sends nothing more).
+        """
         key = session_key(row["app_name"], row["user_id"], row["session_id"])
         with contextlib.suppress(errors.StoreError):  # a wake-up lost costs latency only
             await self.store.wake(key, others_waiting=bool(row["queued_behind"]))
-        return True
 
     async def release(self, lease: Lease, *, error: str) -> bool:
         """Hands a RUNNING run back for recovery after a transient fault; False if it was lost.

@@ -111,12 +111,14 @@ async def test_barrier_commits_write_fewer_units_than_per_event(store: Store) ->
     assert units["per_event"].pop("sweeper_seen") == units["barrier"].pop("sweeper_seen") == 1
     # Per event: user message, call, response, answer, end marker, one unit each.
     assert units["per_event"] == {"run_start": 1, "append_event": 5, "run_finish": 1}
-    # Barrier: the answer and the end marker go together at the end.
+    # Barrier, counted from decisions: the user's message goes with the
+    # model's call (before the tool runs), the tool's answer before the next
+    # model call, and the answer and the end marker with the run's finish.
     assert units["barrier"] == {
         "run_start": 1,
-        "append_event": 3,
         "append_events": 1,
-        "run_finish": 1,
+        "append_event": 1,
+        "append_events_finish": 1,
     }
     assert [e.id for e in await stored(store, "barrier")] != []
     assert len(await stored(store, "barrier")) == len(await stored(store, "per_event")) == 5
@@ -156,8 +158,9 @@ async def test_a_custom_agent_is_driven_lock_step_each_event_stored_before_the_n
             texts.append(event.content.parts[0].text)
             assert event.id in [e.id for e in await stored(store, "c1")]
     assert texts == ["step 0", "step 1", "step 2"]
-    # Lock-step: each event written on its own before the agent's next step.
-    assert counting.calls["append_events"] == 0 and counting.calls["append_event"] >= 4
+    # Lock-step: each step written before the agent's next one; the user's
+    # message (which the run's request makes again) waits for the first.
+    assert counting.calls["append_events"] == 1 and counting.calls["append_event"] >= 2
 
 
 def stamped(text: str, run_id: str, epoch: int) -> Event:

@@ -158,8 +158,9 @@ async def test_a_busy_store_mid_run_hands_the_run_back_and_recovery_ends_it_done
         await counter.act()
         return {"q": q}
 
-    # The second append (the model's call) meets a busy database once.
-    faulty.fail_next["append_event"] = (1, busy())
+    # The unit that writes the model's call (with the user's message) meets a
+    # busy database once.
+    faulty.fail_next["append_events"] = (0, busy())
     runner = DurableRunner(
         app=agent_with(lookup, [Call("lookup", {"q": "x"}), Say("found it")]),
         app_name=APP,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import warnings
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -212,12 +213,20 @@ def build(shape: str, billing: BillingClient) -> Any:
     raise SystemExit(f"unknown shape {shape!r}")
 
 
+COMMITS_ENV = "SHAPES_COMMITS"
+"""The environment variable naming the runner's commit mode (``barrier`` by default)."""
+
+
 def make_runner(store: Store, shape: str, billing_url: str, worker: str) -> DurableRunner:
     billing = BillingClient(billing_url, caller={"worker": worker})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         root = build(shape, billing)
-    return DurableRunner(app=root, app_name=APP, store=store, worker_id=worker, lease=30.0)
+    # COMMITS_ENV selects the commit mode (the windows of per-event commits differ).
+    commits: Any = os.environ.get(COMMITS_ENV, "barrier")
+    return DurableRunner(
+        app=root, app_name=APP, store=store, worker_id=worker, lease=30.0, commits=commits
+    )
 
 
 async def _drive(runner: DurableRunner, session: str, message: Any, invocation: str | None) -> str:

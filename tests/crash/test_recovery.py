@@ -89,21 +89,30 @@ async def url(store_url: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("point", "expected_class", "runs"),
+    ("point", "expected_class", "runs", "mode"),
     [
-        ("runner.before_first_event", "NOT_STARTED", ["worker-B"]),
-        ("demo.in_model_call", "MODEL_INFLIGHT", ["worker-A"]),  # answered: not run again
+        ("runner.before_first_event", "NOT_STARTED", ["worker-B"], []),
+        ("demo.in_model_call", "MODEL_INFLIGHT", ["worker-A"], []),  # answered: not run again
         # The crash came after the tool's outside read; check_stock is declared
         # idempotent, so the fresh worker runs it again: two reads are expected.
-        ("demo.in_check_stock", "TOOL_UNANSWERED", ["worker-A", "worker-B"]),
-        ("runner.before_finish", "ACTUALLY_DONE", ["worker-A"]),
+        ("demo.in_check_stock", "TOOL_UNANSWERED", ["worker-A", "worker-B"], []),
+        # Barrier commits write the final answer in the finish's own unit: a
+        # kill before that unit loses the answer (asked again), never an act.
+        ("runner.before_finish", "MODEL_INFLIGHT", ["worker-A"], []),
+        # One unit per event: the answer is stored, the row not finished yet.
+        ("runner.before_finish", "ACTUALLY_DONE", ["worker-A"], ["--per-event"]),
     ],
 )
 async def test_each_crash_window_is_recovered_to_done(
-    url: str, inventory: FakeService, point: str, expected_class: str, runs: list[str]
+    url: str,
+    inventory: FakeService,
+    point: str,
+    expected_class: str,
+    runs: list[str],
+    mode: list[str],
 ) -> None:
     shop = ["--inventory", inventory.url]
-    crashed = child(["run", "--db", url, "--session", "s1", *shop], point)
+    crashed = child(["run", "--db", url, "--session", "s1", *mode, *shop], point)
     assert crashed.returncode == 137, crashed.stderr
     report = recover(url, *shop)
     assert [(r["found"], r["status"]) for r in report] == [(expected_class, "DONE")]

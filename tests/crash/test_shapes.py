@@ -49,14 +49,16 @@ async def url(store_url: str) -> str:
 class Shape:
     """One shape's processes, against one database and one billing service."""
 
-    def __init__(self, name: str, url: str, billing: FakeService) -> None:
+    def __init__(self, name: str, url: str, billing: FakeService, commits: str = "barrier") -> None:
         self.name, self.url, self.billing = name, url, billing
+        self.commits = commits
         self.last_report: list[dict[str, Any]] = []
 
     def _child(
         self, action: str, *args: str, crash_at: str | None = None, after: int = 0
     ) -> subprocess.CompletedProcess[str]:
-        env = arm(dict(os.environ), crash_at, after=after) if crash_at else dict(os.environ)
+        base = {**os.environ, "SHAPES_COMMITS": self.commits}
+        env = arm(base, crash_at, after=after) if crash_at else base
         argv = [self.name, action, "--db", self.url, "--billing", self.billing.url, *args]
         done = run_module(MODULE, argv, env=env, cwd=ROOT)
         if crash_at:
@@ -111,8 +113,18 @@ class Shape:
         }
 
 
-def shape(name: str, url: str, billing: FakeService) -> Shape:
-    return Shape(name, url, billing)
+def shape(name: str, url: str, billing: FakeService, commits: str = "barrier") -> Shape:
+    return Shape(name, url, billing, commits)
+
+
+# What a kill before the drive's finish finds, by commit mode. Barrier commits
+# write the last events in the finish's own unit: the kill loses them (the
+# model or node is asked again; no act is repeated). One unit per event leaves
+# them stored and the row unfinished: marked done without asking again.
+BEFORE_FINISH = [
+    pytest.param("barrier", ("MODEL_INFLIGHT", "redrive", "DONE"), id="barrier"),
+    pytest.param("per_event", ("ACTUALLY_DONE", "mark_done", "DONE"), id="per_event"),
+]
 
 
 # ------------------------------------------------- RequestInput loop, reused id
@@ -205,14 +217,38 @@ async def test_an_approved_tool_killed_in_the_tool_runs_once(
     assert app.recover() == []
 
 
+@pytest.mark.parametrize(
+    ("commits", "paused", "found"),
+    [
+        # The confirmation request goes with the PAUSED finish: a kill before
+        # it leaves the call unanswered, and the re-drive asks again (no act).
+        pytest.param(
+            "barrier",
+            ("TOOL_UNANSWERED", "redrive", "PAUSED"),
+            ("MODEL_INFLIGHT", "redrive", "DONE"),
+            id="barrier",
+        ),
+        pytest.param(
+            "per_event",
+            ("PAUSED", "mark_paused", "PAUSED"),
+            ("ACTUALLY_DONE", "mark_done", "DONE"),
+            id="per_event",
+        ),
+    ],
+)
 async def test_an_approval_killed_before_its_drive_finishes_is_done_once(
-    url: str, billing: FakeService
+    url: str,
+    billing: FakeService,
+    commits: str,
+    paused: tuple[str, str, str],
+    found: tuple[str, str, str],
 ) -> None:
-    app = shape("confirm", url, billing)
+    app = shape("confirm", url, billing, commits)
     app.run(crash_at="runner.before_finish")
-    assert app.recover() == [("PAUSED", "mark_paused", "PAUSED")]
+    assert app.recover() == [paused]
+    assert app.acts() == []  # nothing before the approval
     app.answer({"confirmed": True}, crash_at="runner.before_finish")
-    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    assert app.recover() == [found]
     assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
     assert (await app.facts())["texts"] == ["Paid C-1."]
 
@@ -220,14 +256,24 @@ async def test_an_approval_killed_before_its_drive_finishes_is_done_once(
 # ---------------------------------------------------------- two-turn transfer
 
 
-async def test_a_kill_after_the_specialists_second_answer_is_done_without_a_new_answer(
-    url: str, billing: FakeService
+@pytest.mark.parametrize(
+    ("commits", "found"),
+    [
+        # Turn 2 is the user's message and one answer, both written with the
+        # finish: a kill before that unit left nothing of it stored.
+        pytest.param("barrier", ("NOT_STARTED", "redrive", "DONE"), id="barrier"),
+        pytest.param("per_event", ("ACTUALLY_DONE", "mark_done", "DONE"), id="per_event"),
+    ],
+)
+async def test_a_kill_after_the_specialists_second_answer_is_done_with_one_answer(
+    url: str, billing: FakeService, commits: str, found: tuple[str, str, str]
 ) -> None:
-    app = shape("transfer", url, billing)
+    app = shape("transfer", url, billing, commits)
     assert app.run("refund R-1 please") is None
     app.run("thanks", crash_at="runner.before_finish")
-    # The specialist owns turn 2: its stored answer ends it; the model is not asked again.
-    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    # The specialist owns turn 2: a stored answer ends it (the model is not
+    # asked again); a lost one is asked of the specialist again, once.
+    assert app.recover() == [found]
     seen = await app.facts()
     assert seen["status"] == [DONE, DONE]
     assert seen["texts"] == ["Refunded R-1.", "You are welcome."]  # one answer per message
@@ -239,7 +285,8 @@ async def test_a_kill_after_the_specialists_second_answer_is_done_without_a_new_
     ("point", "found", "acts_by"),
     [
         ("journal.after_act", "TOOL_UNANSWERED", ["worker-A"]),
-        ("runner.before_finish", "ACTUALLY_DONE", ["worker-A"]),
+        # The refund is stored; its final answer goes with the finish: asked again.
+        ("runner.before_finish", "MODEL_INFLIGHT", ["worker-A"]),
     ],
 )
 async def test_a_kill_in_the_specialists_first_turn_is_recovered_once(
@@ -323,16 +370,20 @@ async def test_a_loop_root_killed_in_a_round_finishes_with_each_round_once(
     assert seen["texts"] == ["Round 1 invoiced.", "Round 2 invoiced."]
 
 
+@pytest.mark.parametrize(("commits", "found"), BEFORE_FINISH)
 async def test_a_loop_root_killed_before_finish_is_done_without_another_round(
-    url: str, billing: FakeService
+    url: str, billing: FakeService, commits: str, found: tuple[str, str, str]
 ) -> None:
-    app = shape("loop", url, billing)
+    app = shape("loop", url, billing, commits)
     app.run(crash_at="runner.before_finish")
-    assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
+    assert app.recover() == [found]
     assert [(w, k) for w, k in app.acts()] == [
         ("worker-A", "invoice:L-1"),
         ("worker-A", "invoice:L-2"),
     ]
+    seen = await app.facts()
+    assert seen["status"] == [DONE]
+    assert seen["texts"] == ["Round 1 invoiced.", "Round 2 invoiced."]  # no third round
 
 
 # ------------------------------------------------------ a plain BaseNode root
@@ -344,7 +395,9 @@ async def test_a_plain_node_root_runs_to_done_and_is_recovered_after_a_kill(
     app = shape("basenode", url, billing)
     assert app.run() is None
     assert (await app.facts())["status"] == [DONE]  # not handed back as MODEL_INFLIGHT
-    app.run(crash_at="runner.before_finish")  # its output stored, the row not finished
+    # A node root is driven lock-step: its output is stored before it is
+    # handed over, so the kill finds it stored and the row not finished.
+    app.run(crash_at="runner.before_finish")
     assert app.recover() == [("ACTUALLY_DONE", "mark_done", "DONE")]
     app.run(crash_at="runner.before_first_event")  # recorded, nothing driven yet
     assert app.recover() == [("NOT_STARTED", "redrive", "DONE")]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -65,7 +65,7 @@ class Drive:
         # write them, the events held back until they are written, and whether
         # ADK may run ahead of the reader between barriers.
         self.batch: EventBatch | None = None
-        self.flush: Callable[[EventBatch], Awaitable[None]] | None = None
+        self.flush: Callable[[EventBatch], Awaitable[object]] | None = None
         self.look_ahead = False
         self.held: list[Event] = []
         self._barrier_lock = asyncio.Lock()
@@ -93,17 +93,31 @@ class Drive:
         if not self.detached:
             self._wanted.clear()
 
-    async def barrier(self) -> None:
+    async def barrier(self, *, before_work: bool = False) -> None:
         """Writes the buffered events, then hands the held ones over, lock-step.
 
         Returns when the reader has taken every held event and asked for the
         next one (at once once detached): only then may ADK go on.
+
+        Args:
+            before_work: A barrier before an agent, a model call or a tool
+                (ADK's callbacks), not one before handing events over. It
+                writes nothing while the batch holds only what the run's
+                stored request makes again (:func:`echoes_request`: the
+                user's message): that message is then written with the
+                run's first decision (a function call, before its tool runs)
+                or its end, one unit fewer per run. A crash before then
+                leaves the run NOT_STARTED, and recovery drives it from its
+                request, as it would after a crash before the message was
+                written.
         """
         async with self._barrier_lock:
             # Only what is held now is in the batch the flush writes: an event a
             # parallel branch yields while the flush is out waits for the next
             # barrier, so nothing is handed over before it is stored.
             durable = len(self.held)
+            if before_work and not durable and self._only_the_request():
+                return
             if self.batch is not None and self.flush is not None:
                 await self.flush(self.batch)
             if not durable:
@@ -112,6 +126,12 @@ class Drive:
                 await self.wanted()
                 self.hand(self.held.pop(0))
             await self._wanted.wait()  # left set: the reader has asked for the next event
+
+    def _only_the_request(self) -> bool:
+        batch = self.batch
+        return batch is not None and all(
+            echoes_request(p.event, self.run.invocation_id) for p in batch.pending
+        )
 
     def hand(self, event: Event) -> None:
         if not self.detached:
@@ -138,6 +158,27 @@ class Drive:
             self.task.cancel()
 
 
+def echoes_request(event: Event, invocation_id: str | None) -> bool:
+    """Whether ``event`` is one that driving the run from its stored request makes again.
+
+    The user's message of the run's own invocation: text (or other data) from
+    the user, no function call or response (an answer is not in the request
+    as such) and no state or artifact change (a request does not keep them).
+    """
+    content = event.content
+    actions = event.actions
+    return (
+        invocation_id is not None
+        and event.invocation_id == invocation_id
+        and event.author == "user"
+        and content is not None
+        and bool(content.parts)
+        and not any(p.function_call or p.function_response for p in content.parts or ())
+        and not actions.state_delta
+        and not actions.artifact_delta
+    )
+
+
 _current_drive: ContextVar[Drive | None] = ContextVar("durable_adk_drive", default=None)
 
 
@@ -151,11 +192,11 @@ def using_drive(drive: Drive) -> Iterator[Drive]:
         _current_drive.reset(token)
 
 
-async def barrier() -> None:
+async def barrier(*, before_work: bool = False) -> None:
     """A barrier of the current drive (see :meth:`Drive.barrier`); nothing outside a drive."""
     drive = _current_drive.get()
     if drive is not None and drive.batch is not None:
-        await drive.barrier()
+        await drive.barrier(before_work=before_work)
 
 
 class BarrierPlugin(BasePlugin):
@@ -168,31 +209,46 @@ class BarrierPlugin(BasePlugin):
 
     def __init__(self) -> None:
         super().__init__(name="durable_adk_barriers")
+        # Whether another plugin of the app acts when an agent ends (set by
+        # the run path once the App's plugins are known; True until then).
+        self.others_after_agent = True
+
+    def see_plugins(self, plugins: Sequence[BasePlugin]) -> None:
+        """Notes which of the App's other plugins act when an agent ends."""
+        self.others_after_agent = any(
+            getattr(type(p), "after_agent_callback", None) is not BasePlugin.after_agent_callback
+            for p in plugins
+            if p is not self
+        )
 
     @override
     async def before_agent_callback(
         self, *, agent: BaseAgent, callback_context: CallbackContext
     ) -> types.Content | None:
-        await barrier()
+        await barrier(before_work=True)
         return None
 
     @override
     async def after_agent_callback(
         self, *, agent: BaseAgent, callback_context: CallbackContext
     ) -> types.Content | None:
-        await barrier()
+        # Only app code that runs when the agent ends needs its events durable
+        # first: otherwise they go with the next barrier (the next agent's
+        # start, a model call, a tool) or with the run's finish.
+        if self.others_after_agent or getattr(agent, "after_agent_callback", None):
+            await barrier(before_work=True)
         return None
 
     @override
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
-        await barrier()
+        await barrier(before_work=True)
         return None
 
     @override
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        await barrier()
+        await barrier(before_work=True)
         return None

@@ -35,9 +35,9 @@ from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch, using_batch
-from durable_adk.adk.classify import INTERIM_KEY
+from durable_adk.adk.classify import INTERIM_KEY, Classification
 from durable_adk.adk.drive import Drive, trust_from, using_drive
-from durable_adk.adk.ending import Ending, EndKind, Outcome, decide, record
+from durable_adk.adk.ending import FINISHING, Ending, EndKind, Outcome, decide, record
 from durable_adk.adk.policy import causes
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.adk.workflow_nodes import answer_lost_calls
@@ -301,7 +301,11 @@ class Driver:
                     drive.fence.check_not_lost()
                     seen.append(event)
                     await self._hand(drive, event)
-            await drive.barrier()  # the end: every event durable and handed over
+            # The end. With barrier commits the last events are not written
+            # here: they join the run's finish below (one unit), and the
+            # caller is handed them once that unit is written.
+            if drive.batch is None:
+                await drive.barrier()
         except Exception as raised:
             await self._settle(drive, raised)
             # A barrier's store error reaches us wrapped by ADK's plugin manager.
@@ -322,28 +326,98 @@ class Driver:
         verdict = None
         if error is None and drive.cancelled_by is None and drive.lease_lost is None:
             crash_point("runner.before_finish")
-            # The cache holds every event this run appended (we hold the session);
-            # read only when it was dropped.
-            events = path.sessions.cached_events(key)
-            if events is None:
-                try:
-                    session = await path.sessions.get_session(
-                        app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-                    )
-                except (errors.StoreError, TimeoutError) as exc:
-                    ending = Ending(EndKind.HANDED_BACK, f"the store failed: {exc}", exc)
-                    return Outcome(run, ending, recorded=False, store_error=exc)
-                events = list(session.events) if session else seen
+            try:
+                events = await self._events_at_end(drive, seen)
+            except (errors.StoreError, TimeoutError) as exc:
+                ending = Ending(EndKind.HANDED_BACK, f"the store failed: {exc}", exc)
+                return Outcome(run, ending, recorded=False, store_error=exc)
             verdict = path.classify(events, run.invocation_id)
-        ending = decide(
+        ending = self._decide(drive, error, verdict, new_message)
+        batch = drive.batch
+        if batch is not None and error is None:
+            if ending.kind in FINISHING and batch.pending and batch.failed is None:
+                return await self._finish_with_last_events(drive, ending, events, verdict, found)
+            try:
+                await drive.barrier()  # not a finish: the last events in their own unit first
+            except Exception as raised:
+                await self._settle(drive, raised)
+                failed = batch.failed
+                error = next((e for e in causes(raised) if e is failed), raised)
+                events, verdict = None, None
+                ending = self._decide(drive, error, None, new_message)
+        return await record(path, run, ending, events=events, verdict=verdict, classification=found)
+
+    def _decide(
+        self,
+        drive: Drive,
+        error: BaseException | None,
+        verdict: Classification | None,
+        new_message: types.Content | None,
+    ) -> Ending:
+        return decide(
             error,
             verdict,
-            retry_policy=path.retry_policy,
+            retry_policy=self.path.retry_policy,
             cancelled_by=drive.cancelled_by,
             lease_lost=drive.lease_lost,
             nothing_to_do=new_message is _ALREADY_ANSWERED,
         )
-        return await record(path, run, ending, events=events, verdict=verdict, classification=found)
+
+    async def _events_at_end(self, drive: Drive, seen: list[Event]) -> list[Event]:
+        """The session's events after the drive, the batch's unwritten last ones included.
+
+        The cache holds every event this run wrote (we hold the session); the
+        store is read only when the cache dropped it.
+        """
+        path, run = self.path, drive.run
+        key = (run.app_name, run.user_id, run.session_id)
+        events = path.sessions.cached_events(key)
+        if events is None:
+            session = await path.sessions.get_session(
+                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+            events = list(session.events) if session else list(seen)
+        if drive.batch is not None and drive.batch.pending:
+            known = {e.id for e in events[-len(drive.batch.pending) :]}
+            events.extend(p.event for p in drive.batch.pending if p.event.id not in known)
+        return events
+
+    async def _finish_with_last_events(
+        self,
+        drive: Drive,
+        ending: Ending,
+        events: list[Event] | None,
+        verdict: Classification | None,
+        found: str | None,
+    ) -> Outcome:
+        """Writes the drive's last events and the run's finish in one unit, then hands them over.
+
+        Until that unit is written the caller holds none of them: a crash
+        before it leaves neither (recovery re-drives the rest), after it both.
+        When the store refuses the events (the session moved on, or was
+        deleted) nothing is written and the refusal decides the ending, as a
+        failed barrier does.
+        """
+        path, run = self.path, drive.run
+        try:
+            outcome = await record(
+                path,
+                run,
+                ending,
+                events=events,
+                verdict=verdict,
+                classification=found,
+                last=drive.batch,
+            )
+        except (StaleSessionError, SessionNotFoundError, errors.DurableError) as refused:
+            drive.held.clear()
+            ending = self._decide(drive, refused, None, None)
+            return await record(path, run, ending, classification=found)
+        if outcome.recorded:
+            await drive.barrier()  # nothing left to write: hands the held events over
+        else:
+            drive.held.clear()  # maybe not written: never handed over
+        return outcome
 
     async def _message_for(
         self, drive: Drive, message: types.Content, *, resume: bool

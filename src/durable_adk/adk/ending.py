@@ -53,6 +53,7 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.barrier import EventBatch
 from durable_adk.adk.classify import ABORT_ERROR_CODE, Classification, OrphanClass, classify
 from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
 from durable_adk.adk.policy import RetryPolicy, causes
@@ -181,6 +182,9 @@ def decide(
     )
 
 
+FINISHING = frozenset({EndKind.DONE, EndKind.PAUSED, EndKind.FAILED})
+"""The endings written by a finish (``run_finish``), which a drive's last events may join."""
+
 STATUS_OF = {
     EndKind.DONE: RunStatus.DONE,
     EndKind.PAUSED: RunStatus.PAUSED,
@@ -277,6 +281,7 @@ async def record(
     events: Sequence[Event] | None = None,
     verdict: Classification | None = None,
     classification: str | None = None,
+    last: EventBatch | None = None,
 ) -> Outcome:
     """Writes ``ending`` for a run this worker holds, then the bookkeeping of that ending.
 
@@ -288,13 +293,25 @@ async def record(
             when a PARKED ending or the bookkeeping needs them).
         verdict: The classifier's verdict (the interrupts index needs it).
         classification: What recovery found, recorded on a finished row.
+        last: The drive's batch still holding its last events, for an ending
+            that finishes the run (DONE, PAUSED, FAILED): they are written in
+            the finish's own unit (``append_events_finish``), so the final
+            answer is durable exactly when the run is finished. Nothing of
+            either is written if the store refuses the events.
 
     Returns:
         The outcome; ``recorded`` False when the lease was lost meanwhile or
         the store failed (then ``store_error`` says how).
+
+    Raises:
+        google.adk.errors.StaleSessionError, SessionNotFoundError: ``last``
+            could not be written (the session moved on, or was deleted);
+            nothing was.
     """
     try:
-        written = await _write(path, run, ending, events=events, classification=classification)
+        written = await _write(
+            path, run, ending, events=events, classification=classification, last=last
+        )
     except (errors.StoreError, TimeoutError) as exc:
         logger.warning(
             "run %s (epoch %d): the store failed to record how the drive ended (%s); "
@@ -323,11 +340,27 @@ async def _write(
     *,
     events: Sequence[Event] | None,
     classification: str | None,
+    last: EventBatch | None = None,
 ) -> bool:
     """The ledger write of one ending; False when the lease was lost."""
     ledger, lease, kind = path.ledger, run.lease, ending.kind
     if kind is EndKind.TAKEN_OVER:
         return False
+    if last is not None and last.pending and kind in FINISHING:
+        failed = kind is EndKind.FAILED
+        params = ledger.finish_params(
+            lease,
+            STATUS_OF[kind],
+            error=ending.reason if failed else None,
+            classification=None if failed else classification,
+        )
+        try:
+            row = await path.sessions.flush_batch(last, finish=params)
+        except errors.Fenced:
+            return False
+        if row is not None:
+            await ledger.finished(row)
+        return True
     if kind in (EndKind.DONE, EndKind.PAUSED):
         return await ledger.finish(lease, STATUS_OF[kind], classification=classification)
     if kind is EndKind.FAILED:

@@ -146,6 +146,8 @@ def durable_app(
     ours = [p for p in plugins if not isinstance(p, BarrierPlugin)]
     barrier = [p for p in plugins if isinstance(p, BarrierPlugin)]
     theirs = [p for p in (app.plugins or []) if not isinstance(p, BarrierPlugin)]
+    for plugin in barrier:
+        plugin.see_plugins([*theirs, *ours])
     return app.model_copy(update={"plugins": [*barrier, *theirs, *ours]})
 
 

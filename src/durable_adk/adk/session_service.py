@@ -756,11 +756,25 @@ class DurableSessionService(BaseSessionService):
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
-    async def flush_batch(self, batch: EventBatch) -> None:
+    async def flush_batch(
+        self, batch: EventBatch, *, finish: Mapping[str, Any] | None = None
+    ) -> Row | None:
         """Writes a drive's buffered appends in one fenced unit of work (a barrier).
 
         Nothing of the batch is written when the store refuses it; the batch
         is emptied either way.
+
+        Args:
+            batch: The drive's batch.
+            finish: The run's end to write in the same unit (``owner``,
+                ``status``, ``error``, ``classification`` of
+                :meth:`~durable_adk.ledger.RunLedger.finish_params`): the
+                last events are then durable exactly when the run is
+                finished. The fence then also names the run's owner.
+
+        Returns:
+            With ``finish``, the store's row (``app_name``, ``user_id``,
+            ``session_id``, ``queued_behind``), else None.
 
         Raises:
             durable_adk.errors.Fenced: The run was taken over or has finished.
@@ -771,15 +785,19 @@ class DurableSessionService(BaseSessionService):
         if batch.failed is not None:
             raise batch.failed
         if not batch.pending:
-            return
+            if finish is not None:
+                raise errors.InvalidArgument("a finish joins a batch only when it holds events")
+            return None
         pending, batch.pending = batch.pending, []
         try:
-            await self._write_batch(batch, pending)
+            return await self._write_batch(batch, pending, finish)
         except BaseException as exc:
             batch.failed = exc
             raise
 
-    async def _write_batch(self, batch: EventBatch, pending: list[Pending]) -> None:
+    async def _write_batch(
+        self, batch: EventBatch, pending: list[Pending], finish: Mapping[str, Any] | None
+    ) -> Row | None:
         first, last = pending[0], pending[-1]
         app_delta: dict[str, Any] = {}
         user_delta: dict[str, Any] = {}
@@ -797,7 +815,19 @@ class DurableSessionService(BaseSessionService):
             "user_delta": _shared_json(user_delta, "user"),
             **first.row["fence"],
         }
-        if len(pending) == 1:
+        if finish is not None:
+            row = await self.store.fetchrow(
+                "append_events_finish",
+                {
+                    **shared,
+                    **finish,
+                    "last_seq": last.seq,
+                    "timestamp": last.event.timestamp,
+                    "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
+                    "snapshots": _dumps([[p.seq, p.snapshot] for p in pending if p.snapshot]),
+                },
+            )
+        elif len(pending) == 1:
             # One event: the single append's unit (no JSON array to take apart).
             one = first.row
             row = await self.store.fetchrow(
@@ -840,6 +870,7 @@ class DurableSessionService(BaseSessionService):
                 p.app_delta,
                 p.user_delta,
             )
+        return row if finish is not None else None
 
     async def _fence_of(self, session: Session) -> tuple[int, int]:
         """The (session pk, last sequence number) this session object was loaded at."""

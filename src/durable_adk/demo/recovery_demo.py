@@ -30,6 +30,7 @@ from google.adk.apps import App, ResumabilityConfig
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 
+from durable_adk.adk.barrier import CommitMode
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.ledger import RunStatus
 from durable_adk.loops import BackgroundSettings
@@ -101,9 +102,11 @@ def make_runner(
     unsafe: bool = False,
     inventory_url: str = "",
     background: bool | BackgroundSettings = True,
+    commits: CommitMode = "barrier",
 ) -> DurableRunner:
     """The runner every process of this demo uses (``unsafe``: check_stock not idempotent)."""
     return DurableRunner(
+        commits=commits,
         app=build_agent(_inventory(inventory_url, worker)),
         app_name=APP_NAME,
         store=store,
@@ -120,10 +123,13 @@ async def run(
     unsafe: bool = False,
     inventory_url: str = "",
     streaming: bool = False,
+    commits: CommitMode = "barrier",
 ) -> None:
     """Drives one turn; dies at the armed crash point."""
     async with open_store(db) as store:
-        runner = make_runner(store, "worker-A", unsafe=unsafe, inventory_url=inventory_url)
+        runner = make_runner(
+            store, "worker-A", unsafe=unsafe, inventory_url=inventory_url, commits=commits
+        )
         config = RunConfig(streaming_mode=StreamingMode.SSE) if streaming else None
         async for _ in runner.run(
             user_id=USER_ID, session_id=session_id, message="Any lamps?", run_config=config
@@ -174,9 +180,15 @@ def main() -> None:
     parser.add_argument("--worker", default="worker-B")
     parser.add_argument("--inventory", default="", help="a fake inventory service's URL")
     parser.add_argument("--streaming", action="store_true", help="stream the model's text")
+    parser.add_argument(
+        "--per-event", action="store_true", help="run: one unit per event (commits='per_event')"
+    )
     args = parser.parse_args()
     if args.action == "run":
-        asyncio.run(run(args.db, args.session, args.unsafe, args.inventory, args.streaming))
+        commits: CommitMode = "per_event" if args.per_event else "barrier"
+        asyncio.run(
+            run(args.db, args.session, args.unsafe, args.inventory, args.streaming, commits)
+        )
     elif args.action == "serve":
         print(json.dumps(asyncio.run(serve_until_idle(args.db, args.worker, args.inventory))))
     else:

@@ -219,6 +219,78 @@ SELECT v.status,
          + (SELECT count(*) FROM snap) AS writes
   FROM verdict v;
 
+-- name: append_events_finish inline
+-- A run's last events and its end as one statement (barrier commits, docs/runs.md:
+-- the final answer is durable exactly when the run is finished): append_events'
+-- checks and writes, then run_finish's update. The fence names the owner too, as
+-- run_finish does: a run taken over, finished or not held by :owner writes nothing.
+WITH s AS (
+    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
+), e AS (
+    SELECT * FROM json_to_recordset(:events::json)
+        AS x(seq bigint, event_id text, invocation_id text, author text,
+             timestamp float8, delta text, data text)
+), verdict AS (
+    SELECT CASE
+             WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
+             WHEN EXISTS (SELECT 1 FROM events d JOIN e ON d.event_id = e.event_id
+                           WHERE d.session_pk = :session_pk::bigint) THEN 'duplicate'
+             WHEN NOT EXISTS (
+                    SELECT 1 FROM runs WHERE run_id = :run_id::text AND owner = :owner::text
+                       AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
+             WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
+             ELSE 'ok'
+           END AS status
+), ins AS (
+    INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
+    SELECT :session_pk::bigint, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
+           e.delta, e.data
+      FROM e, verdict WHERE verdict.status = 'ok'
+    RETURNING seq
+), upd AS (
+    UPDATE sessions SET last_seq = :last_seq::bigint, update_time = :timestamp::float8
+      FROM verdict WHERE sessions.pk = :session_pk::bigint AND verdict.status = 'ok'
+    RETURNING sessions.last_seq
+), app AS (
+    INSERT INTO app_state (app_name, state, update_time)
+    SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
+      FROM verdict WHERE verdict.status = 'ok' AND :app_delta::text IS NOT NULL
+    ON CONFLICT (app_name) DO UPDATE
+       SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+    RETURNING 1
+), usr AS (
+    INSERT INTO user_state (app_name, user_id, state, update_time)
+    SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
+      FROM verdict WHERE verdict.status = 'ok' AND :user_delta::text IS NOT NULL
+    ON CONFLICT (app_name, user_id) DO UPDATE
+       SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+    RETURNING 1
+), snap AS (
+    INSERT INTO state_snapshots (session_pk, seq, state)
+    SELECT :session_pk::bigint, (x ->> 0)::bigint, x ->> 1
+      FROM json_array_elements(:snapshots::json) AS x, verdict WHERE verdict.status = 'ok'
+    RETURNING 1
+), fin AS (
+    UPDATE runs
+       SET status = :status::text, last_error = :error::text,
+           classification = COALESCE(:classification::text, classification),
+           finished_at = extract(epoch FROM clock_timestamp()),
+           updated_at = extract(epoch FROM clock_timestamp())
+      FROM verdict
+     WHERE verdict.status = 'ok' AND run_id = :run_id::text AND owner = :owner::text
+       AND epoch = :run_epoch::bigint AND runs.status = 'RUNNING'
+    RETURNING runs.app_name, runs.user_id, runs.session_id,
+              EXISTS (SELECT 1 FROM runs q
+                       WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
+                         AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind
+)
+SELECT v.status,
+       COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
+       f.app_name, f.user_id, f.session_id, COALESCE(f.queued_behind, false) AS queued_behind,
+       (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
+         + (SELECT count(*) FROM snap) AS writes
+  FROM verdict v LEFT JOIN fin f ON true;
+
 -- name: list_sessions
 -- Each session with its newest snapshot and the state deltas after it, so the
 -- caller folds a short tail per session.

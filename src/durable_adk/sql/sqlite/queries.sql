@@ -162,6 +162,54 @@ SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
   FROM json_each(:snapshots) WHERE true;
 SELECT 'ok' AS status, :last_seq AS last_seq;
 
+-- name: append_events_finish guarded inline
+-- A run's last events and its end in one transaction (barrier commits, docs/runs.md:
+-- the final answer is durable exactly when the run is finished): append_events'
+-- checks and writes, then run_finish's update. The fence names the owner too, as
+-- run_finish does: a run taken over, finished or not held by :owner writes nothing.
+SELECT CASE
+         WHEN s.pk IS NULL THEN 'missing'
+         WHEN EXISTS (SELECT 1 FROM json_each(:events) AS j
+                        JOIN events d ON d.session_pk = :session_pk
+                                     AND d.event_id = json_extract(j.value, '$.event_id'))
+              THEN 'duplicate'
+         WHEN NOT EXISTS (
+                SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                                     AND owner = :owner AND status = 'RUNNING') THEN 'fenced'
+         WHEN s.last_seq <> :expected_seq THEN 'stale'
+         ELSE 'ok'
+       END AS status,
+       s.last_seq AS last_seq
+  FROM (SELECT 1) AS one
+  LEFT JOIN sessions s ON s.pk = :session_pk;
+INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
+SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
+       json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
+       json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
+       json_extract(j.value, '$.data')
+  FROM json_each(:events) AS j WHERE true;
+UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
+INSERT INTO app_state (app_name, state, update_time)
+SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
+ON CONFLICT (app_name) DO UPDATE
+   SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO user_state (app_name, user_id, state, update_time)
+SELECT :app_name, :user_id, :user_delta, :timestamp WHERE :user_delta IS NOT NULL
+ON CONFLICT (app_name, user_id) DO UPDATE
+   SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+INSERT INTO state_snapshots (session_pk, seq, state)
+SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
+  FROM json_each(:snapshots) WHERE true;
+UPDATE runs
+   SET status = :status, last_error = :error, classification = COALESCE(:classification, classification),
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :run_epoch AND status = 'RUNNING'
+RETURNING 'ok' AS status, :last_seq AS last_seq, app_name, user_id, session_id,
+          EXISTS (SELECT 1 FROM runs q
+                   WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
+                     AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
+
 -- name: list_sessions
 -- Each session with its newest snapshot and the state deltas after it, so the
 -- caller folds a short tail per session.
