@@ -22,7 +22,10 @@ Contenders, each in a process of its own (so CPU and RSS are its own), for
 each size, in an order rotated between sizes:
 
 * DurableRunner on SQLite and on PostgreSQL (one worker: one batched
-  heartbeat, lease ``--lease`` seconds so heartbeats happen within the window);
+  heartbeat, lease ``--lease`` seconds so heartbeats happen within the window),
+  with group commit off and on (``-group``: the store writes the units of
+  different runs that arrive together in one transaction, see
+  ``durable_adk/store/groups.py``), side by side;
 * ADK's Runner on InMemorySessionService (the floor: nothing durable);
 * ADK's Runner on DatabaseSessionService (``sqlite+aiosqlite`` and
   ``postgresql+asyncpg``, as shipped).
@@ -32,7 +35,8 @@ Reported per contender and size: runs/s; p50/p99 latency *added per event*
 moment the caller receives its event: the session service's write and the
 event loop's queueing behind the other runs); database statements per run and
 per second (ours: every named query through ``store.fetch``; ADK's: SQLAlchemy
-``before_cursor_execute``), heartbeat statements per second; worker CPU per run
+``before_cursor_execute``); our write transactions committed per run
+(``store.commits``: a group counts one); heartbeat statements per second; worker CPU per run
 (``time.process_time``: all the process's threads); RSS per run in flight
 (peak during the window minus before the runs started, over ``N``); leases lost.
 Then two and three DurableRunner worker processes on one PostgreSQL
@@ -83,6 +87,8 @@ CONTENDERS = (
     "adk-memory",
     "durable-sqlite",
     "durable-postgresql",
+    "durable-sqlite-group",
+    "durable-postgresql-group",
     "durable-sqlite-unlimited",
     "durable-postgresql-unlimited",
     "adk-db-sqlite",
@@ -92,12 +98,20 @@ LABELS = {
     "adk-memory": "ADK Runner + InMemorySessionService",
     "durable-sqlite": "DurableRunner (sqlite)",
     "durable-postgresql": "DurableRunner (postgresql)",
+    "durable-sqlite-group": "DurableRunner (sqlite), group commit",
+    "durable-postgresql-group": "DurableRunner (postgresql), group commit",
     "durable-sqlite-unlimited": "DurableRunner (sqlite), Admission.unlimited()",
     "durable-postgresql-unlimited": "DurableRunner (postgresql), Admission.unlimited()",
     "adk-db-sqlite": "ADK Runner + DatabaseSessionService (sqlite)",
     "adk-db-postgresql": "ADK Runner + DatabaseSessionService (postgresql)",
 }
 HEARTBEATS = frozenset({"run_renew_many", "run_renew"})
+
+
+def group_commit(contender: str) -> bool:
+    """Whether the contender's store writes concurrent units in shared transactions."""
+    return contender.endswith("-group")
+
 
 # Targets of issue 13, item 5.
 STATEMENTS_SPREAD = 0.10  # statements per run at the smallest and largest size within 10 %
@@ -230,6 +244,11 @@ class Driver:
         self.done_total = 0  # since the slots started: the drained count
         self._stack = contextlib.AsyncExitStack()
         self.durable = contender.startswith("durable")
+        self.store = None
+
+    def commits(self) -> int:
+        """Write transactions our store committed so far (0 for ADK's services: not counted)."""
+        return int(getattr(self.store, "commits", 0))
 
     async def open(self) -> None:
         app = make_app(self.latency)
@@ -237,7 +256,10 @@ class Driver:
             from durable_adk.adk.runner import DurableRunner
             from durable_adk.store import open_store
 
-            store = await self._stack.enter_async_context(open_store(self.url))
+            store = await self._stack.enter_async_context(
+                open_store(self.url, group_commit=group_commit(self.contender))
+            )
+            self.store: Any = store
             self.statements.wrap_store(store)
             from durable_adk.admission import Admission
 
@@ -366,12 +388,14 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     stop_at = start + args.warmup + args.duration
     s_start, driver.done_total = driver.statements.total(), 0
+    k_start = driver.commits()
     slots = [asyncio.create_task(single()) for _ in range(singles)]
     slots += [asyncio.create_task(pair()) for _ in range(pairs)]
     rng.shuffle(slots)
     await asyncio.sleep(args.warmup)
     driver.measuring = True
     c0, s0, h0 = time.process_time(), driver.statements.total(), driver.statements.heartbeats()
+    k0 = driver.commits()
     t0 = time.perf_counter()
     rss_peak = rss_before
 
@@ -389,6 +413,7 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
     statements = driver.statements.total() - s0
+    commits = driver.commits() - k0
     heartbeats = driver.statements.heartbeats() - h0
     runs = driver.done_in_window
     driver.measuring = False
@@ -398,11 +423,12 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     # the slots start nothing new now; the runs in flight are waited for (at
     # most --drain seconds), and every statement since the slots started is
     # divided by every run ended since.
-    drained = math.nan
+    drained = drained_commits = math.nan
     if args.drain > 0:
         _, late = await asyncio.wait(slots, timeout=args.drain)
         if not late:
             drained = (driver.statements.total() - s_start) / max(1, driver.done_total)
+            drained_commits = (driver.commits() - k_start) / max(1, driver.done_total)
     monitor.cancel()
     by_name = dict(driver.statements.by_name)
     added = sorted(driver.added)
@@ -414,6 +440,9 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
         "cpu": cpu,
         "statements": statements,
         "statements_per_run_drained": drained,
+        "commits": commits,
+        "commits_per_run_drained": drained_commits,
+        "group_commit": group_commit(args.contender),
         "heartbeats": heartbeats,
         "by_name": by_name,
         "added_p50": percentile(added, 50) if added else math.nan,
@@ -563,6 +592,7 @@ def _line(r: dict[str, Any]) -> str:
         f"{r['runs'] / r['wall']:.1f} runs/s  added p50 {fmt_ms(r['added_p50'])} "
         f"p99 {fmt_ms(r['added_p99'])}  stmts/run {r['statements'] / max(1, r['runs']):.2f} "
         f"(drained {r.get('statements_per_run_drained', math.nan):.2f})  "
+        f"commits/run {r.get('commits', 0) / max(1, r['runs']):.2f}  "
         f"hb/s {r['heartbeats'] / r['wall']:.2f}  cpu/run {fmt_ms(r['cpu'] / max(1, r['runs']))}  "
         f"rss/run {r['rss_per_run'] / 1024:.0f} KiB  lag p99 {fmt_ms(r['loop_lag_p99'])}  "
         f"lost {r['lost']}  errors {r['errors']}"
@@ -593,6 +623,8 @@ def single_table(results: list[dict[str, Any]]) -> str:
                 f"{runs / r['wall']:.1f}",
                 fmt_ms(r["added_p50"]),
                 fmt_ms(r["added_p99"]),
+                "on" if r.get("group_commit") else ("off" if durable else ""),
+                per_run(f"{r.get('commits', 0) / max(1, runs):.2f}", durable),
                 per_run(f"{r['statements'] / max(1, runs):.2f}", database),
                 _drained(r),
                 f"{r['statements'] / r['wall']:.0f}" if database else "",
@@ -617,6 +649,8 @@ def single_table(results: list[dict[str, Any]]) -> str:
             "runs/s",
             "added per event p50",
             "p99",
+            "group commit",
+            "commits per run",
             "statements per run",
             "drained: statements per run",
             "statements/s",
@@ -726,6 +760,30 @@ def target_table(results: list[dict[str, Any]], args: argparse.Namespace) -> str
                     "<= 1.3x",
                     ratio <= CPU_VS_MEMORY_TARGET,
                 )
+        for size in sizes:
+            off, on = by.get((name, size)), by.get((f"{name}-group", size))
+            if not (off and on and off["runs"] and on["runs"]):
+                continue
+            k_off, k_on = off["commits"] / off["runs"], on["commits"] / on["runs"]
+            add(
+                f"group commit at {size} in flight: commits per run, off -> on",
+                f"{k_off:.2f} -> {k_on:.2f}",
+                "fewer",
+                k_on < k_off,
+            )
+            r_off, r_on = off["runs"] / off["wall"], on["runs"] / on["wall"]
+            add(
+                f"group commit at {size} in flight: runs/s, off -> on",
+                f"{r_off:.1f} -> {r_on:.1f}",
+                "more (within 5 %)",
+                r_on >= r_off * 0.95,
+            )
+            add(
+                f"group commit at {size} in flight: p99 added per event, off -> on",
+                f"{fmt_ms(off['added_p99'])} -> {fmt_ms(on['added_p99'])}",
+                "no higher (within 10 %)",
+                on["added_p99"] <= off["added_p99"] * 1.1,
+            )
         big = by.get((name, 5000))
         if big:
             add("leases lost at 5,000 in flight", str(big["lost"]), "0", big["lost"] == 0)

@@ -9,14 +9,16 @@ PostgreSQL connection.
 
 What it guarantees:
 
-* **Each unit is still its own.** Inside the group's transaction every unit
-  runs behind a savepoint. Its fence is in its own SQL (the run's epoch, the
-  session's sequence number), so a refused unit returns its status row and
-  writes nothing, as alone; a unit that raises (a unique violation, say) is
-  rolled back to its savepoint and the error goes to its caller only; the
-  others commit. If the group's transaction itself fails (its commit, the
-  connection), every unit of it fails and none is written: all or nothing
-  per unit, never part of one.
+* **Each unit is still its own.** Its fence is in its own SQL (the run's
+  epoch, the session's sequence number), so a refused unit returns its
+  status row and writes nothing, as alone. A unit that raises (a unique
+  violation, say) writes nothing and the error goes to its caller only; the
+  others commit. SQLite runs each unit behind a savepoint and rolls back to
+  it; PostgreSQL, where a savepoint costs two more round trips per unit,
+  rolls the group back and writes the others again in a new transaction
+  (their fences read again there). If the group's transaction itself fails
+  (its commit, the connection), every unit of it fails and none is written:
+  all or nothing per unit, never part of one.
 * **No unit waits for a timer.** A unit is grouped only with units already
   waiting beside it: on SQLite, those submitted in the same turn of the
   event loop (a unit alone in its turn, with nothing else ready to run, is
