@@ -267,3 +267,25 @@ async def test_a_crash_in_a_group_writes_none_of_it(store_url: str, armed: bool)
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.strip().splitlines()[-1]) == ["ok"] * 3
         assert counts == [1, 1, 1]
+
+
+async def test_many_runs_appending_at_once_all_land_in_fewer_commits(store_url: str) -> None:
+    """40 sessions, each appending 3 events in turn, all at once (PostgreSQL: 2 connections)."""
+    options = {"max_size": 2} if store_url.startswith("postgres") else {}
+    async with open_store(store_url, group_commit=True, group_max=8, **options) as store:
+        pks = [await _session(store) for _ in range(40)]
+        before = store.commits
+
+        async def run(pk: int) -> list[str]:
+            statuses = []
+            for seq in range(3):
+                row = await store.fetchrow("append_event", _append(pk, expected=seq))
+                assert row is not None
+                statuses.append(row["status"])
+            return statuses
+
+        results = await asyncio.gather(*(run(pk) for pk in pks))
+        assert results == [["ok"] * 3] * 40
+        assert [await _count_events(store, pk) for pk in pks] == [3] * 40
+        # 120 units; grouped by turn (SQLite) or by connection (PostgreSQL).
+        assert store.commits - before < 120
