@@ -12,8 +12,9 @@ On PostgreSQL (a private cluster started with TempPostgres, fsync on):
    run of the app in ``bench/recovery_worker.py``, started by a worker
    ``dead-worker`` that "dies" (raises a BaseException nothing handles) at
    one of three points, so the run stays RUNNING holding the events stored so
-   far: in the first model call (the session has the user's message:
-   MODEL_INFLIGHT), inside the idempotent tool (user message + the model's
+   far: in the first model call (MODEL_INFLIGHT if the user's message is
+   stored by then, NOT_STARTED if it is written with a later unit), inside the
+   idempotent tool (user message + the model's
    function call: TOOL_UNANSWERED), or in the second model call (the call
    answered: MODEL_INFLIGHT). Mix 30 / 50 / 20 %. Every lease is then moved an
    hour back with ``RunLedger.backdate``.
@@ -28,15 +29,19 @@ On PostgreSQL (a private cluster started with TempPostgres, fsync on):
    call answered exactly once, no event stamped with another epoch, no dead
    letter.
 
-4. In the same rounds, two more processes measure what bounds a recovery
-   (``bench/recovery_worker.py`` ``--mode adk`` and ``--mode floor``): ADK's own
-   Runner with an InMemorySessionService finishing the same remaining work
-   (each orphan's stored events copied into an in-memory session, then
-   ``run_async`` with the run's invocation id and stored message, as the
-   re-drive calls it), and a worker whose only cost is its round trips (per
-   run, the writing and reading statements a recovery makes, counted before the
-   rounds, as bare single-row autocommit INSERTs and SELECTs). Both run the
-   same number of runs at a time as the sweeper and measure CPU as the workers do.
+4. In the same rounds, more processes measure what bounds a recovery
+   (``bench/recovery_worker.py`` modes): ADK's own Runner with an
+   InMemorySessionService finishing the same remaining work (``--mode adk``:
+   each orphan's stored events copied into an in-memory session, then
+   ``run_async`` with the run's stored message, under its invocation id when
+   the session holds events of it, as the re-drive calls it); a worker whose
+   only cost is its round trips (``--mode floor``: per run, the writing and
+   reading statements a recovery makes, counted before the rounds, as bare
+   single-row autocommit INSERTs and SELECTs); both the same number of runs at
+   a time as the sweeper. And one run at a time: a recovery with each step's
+   CPU read around it (``--mode steps``: claim, session read, classification,
+   drive) beside ADK finishing the same orphans (``--mode adk``). CPU is
+   measured as the workers measure it.
 
 Throughput = runs / (last worker's end - first worker's start). Targets: at
 least 100 runs/s per worker; two workers at least 1.7x one worker; one
@@ -152,7 +157,7 @@ def dies_in(index: int) -> str:
     """Where the dead worker died in orphan ``index``: 30 / 50 / 20 %."""
     slot = index % 10
     if slot < 3:
-        return DIES_IN[0]  # first model call: MODEL_INFLIGHT, user message only
+        return DIES_IN[0]  # first model call: MODEL_INFLIGHT or NOT_STARTED (see above)
     if slot < 8:
         return DIES_IN[1]  # the tool: TOOL_UNANSWERED
     return DIES_IN[2]  # second model call: MODEL_INFLIGHT, call answered
@@ -491,8 +496,8 @@ def split_table(steps: Sequence[ConfigRun], adk_one: Sequence[ConfigRun]) -> tup
     rest = total - sum(parts.values())
     what = {
         "claim": "`claim_expired` (and the pass's `cancel_expired`): our ledger, the store",
-        "session read": "the session read before classifying (ADK's read in the drive is "
-        "served from it)",
+        "session read": "the session read before classifying: a round trip and the events "
+        "built from its rows (ADK's read in the drive is served from it)",
         "classify": "the classifier, on the events read",
         "drive": "`run_to_end`: ADK re-driving the invocation, plus the driver, the barrier "
         "plugin, the session service's appends and the run's finish (store round trips)",
@@ -866,14 +871,16 @@ async def run(quick: bool = False) -> str:
         f"Fixture: {p.orphans:,} orphaned runs of the app in `bench/recovery_worker.py` (one "
         "LlmAgent, one idempotent tool, a two-step ScriptedModel whose final text names the "
         "order, so it is unique per run). Each orphan is a real DurableRunner run by a worker "
-        "that dies (a BaseException nothing handles) in the first model call (30 %: the "
-        "session holds the user's message; MODEL_INFLIGHT), in the tool (50 %: the model's "
+        "that dies (a BaseException nothing handles) in the first model call (30 %: "
+        "MODEL_INFLIGHT if the user's message is stored by then, NOT_STARTED if the run path "
+        "writes it with a later unit), in the tool (50 %: the model's "
         "function call is stored, unanswered; TOOL_UNANSWERED) or in the second model call "
         "(20 %: the call is answered; MODEL_INFLIGHT); the run stays RUNNING (epoch 1, "
         "attempts 1) and its lease is moved an hour back with `RunLedger.backdate`. Built in "
-        f"{timings['total']:.0f} s. Each round copies it twice (`CREATE DATABASE ... TEMPLATE`) "
-        "and recovers one copy with one worker process and the other with two, in rotated "
-        f"order ({p.rounds} round{'s' if p.rounds > 1 else ''}). A worker "
+        f"{timings['total']:.0f} s. Each round copies it (`CREATE DATABASE ... TEMPLATE`) for "
+        "each of its configurations, in rotated order: one copy recovered by one worker "
+        "process, another by two, and the four measurements of the last two sections "
+        f"({p.rounds} round{'s' if p.rounds > 1 else ''}). A worker "
         "(`python -m bench.recovery_worker URL WORKER_ID`) imports, opens its store, makes "
         "one warm-up run, waits for the start signal, then loops "
         f"`Sweeper(runner, batch={p.batch}).recover_once()` (default concurrency: 4 runs of a "
@@ -924,7 +931,8 @@ async def run(quick: bool = False) -> str:
         "In the same rounds, one process finishes every orphan's remaining work with ADK's "
         "own Runner and an InMemorySessionService (`--mode adk`: each orphan's stored events "
         "copied into an in-memory session before the start signal, then `run_async` with the "
-        "run's invocation id and its stored message, the call the re-drive makes, over the "
+        "run's stored message, under its invocation id when the session holds events of it, "
+        "the call the re-drive makes, over the "
         f"same App, {CONCURRENCY} at a time; checks: the final text exactly once in each "
         "session and every call answered once), and another makes only the round trips of "
         f"a recovery (`--mode floor`: {trips.writes:.2f} single-row autocommit INSERTs of an "

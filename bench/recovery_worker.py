@@ -27,7 +27,8 @@ line, ``exit``), what bounds a recovery:
   and copies its events into an in-memory session; after ``go`` it makes the
   call the durable re-drive makes: ``Runner.run_async`` with the run's
   invocation id and its stored message, over the same App (resumable), the
-  same number of runs at a time as the sweeper. It checks each session ends
+  same number of runs at a time as the sweeper (a run whose invocation left
+  nothing stored starts afresh, as recovery starts it). It checks each session ends
   with the run's final text exactly once and every call answered once.
 * ``--mode floor`` (:func:`commit_floor`): a worker whose only cost is its
   round trips: per run, as many single-row autocommit INSERTs (an event-sized
@@ -238,23 +239,31 @@ async def in_memory_copies(orphans: Sequence[tuple[Run, list[Event]]]) -> Runner
     return runner
 
 
-async def finish_in_memory(runner: Runner, runs: Sequence[Run], concurrency: int) -> None:
-    """Finishes each run's remaining work with ADK's Runner, ``concurrency`` at a time."""
+async def finish_in_memory(
+    runner: Runner, orphans: Sequence[tuple[Run, list[Event]]], concurrency: int
+) -> None:
+    """Finishes each orphan's remaining work with ADK's Runner, ``concurrency`` at a time.
+
+    The call a recovery's re-drive makes: the run's stored message, under the
+    run's invocation id when the session holds events of it (a resume); a run
+    whose invocation left nothing stored starts afresh, as recovery starts a
+    NOT_STARTED run.
+    """
     slots = asyncio.Semaphore(concurrency)
 
-    async def finish(run: Run) -> None:
-        # The call a recovery's re-drive makes: the run's invocation id, its stored message.
+    async def finish(run: Run, events: list[Event]) -> None:
         message = types.Content.model_validate_json(run.request)
+        started = any(e.invocation_id == run.invocation_id for e in events)
         async with slots:
             async for _ in runner.run_async(
                 user_id=run.user_id,
                 session_id=run.session_id,
-                invocation_id=run.invocation_id,
+                invocation_id=run.invocation_id if started else None,
                 new_message=message,
             ):
                 pass
 
-    await asyncio.gather(*(finish(run) for run in runs))
+    await asyncio.gather(*(finish(run, events) for run, events in orphans))
 
 
 async def finished_once(runner: Runner, runs: Sequence[Run]) -> int:
@@ -285,7 +294,7 @@ async def adk_baseline(url: str, worker_id: str, concurrency: int) -> None:
         return
     start = time.time()
     cpu0 = time.process_time()
-    await finish_in_memory(runner, runs, concurrency)
+    await finish_in_memory(runner, orphans, concurrency)
     cpu = time.process_time() - cpu0
     end = time.time()
     _report(worker_id, len(runs), start, end, cpu, checked=await finished_once(runner, runs))

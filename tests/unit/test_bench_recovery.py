@@ -43,7 +43,7 @@ async def test_adk_in_memory_finishes_each_orphans_remaining_work_once(store_url
     runs = [run for run, _ in orphans]
     assert await finished_once(runner, runs) == 0  # the copies are unfinished, as the orphans
 
-    await finish_in_memory(runner, runs, concurrency=4)
+    await finish_in_memory(runner, orphans, concurrency=4)
 
     assert await finished_once(runner, runs) == ORPHANS
 
