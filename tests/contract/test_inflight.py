@@ -25,7 +25,7 @@ from google.adk.agents import LlmAgent
 
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.fence import RunFence
+from durable_adk.fence import RunFence, current_fence
 from durable_adk.leases import LeaseKeeper
 from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
@@ -457,18 +457,31 @@ async def test_a_leases_local_deadline_counts_from_when_its_claim_was_sent(
             await asyncio.sleep(late)  # the statement ran; its answer is late
         return rows
 
+    seen: list[float] = []
+
+    def answer(request: Any) -> Say:
+        # The model call runs under the drive's fence (its lease, as trusted now).
+        fence = current_fence()
+        if fence is not None and not seen:
+            seen.append(fence.trusted_until)
+        return Say("ok")
+
     monkeypatch.setattr(store, "fetch", slow_answer)
-    runner = runner_on(store, "w1", poll=0.05, lease=6.0)
+    runner = DurableRunner(
+        app=LlmAgent(name="a", model=ScriptedModel({"a": [answer]})),
+        app_name=APP,
+        store=store,
+        worker_id="w1",
+        queue_poll=0.05,
+        lease=6.0,
+    )
     sent = time.monotonic()
     run, content = await runner.submit(user_id="u", session_id="late", message="hi")
     assert run.claim_sent is not None and sent <= run.claim_sent <= sent + 0.5
     assert time.monotonic() - run.claim_sent >= late
-    seen: list[float] = []
     async with contextlib.aclosing(runner.drive(run, content, resume=False)) as events:
         async for _ in events:
-            fence = runner.fence(run.run_id, run.epoch)
-            if fence is not None and not seen:
-                seen.append(fence.trusted_until)
+            pass
     # Before the first renewal (2 s of 6): the deadline of the claim as sent.
     assert seen == [pytest.approx(trust_from(run.claim_sent, 6.0))]
     # A row only read carries no claim: nothing to count from.

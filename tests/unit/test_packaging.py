@@ -18,22 +18,56 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run(args: list[str], *, timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` with captured text output that cannot outlive its timeout.
+
+    The command runs in a session of its own, and on timeout the whole
+    session is killed: pip and the other processes a command starts hold its
+    output pipes, and ``subprocess.run`` kills only the command itself, then
+    waits for those pipes to close, for ever if a grandchild hangs (a stalled
+    download, say).
+
+    Raises:
+        subprocess.TimeoutExpired: The command ran out of time (with its output).
+    """
+    with subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            raise subprocess.TimeoutExpired(args, timeout, out, err) from None
+        except BaseException:  # pytest-timeout's alarm, a KeyboardInterrupt
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    built = subprocess.run(
+    built = run(
         [
             sys.executable,
             "-m",
@@ -45,8 +79,6 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
             str(wheels),
             str(ROOT),
         ],
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert built.returncode == 0, built.stderr
@@ -67,12 +99,10 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
         assert f"Provides-Extra: {extra}" in text
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    assert run([sys.executable, "-m", "venv", str(venv)], timeout=300).returncode == 0
     python = venv / "bin" / "python"
-    installed = subprocess.run(
+    installed = run(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert installed.returncode == 0, installed.stderr
@@ -97,10 +127,8 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
         print("core-ok", durable_adk.__version__)
         """
     )
-    ran = subprocess.run(
+    ran = run(
         [str(python), "-c", script],
-        capture_output=True,
-        text=True,
         timeout=120,
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
@@ -143,6 +171,7 @@ def copy_checkout(target: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(960)  # its own bound (900 s) first: it reports pip's output
 def test_the_readme_install_commands_work_in_a_new_virtualenv(tmp_path: Path) -> None:
     """The README's commands, verbatim: the wheel into a new virtualenv, then the clone."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -189,13 +218,14 @@ def test_the_readme_install_commands_work_in_a_new_virtualenv(tmp_path: Path) ->
     # pip's cache (under HOME) is used as usual. PIP_NO_COMPILE skips compiling
     # every dependency's .pyc files at install (Python compiles what it imports
     # when it imports it): the longest part of the install on a busy machine.
-    env.update(PIP_PROGRESS_BAR="off", PIP_NO_COMPILE="1")
-    ran = subprocess.run(
+    # A stalled download fails within a minute instead of holding the suite.
+    env.update(
+        PIP_PROGRESS_BAR="off", PIP_NO_COMPILE="1", PIP_DEFAULT_TIMEOUT="60", PIP_RETRIES="2"
+    )
+    ran = run(
         ["bash", "-c", script],
         cwd=project,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-4000:]
@@ -212,10 +242,8 @@ def test_the_readme_install_commands_work_in_a_new_virtualenv(tmp_path: Path) ->
 
 
 def test_the_adk_facts_we_rely_on_still_hold() -> None:
-    checked = subprocess.run(
+    checked = run(
         [sys.executable, str(ROOT / "docs" / "adk-notes" / "verify_adk_facts.py")],
-        capture_output=True,
-        text=True,
         timeout=300,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
