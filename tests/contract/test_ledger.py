@@ -194,9 +194,11 @@ async def test_run_dead_before_its_first_event_is_not_mistaken_for_the_last_turn
 async def test_caller_leaving_early_leaves_the_run_to_end_in_the_worker(store: Store) -> None:
     script = [Call("lookup", {"q": "x"}), Say("done")]
     looked_up: list[str] = []
+    release = asyncio.Event()  # the drive goes on only once the reader is seen gone
 
-    def lookup(q: str) -> dict[str, str]:
+    async def lookup(q: str) -> dict[str, str]:
         """Looks something up."""
+        await release.wait()
         looked_up.append(q)
         return {"q": q}
 
@@ -209,6 +211,7 @@ async def test_caller_leaving_early_leaves_the_run_to_end_in_the_worker(store: S
             break  # the client went away after the first event
     (run,) = await runner.ledger.list_runs()
     assert runner.detached_runs == [run.run_id]  # driven on without a reader, not stranded
+    release.set()
     await runner.aclose()
     done = await runner.ledger.get(run.run_id)
     assert done is not None and done.status is RunStatus.DONE and done.attempts == 1

@@ -182,6 +182,10 @@ class Driver:
             self._pump(drive, message, resume=resume, classification=classification),
             name=f"durable-adk-drive-{run.run_id}",
         )
+        # What stopped the pump reaches the reader in its End item (and the
+        # log); the task's own copy of it is retrieved here, not left to
+        # asyncio's "exception was never retrieved" at collection.
+        drive.task.add_done_callback(_retrieved)
         return drive
 
     def detach(self, drive: Drive) -> None:
@@ -651,6 +655,11 @@ class Driver:
             then="drive cancelled",
         )
         drive.stop("fenced")
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _log_detached_end(run: Run, outcome: Outcome | None, stopped: BaseException | None) -> None:

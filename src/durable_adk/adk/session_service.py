@@ -133,6 +133,12 @@ RUN_METADATA_KEY = "durable_adk"
 """The key of ``Event.custom_metadata`` under which DurableRunner stamps its run."""
 
 
+def _snapshots_json(pending: Sequence[Pending]) -> str | None:
+    """The snapshot points a batch crosses, as ``[[seq, state], ...]``; None when there is none."""
+    points = [[p.seq, p.snapshot] for p in pending if p.snapshot]
+    return _dumps(points) if points else None
+
+
 def run_fence_of(event: Event) -> dict[str, Any]:
     """The run id and epoch an event was written for (both None outside a durable run)."""
     stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
@@ -824,7 +830,7 @@ class DurableSessionService(BaseSessionService):
                     "last_seq": last.seq,
                     "timestamp": last.event.timestamp,
                     "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
-                    "snapshots": _dumps([[p.seq, p.snapshot] for p in pending if p.snapshot]),
+                    "snapshots": _snapshots_json(pending),
                 },
             )
         elif len(pending) == 1:
@@ -846,7 +852,7 @@ class DurableSessionService(BaseSessionService):
                     "last_seq": last.seq,
                     "timestamp": last.event.timestamp,
                     "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
-                    "snapshots": _dumps([[p.seq, p.snapshot] for p in pending if p.snapshot]),
+                    "snapshots": _snapshots_json(pending),
                 },
             )
         self._refused(

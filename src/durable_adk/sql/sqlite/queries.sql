@@ -15,10 +15,12 @@ SELECT CASE WHEN EXISTS (
        THEN 'exists' ELSE 'ok' END AS status;
 INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
 VALUES (:app_name, :user_id, :session_id, :initial_state, :now, :now);
+-- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :now WHERE :app_delta IS NOT NULL
 ON CONFLICT (app_name) DO UPDATE
    SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :user_delta IS NULL
 INSERT INTO user_state (app_name, user_id, state, update_time)
 SELECT :app_name, :user_id, :user_delta, :now WHERE :user_delta IS NOT NULL
 ON CONFLICT (app_name, user_id) DO UPDATE
@@ -106,14 +108,17 @@ SELECT CASE
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 VALUES (:session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data);
 UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk;
+-- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
 ON CONFLICT (app_name) DO UPDATE
    SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :user_delta IS NULL
 INSERT INTO user_state (app_name, user_id, state, update_time)
 SELECT :app_name, :user_id, :user_delta, :timestamp WHERE :user_delta IS NOT NULL
 ON CONFLICT (app_name, user_id) DO UPDATE
    SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :snapshot IS NULL
 INSERT INTO state_snapshots (session_pk, seq, state)
 SELECT :session_pk, :expected_seq + 1, :snapshot WHERE :snapshot IS NOT NULL;
 SELECT 'ok' AS status, NULL AS dup_seq, :expected_seq + 1 AS last_seq;
@@ -149,17 +154,20 @@ SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.eve
        json_extract(j.value, '$.data')
   FROM json_each(:events) AS j WHERE true;
 UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
+-- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
 ON CONFLICT (app_name) DO UPDATE
    SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :user_delta IS NULL
 INSERT INTO user_state (app_name, user_id, state, update_time)
 SELECT :app_name, :user_id, :user_delta, :timestamp WHERE :user_delta IS NOT NULL
 ON CONFLICT (app_name, user_id) DO UPDATE
    SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :snapshots IS NULL
 INSERT INTO state_snapshots (session_pk, seq, state)
 SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
-  FROM json_each(:snapshots) WHERE true;
+  FROM json_each(:snapshots) WHERE :snapshots IS NOT NULL;
 SELECT 'ok' AS status, :last_seq AS last_seq;
 
 -- name: append_events_finish guarded inline
@@ -189,17 +197,20 @@ SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.eve
        json_extract(j.value, '$.data')
   FROM json_each(:events) AS j WHERE true;
 UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
+-- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
 ON CONFLICT (app_name) DO UPDATE
    SET state = dadk_merge(app_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :user_delta IS NULL
 INSERT INTO user_state (app_name, user_id, state, update_time)
 SELECT :app_name, :user_id, :user_delta, :timestamp WHERE :user_delta IS NOT NULL
 ON CONFLICT (app_name, user_id) DO UPDATE
    SET state = dadk_merge(user_state.state, excluded.state), update_time = excluded.update_time;
+-- skip when :snapshots IS NULL
 INSERT INTO state_snapshots (session_pk, seq, state)
 SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
-  FROM json_each(:snapshots) WHERE true;
+  FROM json_each(:snapshots) WHERE :snapshots IS NOT NULL;
 UPDATE runs
    SET status = :status, last_error = :error, classification = COALESCE(:classification, classification),
        finished_at = (julianday('now') - 2440587.5) * 86400.0,
