@@ -821,19 +821,7 @@ class DurableSessionService(BaseSessionService):
             "user_delta": _shared_json(user_delta, "user"),
             **first.row["fence"],
         }
-        if finish is not None:
-            row = await self.store.fetchrow(
-                "append_events_finish",
-                {
-                    **shared,
-                    **finish,
-                    "last_seq": last.seq,
-                    "timestamp": last.event.timestamp,
-                    "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
-                    "snapshots": _snapshots_json(pending),
-                },
-            )
-        elif len(pending) == 1:
+        if len(pending) == 1 and finish is None:
             # One event: the single append's unit (no JSON array to take apart).
             one = first.row
             row = await self.store.fetchrow(
@@ -845,10 +833,12 @@ class DurableSessionService(BaseSessionService):
                 },
             )
         else:
+            # Several events, or the last ones with the run's finish (one unit).
             row = await self.store.fetchrow(
-                "append_events",
+                "append_events" if finish is None else "append_events_finish",
                 {
                     **shared,
+                    **(finish or {}),
                     "last_seq": last.seq,
                     "timestamp": last.event.timestamp,
                     "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
