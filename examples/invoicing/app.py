@@ -15,8 +15,8 @@ Command line (each action in its own process)::
 ``run`` dies at whatever crash point the environment arms
 (``DURABLE_ADK_CRASH_AT``): ``runner.before_first_event`` (W1),
 ``invoicing.draft_model`` (W2), ``journal.before_intent`` (W3),
-``journal.after_act`` (W4), ``runner.before_finish`` (after the notify agent's
-final event, before the ledger finishes).
+``journal.after_act`` (W4), ``runner.before_finish`` (W5: both effects stored,
+before the unit that writes the notify agent's final answer with the finish).
 
 ``--key-by call`` builds the control: the billing agent alone, keyed by the
 function call id, re-driven the way ADK re-drives a non-resumable app (the
