@@ -530,7 +530,8 @@ class RunLedger:
     ) -> bool:
         """Ends a RUNNING run as DONE, PAUSED or FAILED; False if the lease was lost."""
         params = self.finish_params(lease, status, error=error, classification=classification)
-        row = await self.store.fetchrow("run_finish", {**params, "epoch": params.pop("run_epoch")})
+        params["epoch"] = params.pop("run_epoch")  # run_finish names it as the other run units do
+        row = await self.store.fetchrow("run_finish", params)
         if row is None:
             return False
         await self.finished(row)

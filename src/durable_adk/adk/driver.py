@@ -308,13 +308,8 @@ class Driver:
             # The end. With barrier commits the last events are not written
             # here: they join the run's finish below (one unit), and the
             # caller is handed them once that unit is written.
-            if drive.batch is None:
-                await drive.barrier()
         except Exception as raised:
-            await self._settle(drive, raised)
-            # A barrier's store error reaches us wrapped by ADK's plugin manager.
-            failed_flush = drive.batch.failed if drive.batch is not None else None
-            error = next((e for e in causes(raised) if e is failed_flush), raised)
+            error = await self._drive_error(drive, raised)
         finally:
             path.sessions.distrust(key)
             if drive.holding is not None:
@@ -344,12 +339,20 @@ class Driver:
             try:
                 await drive.barrier()  # not a finish: the last events in their own unit first
             except Exception as raised:
-                await self._settle(drive, raised)
-                failed = batch.failed
-                error = next((e for e in causes(raised) if e is failed), raised)
+                error = await self._drive_error(drive, raised)
                 events, verdict = None, None
                 ending = self._decide(drive, error, None, new_message)
         return await record(path, run, ending, events=events, verdict=verdict, classification=found)
+
+    async def _drive_error(self, drive: Drive, raised: Exception) -> BaseException:
+        """What failed the drive: stores what it can of the batch, then names the error.
+
+        A barrier's store error reaches us wrapped by ADK's plugin manager:
+        the batch's own failure is the error, when it is among the causes.
+        """
+        await self._settle(drive, raised)
+        failed_flush = drive.batch.failed if drive.batch is not None else None
+        return next((e for e in causes(raised) if e is failed_flush), raised)
 
     def _decide(
         self,
@@ -377,13 +380,16 @@ class Driver:
         key = (run.app_name, run.user_id, run.session_id)
         events = path.sessions.cached_events(key)
         if events is None:
-            session = await path.sessions.get_session(
-                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-            )
-            events = list(session.events) if session else list(seen)
-        if drive.batch is not None and drive.batch.pending:
-            known = {e.id for e in events[-len(drive.batch.pending) :]}
-            events.extend(p.event for p in drive.batch.pending if p.event.id not in known)
+            # A plain read, not a barrier: the batch is still to join the finish.
+            with using_batch(None):
+                session = await path.sessions.get_session(
+                    app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+                )
+            if session is None:
+                return list(seen)  # every event the drive produced, the unwritten ones too
+            events = list(session.events)
+        if drive.batch is not None:
+            events.extend(p.event for p in drive.batch.pending)  # never in the store or cache yet
         return events
 
     async def _finish_with_last_events(

@@ -346,14 +346,13 @@ async def _write(
     ledger, lease, kind = path.ledger, run.lease, ending.kind
     if kind is EndKind.TAKEN_OVER:
         return False
-    if last is not None and last.pending and kind in FINISHING:
+    if kind in FINISHING:
         failed = kind is EndKind.FAILED
-        params = ledger.finish_params(
-            lease,
-            STATUS_OF[kind],
-            error=ending.reason if failed else None,
-            classification=None if failed else classification,
-        )
+        error = ending.reason if failed else None
+        found = None if failed else classification
+        if last is None or not last.pending:
+            return await ledger.finish(lease, STATUS_OF[kind], error=error, classification=found)
+        params = ledger.finish_params(lease, STATUS_OF[kind], error=error, classification=found)
         try:
             row = await path.sessions.flush_batch(last, finish=params)
         except errors.Fenced:
@@ -361,10 +360,6 @@ async def _write(
         if row is not None:
             await ledger.finished(row)
         return True
-    if kind in (EndKind.DONE, EndKind.PAUSED):
-        return await ledger.finish(lease, STATUS_OF[kind], classification=classification)
-    if kind is EndKind.FAILED:
-        return await ledger.finish(lease, RunStatus.FAILED, error=ending.reason)
     if kind is EndKind.HANDED_BACK:
         return await ledger.release(lease, error=ending.reason or "handed back")
     if kind is EndKind.CANCELLED:
