@@ -143,21 +143,27 @@ def build_agent(billing_url: str, notify_url: str, worker: str = "") -> Sequenti
         return SequentialAgent(name="invoicing", sub_agents=[draft, billing, notify])
 
 
-def make_runner(store: Store, worker: str, billing_url: str, notify_url: str) -> DurableRunner:
-    """The DurableRunner every process of this example uses."""
+def make_runner(
+    store: Store, worker: str, billing_url: str, notify_url: str, *, per_event: bool = False
+) -> DurableRunner:
+    """The DurableRunner every process of this example uses (``per_event``: one
+    unit of work per event instead of barrier commits, docs/runs.md)."""
     return DurableRunner(
         app=build_agent(billing_url, notify_url, worker),
         app_name=APP_NAME,
         store=store,
         worker_id=worker,
         lease=30.0,
+        commits="per_event" if per_event else "barrier",
     )
 
 
-async def run(db: str, session_id: str, billing_url: str, notify_url: str) -> str:
+async def run(
+    db: str, session_id: str, billing_url: str, notify_url: str, *, per_event: bool = False
+) -> str:
     """Drives the flow once; returns the run's final status."""
     async with open_store(db) as store:
-        runner = make_runner(store, "worker-A", billing_url, notify_url)
+        runner = make_runner(store, "worker-A", billing_url, notify_url, per_event=per_event)
         try:
             async for _ in runner.run(user_id=USER_ID, session_id=session_id, message=REQUEST):
                 pass
@@ -234,13 +240,13 @@ def main() -> None:
     parser.add_argument("--session", default="invoice-77")
     parser.add_argument("--billing", required=True)
     parser.add_argument("--notify", default="")
+    parser.add_argument("--per-event", action="store_true", help="run: one unit of work per event")
     args = parser.parse_args()
     if args.action == "run":
-        print(
-            json.dumps(
-                {"status": asyncio.run(run(args.db, args.session, args.billing, args.notify))}
-            )
+        status = asyncio.run(
+            run(args.db, args.session, args.billing, args.notify, per_event=args.per_event)
         )
+        print(json.dumps({"status": status}))
     elif args.action == "recover":
         print(json.dumps(asyncio.run(recover(args.db, args.billing, args.notify))))
     else:

@@ -45,7 +45,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -297,6 +297,7 @@ class Journal:
         *,
         wait: float = WAIT_SECONDS,
         fence: Fence | None = None,
+        begin_with: Callable[[Mapping[str, Any]], Awaitable[Row | None]] | None = None,
     ) -> Any:
         """Performs the effect ``key`` at most once; returns the outside system's answer.
 
@@ -317,6 +318,11 @@ class Journal:
             fence: The caller's local lease view, confirmed right before each
                 outside call (``lookup``, ``act``), after the database's own
                 fenced check; None to rely on the database alone.
+            begin_with: Writes the first intent together with other writes of
+                the caller in one unit (a run's buffered events, the call
+                among them), given ``journal_begin``'s parameters; returns
+                its verdict, or None when there was nothing to write with it
+                (the intent is then written alone).
 
         Raises:
             OutcomeUnknown: An abandoned intent is recorded and its outcome
@@ -346,7 +352,8 @@ class Journal:
             await fence.confirm()  # a cancelled or fenced-off run writes no intent
         crash_point("journal.before_intent")
         while True:
-            row = await self._begin(key, attempt, holder)
+            row = await self._begin(key, attempt, holder, begin_with)
+            begin_with = None  # only the first intent goes with the caller's writes
             status = row["status"]
             if status == "done":
                 return None if row["result"] is None else json.loads(row["result"])
@@ -374,11 +381,17 @@ class Journal:
                 await asyncio.sleep(_FIRST_POLL)
             # Either way: decide again from the row as it now stands.
 
-    async def _begin(self, key: str, attempt: Attempt, holder: str) -> Row:
-        row = await self.store.fetchrow(
-            "journal_begin",
-            {**self._who(key, attempt, holder), "hold": self.hold_seconds},
-        )
+    async def _begin(
+        self,
+        key: str,
+        attempt: Attempt,
+        holder: str,
+        begin_with: Callable[[Mapping[str, Any]], Awaitable[Row | None]] | None = None,
+    ) -> Row:
+        params = {**self._who(key, attempt, holder), "hold": self.hold_seconds}
+        row = await begin_with(params) if begin_with is not None else None
+        if row is None:
+            row = await self.store.fetchrow("journal_begin", params)
         assert row is not None
         status = row["status"]
         if status == "fenced":

@@ -79,7 +79,12 @@ async def url(store_url: str) -> str:
     [
         ("W1", "runner.before_first_event", "NOT_STARTED"),
         ("W2", "invoicing.draft_model", "MODEL_INFLIGHT"),
-        ("W3", "journal.before_intent", "TOOL_UNANSWERED"),
+        # The model's call to send_invoice is written with the journal's
+        # intent (one unit): a kill before the intent loses the call too, so
+        # the model is asked again. With one unit per event the call is
+        # stored alone first: the per-event row below.
+        ("W3", "journal.before_intent", "MODEL_INFLIGHT"),
+        ("W3-per-event", "journal.before_intent", "TOOL_UNANSWERED"),
         ("W4", "journal.after_act", "TOOL_UNANSWERED"),
         # Both effects are stored; the final answer is written with the finish
         # (one unit), so a kill before it loses only the answer: asked again.
@@ -95,7 +100,8 @@ async def test_every_window_ends_with_one_invoice_one_notification_done(
 ) -> None:
     billing, notify = services
     urls = ["--billing", billing.url, "--notify", notify.url]
-    crashed = example("run", "--db", url, "--session", "s1", *urls, crash_at=point)
+    per_event = ["--per-event"] if window.endswith("per-event") else []
+    crashed = example("run", "--db", url, "--session", "s1", *urls, *per_event, crash_at=point)
     assert crashed.returncode == 137, crashed.stderr
     if window == "W4":
         assert billing.count("invoices") == 1  # the invoice went out before the crash

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
-from durable_adk.store.queries import load_queries, parse_queries
+from durable_adk.store.queries import load_queries, parse_queries, resolve_includes
+from durable_adk.store.sqlite import run_unit
 
 DIALECTS = ["sqlite", "postgresql"]
 
@@ -83,3 +86,70 @@ def test_every_sqlite_inline_query_is_a_write() -> None:
     # Reads stay on the database thread (docs/store.md): one may be large.
     reads = [name for name, q in load_queries("sqlite").items() if q.inline and not q.writes]
     assert reads == []
+
+
+MADE_OF = """
+-- name: check_then_write guarded inline
+SELECT CASE WHEN :x > 0 THEN 'ok' ELSE 'negative' END AS status;
+INSERT INTO t (x) VALUES (:x);
+
+-- name: note
+-- skip when :note IS NULL
+INSERT INTO notes (n) SELECT :note WHERE :note IS NOT NULL;
+SELECT :y AS y;
+
+-- name: both inline
+-- include: check_then_write
+-- include: note
+"""
+
+
+def test_a_unit_made_of_others_keeps_each_parts_checks_and_skips() -> None:
+    both = resolve_includes(parse_queries(MADE_OF, "sqlite"))["both"]
+    assert len(both.statements) == 4
+    assert both.checks == frozenset({0}) and both.guarded
+    assert both.skips == ((), (), ("note",), ())
+    assert both.params == ("x", "note", "y")
+    assert both.writes and both.inline and both.parts == ("check_then_write", "note")
+
+
+def test_a_unit_made_of_others_runs_in_one_transaction_and_stops_at_a_refusing_check() -> None:
+    both = resolve_includes(parse_queries(MADE_OF, "sqlite"))["both"]
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("CREATE TABLE notes (n)")
+    assert run_unit(conn, both, {"x": -1, "note": "n", "y": 7}) == [{"status": "negative"}]
+    assert run_unit(conn, both, {"x": 2, "note": None, "y": 7}) == [{"y": 7}]
+    assert conn.execute("SELECT x FROM t").fetchall() == [(2,)]
+    assert conn.execute("SELECT count(*) FROM notes").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect", "error"),
+    [
+        ("-- name: a\n-- include: b\n", "postgresql", "one statement"),
+        ("-- name: a\n-- include: b\nSELECT 1;\n", "sqlite", "only include lines"),
+        ("-- name: a guarded\n-- include: b\n", "sqlite", "only flag may be inline"),
+    ],
+)
+def test_a_unit_made_of_others_is_refused_when_malformed(
+    text: str, dialect: str, error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_queries(text, dialect)
+
+
+def test_an_include_of_a_missing_unit_is_refused_by_name() -> None:
+    queries = parse_queries("-- name: a\n-- include: nowhere\n", "sqlite")
+    with pytest.raises(ValueError, match="'a' includes 'nowhere'"):
+        resolve_includes(queries)
+
+
+def test_the_call_with_its_intent_is_one_statement_on_postgresql_and_two_parts_on_sqlite() -> None:
+    sqlite = load_queries("sqlite")
+    unit = sqlite["append_events_journal_begin"]
+    assert unit.parts == ("append_events", "journal_begin")
+    assert (
+        unit.statements == sqlite["append_events"].statements + sqlite["journal_begin"].statements
+    )
+    assert len(load_queries("postgresql")["append_events_journal_begin"].statements) == 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -37,6 +37,7 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk.adk.barrier import EventBatch
+from durable_adk.adk.marks import is_journaled
 from durable_adk.fence import RunFence
 from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.leases import trust_from as trust_from
@@ -65,7 +66,7 @@ class Drive:
         # write them, the events held back until they are written, and whether
         # ADK may run ahead of the reader between barriers.
         self.batch: EventBatch | None = None
-        self.flush: Callable[[EventBatch], Awaitable[object]] | None = None
+        self.flush: Callable[..., Awaitable[Any]] | None = None
         self.look_ahead = False
         self.held: list[Event] = []
         self._barrier_lock = asyncio.Lock()
@@ -120,12 +121,41 @@ class Drive:
                 return
             if self.batch is not None and self.flush is not None:
                 await self.flush(self.batch)
-            if not durable:
-                return
-            for _ in range(durable):
-                await self.wanted()
-                self.hand(self.held.pop(0))
-            await self._wanted.wait()  # left set: the reader has asked for the next event
+            await self._hand_over(durable)
+
+    async def begin_with_events(self, journal: Mapping[str, Any]) -> Any:
+        """A journaled tool's intent, written in one unit with the buffered events.
+
+        The barrier before a journaled tool is left to its intent
+        (:class:`BarrierPlugin`): the model's function call and the intent to
+        act on it become durable together, one unit fewer per journaled call,
+        and no crash leaves a call stored without its intent (nor the
+        reverse). Then the held events are handed over, as at a barrier.
+
+        Args:
+            journal: The parameters of the journal's ``journal_begin`` unit.
+
+        Returns:
+            The journal's verdict row, or None when nothing is buffered (the
+            caller begins alone).
+        """
+        async with self._barrier_lock:
+            batch = self.batch
+            if batch is None or self.flush is None or not batch.pending:
+                return None
+            durable = len(self.held)
+            row = await self.flush(batch, journal=journal)
+            await self._hand_over(durable)
+            return row
+
+    async def _hand_over(self, durable: int) -> None:
+        """Hands the ``durable`` first held events over, lock-step (they are stored)."""
+        if not durable:
+            return
+        for _ in range(durable):
+            await self.wanted()
+            self.hand(self.held.pop(0))
+        await self._wanted.wait()  # left set: the reader has asked for the next event
 
     def _only_the_request(self) -> bool:
         batch = self.batch
@@ -199,6 +229,20 @@ async def barrier(*, before_work: bool = False) -> None:
         await drive.barrier(before_work=before_work)
 
 
+def begin_with_events_of(
+    run_id: str | None,
+) -> Callable[[Mapping[str, Any]], Awaitable[Any]] | None:
+    """How a journaled tool of run ``run_id`` writes its intent with the buffered events.
+
+    :meth:`Drive.begin_with_events` of the current drive when it drives that
+    run with barrier commits, else None (the intent is written alone).
+    """
+    drive = _current_drive.get()
+    if drive is None or drive.batch is None or run_id is None or drive.run.run_id != run_id:
+        return None
+    return drive.begin_with_events
+
+
 class BarrierPlugin(BasePlugin):
     """ADK's callbacks where a drive's buffered events must be durable: a barrier each.
 
@@ -209,16 +253,22 @@ class BarrierPlugin(BasePlugin):
 
     def __init__(self) -> None:
         super().__init__(name="durable_adk_barriers")
-        # Whether another plugin of the app acts when an agent ends (set by
-        # the run path once the App's plugins are known; True until then).
+        # Whether another plugin of the app acts when an agent ends, or before
+        # a tool runs (set by the run path once the App's plugins are known;
+        # True until then).
         self.others_after_agent = True
+        self.others_before_tool = True
 
     def see_plugins(self, plugins: Sequence[BasePlugin]) -> None:
-        """Notes which of the App's other plugins act when an agent ends."""
+        """Notes which of the App's other plugins act when an agent ends or before a tool."""
+        others = [type(p) for p in plugins if p is not self]
         self.others_after_agent = any(
-            getattr(type(p), "after_agent_callback", None) is not BasePlugin.after_agent_callback
-            for p in plugins
-            if p is not self
+            getattr(p, "after_agent_callback", None) is not BasePlugin.after_agent_callback
+            for p in others
+        )
+        self.others_before_tool = any(
+            getattr(p, "before_tool_callback", None) is not BasePlugin.before_tool_callback
+            for p in others
         )
 
     @override
@@ -250,5 +300,13 @@ class BarrierPlugin(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
+        # A journaled tool writes the buffered events with its intent, in one
+        # unit (Drive.begin_with_events): nothing outside happens before
+        # then, unless app code runs here first (another plugin's or the
+        # agent's own before_tool_callback), which needs its events durable.
+        if is_journaled(tool) and not self.others_before_tool:
+            agent = getattr(tool_context._invocation_context, "agent", None)
+            if not getattr(agent, "before_tool_callback", None):
+                return None
         await barrier(before_work=True)
         return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 IDEMPOTENT_MARK = "__durable_adk_idempotent__"
+JOURNALED_MARK = "__durable_adk_journaled__"
 
 T = TypeVar("T")
 
@@ -46,3 +47,9 @@ def is_idempotent(tool: object) -> bool:
         or getattr(getattr(tool, "func", None), IDEMPOTENT_MARK, False)
         or getattr(getattr(tool, "_func", None), IDEMPOTENT_MARK, False)
     )
+
+
+def is_journaled(tool: object) -> bool:
+    """Whether an ADK tool (or function) was made by :func:`durable_adk.adk.tools.journaled`."""
+    func = getattr(tool, "func", tool)
+    return hasattr(func, JOURNALED_MARK)

@@ -147,6 +147,10 @@ def run_fence_of(event: Event) -> dict[str, Any]:
     return {"run_id": None, "run_epoch": None}
 
 
+_APPEND_REFUSALS = frozenset({"missing", "duplicate", "fenced", "stale"})
+"""The statuses with which an append (alone or joined with an intent) wrote nothing."""
+
+
 def _marker(pk: int, seq: int) -> str:
     return f"{pk}:{seq}"
 
@@ -763,7 +767,11 @@ class DurableSessionService(BaseSessionService):
         return self._commit_event_to_session(session, event)
 
     async def flush_batch(
-        self, batch: EventBatch, *, finish: Mapping[str, Any] | None = None
+        self,
+        batch: EventBatch,
+        *,
+        finish: Mapping[str, Any] | None = None,
+        journal: Mapping[str, Any] | None = None,
     ) -> Row | None:
         """Writes a drive's buffered appends in one fenced unit of work (a barrier).
 
@@ -777,10 +785,15 @@ class DurableSessionService(BaseSessionService):
                 :meth:`~durable_adk.ledger.RunLedger.finish_params`): the
                 last events are then durable exactly when the run is
                 finished. The fence then also names the run's owner.
+            journal: A journaled tool's intent to write in the same unit
+                (the parameters of the ``journal_begin`` unit): the batch's
+                function call is then durable exactly when its intent is.
 
         Returns:
             With ``finish``, the store's row (``app_name``, ``user_id``,
-            ``session_id``, ``queued_behind``), else None.
+            ``session_id``, ``queued_behind``); with ``journal``, the
+            journal's verdict (``journal_begin``'s row; the events were
+            written whatever it says); else None.
 
         Raises:
             durable_adk.errors.Fenced: The run was taken over or has finished.
@@ -791,18 +804,26 @@ class DurableSessionService(BaseSessionService):
         if batch.failed is not None:
             raise batch.failed
         if not batch.pending:
-            if finish is not None:
-                raise errors.InvalidArgument("a finish joins a batch only when it holds events")
+            if finish is not None or journal is not None:
+                raise errors.InvalidArgument(
+                    "a finish or an intent joins a batch only when it holds events"
+                )
             return None
+        if finish is not None and journal is not None:
+            raise errors.InvalidArgument("a batch is written with a finish or an intent, not both")
         pending, batch.pending = batch.pending, []
         try:
-            return await self._write_batch(batch, pending, finish)
+            return await self._write_batch(batch, pending, finish, journal)
         except BaseException as exc:
             batch.failed = exc
             raise
 
     async def _write_batch(
-        self, batch: EventBatch, pending: list[Pending], finish: Mapping[str, Any] | None
+        self,
+        batch: EventBatch,
+        pending: list[Pending],
+        finish: Mapping[str, Any] | None,
+        journal: Mapping[str, Any] | None = None,
     ) -> Row | None:
         first, last = pending[0], pending[-1]
         app_delta: dict[str, Any] = {}
@@ -821,7 +842,7 @@ class DurableSessionService(BaseSessionService):
             "user_delta": _shared_json(user_delta, "user"),
             **first.row["fence"],
         }
-        if len(pending) == 1 and finish is None:
+        if len(pending) == 1 and finish is None and journal is None:
             # One event: the single append's unit (no JSON array to take apart).
             one = first.row
             row = await self.store.fetchrow(
@@ -833,22 +854,36 @@ class DurableSessionService(BaseSessionService):
                 },
             )
         else:
-            # Several events, or the last ones with the run's finish (one unit).
+            # Several events, or the last ones with the run's finish or with
+            # a journaled tool's intent (one unit).
             row = await self.store.fetchrow(
-                "append_events" if finish is None else "append_events_finish",
+                "append_events_finish"
+                if finish is not None
+                else "append_events_journal_begin"
+                if journal is not None
+                else "append_events",
                 {
                     **shared,
                     **(finish or {}),
+                    **(journal or {}),
                     "last_seq": last.seq,
                     "timestamp": last.event.timestamp,
                     "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
                     "snapshots": _snapshots_json(pending),
                 },
             )
+        status = row["status"] if row else "missing"
+        if journal is not None:
+            if status == "fenced":
+                # Refused by the append's fence or the journal's (then the
+                # events were written): the cached session may be behind.
+                self._forget(key)
+            elif status not in _APPEND_REFUSALS:
+                status = "ok"  # the events were written; the verdict is the journal's
         self._refused(
             key,
             key[2],
-            row["status"] if row else "missing",
+            status,
             row,
             event=first.event.id,
             fence=first.row["fence"],
@@ -866,7 +901,7 @@ class DurableSessionService(BaseSessionService):
                 p.app_delta,
                 p.user_delta,
             )
-        return row if finish is not None else None
+        return row if finish is not None or journal is not None else None
 
     async def _fence_of(self, session: Session) -> tuple[int, int]:
         """The (session pk, last sequence number) this session object was loaded at."""

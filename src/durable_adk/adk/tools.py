@@ -34,13 +34,15 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
+from durable_adk.adk.drive import begin_with_events_of
+from durable_adk.adk.marks import JOURNALED_MARK as JOURNALED_MARK
+from durable_adk.adk.marks import is_journaled as is_journaled
 from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.fence import current_fence
 from durable_adk.journal import Attempt, Journal
 from durable_adk.store.base import Store
 
 KEY_PARAM = "idempotency_key"
-JOURNALED_MARK = "__durable_adk_journaled__"
 
 
 def as_async(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -246,15 +248,16 @@ def journaled(
             journal, attempt = attempt_of(tool_context, tool_name)
             if journal is None:
                 return await once(effect_key, act)
-            return await journal.execute(effect_key, attempt, act, find, fence=current_fence())
+            return await journal.execute(
+                effect_key,
+                attempt,
+                act,
+                find,
+                fence=current_fence(),
+                begin_with=begin_with_events_of(attempt.run_id),
+            )
 
         present_as(tool, fn, name=tool_name, key=key, context=("tool_context", ToolContext))
         return FunctionTool(func=tool)
 
     return decorate
-
-
-def is_journaled(tool: object) -> bool:
-    """Whether an ADK tool (or function) was made by :func:`journaled`."""
-    func = getattr(tool, "func", tool)
-    return hasattr(func, JOURNALED_MARK)

@@ -12,6 +12,13 @@ returning a ``status`` column: the remaining statements run, in the same
 transaction, only when that status is ``'ok'``. The result is the check's row
 when it refused, else the rows of the last statement that returns rows.
 
+A SQLite unit may be made of other units, run one after the other in one
+transaction: its body is only ``-- include: <name>`` lines. Each part keeps
+its own check (the unit stops at the first check that refuses, and returns
+that check's rows) and its ``-- skip when`` markers. The parts may come from
+any queries file of the dialect. PostgreSQL, whose units are one statement
+each, writes such a unit by hand under the same name.
+
 ``-- name: x inline`` marks a small unit on the hot path of a run (an append, a
 ledger write) that SQLite may run on the caller's thread instead of handing it
 to the database thread (see :mod:`durable_adk.store.sqlite`); PostgreSQL
@@ -58,6 +65,7 @@ _SKIP_LINE = re.compile(
 # A parameter is ':name' not preceded by another ':' (so PostgreSQL casts such
 # as '::jsonb' stay as they are).
 _PARAM = re.compile(r"(?<![:\w]):(?P<name>[a-z_][a-z0-9_]*)")
+_INCLUDE_LINE = re.compile(r"^--\s*include:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,9 @@ class Query:
             pool's size), or ``urgent`` (the rest).
         skips: For each statement, the parameters whose NULL value skips it
             (``-- skip when :x IS NULL``); empty when it always runs.
+        checks: The statements that are checks gating the rest of the unit
+            (the first of a guarded unit; the first of each guarded part of
+            a unit made of others).
     """
 
     name: str
@@ -89,6 +100,9 @@ class Query:
     lease: bool = False
     lane: str = URGENT
     skips: tuple[tuple[str, ...], ...] = ()
+    checks: frozenset[int] = frozenset()
+    parts: tuple[str, ...] = ()
+    """The units this one is made of (``-- include:``), resolved by :func:`load_queries`."""
 
 
 def _split_statements(body: str) -> list[str]:
@@ -192,6 +206,10 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
     def flush() -> None:
         if current is None:
             return
+        included = [m.group("name") for m in map(_INCLUDE_LINE.match, map(str.strip, lines)) if m]
+        if included:
+            _made_of(current, flags, lines, included)
+            return
         statements = _split_statements("\n".join(lines))
         if not statements:
             raise ValueError(f"query {current!r} is empty")
@@ -218,12 +236,34 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             lease="lease" in flags,
             lane=INTAKE if "intake" in flags else CLAIM if "claim" in flags else URGENT,
             skips=skips,
+            checks=frozenset({0}) if "guarded" in flags else frozenset(),
         )
         unknown = flags - {"guarded", "inline", "lease", "claim", "intake"}
         if unknown:
             raise ValueError(f"query {current!r} has unknown flags {sorted(unknown)}")
         if ("claim" in flags and "lease" not in flags) or {"intake", "lease"} <= flags:
             raise ValueError(f"query {current!r}: claim needs lease; intake excludes lease")
+
+    def _made_of(name: str, flags: set[str], body: list[str], parts: list[str]) -> None:
+        if dialect == "postgresql":
+            raise ValueError(f"PostgreSQL query {name!r} must be one statement, not made of others")
+        if _split_statements(
+            "\n".join(line for line in body if not _INCLUDE_LINE.match(line.strip()))
+        ):
+            raise ValueError(f"query {name!r} is made of others: it holds only include lines")
+        if flags - {"inline"}:
+            raise ValueError(f"query {name!r} is made of others: its only flag may be inline")
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        queries[name] = Query(
+            name=name,
+            statements=(),
+            params=(),
+            guarded=False,
+            writes=False,
+            inline="inline" in flags,
+            parts=tuple(parts),
+        )
 
     for line in text.splitlines():
         match = _NAME_LINE.match(line.strip())
@@ -265,7 +305,43 @@ def load_queries(dialect: str) -> dict[str, Query]:
             if name in merged:
                 raise ValueError(f"query {name!r} is defined in two files of {dialect}")
             merged[name] = query
-    return merged
+    return resolve_includes(merged)
+
+
+def resolve_includes(queries: dict[str, Query]) -> dict[str, Query]:
+    """Resolves the units made of others (``-- include:``) among ``queries``.
+
+    Raises:
+        ValueError: A unit includes one that is missing or itself made of others.
+    """
+    return {name: _compose(q, queries) if q.parts else q for name, q in queries.items()}
+
+
+def _compose(unit: Query, queries: dict[str, Query]) -> Query:
+    """A unit made of others: their statements in order, each part's checks and skips kept."""
+    statements: list[str] = []
+    params: list[str] = []
+    skips: list[tuple[str, ...]] = []
+    checks: set[int] = set()
+    for name in unit.parts:
+        part = queries.get(name)
+        if part is None or part.parts:
+            raise ValueError(f"query {unit.name!r} includes {name!r}, which is not a plain unit")
+        checks.update(index + len(statements) for index in part.checks)
+        skips.extend(part.skips or [()] * len(part.statements))
+        statements.extend(part.statements)
+        params.extend(p for p in part.params if p not in params)
+    return Query(
+        name=unit.name,
+        statements=tuple(statements),
+        params=tuple(params),
+        guarded=0 in checks,
+        writes=any(queries[name].writes for name in unit.parts),
+        inline=unit.inline,
+        skips=tuple(skips) if any(skips) else (),
+        checks=frozenset(checks),
+        parts=unit.parts,
+    )
 
 
 def load_sql_file(dialect: str, *parts: str) -> str:

@@ -161,7 +161,8 @@ def arguments(query: Query, params: Params) -> dict[str, Any]:
 def run_unit(conn: sqlite3.Connection, query: Query, args: dict[str, Any]) -> list[dict[str, Any]]:
     """Runs a unit's statements inside the caller's transaction; returns its rows.
 
-    A guarded unit stops after its check when the check's status is not
+    A unit stops after a check (the first statement of a guarded unit, or
+    of a guarded part of a unit made of others) whose status is not
     ``'ok'`` (the check's rows are the result); a statement marked
     ``-- skip when :x IS NULL`` is not run when ``x`` is NULL. The result is
     the rows of the last statement that returned rows.
@@ -175,7 +176,7 @@ def run_unit(conn: sqlite3.Connection, query: Query, args: dict[str, Any]) -> li
         if cursor.description is None:
             continue
         result = _rows(cursor)
-        if index == 0 and query.guarded and (not result or result[0].get("status") != "ok"):
+        if index in query.checks and (not result or result[0].get("status") != "ok"):
             break
     return result
 

@@ -84,6 +84,120 @@ SELECT CASE v.status
        c.run_epoch AS owner_epoch, c.function_call_id AS owner_call_id
   FROM verdict v LEFT JOIN cur c ON TRUE;
 
+-- name: append_events_journal_begin inline
+-- A run's buffered events (append_events) and a journaled tool's intent
+-- (journal_begin) as one statement: the function call is durable exactly when
+-- its intent is, so no crash leaves one without the other. The journal's part
+-- runs only when the events were written; its verdict is then the result
+-- (as journal_begin's), else the events' refusal ('missing', 'duplicate',
+-- 'fenced', 'stale', as append_events).
+WITH s AS (
+    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
+), e AS (
+    SELECT * FROM json_to_recordset(:events::json)
+        AS x(seq bigint, event_id text, invocation_id text, author text,
+             timestamp float8, delta text, data text)
+), av AS (
+    SELECT CASE
+             WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
+             WHEN EXISTS (SELECT 1 FROM events d JOIN e ON d.event_id = e.event_id
+                           WHERE d.session_pk = :session_pk::bigint) THEN 'duplicate'
+             WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM runs WHERE run_id = :run_id::text
+                       AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
+             WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
+             ELSE 'ok'
+           END AS status
+), ins AS (
+    INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
+    SELECT :session_pk::bigint, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
+           e.delta, e.data
+      FROM e, av WHERE av.status = 'ok'
+    RETURNING seq
+), upd AS (
+    UPDATE sessions SET last_seq = :last_seq::bigint, update_time = :timestamp::float8
+      FROM av WHERE sessions.pk = :session_pk::bigint AND av.status = 'ok'
+    RETURNING sessions.last_seq
+), app AS (
+    INSERT INTO app_state (app_name, state, update_time)
+    SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
+      FROM av WHERE av.status = 'ok' AND :app_delta::text IS NOT NULL
+    ON CONFLICT (app_name) DO UPDATE
+       SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+    RETURNING 1
+), usr AS (
+    INSERT INTO user_state (app_name, user_id, state, update_time)
+    SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
+      FROM av WHERE av.status = 'ok' AND :user_delta::text IS NOT NULL
+    ON CONFLICT (app_name, user_id) DO UPDATE
+       SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
+    RETURNING 1
+), snap AS (
+    INSERT INTO state_snapshots (session_pk, seq, state)
+    SELECT :session_pk::bigint, (x ->> 0)::bigint, x ->> 1
+      FROM json_array_elements(:snapshots::json) AS x, av WHERE av.status = 'ok'
+    RETURNING 1
+), cur AS (
+    SELECT j.*,
+           CASE
+             WHEN j.holder IS NULL THEN TRUE
+             WHEN j.run_id IS NULL THEN j.held_until < extract(epoch FROM clock_timestamp())
+             ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = j.run_id
+                                 AND r.epoch = j.run_epoch AND r.status = 'RUNNING')
+           END AS abandoned
+      FROM journal j WHERE j.key = :key::text
+), verdict AS (
+    SELECT CASE
+             WHEN (SELECT status FROM av) <> 'ok' THEN (SELECT status FROM av)
+             WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM runs WHERE run_id = :run_id::text
+                       AND epoch = :run_epoch::bigint AND status = 'RUNNING'
+                       AND lease_until >= extract(epoch FROM clock_timestamp())) THEN 'fenced'
+             WHEN NOT EXISTS (SELECT 1 FROM cur) THEN 'new'
+             WHEN (SELECT tool_name FROM cur) <> :tool_name::text THEN 'wrong_tool'
+             WHEN (SELECT status FROM cur) = 'DONE' THEN 'done'
+             WHEN (SELECT abandoned FROM cur) IS NOT FALSE THEN 'abandoned'
+             ELSE 'held'
+           END AS status
+), jins AS (
+    INSERT INTO journal (key, tool_name, status, run_id, run_epoch, invocation_id,
+                         function_call_id, holder, held_until, created_at, updated_at)
+    SELECT :key::text, :tool_name::text, 'INTENT', :run_id::text, :run_epoch::bigint,
+           :invocation_id::text, :function_call_id::text, :holder::text,
+           CASE WHEN :run_id::text IS NULL
+                THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
+           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+      FROM verdict WHERE status = 'new'
+    ON CONFLICT (key) DO NOTHING
+    RETURNING 1
+), jupd AS (
+    UPDATE journal
+       SET run_id = :run_id::text, run_epoch = :run_epoch::bigint,
+           function_call_id = :function_call_id::text, holder = :holder::text,
+           held_until = CASE WHEN :run_id::text IS NULL
+                             THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE key = :key::text AND status = 'INTENT'
+       AND (SELECT status FROM verdict) = 'abandoned'
+       AND holder IS NOT DISTINCT FROM (SELECT holder FROM cur)
+       AND run_id IS NOT DISTINCT FROM (SELECT run_id FROM cur)
+       AND run_epoch IS NOT DISTINCT FROM (SELECT run_epoch FROM cur)
+       AND held_until IS NOT DISTINCT FROM (SELECT held_until FROM cur)
+    RETURNING 1
+)
+SELECT CASE v.status
+         WHEN 'new' THEN CASE WHEN EXISTS (SELECT 1 FROM jins) THEN 'acquired' ELSE 'retry' END
+         WHEN 'abandoned' THEN CASE WHEN EXISTS (SELECT 1 FROM jupd) THEN 'taken' ELSE 'retry' END
+         ELSE v.status
+       END AS status,
+       (SELECT status FROM av) = 'ok' AS appended,
+       COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
+       (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
+         + (SELECT count(*) FROM snap) AS writes,
+       c.tool_name AS entry_tool, c.result AS result, c.run_id AS owner_run_id,
+       c.run_epoch AS owner_epoch, c.function_call_id AS owner_call_id
+  FROM verdict v LEFT JOIN cur c ON TRUE;
+
 -- name: journal_watch
 -- A waiter's poll (and the holder's check before acting after a lookup):
 -- 'fenced' (the caller is not live), 'mine' (the caller holds the intent),

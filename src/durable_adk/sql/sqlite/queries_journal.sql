@@ -63,6 +63,15 @@ SELECT :key, :tool_name, 'INTENT', :run_id, :run_epoch, :invocation_id, :functio
 -- changes() counts the INSERT just above: 1 for a new entry, 0 for a takeover.
 SELECT CASE WHEN changes() = 1 THEN 'acquired' ELSE 'taken' END AS status;
 
+-- name: append_events_journal_begin inline
+-- A run's buffered events (append_events) and a journaled tool's intent
+-- (journal_begin) in one transaction: the function call is durable exactly
+-- when its intent is, so no crash leaves one without the other. A refused
+-- append stops the unit with its row (nothing written); else the result is
+-- journal_begin's.
+-- include: append_events
+-- include: journal_begin
+
 -- name: journal_watch
 -- A waiter's poll (and the holder's check before acting after a lookup):
 -- 'fenced' (the caller is not live), 'mine' (the caller holds the intent),
