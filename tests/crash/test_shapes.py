@@ -220,11 +220,12 @@ async def test_an_approved_tool_killed_in_the_tool_runs_once(
 @pytest.mark.parametrize(
     ("commits", "paused", "found"),
     [
-        # The confirmation request goes with the PAUSED finish: a kill before
-        # it leaves the call unanswered, and the re-drive asks again (no act).
+        # The call to the journaled tool waits for its intent, and the
+        # confirmation request goes with the PAUSED finish: a kill before it
+        # leaves nothing of the turn stored, and the re-drive asks again (no act).
         pytest.param(
             "barrier",
-            ("TOOL_UNANSWERED", "redrive", "PAUSED"),
+            ("NOT_STARTED", "redrive", "PAUSED"),
             ("MODEL_INFLIGHT", "redrive", "DONE"),
             id="barrier",
         ),

@@ -305,7 +305,7 @@ class BarrierPlugin(BasePlugin):
         # then, unless app code runs here first (another plugin's or the
         # agent's own before_tool_callback), which needs its events durable.
         if is_journaled(tool) and not self.others_before_tool:
-            agent = getattr(tool_context._invocation_context, "agent", None)
+            agent = getattr(tool_context.get_invocation_context(), "agent", None)
             if not getattr(agent, "before_tool_callback", None):
                 return None
         await barrier(before_work=True)
