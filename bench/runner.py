@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import re
 import tempfile
 import time
 import uuid
@@ -242,6 +243,71 @@ class RawCommitsContender(Contender):
         return 0
 
 
+_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")
+
+
+def _fresh_like(found: str) -> str:
+    new = uuid.uuid4()
+    return str(new) if "-" in found else new.hex
+
+
+class UnitsReplayContender(Contender):
+    """The units alone: a DurableRunner run's store calls, replayed with no runner.
+
+    One run of the DurableRunner contender is recorded (each named query and
+    its parameters, in order); each timed run sends the same calls to the
+    same store with fresh ids (session, run, invocation, events) and the
+    session row it made. What it costs is what those units cost: their
+    statements, the pages their commits write, the driver. A runner whose
+    only cost is its units (ADK's in-memory run plus this) is the bound for
+    the DurableRunner of the same units.
+    """
+
+    durable = False
+
+    def __init__(self, of: DurableContender, units: list[tuple[str, dict[str, Any]]]) -> None:
+        self.name = f"floor: its {len(units)} store calls replayed ({of.backend})"
+        self.backend = of.backend
+        self.store = of.store
+        self.of = of.name
+        self.units = units
+
+    @staticmethod
+    async def record(c: DurableContender) -> list[tuple[str, dict[str, Any]]]:
+        """The store calls of one run of ``c``, in order."""
+        calls: list[tuple[str, dict[str, Any]]] = []
+        inner = c.store.fetch
+
+        async def fetch(query: str, params: Any = None) -> Any:
+            calls.append((query, dict(params or {})))
+            return await inner(query, params)
+
+        c.store.fetch = fetch  # type: ignore[method-assign]
+        try:
+            await c.run_once()
+        finally:
+            del c.store.fetch
+        return calls
+
+    async def run_once(self) -> int:
+        fresh: dict[str, str] = {}
+
+        def swap(value: Any) -> Any:
+            if not isinstance(value, str):
+                return value
+            return _ID.sub(lambda m: fresh.setdefault(m.group(), _fresh_like(m.group())), value)
+
+        session_pk: Any = None
+        for query, params in self.units:
+            args = {k: swap(v) for k, v in params.items()}
+            if session_pk is not None and "session_pk" in args:
+                args["session_pk"] = session_pk
+            rows = await self.store.fetch(query, args)
+            if query == "run_start" and rows:
+                session_pk = rows[0]["created_session_pk"]
+        return 0
+
+
 IN_MEMORY = "ADK Runner + InMemorySessionService"
 COMMITS_LABEL: dict[CommitMode, str] = {"per_event": "per-event", "barrier": "barrier"}
 WRITE_QUERIES = frozenset(name for name, q in load_queries("sqlite").items() if q.writes)
@@ -289,6 +355,11 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
             {(c.backend, c.commits_per_run) for c in contenders if isinstance(c, DurableContender)}
         )
         contenders += [RawCommitsContender(b, raws[b], n) for b, n in floors]
+        contenders += [
+            UnitsReplayContender(c, await UnitsReplayContender.record(c))
+            for c in list(contenders)
+            if isinstance(c, DurableContender) and c.commits == "barrier"
+        ]
         yield contenders
 
 
@@ -491,6 +562,10 @@ def target_rows(
             and r.commits == c.commits_per_run
         )
         floor = [IN_MEMORY, raw.name]
+        replay = next(
+            (u for u in contenders if isinstance(u, UnitsReplayContender) and u.of == ours), None
+        )
+        units = [IN_MEMORY, replay.name] if replay is not None else None
         for label, target, at_least, bound in (
             (
                 "DurableRunner / in-memory",
@@ -525,7 +600,17 @@ def target_rows(
                     fmt_ratio(low),
                     v_low,
                     f"{bound_label} = {fmt_ratio(r.round_ratio(bound_num, bound_den))} "
-                    f"(p10: {fmt_ratio(r.low_ratio(bound_num, bound_den))})",
+                    f"(p10: {fmt_ratio(r.low_ratio(bound_num, bound_den))})"
+                    + (
+                        ""
+                        if units is None
+                        else "; with its own units replayed instead: "
+                        + fmt_ratio(
+                            r.round_ratio(units, IN_MEMORY)
+                            if not at_least
+                            else r.round_ratio(adk.name, units)
+                        )
+                    ),
                 ]
             )
             what = (
