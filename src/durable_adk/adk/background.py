@@ -179,7 +179,7 @@ class Background:
         recoveries = await self.sweeper.recover_once(cancel_expired=False)
         submitted = await self.submitter.submit_once()
         expired = await self.expiry.expire_once()
-        woken = await self.waker.wake_once()
+        woken = await self.waker.wake_due()  # the resumer below answers them
         resumed = await self.resumer.resume_once()
         sagas = await self.sweep_sagas_once()
         interrupts = await self.inbox.expire_once()

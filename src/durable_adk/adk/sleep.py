@@ -221,13 +221,18 @@ class Waker:
         self.batch = batch
         self.interval = interval
 
-    async def wake_once(self) -> list[Job]:
-        """Wakes the timers due now (database clock) and resumes their calls; returns them."""
+    async def wake_due(self) -> list[Job]:
+        """Wakes the timers due now (database clock), without resuming; returns them."""
         woken = await self.jobs.wake(limit=self.batch)
         if woken:
             logger.info("woke %d timer(s): %s", len(woken), ", ".join(j.job_id for j in woken))
-            if self.resumer is not None:
-                await self.resumer.resume_once()
+        return woken
+
+    async def wake_once(self) -> list[Job]:
+        """Wakes the timers due now (database clock) and resumes their calls; returns them."""
+        woken = await self.wake_due()
+        if woken and self.resumer is not None:
+            await self.resumer.resume_once()
         return woken
 
     @contextlib.asynccontextmanager
