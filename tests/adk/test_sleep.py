@@ -196,3 +196,43 @@ async def test_two_workers_racing_for_one_due_timer_wake_it_once(store_url: str)
             assert len(a) + len(b) == 1, f"round {i}"
             events = await events_of(first, session)
             assert len(wakes(events)) == 1 and texts(events).count(REMINDER) == 1
+
+
+async def test_a_workflow_sleep_node_pauses_the_graph_and_outputs_its_wake_up(
+    store: Store,
+) -> None:
+    from google.adk.workflow import Workflow
+
+    from durable_adk.adk.sleep import sleep_node
+
+    def after(node_input: Any) -> dict[str, Any]:
+        """Runs once the sleep is over."""
+        return {"after": node_input["status"]}
+
+    flow = Workflow(name="flow", edges=[("START", sleep_node(seconds=600), after)])
+    runner = runner_for(store, flow)
+    outputs = [e.output async for e in runner.run(user_id=USER_ID, session_id="w", message="go")]
+    assert [o for o in outputs if o is not None] == []
+    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.PAUSED]
+    timer = await the_timer(store)
+    assert timer.tool_name == "adk_request_input"
+    assert timer.deadline_at - timer.created_at == pytest.approx(600, abs=2)
+    waker = waker_of(runner)
+    assert await waker.wake_once() == []
+    await JobTable(store).backdate(timer.job_id, 601)
+    assert len(await waker.wake_once()) == 1
+    assert await waker.wake_once() == []
+    events = await events_of(runner, "w")
+    done = [e.output for e in events if e.output is not None]
+    assert {"after": "woke"} in done
+    assert sum(1 for o in done if o == {"after": "woke"}) == 1
+    assert sorted(r.status.value for r in await runner.ledger.list_runs()) == ["DONE", "DONE"]
+
+
+def test_a_sleep_node_with_both_or_bad_arguments_is_refused() -> None:
+    from durable_adk.adk.sleep import sleep_node
+
+    with pytest.raises(InvalidArgument):
+        sleep_node(seconds=5, until="2026-12-07T09:00:00Z")
+    with pytest.raises(InvalidArgument):
+        sleep_node(seconds=-1)

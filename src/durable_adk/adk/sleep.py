@@ -23,6 +23,9 @@ time. Guarantees:
   while every worker was down wakes at the first pass of any process,
   ``durable-adk recover`` included. Cancelling the run ends the timer
   ``CANCELLED`` (the job table's cancel of the invocation): it never wakes.
+* **In a Workflow.** :func:`sleep_node` is the node form: a FunctionNode
+  that stores its timer and pauses the graph on an input request
+  (``adk_request_input``); the wake-up is the answer, and the node's output.
 * **Bad input changes nothing.** Negative seconds, an unparseable or zoneless
   ``until``, both or neither: the model gets ``{"status": "error",
   "message": ...}`` and no timer is stored.
@@ -31,21 +34,30 @@ time. Guarantees:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from google.adk.agents.context import Context
+from google.adk.events.request_input import RequestInput
 from google.adk.tools.tool_context import ToolContext
+from google.adk.workflow import FunctionNode
 
 from durable_adk import errors
 from durable_adk.adk.long_running import DurableLongRunningTool, jobs_of
+from durable_adk.adk.marks import idempotent
 from durable_adk.adk.resume import Resumer
+from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import Job, JobTable
 from durable_adk.loops import periodically
 
 logger = logging.getLogger("durable_adk.sleep")
+
+REQUEST_INPUT_CALL = "adk_request_input"
+"""The name of ADK's input-request call, with which a Workflow node pauses."""
 
 SLEEP_TOOL_NAME = "durable_sleep"
 """The default name of the sleep tool (and of its function responses)."""
@@ -194,6 +206,73 @@ def sleep_tool(*, name: str = SLEEP_TOOL_NAME, jobs: JobTable | None = None) -> 
     if not name:
         raise errors.InvalidArgument("the sleep tool needs a name")
     return DurableSleepTool(name=name, jobs=jobs)
+
+
+def sleep_node(
+    *, seconds: float | None = None, until: str | None = None, name: str = "sleep"
+) -> FunctionNode:
+    """Makes a Workflow node that sleeps, durably, then outputs its wake-up.
+
+    Give ``seconds`` or ``until`` (ISO-8601 with a zone), or neither: then
+    the node's input gives them (a mapping with ``seconds`` or ``until``).
+    The node stores its timer (id ``sleep:<invocation>:<node path>``,
+    idempotent, so a re-driven node finds the same timer) and pauses the
+    graph with an input request whose id is the timer's call; the run ends
+    ``PAUSED``. At the due time the waker answers that request with
+    ``{"status": "woke", "due": ..., "woke_at": ...}``, which is the node's
+    output (``rerun_on_resume=False``: the node does not run again).
+
+    Raises:
+        durable_adk.errors.InvalidArgument: Both ``seconds`` and ``until``,
+            or a bad one (when the workflow is built).
+    """
+    if seconds is not None or until is not None:
+        parse_sleep(seconds, until)
+
+    @idempotent  # creating the timer twice finds the same row
+    async def sleep(ctx: Context, node_input: Any) -> AsyncGenerator[Any, None]:
+        given = node_input if isinstance(node_input, Mapping) else {}
+        args = (
+            {"seconds": seconds, "until": until}
+            if seconds is not None or until is not None
+            else {"seconds": given.get("seconds"), "until": given.get("until")}
+        )
+        seconds_, until_ = parse_sleep(args["seconds"], args["until"])
+        invocation = ctx.get_invocation_context()
+        service = invocation.session_service
+        if not isinstance(service, DurableSessionService):
+            raise errors.InvalidArgument(f"sleep node {name!r} needs a durable session")
+        jobs = JobTable(service.store)
+        call_id = f"sleep-{_path_id(ctx.node_path)}"
+        timer_id = f"sleep:{invocation.invocation_id}:{call_id}"
+        await jobs.create_timer(
+            timer_id,
+            tool_name=REQUEST_INPUT_CALL,
+            seconds=seconds_,
+            until=until_,
+            request={k: v for k, v in args.items() if v is not None},
+        )
+        timer = await jobs.attach(
+            timer_id,
+            app_name=invocation.session.app_name,
+            user_id=invocation.session.user_id,
+            session_id=invocation.session.id,
+            invocation_id=invocation.invocation_id,
+            function_call_id=call_id,
+        )
+        yield RequestInput(
+            interrupt_id=call_id,
+            message=f"Sleeping until {iso(timer.deadline_at)}.",
+            payload={"timer": timer_id, "due": iso(timer.deadline_at)},
+            response_schema=None,
+        )
+
+    return FunctionNode(func=sleep, name=name, rerun_on_resume=False)
+
+
+def _path_id(path: str) -> str:
+    """A short, stable id for a node path (call ids stay small in the session)."""
+    return hashlib.sha256(path.encode()).hexdigest()[:16]
 
 
 class Waker:
