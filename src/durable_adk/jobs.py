@@ -657,6 +657,11 @@ class JobTable:
         rows = await self.store.fetch("job_wake", {"limit": limit})
         return [Job.from_row(r) for r in rows]
 
+    async def wakes_at(self, invocation_id: str) -> float | None:
+        """When an invocation's earliest open timer is due (None: it sleeps on none)."""
+        row = await self.store.fetchrow("job_wake_of_invocation", {"invocation_id": invocation_id})
+        return None if row is None else _float(row["wakes_at"])
+
     async def now(self) -> float:
         """The database clock, seconds since the Unix epoch."""
         row = await self.store.fetchrow("job_now", {})

@@ -236,3 +236,20 @@ def test_a_sleep_node_with_both_or_bad_arguments_is_refused() -> None:
         sleep_node(seconds=5, until="2026-12-07T09:00:00Z")
     with pytest.raises(InvalidArgument):
         sleep_node(seconds=-1)
+
+
+async def test_operators_see_when_a_sleeping_run_wakes(store: Store) -> None:
+    from durable_adk.service.ops import Operations
+    from durable_adk.service.schemas import detail_out
+
+    runner = runner_for(store, build_agent(3600))
+    await turn(runner, "s")
+    (paused,) = await runner.ledger.list_runs()
+    ops = Operations(store, root_agent_name=runner.root_agent_name, app_name=APP_NAME)
+    detail = await ops.run_detail(paused.run_id)
+    timer = await the_timer(store)
+    assert detail.run.status is RunStatus.PAUSED and detail.wakes_at == timer.deadline_at
+    assert detail_out(detail).wakes_at == timer.deadline_at  # the API's run answer
+    await JobTable(store).backdate(timer.job_id, 3601)
+    await waker_of(runner).wake_once()
+    assert (await ops.run_detail(paused.run_id)).wakes_at is None  # awake: nothing due

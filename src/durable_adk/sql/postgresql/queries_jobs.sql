@@ -363,6 +363,11 @@ UPDATE jobs
    AND state = 'STARTED'
 RETURNING *;
 
+-- name: job_wake_of_invocation
+-- The earliest open timer of an invocation: when a sleeping run wakes.
+SELECT MIN(deadline_at) AS wakes_at FROM jobs
+ WHERE invocation_id = :invocation_id::text AND timer = 1 AND state = 'STARTED';
+
 -- name: job_now
 -- The database clock, epoch seconds.
 SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

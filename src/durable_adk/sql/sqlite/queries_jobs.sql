@@ -305,6 +305,11 @@ UPDATE jobs
          LIMIT :limit)
 RETURNING *;
 
+-- name: job_wake_of_invocation
+-- The earliest open timer of an invocation: when a sleeping run wakes.
+SELECT MIN(deadline_at) AS wakes_at FROM jobs
+ WHERE invocation_id = :invocation_id AND timer = 1 AND state = 'STARTED';
+
 -- name: job_now
 -- The database clock, epoch seconds.
 SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
