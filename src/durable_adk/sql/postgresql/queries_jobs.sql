@@ -348,7 +348,9 @@ SELECT false AS created, j.* FROM jobs j
 WITH picked AS MATERIALIZED (
     SELECT q.job_id FROM jobs q
      WHERE q.state = 'STARTED' AND q.timer = 1
-       AND q.deadline_at <= extract(epoch FROM clock_timestamp())
+       -- one reading of the clock (an InitPlan), so it bounds the index scan:
+       -- clock_timestamp() itself is volatile and would be a per-row filter.
+       AND q.deadline_at <= (SELECT extract(epoch FROM clock_timestamp()))
      ORDER BY q.deadline_at
      LIMIT :limit::int
      FOR UPDATE SKIP LOCKED
