@@ -253,3 +253,21 @@ async def test_operators_see_when_a_sleeping_run_wakes(store: Store) -> None:
     await JobTable(store).backdate(timer.job_id, 3601)
     await waker_of(runner).wake_once()
     assert (await ops.run_detail(paused.run_id)).wakes_at is None  # awake: nothing due
+
+
+async def test_a_runners_background_loops_wake_a_due_timer_within_a_poll(store: Store) -> None:
+    from durable_adk.loops import BackgroundSettings
+
+    settings = BackgroundSettings(resume_interval=0.05)
+    durable = DurableRunner(
+        app=build_agent(60), app_name=APP_NAME, store=store, worker_id="w1", background=settings
+    )
+    async with durable:
+        await turn(durable, "s")
+        await JobTable(store).backdate((await the_timer(store)).job_id, 61)
+        for _ in range(200):  # the loop's own poll wakes it: no call here does
+            if wakes(await events_of(durable, "s")):
+                break
+            await asyncio.sleep(0.02)
+    events = await events_of(durable, "s")
+    assert len(wakes(events)) == 1 and texts(events).count(REMINDER) == 1
