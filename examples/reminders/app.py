@@ -17,7 +17,10 @@ Command line::
 one JSON line (``{"status": "PAUSED", "due": ...}``) and keeps running, as a
 worker does, until it is killed: the crash test SIGKILLs it. ``recover`` is a
 fresh process's one pass of every background loop (what ``durable-adk
-recover`` does) and prints what it woke and resumed.
+recover`` does), re-attaches the open calls of the runs it recovered to
+``PAUSED``, and prints what it woke, resumed and re-attached. Crash point
+(``DURABLE_ADK_CRASH_AT``): ``sleep.before_timer`` (the model's call is made,
+its timer not yet stored), plus the resumer's (``resume.after_submit``, ...).
 """
 
 from __future__ import annotations
@@ -32,7 +35,16 @@ from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 
-from durable_adk import Background, DurableRunner, JobTable, Store, open_store, sleep_tool
+from durable_adk import (
+    Background,
+    DurableRunner,
+    JobTable,
+    RunStatus,
+    Store,
+    open_store,
+    reattach_open_calls,
+    sleep_tool,
+)
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.scripted_model import Turn
 
@@ -115,13 +127,28 @@ async def start(db: str, session_id: str, seconds: float) -> None:
 
 
 async def recover(db: str, worker: str) -> dict[str, Any]:
-    """A fresh process's one pass of every background loop (``durable-adk recover``)."""
+    """A fresh process's one pass of every background loop (``durable-adk recover``).
+
+    A run the pass recovered to ``PAUSED`` may hold a sleep call whose timer
+    its dead worker never stored (killed at ``sleep.before_timer``): its
+    open calls are re-attached (the timer created), as for every job-backed
+    tool.
+    """
     async with open_store(db) as store:
         runner = make_runner(store, worker, background=False)
         report = await Background(runner, one_off=True).once()
+        reattached: list[str] = []
+        for recovery in report.recoveries:
+            run = await runner.ledger.get(recovery.run_id)
+            if run is not None and recovery.status is RunStatus.PAUSED:
+                found = await reattach_open_calls(
+                    runner, JobTable(store), user_id=run.user_id, session_id=run.session_id
+                )
+                reattached.extend(j.job_id for j in found)
         return {
             "woken": [j.job_id for j in report.woken],
             "resumed": [r.run_id for r in report.resumed],
+            "reattached": reattached,
         }
 
 

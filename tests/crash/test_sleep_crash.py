@@ -108,7 +108,7 @@ async def test_a_run_sleeping_across_the_death_of_every_worker_wakes_once(
 
     early = await example("recover", "--db", url, "--worker", "worker-B")
     assert early.returncode == 0, early.stderr
-    assert json.loads(early.stdout.splitlines()[-1]) == {"woken": [], "resumed": []}
+    assert json.loads(early.stdout.splitlines()[-1])["woken"] == []
     assert wakes(await events_of(store)) == []
 
     jobs = JobTable(store)
@@ -134,7 +134,45 @@ async def test_a_run_sleeping_across_the_death_of_every_worker_wakes_once(
     assert wakes(events) == [timer.function_call_id]
     assert texts(events).count(REMINDER) == 1
     again = await example("recover", "--db", url, "--worker", "worker-E")
-    assert json.loads(again.stdout.splitlines()[-1]) == {"woken": [], "resumed": []}
+    assert json.loads(again.stdout.splitlines()[-1])["resumed"] == []
     assert len(wakes(await events_of(store))) == 1
     statuses = sorted(r.status.value for r in await ledger.list_runs(limit=100))
     assert statuses == ["DONE", "DONE"]
+
+
+async def test_a_worker_killed_before_storing_the_timer_leaves_a_sleep_that_still_wakes_once(
+    world: tuple[str, Store],
+) -> None:
+    url, store = world
+    env = arm(dict(os.environ), "sleep.before_timer")
+    killed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "examples.reminders.app", "start", "--db", url],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == 137, killed.stderr
+    jobs = JobTable(store)
+    assert [j for j in await jobs.list_jobs() if j.timer] == []  # died before the timer
+    ledger = RunLedger(store)
+    for stuck in await ledger.list_runs(status=RunStatus.RUNNING, limit=100):
+        await ledger.backdate(stuck.run_id, 3600)
+    fresh = await example("recover", "--db", url, "--worker", "worker-B")
+    assert fresh.returncode == 0, fresh.stderr
+    timer = await the_timer(store)
+    # The recovered run paused on the stored call; its timer was re-attached.
+    assert json.loads(fresh.stdout.splitlines()[-1])["reattached"] == [timer.job_id]
+    assert timer.state is JobState.STARTED and timer.function_call_id
+    assert wakes(await events_of(store)) == []
+    await jobs.backdate(timer.job_id, 3601)
+    waking = await example("recover", "--db", url, "--worker", "worker-C")
+    assert json.loads(waking.stdout.splitlines()[-1])["woken"] == [timer.job_id]
+    events = await events_of(store)
+    assert wakes(events) == [timer.function_call_id] and texts(events).count(REMINDER) == 1
+    again = await example("recover", "--db", url, "--worker", "worker-D")
+    assert json.loads(again.stdout.splitlines()[-1])["woken"] == []
+    assert len(wakes(await events_of(store))) == 1

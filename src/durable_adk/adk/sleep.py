@@ -51,6 +51,7 @@ from durable_adk.adk.long_running import DurableLongRunningTool, jobs_of
 from durable_adk.adk.marks import idempotent
 from durable_adk.adk.resume import Resumer
 from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.faults import crash_point
 from durable_adk.jobs import Job, JobTable
 from durable_adk.loops import periodically
 
@@ -183,6 +184,7 @@ class DurableSleepTool(DurableLongRunningTool):
             raise errors.InvalidArgument(f"{self.tool_name}: the call has no id to answer")
         seconds, until = parse_sleep(args.get("seconds"), args.get("until"))
         timer_id = f"sleep:{invocation_id}:{function_call_id}"
+        crash_point("sleep.before_timer")
         await jobs.create_timer(
             timer_id, tool_name=self.tool_name, seconds=seconds, until=until, request=dict(args)
         )
