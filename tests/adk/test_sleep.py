@@ -195,7 +195,10 @@ async def test_two_workers_racing_for_one_due_timer_wake_it_once(store_url: str)
             a, b = await asyncio.gather(waker_of(first).wake_once(), waker_of(second).wake_once())
             assert len(a) + len(b) == 1, f"round {i}"
             events = await events_of(first, session)
-            assert len(wakes(events)) == 1 and texts(events).count(REMINDER) == 1
+            woken = await JobTable(one).get(timers[0].job_id)
+            runs = [(r.status.value, r.last_error) for r in await first.ledger.list_runs()]
+            why = f"round {i}: a={len(a)} b={len(b)} timer={woken} runs={runs}"
+            assert len(wakes(events)) == 1 and texts(events).count(REMINDER) == 1, why
 
 
 async def test_a_workflow_sleep_node_pauses_the_graph_and_outputs_its_wake_up(
