@@ -194,6 +194,12 @@ async def test_two_workers_racing_for_one_due_timer_wake_it_once(store_url: str)
             await JobTable(one).backdate(timers[0].job_id, 61)
             a, b = await asyncio.gather(waker_of(first).wake_once(), waker_of(second).wake_once())
             assert len(a) + len(b) == 1, f"round {i}"
+            # The resumer loops' next passes, on both workers: a claim the
+            # winner's immediate resume skipped (the losing waker's statement
+            # still held the row lock on PostgreSQL) is taken here, once.
+            await asyncio.gather(
+                Resumer(first, gather=0.0).resume_once(), Resumer(second, gather=0.0).resume_once()
+            )
             events = await events_of(first, session)
             woken = await JobTable(one).get(timers[0].job_id)
             runs = [(r.status.value, r.last_error) for r in await first.ledger.list_runs()]
