@@ -97,6 +97,10 @@ _EXPORTS: dict[str, str] = {
     "attempt_in": "durable_adk.adk.tools",
     "long_running_tool": "durable_adk.adk.long_running",
     "DurableLongRunningTool": "durable_adk.adk.long_running",
+    "sleep_tool": "durable_adk.adk.sleep",
+    "DurableSleepTool": "durable_adk.adk.sleep",
+    "Waker": "durable_adk.adk.sleep",
+    "sleep_node": "durable_adk.adk.sleep",
     "reattach_open_calls": "durable_adk.adk.resume",
     "register_session_uris": "durable_adk.adk.service_uri:register",
     "DurableRunsPlugin": "durable_adk.adk.server",
@@ -138,6 +142,7 @@ __all__ = [
     "DurableRunner",
     "DurableRunsPlugin",
     "DurableSessionService",
+    "DurableSleepTool",
     "ExpirySweeper",
     "FenceRefused",
     "FenceToken",
@@ -184,6 +189,7 @@ __all__ = [
     "Submitter",
     "Sweeper",
     "UnsupportedUrl",
+    "Waker",
     "WebhookError",
     "__version__",
     "answer_interrupt",
@@ -202,6 +208,8 @@ __all__ = [
     "open_store",
     "reattach_open_calls",
     "register_session_uris",
+    "sleep_node",
+    "sleep_tool",
     "webhooks",
 ]
 
@@ -250,6 +258,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from durable_adk.adk.server import DurableRunsPlugin, ServerSettings
     from durable_adk.adk.service_uri import register as register_session_uris
     from durable_adk.adk.session_service import DurableSessionService
+    from durable_adk.adk.sleep import DurableSleepTool, Waker, sleep_node, sleep_tool
     from durable_adk.adk.tools import attempt_in, attempt_of, journaled
     from durable_adk.adk.workflow_nodes import journaled_node
     from durable_adk.errors import (

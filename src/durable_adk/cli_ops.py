@@ -442,6 +442,8 @@ def runs_show(
         ["finished", _when(run["finished_at"])],
         ["last error", run["last_error"] or ""],
     ]
+    if detail.get("wakes_at") is not None:
+        fields.append(["wakes at", _when(detail["wakes_at"])])
     finding = detail.get("finding")
     if finding:
         fields.append(["classifier now", f"{finding['cls']}: {finding['reason']}"])

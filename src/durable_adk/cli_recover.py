@@ -152,6 +152,7 @@ def _summary(app_name: str, report: PassReport, sessions: dict[str, str]) -> dic
         "cancelled": report.cancelled,
         "jobs_submitted": [j.job_id for j in report.submitted],
         "jobs_expired": [j.job_id for j in report.expired],
+        "timers_woken": [j.job_id for j in report.woken],
         "resumed": [r.run_id for r in report.resumed],
         "sagas": [s.saga_id for s in report.sagas],
         "need_a_person": [r.run_id for r in report.need_a_person],

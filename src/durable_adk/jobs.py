@@ -106,6 +106,7 @@ class Job:
         submit_after: When the next submission attempt may start (the running
             attempt's lease, or the back-off after a failed one).
         submit_error: The last failed attempt's error.
+        timer: A durable sleep's wake-up (its ``deadline_at`` is the due time).
         resume_owner: The resumer holding (or last holding) the resume claim
             (of this call: a record from :meth:`JobTable.claim_for_resume`
             describes one call, the job row's own or another one).
@@ -145,6 +146,7 @@ class Job:
     submit_attempts: int = 0
     submit_after: float | None = None
     submit_error: str | None = None
+    timer: bool = False
 
     @classmethod
     def from_row(cls, row: Row) -> Job:
@@ -177,6 +179,7 @@ class Job:
             submit_attempts=int(row["submit_attempts"]),
             submit_after=_float(row["submit_after"]),
             submit_error=row["submit_error"],
+            timer=bool(row["timer"]) if "timer" in row else False,
         )
 
     @property
@@ -596,6 +599,74 @@ class JobTable:
             },
         )
         return sorted(str(r["job_id"]) for r in rows)
+
+    async def create_timer(
+        self,
+        job_id: str,
+        *,
+        tool_name: str,
+        seconds: float | None = None,
+        until: float | None = None,
+        request: Any = None,
+    ) -> tuple[Job, bool]:
+        """Creates a timer (a job that wakes at its due time), or returns the existing one.
+
+        The due time is ``until`` (epoch seconds) or ``seconds`` from now on
+        the database clock; it is the job's ``deadline_at``. A timer has no
+        outside work (it is submitted at once) and is never expired: at its
+        due time :meth:`wake` ends it ``SUCCEEDED`` with its wake-up.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: Not exactly one of
+                ``seconds`` and ``until``, a negative ``seconds``, or an
+                empty id or tool name (nothing is written).
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise errors.InvalidArgument("job_id must be a non-empty string")
+        if not tool_name:
+            raise errors.InvalidArgument("tool_name must be a non-empty string")
+        if (seconds is None) == (until is None):
+            raise errors.InvalidArgument("a timer needs exactly one of seconds and until")
+        if seconds is not None and not seconds >= 0:
+            raise errors.InvalidArgument("seconds must be >= 0")
+        row = await self.store.fetchrow(
+            "job_create_timer",
+            {
+                "job_id": job_id,
+                "tool_name": tool_name,
+                "request": None if request is None else _dumps(request, "request"),
+                "seconds": None if seconds is None else float(seconds),
+                "until": None if until is None else float(until),
+            },
+        )
+        assert row is not None
+        return Job.from_row(row), bool(row["created"])
+
+    async def wake(self, *, limit: int = 100) -> list[Job]:
+        """Wakes the timers due by the database clock: one indexed statement.
+
+        Each due timer ends ``SUCCEEDED`` with the result ``{"status":
+        "woke", "due": ..., "woke_at": ...}`` in one conditional update
+        (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite),
+        so two wakers never wake one timer twice; a cancelled timer is not
+        open and never wakes. The job resumer answers the calls.
+
+        Returns:
+            The timers this call woke.
+        """
+        rows = await self.store.fetch("job_wake", {"limit": limit})
+        return [Job.from_row(r) for r in rows]
+
+    async def wakes_at(self, invocation_id: str) -> float | None:
+        """When an invocation's earliest open timer is due (None: it sleeps on none)."""
+        row = await self.store.fetchrow("job_wake_of_invocation", {"invocation_id": invocation_id})
+        return None if row is None else _float(row["wakes_at"])
+
+    async def now(self) -> float:
+        """The database clock, seconds since the Unix epoch."""
+        row = await self.store.fetchrow("job_now", {})
+        assert row is not None
+        return float(row["now"])
 
     async def get(self, job_id: str) -> Job | None:
         """One job, or None."""

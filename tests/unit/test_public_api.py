@@ -27,6 +27,7 @@ EXPECTED = [
     "DurableRunner",
     "DurableRunsPlugin",
     "DurableSessionService",
+    "DurableSleepTool",
     "ExpirySweeper",
     "FenceRefused",
     "FenceToken",
@@ -73,6 +74,7 @@ EXPECTED = [
     "Submitter",
     "Sweeper",
     "UnsupportedUrl",
+    "Waker",
     "WebhookError",
     "__version__",
     "answer_interrupt",
@@ -91,6 +93,8 @@ EXPECTED = [
     "open_store",
     "reattach_open_calls",
     "register_session_uris",
+    "sleep_node",
+    "sleep_tool",
     "webhooks",
 ]
 

@@ -3,9 +3,10 @@
 `Background` builds, over one run path (a DurableRunner's), every loop a
 durable app needs besides its live runs: the recovery sweeper (after ending
 the runs an operator cancelled whose owner died), the job submitter, the job
-resumer, the job deadline sweep, the progress sender, the interrupts' deadline
-sweep (an unanswered interrupt past its deadline gets its default outcome) and
-a saga sweeper per :class:`SagaSequence` of the app. ``async with DurableRunner(...)`` runs them
+resumer, the job deadline sweep, the waker of durable sleeps, the progress
+sender, the interrupts' deadline sweep (an unanswered interrupt past its
+deadline gets its default outcome) and a saga sweeper per
+:class:`SagaSequence` of the app. ``async with DurableRunner(...)`` runs them
 (unless ``background=False``), the worker service runs them through the same
 class, and ``durable-adk recover`` runs each pass once (:meth:`once`).
 
@@ -34,6 +35,7 @@ from durable_adk.adk.recovery import Recovery, Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Resumption, Submitter
 from durable_adk.adk.runpath import HasRunPath
 from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
+from durable_adk.adk.sleep import Waker
 from durable_adk.jobs import Job, JobTable
 from durable_adk.ledger import RunStatus
 from durable_adk.loops import BackgroundSettings as BackgroundSettings
@@ -60,6 +62,7 @@ class PassReport:
         resumed: Resume runs that answered finished jobs' calls.
         sagas: Sagas finished by the saga sweepers.
         interrupts: Interrupts given their default outcome at their deadline.
+        woken: Durable sleeps' timers woken (their calls answered by the resumer).
     """
 
     cancelled: list[str] = field(default_factory=list)
@@ -69,6 +72,7 @@ class PassReport:
     resumed: list[Resumption] = field(default_factory=list)
     sagas: list[Saga] = field(default_factory=list)
     interrupts: list[InboxAnswer] = field(default_factory=list)
+    woken: list[Job] = field(default_factory=list)
 
     @property
     def need_a_person(self) -> list[Recovery]:
@@ -123,6 +127,8 @@ class Background:
         # Submissions not accepted yet are retried on the resumer's cadence.
         self.submitter = Submitter(self.jobs, runner=runner, interval=s.resume_interval)
         self.expiry = ExpirySweeper(self.jobs, resumer=self.resumer, interval=s.expiry_interval)
+        # Durable sleeps wake on the resumer's cadence: at most one interval late.
+        self.waker = Waker(self.jobs, resumer=self.resumer, interval=s.resume_interval)
         self.progress = ProgressSender(runner, self.jobs, interval=s.progress_interval)
         # The default outcome (deny) is queued with no lease: the next recovery sweep drives it on.
         self.inbox = InterruptSweeper(
@@ -167,16 +173,19 @@ class Background:
 
         Recovery first (it may end runs a job resume would queue behind),
         then submissions, deadlines (their calls are answered at once),
-        resumes and the sagas.
+        due timers (woken and answered at once), resumes and the sagas.
         """
         cancelled = await self.sweeper.cancel_expired()
         recoveries = await self.sweeper.recover_once(cancel_expired=False)
         submitted = await self.submitter.submit_once()
         expired = await self.expiry.expire_once()
+        woken = await self.waker.wake_due()  # the resumer below answers them
         resumed = await self.resumer.resume_once()
         sagas = await self.sweep_sagas_once()
         interrupts = await self.inbox.expire_once()
-        return PassReport(cancelled, recoveries, submitted, expired, resumed, sagas, interrupts)
+        return PassReport(
+            cancelled, recoveries, submitted, expired, resumed, sagas, interrupts, woken
+        )
 
     async def start(self, *, stop: asyncio.Event | None = None) -> None:
         """Starts every loop in a task of its own (each passes at once, then every interval).
@@ -193,6 +202,7 @@ class Background:
             ("submitter", s.resume_interval, self.submitter.submit_once),
             ("resumer", s.resume_interval, self.resumer.resume_once),
             ("expiry", s.expiry_interval, self.expiry.expire_once),
+            ("waker", s.resume_interval, self.waker.wake_once),
             ("progress", s.progress_interval, self.progress.send_once),
             ("interrupt-deadlines", s.expiry_interval, self.inbox.expire_once),
         ]

@@ -28,6 +28,7 @@ from durable_adk.adk.classify import NodeKind, classify
 from durable_adk.adk.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
+from durable_adk.jobs import JobTable
 from durable_adk.ledger import TERMINAL, DeadLetter, OperatorAction, Run, RunLedger, RunStatus
 from durable_adk.store.base import Store
 
@@ -122,6 +123,8 @@ class RunDetail:
         actions: What operators did to it, oldest first.
         attempts: Its holders by epoch, from the events' stamps, oldest first.
         note: Why there is no finding, when there is none.
+        wakes_at: When its durable sleep is due (its invocation's earliest
+            open timer, database clock), None when it sleeps on none.
     """
 
     run: Run
@@ -131,6 +134,7 @@ class RunDetail:
     actions: tuple[OperatorAction, ...] = ()
     attempts: tuple[Attempt, ...] = ()
     note: str | None = None
+    wakes_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +297,7 @@ class Operations:
             actions=tuple(reversed(actions)),
             attempts=attempts_of(events),
             note=note,
+            wakes_at=await JobTable(self.store).wakes_at(run.invocation_id),
         )
 
     async def retry(self, run_id: str, *, by: str = "operator", reason: str | None = None) -> Run:

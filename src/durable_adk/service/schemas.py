@@ -215,6 +215,10 @@ class RunDetailOut(_Out):
     attempts: list[AttemptOut] = Field(
         description="Its holders by fencing epoch, from its events' stamps, oldest first."
     )
+    wakes_at: float | None = Field(
+        default=None,
+        description="When its durable sleep is due (epoch seconds, database clock), if it sleeps.",
+    )
 
 
 Who = Annotated[
@@ -358,6 +362,7 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         run=run_out(detail.run),
         request=json.loads(detail.run.request),
         note=detail.note,
+        wakes_at=detail.wakes_at,
         actions=[action_out(a) for a in detail.actions],
         attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in detail.attempts],
         finding=None

@@ -264,7 +264,8 @@ SELECT * FROM job_calls WHERE job_id = :job_id::text ORDER BY created_at, functi
 -- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
 WITH picked AS MATERIALIZED (
     SELECT q.job_id FROM jobs q
-     WHERE q.state = 'STARTED' AND q.deadline_at < extract(epoch FROM clock_timestamp())
+     WHERE q.state = 'STARTED' AND q.timer = 0
+       AND q.deadline_at < extract(epoch FROM clock_timestamp())
      ORDER BY q.deadline_at
      LIMIT :limit::int
      FOR UPDATE SKIP LOCKED
@@ -316,3 +317,59 @@ UPDATE jobs
    AND session_id = :session_id::text AND invocation_id = :invocation_id::text
    AND state = 'STARTED'
 RETURNING job_id;
+
+-- ---------------------------------------------------------------- timers
+-- A durable sleep is a job with timer = 1 whose deadline is its due time.
+
+-- name: job_create_timer
+-- Creates the timer if absent (its id names the call): due :until (epoch
+-- seconds) or :seconds from now, both on the database clock. Submitted at
+-- once: there is no outside work. An existing timer is returned unchanged.
+WITH ins AS (
+    INSERT INTO jobs (job_id, tool_name, request, state, deadline_at, timer,
+                      submitted_at, created_at, updated_at)
+    VALUES (:job_id::text, :tool_name::text, :request::text, 'STARTED',
+            COALESCE(:until::float8, extract(epoch FROM clock_timestamp()) + :seconds::float8), 1,
+            extract(epoch FROM clock_timestamp()),
+            extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING *
+)
+SELECT true AS created, ins.* FROM ins
+UNION ALL
+SELECT false AS created, j.* FROM jobs j
+ WHERE j.job_id = :job_id::text AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: job_wake
+-- The one wake statement of a poll: open timers due by the database clock
+-- (index jobs_timers_due) end SUCCEEDED with their wake-up as the result;
+-- FOR UPDATE SKIP LOCKED, so each wakes once; the job resumer answers their
+-- calls. MATERIALIZED: see job_expire.
+WITH picked AS MATERIALIZED (
+    SELECT q.job_id FROM jobs q
+     WHERE q.state = 'STARTED' AND q.timer = 1
+       -- one reading of the clock (an InitPlan), so it bounds the index scan:
+       -- clock_timestamp() itself is volatile and would be a per-row filter.
+       AND q.deadline_at <= (SELECT extract(epoch FROM clock_timestamp()))
+     ORDER BY q.deadline_at
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs
+   SET state = 'SUCCEEDED',
+       result = json_build_object('status', 'woke', 'due', deadline_at,
+                                  'woke_at', extract(epoch FROM clock_timestamp()))::text,
+       completed_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE job_id IN (SELECT job_id FROM picked)
+   AND state = 'STARTED'
+RETURNING *;
+
+-- name: job_wake_of_invocation
+-- The earliest open timer of an invocation: when a sleeping run wakes.
+SELECT MIN(deadline_at) AS wakes_at FROM jobs
+ WHERE invocation_id = :invocation_id::text AND timer = 1 AND state = 'STARTED';
+
+-- name: job_now
+-- The database clock, epoch seconds.
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

@@ -231,7 +231,8 @@ UPDATE jobs
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE job_id IN (
         SELECT q.job_id FROM jobs q
-         WHERE q.state = 'STARTED' AND q.deadline_at < (julianday('now') - 2440587.5) * 86400.0
+         WHERE q.state = 'STARTED' AND q.timer = 0
+           AND q.deadline_at < (julianday('now') - 2440587.5) * 86400.0
          ORDER BY q.deadline_at
          LIMIT :limit)
 RETURNING *;
@@ -270,3 +271,45 @@ UPDATE jobs
  WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
    AND invocation_id = :invocation_id AND state = 'STARTED'
 RETURNING job_id;
+
+-- ---------------------------------------------------------------- timers
+-- A durable sleep is a job with timer = 1 whose deadline is its due time.
+
+-- name: job_create_timer
+-- Creates the timer if absent (its id names the call): due :until (epoch
+-- seconds) or :seconds from now, both on the database clock. Submitted at
+-- once: there is no outside work. An existing timer is returned unchanged.
+INSERT OR IGNORE INTO jobs (job_id, tool_name, request, state, deadline_at, timer,
+                            submitted_at, created_at, updated_at)
+VALUES (:job_id, :tool_name, :request, 'STARTED',
+        COALESCE(:until, (julianday('now') - 2440587.5) * 86400.0 + :seconds), 1,
+        (julianday('now') - 2440587.5) * 86400.0,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0);
+SELECT changes() > 0 AS created, * FROM jobs WHERE job_id = :job_id;
+
+-- name: job_wake
+-- The one wake statement of a poll: open timers due by the database clock
+-- (index jobs_timers_due) end SUCCEEDED with their wake-up as the result, in
+-- the write lock, so each wakes once; the job resumer answers their calls.
+UPDATE jobs
+   SET state = 'SUCCEEDED',
+       result = json_object('status', 'woke', 'due', deadline_at,
+                            'woke_at', (julianday('now') - 2440587.5) * 86400.0),
+       completed_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE job_id IN (
+        SELECT q.job_id FROM jobs q
+         WHERE q.state = 'STARTED' AND q.timer = 1
+           AND q.deadline_at <= (julianday('now') - 2440587.5) * 86400.0
+         ORDER BY q.deadline_at
+         LIMIT :limit)
+RETURNING *;
+
+-- name: job_wake_of_invocation
+-- The earliest open timer of an invocation: when a sleeping run wakes.
+SELECT MIN(deadline_at) AS wakes_at FROM jobs
+ WHERE invocation_id = :invocation_id AND timer = 1 AND state = 'STARTED';
+
+-- name: job_now
+-- The database clock, epoch seconds.
+SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
