@@ -34,6 +34,7 @@ from durable_adk.adk.recovery import Recovery, Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Resumption, Submitter
 from durable_adk.adk.runpath import HasRunPath
 from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
+from durable_adk.adk.scheduler import Fired, Scheduler
 from durable_adk.jobs import Job, JobTable
 from durable_adk.ledger import RunStatus
 from durable_adk.loops import BackgroundSettings as BackgroundSettings
@@ -60,6 +61,7 @@ class PassReport:
         resumed: Resume runs that answered finished jobs' calls.
         sagas: Sagas finished by the saga sweepers.
         interrupts: Interrupts given their default outcome at their deadline.
+        ticks: What the schedule poller did with the ticks due.
     """
 
     cancelled: list[str] = field(default_factory=list)
@@ -69,6 +71,7 @@ class PassReport:
     resumed: list[Resumption] = field(default_factory=list)
     sagas: list[Saga] = field(default_factory=list)
     interrupts: list[InboxAnswer] = field(default_factory=list)
+    ticks: list[Fired] = field(default_factory=list)
 
     @property
     def need_a_person(self) -> list[Recovery]:
@@ -141,6 +144,12 @@ class Background:
             )
             for saga in self.sagas
         ]
+        self.scheduler = Scheduler(
+            runner,
+            runner.schedules,
+            interval=s.schedule_interval,
+            lease=s.schedule_lease,
+        )
         self.before_sweep = before_sweep
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -176,7 +185,10 @@ class Background:
         resumed = await self.resumer.resume_once()
         sagas = await self.sweep_sagas_once()
         interrupts = await self.inbox.expire_once()
-        return PassReport(cancelled, recoveries, submitted, expired, resumed, sagas, interrupts)
+        ticks = await self.scheduler.poll_once(wait=True)
+        return PassReport(
+            cancelled, recoveries, submitted, expired, resumed, sagas, interrupts, ticks
+        )
 
     async def start(self, *, stop: asyncio.Event | None = None) -> None:
         """Starts every loop in a task of its own (each passes at once, then every interval).
@@ -195,6 +207,7 @@ class Background:
             ("expiry", s.expiry_interval, self.expiry.expire_once),
             ("progress", s.progress_interval, self.progress.send_once),
             ("interrupt-deadlines", s.expiry_interval, self.inbox.expire_once),
+            ("schedules", s.schedule_interval, self.scheduler.poll_once),
         ]
         passes.extend(
             (f"saga-{sweeper.saga.name}", s.sweep_interval, sweeper.sweep_once)
@@ -223,5 +236,6 @@ class Background:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.scheduler.stop()
         if self.runner.background is self:
             self.runner.background = None
