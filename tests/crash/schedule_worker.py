@@ -1,0 +1,63 @@
+"""A worker process for the schedule crash tests: one poll, or one recovery pass.
+
+Usage: python tests/crash/schedule_worker.py MODE DB
+  poll    -- one poll of the schedule poller (crash points armed by the test
+             fire inside it: after the claim, after the tick's record, after
+             the run's submit)
+  recover -- one pass of every background loop, as `durable-adk recover` runs
+Prints the ticks it fired as JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import timedelta
+
+from google.adk.agents import LlmAgent
+
+from durable_adk.adk.background import Background, BackgroundSettings
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.schedules import Schedule
+from durable_adk.store import Store, open_store
+from durable_adk.testing import Say, ScriptedModel
+
+APP = "sched-crash"
+SCHEDULE = Schedule(
+    name="hourly-check",
+    message="check the shipment",
+    user_id="ops",
+    every=timedelta(hours=1),
+    catch_up="latest",
+)
+
+
+def build_runner(store: Store, worker: str) -> DurableRunner:
+    agent = LlmAgent(name="root", model=ScriptedModel([Say("Shipment is on its way.")]))
+    return DurableRunner(
+        app=agent,
+        app_name=APP,
+        store=store,
+        worker_id=worker,
+        schedules=[SCHEDULE],
+        background=False,
+        lease=3.0,
+    )
+
+
+async def main(mode: str, url: str) -> None:
+    async with open_store(url) as store:
+        runner = build_runner(store, f"{mode}-worker")
+        background = Background(runner, BackgroundSettings(), one_off=mode == "recover")
+        if mode == "poll":
+            fired = await background.scheduler.poll_once(wait=True)
+        else:
+            fired = (await background.once()).ticks
+        for tick in fired:
+            print(json.dumps({"tick": tick.tick_key, "run": tick.run_id, "state": tick.state}))
+        await runner.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,101 @@
+"""A worker killed inside a tick's firing; a fresh process fires it: one run, finished.
+
+Both backends. The child is killed for real (``os._exit(137)`` at a crash
+point: right after its claim, after the tick is recorded, after the run is
+submitted); the database clock decides when the claim and the run's lease
+run out, and the test moves them back in SQL instead of waiting. A fresh
+process then runs one pass of every background loop (``durable-adk
+recover``'s pass): the tick's run exists exactly once and ends DONE.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.schedules import ScheduleTable, TickState
+from durable_adk.store import open_store
+from durable_adk.testing.crash import EXIT_CODE, arm
+
+WORKER = Path(__file__).with_name("schedule_worker.py")
+
+
+def load_worker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("schedule_worker", WORKER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def child(mode: str, url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(WORKER), mode, url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "point", ["schedule.after_claim", "schedule.after_record", "schedule.after_submit"]
+)
+async def test_a_tick_killed_mid_fire_runs_once_after_a_fresh_process(
+    store_url: str, point: str
+) -> None:
+    worker = load_worker()
+    schedule = worker.SCHEDULE
+    async with open_store(store_url) as store:
+        table = ScheduleTable(store, worker.APP)
+        await table.sync([schedule])
+        now = await store.now()
+        due = schedule.next_tick(now - 3600)  # the hour's tick, already due
+        await table.rewind(schedule.name, next_tick_at=due, next_fire_at=due)
+
+    killed = child("poll", store_url, arm(dict(os.environ), point))
+    assert killed.returncode == EXIT_CODE, killed.stderr[-2000:]
+    assert f"crash point {point!r} fired" in killed.stderr
+
+    async with open_store(store_url) as store:
+        table = ScheduleTable(store, worker.APP)
+        ledger = RunLedger(store)
+        (row,) = await table.list_schedules()
+        # Whatever the dead worker held runs out now (database clock, moved in SQL).
+        await table.rewind(schedule.name, next_tick_at=row.next_tick_at, next_fire_at=now - 1)
+        for run in await ledger.list_runs(limit=10):
+            await ledger.backdate(run.run_id, 3600)
+
+    fresh = child("recover", store_url, dict(os.environ))
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+
+    async with open_store(store_url) as store:
+        table = ScheduleTable(store, worker.APP)
+        ticks = await table.recent_ticks(schedule.name)
+        assert [(t.tick_at, t.state) for t in ticks] == [(due, TickState.SUBMITTED)]
+        runs = await RunLedger(store).list_runs(limit=10)
+        assert [(r.run_id, r.status) for r in runs] == [(ticks[0].run_id, RunStatus.DONE)]
+        session = await DurableSessionService(store).get_session(
+            app_name=worker.APP, user_id="ops", session_id=ticks[0].session_id
+        )
+        assert session is not None
+        texts = [
+            (e.author, e.content.parts[0].text)
+            for e in session.events
+            if e.content and e.content.parts and e.content.parts[0].text
+        ]
+        assert texts == [("user", "check the shipment"), ("root", "Shipment is on its way.")]
+        (row,) = await table.list_schedules()
+        assert row.next_tick_at == due + 3600 and row.last_run_id == ticks[0].run_id
+    printed = [json.loads(line) for line in fresh.stdout.splitlines() if line.startswith("{")]
+    if point == "schedule.after_claim":
+        assert [p["state"] for p in printed] == ["SUBMITTED"]
