@@ -5,15 +5,20 @@ Usage: python tests/crash/schedule_worker.py MODE DB
              fire inside it: after the claim, after the tick's record, after
              the run's submit)
   recover -- one pass of every background loop, as `durable-adk recover` runs
-Prints the ticks it fired as JSON lines.
+Prints the ticks it fired as JSON lines. With $DADK_READY and $DADK_GO (file
+paths) it writes the first once its store is open and polls only once the
+second exists, so several processes race for the same tick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 from google.adk.agents import LlmAgent
 
@@ -46,9 +51,20 @@ def build_runner(store: Store, worker: str) -> DurableRunner:
     )
 
 
+def ready_set_go() -> None:
+    """With $DADK_READY and $DADK_GO set: says it is ready, then waits for the go (a race)."""
+    ready, go = os.environ.get("DADK_READY"), os.environ.get("DADK_GO")
+    if not ready or not go:
+        return
+    Path(ready).write_text(str(os.getpid()))
+    while not Path(go).exists():
+        time.sleep(0.005)
+
+
 async def main(mode: str, url: str) -> None:
     async with open_store(url) as store:
-        runner = build_runner(store, f"{mode}-worker")
+        runner = build_runner(store, f"{mode}-worker-{os.getpid()}")
+        ready_set_go()
         background = Background(runner, BackgroundSettings(), one_off=mode == "recover")
         if mode == "poll":
             fired = await background.scheduler.poll_once(wait=True)

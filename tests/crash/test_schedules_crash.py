@@ -10,11 +10,13 @@ recover``'s pass): the tick's run exists exactly once and ends DONE.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -99,3 +101,43 @@ async def test_a_tick_killed_mid_fire_runs_once_after_a_fresh_process(
     printed = [json.loads(line) for line in fresh.stdout.splitlines() if line.startswith("{")]
     if point == "schedule.after_claim":
         assert [p["state"] for p in printed] == ["SUBMITTED"]
+
+
+async def test_three_worker_processes_racing_for_one_tick_start_one_run(
+    store_url: str, tmp_path: Path
+) -> None:
+    worker = load_worker()
+    schedule = worker.SCHEDULE
+    async with open_store(store_url) as store:
+        table = ScheduleTable(store, worker.APP)
+        await table.sync([schedule])
+        due = schedule.next_tick(await store.now() - 3600)
+        await table.rewind(schedule.name, next_tick_at=due, next_fire_at=due)
+    go = tmp_path / "go"
+    children = []
+    for index in range(3):
+        env = {**os.environ, "DADK_READY": str(tmp_path / f"ready{index}"), "DADK_GO": str(go)}
+        children.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), "poll", store_url],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(3)):
+        assert time.monotonic() < deadline, "the workers did not start"
+        assert all(c.poll() is None for c in children), [c.communicate() for c in children]
+        await asyncio.sleep(0.02)
+    go.write_text("go")  # all three poll at once
+    outputs = [c.communicate(timeout=120) for c in children]
+    assert [c.returncode for c in children] == [0, 0, 0], [err[-2000:] for _, err in outputs]
+    fired = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    assert [f["state"] for f in fired] == ["SUBMITTED"]  # one process fired it, once
+    async with open_store(store_url) as store:
+        runs = await RunLedger(store).list_runs(limit=10)
+        assert [(r.run_id, r.status) for r in runs] == [(fired[0]["run"], RunStatus.DONE)]
+        ticks = await ScheduleTable(store, worker.APP).recent_ticks(schedule.name)
+        assert [(t.tick_at, t.run_id) for t in ticks] == [(due, fired[0]["run"])]

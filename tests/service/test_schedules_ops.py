@@ -177,3 +177,31 @@ def test_schedule_commands_on_the_database(store_url: str) -> None:
         ("schedule_resume", "ben"),
         ("schedule_trigger", "ops-ana"),
     ]
+
+
+async def heartbeat_due(url: str) -> None:
+    async with open_store(url) as store:
+        table = ScheduleTable(store, APP)
+        await table.sync(durable_adk_schedules)
+        heartbeat = (await table.get("heartbeat")).schedule
+        due = heartbeat.next_tick(await store.now() - 3600)
+        await table.rewind("heartbeat", next_tick_at=due, next_fire_at=due)
+
+
+async def run_statuses(url: str) -> list[RunStatus]:
+    async with open_store(url) as store:
+        return [r.status for r in await RunLedger(store).list_runs()]
+
+
+def test_recover_fires_the_due_ticks_of_the_apps_module(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).parent)
+    asyncio.run(heartbeat_due(store_url))
+    code, out = cli("recover", "schedules_app:root_agent", "--db", store_url, "--json")
+    assert code == 0, out
+    ticks = json.loads(out)["ticks"]
+    assert [(t["schedule"], t["state"]) for t in ticks] == [("heartbeat", "SUBMITTED")]
+    assert asyncio.run(run_statuses(store_url)) == [RunStatus.DONE]
+    code, out = cli("recover", "schedules_app:root_agent", "--db", store_url, "--json")
+    assert code == 0 and json.loads(out)["ticks"] == []  # fired once
