@@ -1,4 +1,5 @@
-"""A worker process for the schedule crash tests: one poll, or one recovery pass.
+"""A worker process of the hourly shipment checker (examples/shipment_checker) for the
+schedule crash tests: one poll, or one recovery pass.
 
 Usage: python tests/crash/schedule_worker.py MODE DB
   poll    -- one poll of the schedule poller (crash points armed by the test
@@ -17,35 +18,25 @@ import json
 import os
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 
-from google.adk.agents import LlmAgent
+from examples.shipment_checker.app import APP_NAME, build_agent, durable_adk_schedules, hourly_check
+from google.adk.apps import App
 
 from durable_adk.adk.background import Background, BackgroundSettings
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.schedules import Schedule
 from durable_adk.store import Store, open_store
-from durable_adk.testing import Say, ScriptedModel
 
-APP = "sched-crash"
-SCHEDULE = Schedule(
-    name="hourly-check",
-    message="check the shipment",
-    user_id="ops",
-    every=timedelta(hours=1),
-    catch_up="latest",
-)
+APP = APP_NAME
+SCHEDULE = hourly_check
 
 
 def build_runner(store: Store, worker: str) -> DurableRunner:
-    agent = LlmAgent(name="root", model=ScriptedModel([Say("Shipment is on its way.")]))
     return DurableRunner(
-        app=agent,
-        app_name=APP,
+        app=App(name=APP, root_agent=build_agent()),
         store=store,
         worker_id=worker,
-        schedules=[SCHEDULE],
+        schedules=durable_adk_schedules,
         background=False,
         lease=3.0,
     )
@@ -72,6 +63,7 @@ async def main(mode: str, url: str) -> None:
             fired = (await background.once()).ticks
         for tick in fired:
             print(json.dumps({"tick": tick.tick_key, "run": tick.run_id, "state": tick.state}))
+        print(json.dumps({"pid": os.getpid()}))
         await runner.aclose()
 
 

@@ -1,4 +1,5 @@
-"""A worker killed inside a tick's firing; a fresh process fires it: one run, finished.
+"""The hourly shipment checker (examples/shipment_checker) killed inside a tick's firing;
+a fresh process fires it: one run, finished, one check at the carrier.
 
 Both backends. The child is killed for real (``os._exit(137)`` at a crash
 point: right after its claim, after the tick is recorded, after the run is
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -27,8 +29,24 @@ from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.schedules import ScheduleTable, TickState
 from durable_adk.store import open_store
 from durable_adk.testing.crash import EXIT_CODE, arm
+from durable_adk.testing.services import FakeService
 
 WORKER = Path(__file__).with_name("schedule_worker.py")
+ROOT = Path(__file__).resolve().parents[2]  # the example's package lives here
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the repository on the path (the worker imports examples/)."""
+    paths = [str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+@pytest.fixture
+def carrier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeService]:
+    """The carrier the checker looks shipments up at (a real HTTP service that counts)."""
+    with FakeService("carrier", tmp_path / "carrier.db") as service:
+        monkeypatch.setenv("DADK_CARRIER_URL", service.url)
+        yield service
 
 
 def load_worker() -> ModuleType:
@@ -42,7 +60,7 @@ def load_worker() -> ModuleType:
 def child(mode: str, url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(WORKER), mode, url],
-        env=env,
+        env=child_env(env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -53,7 +71,7 @@ def child(mode: str, url: str, env: dict[str, str]) -> subprocess.CompletedProce
     "point", ["schedule.after_claim", "schedule.after_record", "schedule.after_submit"]
 )
 async def test_a_tick_killed_mid_fire_runs_once_after_a_fresh_process(
-    store_url: str, point: str
+    store_url: str, point: str, carrier: FakeService
 ) -> None:
     worker = load_worker()
     schedule = worker.SCHEDULE
@@ -87,7 +105,7 @@ async def test_a_tick_killed_mid_fire_runs_once_after_a_fresh_process(
         runs = await RunLedger(store).list_runs(limit=10)
         assert [(r.run_id, r.status) for r in runs] == [(ticks[0].run_id, RunStatus.DONE)]
         session = await DurableSessionService(store).get_session(
-            app_name=worker.APP, user_id="ops", session_id=ticks[0].session_id
+            app_name=worker.APP, user_id="logistics", session_id=ticks[0].session_id
         )
         assert session is not None
         texts = [
@@ -95,16 +113,23 @@ async def test_a_tick_killed_mid_fire_runs_once_after_a_fresh_process(
             for e in session.events
             if e.content and e.content.parts and e.content.parts[0].text
         ]
-        assert texts == [("user", "check the shipment"), ("root", "Shipment is on its way.")]
+        assert texts == [
+            ("user", "Has shipment SHIP-1 landed?"),
+            ("checker", "Shipment SHIP-1 has not landed yet."),
+        ]
         (row,) = await table.list_schedules()
         assert row.next_tick_at == due + 3600 and row.last_run_id == ticks[0].run_id
     printed = [json.loads(line) for line in fresh.stdout.splitlines() if line.startswith("{")]
     if point == "schedule.after_claim":
-        assert [p["state"] for p in printed] == ["SUBMITTED"]
+        assert [p["state"] for p in printed if "state" in p] == ["SUBMITTED"]
+    # The outside world: one check at the carrier, by the fresh process.
+    (pid,) = [p["pid"] for p in printed if "pid" in p]
+    lookups = carrier.requests("shipments", "lookup")
+    assert [r.caller.get("pid") for r in lookups] == [str(pid)]
 
 
 async def test_three_worker_processes_racing_for_one_tick_start_one_run(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path, carrier: FakeService
 ) -> None:
     worker = load_worker()
     schedule = worker.SCHEDULE
@@ -116,7 +141,8 @@ async def test_three_worker_processes_racing_for_one_tick_start_one_run(
     go = tmp_path / "go"
     children = []
     for index in range(3):
-        env = {**os.environ, "DADK_READY": str(tmp_path / f"ready{index}"), "DADK_GO": str(go)}
+        ready = str(tmp_path / f"ready{index}")
+        env = child_env({**os.environ, "DADK_READY": ready, "DADK_GO": str(go)})
         children.append(
             subprocess.Popen(
                 [sys.executable, str(WORKER), "poll", store_url],
@@ -134,8 +160,10 @@ async def test_three_worker_processes_racing_for_one_tick_start_one_run(
     go.write_text("go")  # all three poll at once
     outputs = [c.communicate(timeout=120) for c in children]
     assert [c.returncode for c in children] == [0, 0, 0], [err[-2000:] for _, err in outputs]
-    fired = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    printed = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    fired = [p for p in printed if "state" in p]
     assert [f["state"] for f in fired] == ["SUBMITTED"]  # one process fired it, once
+    assert len(carrier.requests("shipments", "lookup")) == 1  # and checked once
     async with open_store(store_url) as store:
         runs = await RunLedger(store).list_runs(limit=10)
         assert [(r.run_id, r.status) for r in runs] == [(fired[0]["run"], RunStatus.DONE)]
