@@ -22,6 +22,7 @@ from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.scheduler import Scheduler
 from durable_adk.cron import Cron
 from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.loops import BackgroundSettings
 from durable_adk.schedules import Schedule, ScheduleTable, TickState
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -406,3 +407,63 @@ async def test_submitting_a_tick_twice_starts_one_run(store: Store) -> None:
     assert first.run_id == second.run_id == "run-x"
     assert len(await runs_of(store)) == 1
     await runner.aclose()
+
+
+async def test_jitter_delays_a_tick_but_never_fires_it_twice(store: Store) -> None:
+    schedule = Schedule(
+        name="report",
+        message="m",
+        user_id="ops",
+        every=timedelta(seconds=10),
+        jitter=timedelta(hours=1),
+        catch_up="all",
+        catch_up_limit=1,
+        overlap="allow",
+    )
+    runner = runner_for(store, [schedule], "w1")
+    sched = poller(runner)
+    await sched.sync()
+    now = await store.now()
+    recent = _ticks_before(schedule, now, span=600)
+    waiting = next(t for t in reversed(recent) if schedule.fire_at(t) > now)
+    await sched.table.rewind("report", next_tick_at=waiting, next_fire_at=now - 1)
+    assert await sched.poll_once(wait=True) == []  # its time has come, its jitter not yet
+    (row,) = await sched.table.list_schedules()
+    assert row.next_tick_at == waiting and row.next_fire_at == schedule.fire_at(waiting)
+    older = _ticks_before(schedule, now - 3600, span=600)
+    ready = next(t for t in older if schedule.fire_at(t) <= now)
+    await sched.table.rewind("report", next_tick_at=ready, next_fire_at=now - 1)
+    fired = await sched.poll_once(wait=True)
+    keys = [f.tick_key for f in fired]
+    assert keys and all(f.state is TickState.SUBMITTED for f in fired)
+    assert len(set(keys)) == len(keys)
+    await sched.table.rewind("report", next_tick_at=ready, next_fire_at=now - 1)
+    again = await sched.poll_once(wait=True)  # the same ticks again: recorded, not fired twice
+    assert not {f.tick_key for f in again} & set(keys)
+    assert len(await runs_of(store)) == len(keys) + len(again)
+    await runner.aclose()
+
+
+async def test_async_with_durable_runner_fires_ticks(store: Store) -> None:
+    schedule = every_minute()
+    agent = LlmAgent(name="root", model=ScriptedModel([Say("Report sent.")]))
+    settings = BackgroundSettings(schedule_interval=0.05)
+    async with DurableRunner(
+        app=agent, app_name=APP, store=store, schedules=[schedule], background=settings
+    ) as runner:
+        table = ScheduleTable(store, APP)
+        await wait_until_async(lambda: table.list_schedules())
+        tick = await table.trigger("report", by="alice")
+        ledger = RunLedger(store)
+        deadline = time.monotonic() + 10
+        while (run := await ledger.get(tick.run_id)) is None or run.status is not RunStatus.DONE:
+            assert time.monotonic() < deadline, run
+            await asyncio.sleep(0.02)
+        assert runner.background is not None
+
+
+async def wait_until_async(read: Callable[[], Any]) -> None:
+    deadline = time.monotonic() + 10
+    while not await read():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
