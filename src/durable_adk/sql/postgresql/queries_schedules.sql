@@ -41,10 +41,13 @@ RETURNING name;
 -- not orphaned), oldest first, each held for :lease seconds (its next look is
 -- pushed past the lease, so a worker that dies holding it leaves it due again)
 -- with its epoch bumped. SKIP LOCKED: two workers never claim one schedule.
+-- The clock is read once, in a scalar subquery, so that it bounds the index
+-- scan (clock_timestamp() itself is volatile: compared row by row, it would
+-- make the scan read every schedule of the app).
 WITH due AS (
     SELECT pk FROM schedules
      WHERE app_name = :app_name AND paused = 0 AND orphaned_at IS NULL
-       AND next_fire_at <= extract(epoch FROM clock_timestamp())
+       AND next_fire_at <= (SELECT extract(epoch FROM clock_timestamp()))
      ORDER BY next_fire_at LIMIT :batch::int
        FOR UPDATE SKIP LOCKED
 )
