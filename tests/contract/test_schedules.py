@@ -467,3 +467,16 @@ async def wait_until_async(read: Callable[[], Any]) -> None:
     while not await read():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_a_burst_of_due_schedules_is_served_in_one_poll(store: Store) -> None:
+    declared = [every_minute(f"s{i}") for i in range(5)]
+    runner = runner_for(store, declared, "w1")
+    sched = poller(runner, batch=2)  # three claims: 2, 2, then 1 (not a full batch)
+    await sched.sync()
+    for schedule in declared:
+        await rewind_to_now(sched.table, schedule.name, schedule)
+    fired = await sched.poll_once(wait=True)
+    assert sorted(f.schedule for f in fired) == [s.name for s in declared]
+    assert len(await runs_of(store)) == 5
+    await runner.aclose()

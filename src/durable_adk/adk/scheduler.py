@@ -7,7 +7,8 @@ pass) all fire due ticks. Each poll:
 
 1. syncs the app's declared schedules into the store (first poll only);
 2. claims the due schedules in one statement
-   (:meth:`~durable_adk.schedules.ScheduleTable.claim`), by the database clock;
+   (:meth:`~durable_adk.schedules.ScheduleTable.claim`), by the database clock
+   (again at once while a claim returns a full batch);
 3. for each, records the due ticks the catch-up policy fires, each with its
    run id chosen in advance, and advances the schedule, in one unit of work;
 4. submits each PENDING tick's run through :meth:`RunPath.submit` under that
@@ -46,6 +47,11 @@ from durable_adk.schedules import (
 )
 
 logger = logging.getLogger("durable_adk.schedules")
+
+MAX_CLAIMS_PER_POLL = 10
+"""Claims one poll makes at most while each returns a full batch (a burst of due
+schedules, such as a thousand crons at 9:00, is served at once, not one batch
+per poll interval)."""
 
 ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 """The statuses of a previous run that the overlap policy waits for or skips against."""
@@ -115,20 +121,27 @@ class Scheduler:
         """
         if not self._synced:
             await self.sync()
-        rows = await self.table.claim(self.path.worker_id, lease=self.lease, batch=self.batch)
-        if not rows:
-            return []
-        crash_point("schedule.after_claim")
         fired: list[Fired] = []
-        for row in rows:
-            try:
-                fired.extend(await self._serve(row))
-            except errors.StoreError:
-                # Its claim runs out and the next poll (here or elsewhere) takes it again.
-                logger.exception("schedule %r: the store failed; retried after its lease", row.name)
+        for _ in range(MAX_CLAIMS_PER_POLL):
+            rows = await self.table.claim(self.path.worker_id, lease=self.lease, batch=self.batch)
+            if not rows:
+                break
+            crash_point("schedule.after_claim")
+            served = await asyncio.gather(*(self._serve_logged(row) for row in rows))
+            fired.extend(f for some in served for f in some)
+            if len(rows) < self.batch:
+                break  # a full batch may leave more due: claim again at once
         if wait:
             await self.wait()
         return fired
+
+    async def _serve_logged(self, row: ScheduleRow) -> list[Fired]:
+        try:
+            return await self._serve(row)
+        except errors.StoreError:
+            # Its claim runs out and the next poll (here or elsewhere) takes it again.
+            logger.exception("schedule %r: the store failed; retried after its lease", row.name)
+            return []
 
     async def _serve(self, row: ScheduleRow) -> list[Fired]:
         assert row.db_now is not None  # the claim reads the database clock
