@@ -120,7 +120,7 @@ _EXPORTS: dict[str, str] = {
     "InterruptSweeper": "durable_adk.adk.inbox",
     # schedules
     "Schedule": "durable_adk.schedules",
-    "ScheduleTable": "durable_adk.schedules",
+    "ScheduleTable": "durable_adk.schedule_table",
     "Scheduler": "durable_adk.adk.scheduler",
 }
 

@@ -33,7 +33,7 @@ from durable_adk.cli_ops import (
     require_database,
 )
 from durable_adk.cron import utc_iso
-from durable_adk.schedules import ScheduleTable
+from durable_adk.schedule_table import ScheduleTable
 from durable_adk.store import DEFAULT_URL
 
 T = TypeVar("T")

@@ -23,7 +23,8 @@ from durable_adk.adk.scheduler import Scheduler
 from durable_adk.cron import Cron
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.loops import BackgroundSettings
-from durable_adk.schedules import Schedule, ScheduleTable, TickState
+from durable_adk.schedule_table import ScheduleTable
+from durable_adk.schedules import Schedule, TickState
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
 

@@ -26,7 +26,8 @@ import pytest
 
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.ledger import RunLedger, RunStatus
-from durable_adk.schedules import ScheduleTable, TickState
+from durable_adk.schedule_table import ScheduleTable
+from durable_adk.schedules import TickState
 from durable_adk.store import open_store
 from durable_adk.testing.crash import EXIT_CODE, arm
 from durable_adk.testing.services import FakeService

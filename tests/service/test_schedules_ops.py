@@ -20,7 +20,7 @@ from durable_adk import errors
 from durable_adk.adk.app_services import AppServices, load_services
 from durable_adk.cli import app as cli_app
 from durable_adk.ledger import RunLedger, RunStatus
-from durable_adk.schedules import ScheduleTable
+from durable_adk.schedule_table import ScheduleTable
 from durable_adk.store import open_store
 
 APP = "root"

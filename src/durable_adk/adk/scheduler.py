@@ -7,7 +7,7 @@ pass) all fire due ticks. Each poll:
 
 1. syncs the app's declared schedules into the store (first poll only);
 2. claims the due schedules in one statement
-   (:meth:`~durable_adk.schedules.ScheduleTable.claim`), by the database clock
+   (:meth:`~durable_adk.schedule_table.ScheduleTable.claim`), by the database clock
    (again at once while a claim returns a full batch);
 3. for each, records the due ticks the catch-up policy fires, each with its
    run id chosen in advance, and advances the schedule, in one unit of work;
@@ -36,15 +36,8 @@ from durable_adk import errors
 from durable_adk.adk.runpath import HasRunPath
 from durable_adk.faults import crash_point
 from durable_adk.ledger import Run, RunStatus
-from durable_adk.schedules import (
-    Overlap,
-    Schedule,
-    ScheduleRow,
-    ScheduleTable,
-    Tick,
-    TickState,
-    plan,
-)
+from durable_adk.schedule_table import ScheduleTable
+from durable_adk.schedules import Overlap, Schedule, ScheduleRow, Tick, TickState, plan
 
 logger = logging.getLogger("durable_adk.schedules")
 
