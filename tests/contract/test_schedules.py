@@ -18,6 +18,7 @@ import pytest
 from google.adk.agents import LlmAgent
 
 from durable_adk import errors
+from durable_adk.adk.background import Background
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.scheduler import Scheduler
 from durable_adk.cron import Cron
@@ -481,3 +482,22 @@ async def test_a_burst_of_due_schedules_is_served_in_one_poll(store: Store) -> N
     assert sorted(f.schedule for f in fired) == [s.name for s in declared]
     assert len(await runs_of(store)) == 5
     await runner.aclose()
+
+
+async def test_a_process_that_declares_no_schedules_leaves_them_alone(store: Store) -> None:
+    schedule = every_minute()
+    declaring = poller(runner_for(store, [schedule], "w1"))
+    await declaring.sync()
+    await rewind_to_now(declaring.table, "report", schedule)
+    agent = LlmAgent(name="root", model=ScriptedModel([Say("hi")]))
+    silent = DurableRunner(app=agent, app_name=APP, store=store, background=False)
+    assert silent.path.schedules is None
+    background = Background(silent, one_off=True)
+    assert (await background.once()).ticks == []  # no say: neither fired nor orphaned
+    (row,) = await declaring.table.list_schedules()
+    assert row.state == "active" and await runs_of(store) == []
+    empty = poller(runner_for(store, [], "w3"))  # an explicit empty list is the whole set
+    assert await empty.poll_once(wait=True) == []
+    (row,) = await declaring.table.list_schedules()
+    assert row.state == "orphaned"
+    await silent.aclose()

@@ -71,7 +71,8 @@ class AppServices:
         memory_service: ADK's memory service (``search_memory``), if any.
         credential_service: ADK's credential service, if any.
         schedules: The app's schedules (from ``durable_adk_schedules`` in its
-            module), fired by the background loops of every entry point.
+            module), fired by the background loops of every entry point; None
+            when the module declares none (not even an empty list).
 
     Raises:
         InvalidArgument: A value is not an instance of its ADK base class.
@@ -80,7 +81,7 @@ class AppServices:
     artifact_service: BaseArtifactService | None = None
     memory_service: BaseMemoryService | None = None
     credential_service: BaseCredentialService | None = None
-    schedules: tuple[Schedule, ...] = ()
+    schedules: tuple[Schedule, ...] | None = None
 
     def __post_init__(self) -> None:
         for name, kind in _KINDS.items():
@@ -93,7 +94,7 @@ class AppServices:
     def runner_kwargs(self) -> dict[str, Any]:
         """The services given, as ``DurableRunner`` keyword arguments."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {name: value for name, value in given.items() if value is not None and value != ()}
+        return {name: value for name, value in given.items() if value is not None}
 
     @classmethod
     def of(cls, value: object, *, source: str) -> AppServices:
@@ -177,7 +178,9 @@ def load_services(
     return AppServices(schedules=schedules)
 
 
-def _schedules(modules: Iterable[str | ModuleType], search: Path | None) -> tuple[Schedule, ...]:
+def _schedules(
+    modules: Iterable[str | ModuleType], search: Path | None
+) -> tuple[Schedule, ...] | None:
     """The schedules the first of ``modules`` declaring ``durable_adk_schedules`` declares."""
     for candidate in modules:
         module = _import(candidate, search) if isinstance(candidate, str) else candidate
@@ -197,7 +200,7 @@ def _schedules(modules: Iterable[str | ModuleType], search: Path | None) -> tupl
                     f"{source}() raised {type(exc).__name__}: {exc}"
                 ) from exc
         return declared(value, source=source)
-    return ()
+    return None
 
 
 def _import(name: str, search: Path | None) -> ModuleType:

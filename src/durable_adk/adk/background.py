@@ -207,8 +207,9 @@ class Background:
             ("expiry", s.expiry_interval, self.expiry.expire_once),
             ("progress", s.progress_interval, self.progress.send_once),
             ("interrupt-deadlines", s.expiry_interval, self.inbox.expire_once),
-            ("schedules", s.schedule_interval, self.scheduler.poll_once),
         ]
+        if self.scheduler.schedules is not None:  # none declared: no poll at all
+            passes.append(("schedules", s.schedule_interval, self.scheduler.poll_once))
         passes.extend(
             (f"saga-{sweeper.saga.name}", s.sweep_interval, sweeper.sweep_once)
             for sweeper in self.saga_sweepers

@@ -135,7 +135,7 @@ class DurableRunner:
         commits: CommitMode = "barrier",
         admission: Admission | None = None,
         policy: RunPolicy | None = None,
-        schedules: Iterable[Schedule] = (),
+        schedules: Iterable[Schedule] | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -184,7 +184,10 @@ class DurableRunner:
                 :class:`BackgroundSettings` sets their cadence; False runs none.
             schedules: The app's schedules (:class:`~durable_adk.schedules.Schedule`):
                 the background loops fire their ticks, each once across every
-                worker (docs/time.md).
+                worker (docs/time.md). None (the default): this process has no
+                say on the app's schedules and its loops leave them alone (no
+                poll); a list, even empty, is the whole set: stored schedules
+                of the app not in it are orphaned.
             commits: ``"barrier"`` (default): a drive's events are committed
                 together at barriers; ``"per_event"``: one unit per event.
             admission: How many drives run ADK at once (default: a limit set

@@ -188,7 +188,7 @@ class RunPath:
         interrupt_deadlines: Mapping[str, float] | None = None,
         commits: CommitMode = "barrier",
         admission: Admission | None = None,
-        schedules: Iterable[Schedule] = (),
+        schedules: Iterable[Schedule] | None = None,
     ) -> None:
         """Builds the path; DurableRunner's arguments of the same names are documented there."""
         commits = check_commit_mode(commits)
@@ -242,8 +242,9 @@ class RunPath:
             credential_service=credential_service,
         )
         self.driver = Driver(self)
-        self.schedules = tuple(schedules)
-        """The app's schedules (fired by the background loops' poller)."""
+        self.schedules = None if schedules is None else tuple(schedules)
+        """The app's schedules (fired by the background loops' poller); None: this
+        process declares none and leaves the app's schedules to the processes that do."""
         self.background: Background | None = None
         """The background loops running over this path, if any (set by Background)."""
 

@@ -73,7 +73,7 @@ class Scheduler:
     def __init__(
         self,
         runner: HasRunPath,
-        schedules: Sequence[Schedule],
+        schedules: Sequence[Schedule] | None,
         *,
         interval: float = 1.0,
         lease: float = 30.0,
@@ -83,7 +83,8 @@ class Scheduler:
 
         Args:
             runner: The run path (or DurableRunner) the ticks' runs are submitted to.
-            schedules: The schedules the app declares.
+            schedules: The schedules the app declares; None: this process has
+                no say on them and its polls do nothing.
             interval: Seconds between polls; a tick waiting for the previous
                 run is looked at again after this long.
             lease: Seconds a claim holds a schedule (a worker dying with it
@@ -91,7 +92,7 @@ class Scheduler:
             batch: Most schedules one claim takes.
         """
         self.path = runner.path
-        self.schedules = tuple(schedules)
+        self.schedules = None if schedules is None else tuple(schedules)
         self.table = ScheduleTable(self.path.store, self.path.app_name)
         self.interval = interval
         self.lease = lease
@@ -101,7 +102,7 @@ class Scheduler:
 
     async def sync(self) -> list[ScheduleRow]:
         """Syncs the declared schedules into the store (new, changed, orphaned)."""
-        rows = await self.table.sync(self.schedules)
+        rows = await self.table.sync(self.schedules or ())
         self._synced = True
         return rows
 
@@ -112,6 +113,8 @@ class Scheduler:
             wait: Drive the submitted runs to their end before returning (a
                 one-off pass); else they are driven in tasks of their own.
         """
+        if self.schedules is None:
+            return []  # this process has no say on the app's schedules
         if not self._synced:
             await self.sync()
         fired: list[Fired] = []
