@@ -33,6 +33,7 @@ What it guarantees:
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.schedules import Plan, Schedule, ScheduleRow, Tick, TickState, tick_key
 from durable_adk.store.base import Store
+
+logger = logging.getLogger("durable_adk.schedules")
 
 
 class ScheduleTable:
@@ -134,12 +137,24 @@ class ScheduleTable:
     # ------------------------------------------------------- the poller's
 
     async def claim(self, owner: str, *, lease: float, batch: int) -> list[ScheduleRow]:
-        """The poller's one statement: due schedules, held for ``lease`` seconds."""
+        """The poller's one statement: due schedules, held for ``lease`` seconds.
+
+        A row whose stored definition this code cannot read is logged and
+        left out (its claim runs out; the code that wrote it fires it).
+        """
         rows = await self.store.fetch(
             "schedule_claim",
             {"app_name": self.app_name, "owner": owner, "lease": lease, "batch": batch},
         )
-        return [ScheduleRow.from_row(r) for r in rows]
+        claimed: list[ScheduleRow] = []
+        for row in rows:
+            try:
+                claimed.append(ScheduleRow.from_row(row))
+            except (errors.InvalidArgument, TypeError, ValueError) as exc:
+                logger.error(
+                    "schedule %r of app %r is unreadable here: %s", row["name"], self.app_name, exc
+                )
+        return claimed
 
     async def record(self, row: ScheduleRow, chosen: Plan) -> bool:
         """Records a claim's ticks (with their run ids) and advances the schedule, in one unit.

@@ -27,7 +27,7 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -205,7 +205,9 @@ class Schedule:
     @classmethod
     def from_spec(cls, spec: str) -> Schedule:
         """The definition stored in a row (see :meth:`to_spec`)."""
-        data: dict[str, Any] = json.loads(spec)
+        known = {f.name for f in fields(cls) if f.init}
+        # A field a later version added is left out: the row stays readable here.
+        data: dict[str, Any] = {k: v for k, v in json.loads(spec).items() if k in known}
         for key in ("every", "grace", "jitter"):
             if data.get(key) is not None:
                 data[key] = timedelta(seconds=data[key])

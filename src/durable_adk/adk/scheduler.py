@@ -132,11 +132,12 @@ class Scheduler:
         return fired
 
     async def _serve_logged(self, row: ScheduleRow) -> list[Fired]:
+        """Serves one claimed schedule; a failure is logged and leaves it to a later claim
+        (its claim runs out; recorded ticks wait PENDING) without stopping the others."""
         try:
             return await self._serve(row)
-        except errors.StoreError:
-            # Its claim runs out and the next poll (here or elsewhere) takes it again.
-            logger.exception("schedule %r: the store failed; retried after its lease", row.name)
+        except Exception:
+            logger.exception("schedule %r failed; retried after its lease", row.name)
             return []
 
     async def _serve(self, row: ScheduleRow) -> list[Fired]:
