@@ -122,6 +122,10 @@ _EXPORTS: dict[str, str] = {
     "InterruptTable": "durable_adk.interrupts",
     "answer_interrupt": "durable_adk.adk.inbox",
     "InterruptSweeper": "durable_adk.adk.inbox",
+    # schedules
+    "Schedule": "durable_adk.schedules",
+    "ScheduleTable": "durable_adk.schedule_table",
+    "Scheduler": "durable_adk.adk.scheduler",
 }
 
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
@@ -180,6 +184,9 @@ __all__ = [
     "SagaStage",
     "SagaStatus",
     "SagaSweeper",
+    "Schedule",
+    "ScheduleTable",
+    "Scheduler",
     "SchemaAhead",
     "SchemaBehind",
     "ServerSettings",

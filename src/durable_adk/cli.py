@@ -20,6 +20,7 @@ from rich.console import Console
 from durable_adk import errors
 from durable_adk.cli_ops import register as register_service_commands
 from durable_adk.cli_recover import register as register_recover
+from durable_adk.cli_schedules import register as register_schedules
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
 
@@ -105,6 +106,7 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
 
 register_service_commands(app)
 register_recover(app)
+register_schedules(app)
 
 
 def main() -> None:

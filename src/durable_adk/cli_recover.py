@@ -5,7 +5,8 @@ The same passes a worker's background loops make
 stop whose owner died are cancelled, expired runs are claimed, classified and
 finished (re-driven, marked done or paused, or parked), job submissions not
 accepted yet are retried, jobs past their deadline are expired, finished jobs'
-calls are answered, stuck sagas are finished. For a cron job, a deploy hook,
+calls are answered, stuck sagas are finished, the app's due schedule ticks
+are fired (their runs driven to their end). For a cron job, a deploy hook,
 or a look after an incident. Runs whose lease has not expired yet are left to
 their holder.
 
@@ -76,7 +77,8 @@ def recover(
     services: ServicesOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
-    """Runs one recovery pass (sweeper, jobs, sagas) for an app and exits with what it left."""
+    """Runs one recovery pass (sweeper, jobs, sagas, schedules) for an app and exits with what
+    it left."""
     try:
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
@@ -155,6 +157,10 @@ def _summary(app_name: str, report: PassReport, sessions: dict[str, str]) -> dic
         "timers_woken": [j.job_id for j in report.woken],
         "resumed": [r.run_id for r in report.resumed],
         "sagas": [s.saga_id for s in report.sagas],
+        "ticks": [
+            {"schedule": t.schedule, "tick": t.tick_key, "run": t.run_id, "state": str(t.state)}
+            for t in report.ticks
+        ],
         "need_a_person": [r.run_id for r in report.need_a_person],
         "left_for_later": [r.run_id for r in report.left_for_later],
         "exit_code": code,
@@ -181,7 +187,8 @@ def _print(summary: dict[str, Any], where: str) -> None:
         + (f" ({by_status})" if by_status else "")
         + f"; {len(summary['cancelled'])} cancelled, {len(summary['jobs_submitted'])} job "
         f"submission(s), {len(summary['jobs_expired'])} job(s) expired, "
-        f"{len(summary['resumed'])} resume run(s), {len(summary['sagas'])} saga(s) finished",
+        f"{len(summary['resumed'])} resume run(s), {len(summary['sagas'])} saga(s) finished, "
+        f"{len(summary['ticks'])} schedule tick(s) fired",
         highlight=False,
     )
     if summary["need_a_person"]:

@@ -367,6 +367,7 @@ class RunLedger:
         owner: str,
         invocation_id: str | None = None,
         now: float,
+        run_id: str | None = None,
     ) -> Started | None:
         """Records a run and claims it at once when its session is free, in one unit of work.
 
@@ -377,6 +378,7 @@ class RunLedger:
         Args:
             now: The session's creation time if it is made here (the caller's
                 clock, as for any session).
+            run_id: The run's id if chosen in advance (else a new one).
 
         Returns:
             The run, RUNNING and held by ``owner`` when the session was free,
@@ -384,7 +386,7 @@ class RunLedger:
             worker started a run of the same session at the same instant (the
             caller then submits and waits its turn).
         """
-        params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id)
+        params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id)
         try:
             rows, sent = await self.store.fetch_sent(
                 "run_start", {**params, "backoff": self.backoff_seconds, "now": now}

@@ -40,6 +40,8 @@ class BackgroundSettings:
         expiry_interval: Seconds between passes of the job deadline sweep.
         progress_interval: At most one progress delivery per job per this many seconds.
         saga_quiet: Quiet seconds before a saga with no final status counts as stuck.
+        schedule_interval: Seconds between polls of the schedule poller.
+        schedule_lease: Seconds a claim holds a schedule.
         drain_seconds: On leaving ``async with DurableRunner``, how long the
             recoveries still in progress get to finish before they are
             cancelled (their leases then expire and another sweeper takes
@@ -53,6 +55,8 @@ class BackgroundSettings:
     expiry_interval: float = 30.0
     progress_interval: float = 60.0
     saga_quiet: float = 300.0
+    schedule_interval: float = 1.0
+    schedule_lease: float = 30.0
     drain_seconds: float | None = 10.0
 
     def __post_init__(self) -> None:
@@ -62,6 +66,8 @@ class BackgroundSettings:
             expiry_interval=self.expiry_interval,
             progress_interval=self.progress_interval,
             saga_quiet=self.saga_quiet,
+            schedule_interval=self.schedule_interval,
+            schedule_lease=self.schedule_lease,
         )
         if self.sweep_batch < 1 or self.sweep_concurrency < 1:
             raise errors.InvalidArgument("sweep_batch and sweep_concurrency must be >= 1")

@@ -143,6 +143,11 @@ GUARDED = [
     ("GET", "/v1/users/u1/sessions/s1/events"),
     ("GET", "/v1/users/u1/sessions/s1/stream"),
     ("GET", "/v1/users/u1/sessions/s1/runs"),
+    ("GET", "/v1/schedules"),
+    ("GET", "/v1/schedules/sched-x/ticks"),
+    ("POST", "/v1/schedules/sched-x/pause"),
+    ("POST", "/v1/schedules/sched-x/resume"),
+    ("POST", "/v1/schedules/sched-x/trigger"),
 ]
 
 

@@ -20,6 +20,13 @@ factory that is missing, not callable, raising, async, or returning anything
 but these three services is refused with
 :class:`~durable_adk.errors.InvalidArgument` naming it, before anything is
 opened or written.
+
+The app's schedules come from the same module, the same way for every entry
+point: ``durable_adk_schedules``, a list of
+:class:`~durable_adk.schedules.Schedule` (or a function returning one), is
+read by :func:`load_services` into :attr:`AppServices.schedules`, which
+:meth:`AppServices.runner_kwargs` hands to DurableRunner; anything else, or
+a bad schedule, is refused the same way (docs/time.md).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,9 +45,14 @@ from google.adk.auth.credential_service.base_credential_service import BaseCrede
 from google.adk.memory.base_memory_service import BaseMemoryService
 
 from durable_adk import errors
+from durable_adk.schedules import Schedule, declared
 
 SERVICES_FACTORY = "durable_adk_services"
 """The function an app's module may define to name its services (no arguments)."""
+
+SCHEDULES_NAME = "durable_adk_schedules"
+"""What an app's module may define to declare its schedules: a list of
+:class:`~durable_adk.schedules.Schedule`, or a function without arguments returning one."""
 
 _KINDS: dict[str, type] = {
     "artifact_service": BaseArtifactService,
@@ -58,6 +70,9 @@ class AppServices:
             the runner's default, a ``DurableArtifactService`` on the store).
         memory_service: ADK's memory service (``search_memory``), if any.
         credential_service: ADK's credential service, if any.
+        schedules: The app's schedules (from ``durable_adk_schedules`` in its
+            module), fired by the background loops of every entry point; None
+            when the module declares none (not even an empty list).
 
     Raises:
         InvalidArgument: A value is not an instance of its ADK base class.
@@ -66,6 +81,7 @@ class AppServices:
     artifact_service: BaseArtifactService | None = None
     memory_service: BaseMemoryService | None = None
     credential_service: BaseCredentialService | None = None
+    schedules: tuple[Schedule, ...] | None = None
 
     def __post_init__(self) -> None:
         for name, kind in _KINDS.items():
@@ -78,7 +94,7 @@ class AppServices:
     def runner_kwargs(self) -> dict[str, Any]:
         """The services given, as ``DurableRunner`` keyword arguments."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {name: service for name, service in given.items() if service is not None}
+        return {name: value for name, value in given.items() if value is not None}
 
     @classmethod
     def of(cls, value: object, *, source: str) -> AppServices:
@@ -149,13 +165,42 @@ def load_services(
             if not hasattr(found, part):
                 raise errors.InvalidArgument(f"{module_name!r} has no function {attribute!r}")
             found = getattr(found, part)
-        return _call(found, f"{module_name}:{attribute}")
+        return replace(
+            _call(found, f"{module_name}:{attribute}"), schedules=_schedules(modules, search)
+        )
+    schedules = _schedules(modules, search)
     for candidate in modules:
         module = _import(candidate, search) if isinstance(candidate, str) else candidate
         factory = getattr(module, SERVICES_FACTORY, None)
         if factory is not None:
-            return _call(factory, f"{module.__name__}:{SERVICES_FACTORY}")
-    return AppServices()
+            found_services = _call(factory, f"{module.__name__}:{SERVICES_FACTORY}")
+            return replace(found_services, schedules=schedules)
+    return AppServices(schedules=schedules)
+
+
+def _schedules(
+    modules: Iterable[str | ModuleType], search: Path | None
+) -> tuple[Schedule, ...] | None:
+    """The schedules the first of ``modules`` declaring ``durable_adk_schedules`` declares."""
+    for candidate in modules:
+        module = _import(candidate, search) if isinstance(candidate, str) else candidate
+        value = getattr(module, SCHEDULES_NAME, None)
+        if value is None:
+            continue
+        source = f"{module.__name__}:{SCHEDULES_NAME}"
+        if callable(value):
+            if inspect.iscoroutinefunction(value):
+                raise errors.InvalidArgument(f"{source} is async: make it a plain function")
+            try:
+                value = value()
+            except errors.InvalidArgument as exc:
+                raise errors.InvalidArgument(f"{source}(): {exc}") from exc
+            except Exception as exc:  # the app's own code: bad input, with its cause
+                raise errors.InvalidArgument(
+                    f"{source}() raised {type(exc).__name__}: {exc}"
+                ) from exc
+        return declared(value, source=source)
+    return None
 
 
 def _import(name: str, search: Path | None) -> ModuleType:

@@ -35,6 +35,7 @@ from durable_adk.adk.recovery import Recovery, Sweeper
 from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Resumption, Submitter
 from durable_adk.adk.runpath import HasRunPath
 from durable_adk.adk.saga_agent import SagaSequence, SagaSweeper
+from durable_adk.adk.scheduler import Fired, Scheduler
 from durable_adk.adk.sleep import Waker
 from durable_adk.jobs import Job, JobTable
 from durable_adk.ledger import RunStatus
@@ -63,6 +64,7 @@ class PassReport:
         sagas: Sagas finished by the saga sweepers.
         interrupts: Interrupts given their default outcome at their deadline.
         woken: Durable sleeps' timers woken (their calls answered by the resumer).
+        ticks: What the schedule poller did with the ticks due.
     """
 
     cancelled: list[str] = field(default_factory=list)
@@ -73,6 +75,7 @@ class PassReport:
     sagas: list[Saga] = field(default_factory=list)
     interrupts: list[InboxAnswer] = field(default_factory=list)
     woken: list[Job] = field(default_factory=list)
+    ticks: list[Fired] = field(default_factory=list)
 
     @property
     def need_a_person(self) -> list[Recovery]:
@@ -147,6 +150,12 @@ class Background:
             )
             for saga in self.sagas
         ]
+        self.scheduler = Scheduler(
+            runner,
+            runner.schedules,
+            interval=s.schedule_interval,
+            lease=s.schedule_lease,
+        )
         self.before_sweep = before_sweep
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -183,8 +192,17 @@ class Background:
         resumed = await self.resumer.resume_once()
         sagas = await self.sweep_sagas_once()
         interrupts = await self.inbox.expire_once()
+        ticks = await self.scheduler.poll_once(wait=True)
         return PassReport(
-            cancelled, recoveries, submitted, expired, resumed, sagas, interrupts, woken
+            cancelled,
+            recoveries,
+            submitted,
+            expired,
+            resumed,
+            sagas,
+            interrupts,
+            woken=woken,
+            ticks=ticks,
         )
 
     async def start(self, *, stop: asyncio.Event | None = None) -> None:
@@ -206,6 +224,8 @@ class Background:
             ("progress", s.progress_interval, self.progress.send_once),
             ("interrupt-deadlines", s.expiry_interval, self.inbox.expire_once),
         ]
+        if self.scheduler.schedules is not None:  # none declared: no poll at all
+            passes.append(("schedules", s.schedule_interval, self.scheduler.poll_once))
         passes.extend(
             (f"saga-{sweeper.saga.name}", s.sweep_interval, sweeper.sweep_once)
             for sweeper in self.saga_sweepers
@@ -233,5 +253,6 @@ class Background:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.scheduler.stop()
         if self.runner.background is self:
             self.runner.background = None

@@ -78,6 +78,7 @@ from durable_adk.leases import LeaseKeeper
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.loops import BackgroundSettings
 from durable_adk.metrics import NO_METRICS, Metrics
+from durable_adk.schedules import Schedule
 from durable_adk.sweeps import sweepers_seen
 
 logger = logging.getLogger("durable_adk.runner")
@@ -134,6 +135,7 @@ class DurableRunner:
         commits: CommitMode = "barrier",
         admission: Admission | None = None,
         policy: RunPolicy | None = None,
+        schedules: Iterable[Schedule] | None = None,
     ) -> None:
         """Creates the runner.
 
@@ -180,6 +182,12 @@ class DurableRunner:
             background: What ``async with`` this runner starts: True (the
                 default) runs the app's background loops for the block; a
                 :class:`BackgroundSettings` sets their cadence; False runs none.
+            schedules: The app's schedules (:class:`~durable_adk.schedules.Schedule`):
+                the background loops fire their ticks, each once across every
+                worker (docs/time.md). None (the default): this process has no
+                say on the app's schedules and its loops leave them alone (no
+                poll); a list, even empty, is the whole set: stored schedules
+                of the app not in it are orphaned.
             commits: ``"barrier"`` (default): a drive's events are committed
                 together at barriers; ``"per_event"``: one unit per event.
             admission: How many drives run ADK at once (default: a limit set
@@ -239,6 +247,7 @@ class DurableRunner:
             interrupt_deadlines=interrupt_deadlines,
             commits=commits,
             admission=admission,
+            schedules=schedules,
         )
         if background is True:
             background = BackgroundSettings()

@@ -68,6 +68,7 @@ from durable_adk.interrupts import InterruptTable
 from durable_adk.leases import LeaseKeeper
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
+from durable_adk.schedules import Schedule
 
 if TYPE_CHECKING:
     from durable_adk.adk.background import Background
@@ -187,6 +188,7 @@ class RunPath:
         interrupt_deadlines: Mapping[str, float] | None = None,
         commits: CommitMode = "barrier",
         admission: Admission | None = None,
+        schedules: Iterable[Schedule] | None = None,
     ) -> None:
         """Builds the path; DurableRunner's arguments of the same names are documented there."""
         commits = check_commit_mode(commits)
@@ -240,6 +242,9 @@ class RunPath:
             credential_service=credential_service,
         )
         self.driver = Driver(self)
+        self.schedules = None if schedules is None else tuple(schedules)
+        """The app's schedules (fired by the background loops' poller); None: this
+        process declares none and leaves the app's schedules to the processes that do."""
         self.background: Background | None = None
         """The background loops running over this path, if any (set by Background)."""
 
@@ -306,6 +311,7 @@ class RunPath:
         message: types.Content | str,
         invocation_id: str | None = None,
         chosen_invocation_id: str | None = None,
+        run_id: str | None = None,
     ) -> tuple[Run, types.Content]:
         """Records a run (the one submit), creating the session if missing.
 
@@ -317,6 +323,9 @@ class RunPath:
         (``invocation_id`` with a message of function responses) is refused
         when its invocation was cancelled, and takes each pause's answer
         claim with the run (one answer per pause, whoever else answers).
+        ``run_id`` records a new run under an id chosen in advance (a
+        schedule's tick carries it): a submit of an id already on the ledger
+        records nothing and returns that run, so submitting twice is harmless.
 
         Returns:
             The run as recorded and the message as a Content.
@@ -339,6 +348,8 @@ class RunPath:
         if invocation_id is not None:
             return await self.submit_answer(user_id, session_id, invocation_id, content), content
         request = content.model_dump(mode="json", exclude_none=True)
+        if run_id is not None and (invocation_id or chosen_invocation_id):
+            raise errors.InvalidArgument("a run id chosen in advance is only for a new invocation")
         if chosen_invocation_id is not None:
             if only_answers(content):
                 run = await self.submit_answer(user_id, session_id, chosen_invocation_id, content)
@@ -354,6 +365,7 @@ class RunPath:
             request=request,
             owner=self.worker_id,
             now=now,
+            run_id=run_id,
         )
         if started is not None:
             # Trusted only while this run holds the new session: a run that
@@ -368,7 +380,13 @@ class RunPath:
                 )
             return started.run, content
         await self.ensure_session(user_id, session_id)
-        return await self._record(user_id, session_id, request, None), content
+        try:
+            return await self._record(user_id, session_id, request, None, run_id), content
+        except errors.UniqueViolation:
+            existing = None if run_id is None else await self.ledger.get(run_id)
+            if existing is None or existing.session_id != session_id:
+                raise
+            return existing, content  # submitted before under this id: nothing recorded
 
     async def ensure_session(self, user_id: str, session_id: str) -> None:
         """Creates the session if it is missing (a run under a chosen invocation id
@@ -384,7 +402,12 @@ class RunPath:
                 )
 
     async def _record(
-        self, user_id: str, session_id: str, request: dict[str, Any], invocation_id: str | None
+        self,
+        user_id: str,
+        session_id: str,
+        request: dict[str, Any],
+        invocation_id: str | None,
+        run_id: str | None = None,
     ) -> Run:
         """A new run on the ledger, QUEUED and held by this worker (no answer claims)."""
         return await self.ledger.submit(
@@ -394,6 +417,7 @@ class RunPath:
             request=request,
             owner=self.worker_id,
             invocation_id=invocation_id,
+            run_id=run_id,
         )
 
     async def refuse_if_cancelled(self, user_id: str, session_id: str, invocation_id: str) -> None:

@@ -256,7 +256,8 @@ class ServerRuns:
             ic.resumability_config = runner.app.resumability_config
         declared = self._declared[app_name]
         for name, service in declared.runner_kwargs().items():
-            setattr(ic, name, service)
+            if name in _SERVICE_NAMES:  # not the app's schedules: the runner's loops fire them
+                setattr(ic, name, service)
         if app_name not in self._adopted:
             self._adopted.add(app_name)
             for name in _SERVICE_NAMES:

@@ -194,6 +194,58 @@ async function answer(item, chosen, button) {
   refresh();
 }
 
+function renderSchedules(schedules) {
+  const rows = schedules.map((item) => {
+    const buttons = [];
+    if (item.state === "active") {
+      buttons.push(el("button", {
+        class: "trigger", type: "button", "data-schedule": item.name,
+        onclick: (event) => scheduleAction(item, "trigger", event.target),
+      }, "Trigger now"), " ");
+      buttons.push(el("button", {
+        class: "pause", type: "button", "data-schedule": item.name,
+        onclick: (event) => scheduleAction(item, "pause", event.target),
+      }, "Pause"));
+    } else if (item.state === "paused") {
+      buttons.push(el("button", {
+        class: "resume", type: "button", "data-schedule": item.name,
+        onclick: (event) => scheduleAction(item, "resume", event.target),
+      }, "Resume"));
+    }
+    return el("tr", { "data-schedule": item.name },
+      el("td", { class: "id" }, item.name),
+      el("td", { class: item.state === "active" ? "" : "muted" }, item.state),
+      el("td", {}, item.cron ? item.cron + " (" + item.timezone + ")" : "every " + item.every_seconds + " s"),
+      el("td", {}, item.next_tick),
+      el("td", { class: "id" }, short(item.last_run_id || "", 24)),
+      el("td", {}, item.missed),
+      el("td", {}, item.overlap),
+      el("td", {}, item.catch_up),
+      el("td", {}, ...buttons));
+  });
+  fill($("schedules").tBodies[0], rows);
+  $("schedules-empty").hidden = schedules.length > 0;
+}
+
+async function scheduleAction(item, kind, button) {
+  const by = $("schedule-by").value.trim();
+  if (!by) { $("schedule-message").textContent = "Give your name (who acts) first."; return; }
+  sessionStorage.setItem(OPERATOR_KEY, by);
+  button.disabled = true;
+  try {
+    const done = await api("/v1/schedules/" + segment(item.name) + "/" + kind,
+      { method: "POST", body: JSON.stringify({ by }) });
+    $("schedule-message").textContent = kind === "trigger"
+      ? "Triggered " + item.name + ": tick " + done.tick_key + " starts run " + done.run_id + " at the next poll."
+      : item.name + (done.changed ? " is now " + done.schedule.state : " was already " + done.schedule.state) + ".";
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("schedule-message").textContent = kind + " failed: " + error.message;
+    button.disabled = false;
+  }
+  refresh();
+}
+
 function renderRuns(runs) {
   const rows = runs.map((run) => el("tr", {
     class: "pick", "data-run-id": run.run_id, onclick: () => select(run),
@@ -350,7 +402,7 @@ async function refresh() {
   try {
     const filter = state.status ? "&status=" + state.status : "";
     const apps = appQuery();
-    const [health, stats, counts, parked, runs, jobs, sagas, known, waiting] = await Promise.all([
+    const [health, stats, counts, parked, runs, jobs, sagas, known, waiting, schedules] = await Promise.all([
       fetch("/healthz").then((r) => r.json()),
       api("/v1/stats"),
       api("/v1/runs-by-status?" + apps.slice(1)),
@@ -360,6 +412,7 @@ async function refresh() {
       api("/v1/sagas?limit=50"),
       api("/v1/apps"),
       api("/v1/interrupts?limit=200" + apps),
+      api("/v1/schedules"),
     ]);
     $("login").hidden = true;
     $("main").hidden = false;
@@ -370,6 +423,7 @@ async function refresh() {
     renderCounts(counts.counts);
     renderParked(parked.runs);
     renderInterrupts(waiting.interrupts);
+    renderSchedules(schedules.schedules);
     renderRuns(runs.runs);
     renderList("jobs", jobs);
     renderList("sagas", sagas);
@@ -390,6 +444,7 @@ function start() {
   $("op-by").value = sessionStorage.getItem(OPERATOR_KEY) || "";
   $("answer-by").value = sessionStorage.getItem(OPERATOR_KEY) || "";
   $("answer-form").addEventListener("submit", (event) => event.preventDefault());
+  $("schedule-form").addEventListener("submit", (event) => event.preventDefault());
   $("do-cancel").addEventListener("click", () => act("cancel"));
   $("do-resolve").addEventListener("click", () => act("resolve"));
   $("do-abandon").addEventListener("click", () => act("abandon"));
