@@ -318,6 +318,14 @@ def _when(seconds: Any) -> str:
     return datetime.fromtimestamp(float(seconds)).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _version_of(run: dict[str, Any]) -> str:
+    """``1.4.0 (fingerprint)``, or ``unversioned``."""
+    version = run.get("app_version")
+    if not version:
+        return "unversioned"
+    return f"{version} ({run.get('app_fingerprint') or 'no fingerprint'})"
+
+
 def _short(text: Any, size: int = 60) -> str:
     value = "" if text is None else str(text)
     return value if len(value) <= size else value[: size - 1] + "…"
@@ -398,6 +406,7 @@ def runs_list(
             f"{r['user_id']}/{r['session_id']}",
             f"[{_STATUS_STYLE.get(r['status'], 'white')}]{r['status']}[/]",
             r["classification"] or "",
+            r.get("app_version") or "",
             str(r["attempts"]),
             _short(r["owner"], 24),
             _when(r["updated_at"]),
@@ -409,7 +418,18 @@ def runs_list(
     console.print(
         _table(
             title,
-            ["run", "app", "session", "status", "class", "attempts", "owner", "updated", "error"],
+            [
+                "run",
+                "app",
+                "session",
+                "status",
+                "class",
+                "version",
+                "attempts",
+                "owner",
+                "updated",
+                "error",
+            ],
             rows,
         )
     )
@@ -436,6 +456,7 @@ def runs_show(
         ["invocation", run["invocation_id"]],
         ["status", f"[{_STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]"],
         ["recorded class", run["classification"] or ""],
+        ["app version", _version_of(run)],
         ["attempts", str(run["attempts"])],
         ["owner / epoch", f"{run['owner']} / {run['epoch']}"],
         ["created", _when(run["created_at"])],
