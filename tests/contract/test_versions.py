@@ -149,3 +149,32 @@ def test_a_bad_declaration_is_refused_clearly(
 ) -> None:
     with pytest.raises(errors.InvalidVersion):
         Serving.declare(version, compatible=compatible)
+
+
+async def test_sagas_jobs_and_interrupts_record_the_version_of_their_run(store: Store) -> None:
+    from durable_adk.interrupts import InterruptKind, InterruptTable
+    from durable_adk.jobs import JobTable
+    from durable_adk.sagas import SagaLedger
+
+    v1 = ledger(store, "1.0.0")
+    run = await v1.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")
+    where = {"app_name": "a", "user_id": "u", "session_id": "s"}
+    saga_id = f"{run.invocation_id}/order"
+    await SagaLedger(store).begin(
+        saga_id=saga_id, name="order", invocation_id=run.invocation_id, **where
+    )
+    saga = await store.fetchrow("saga_get", {"saga_id": saga_id})
+    jobs = JobTable(store)
+    await jobs.create("report:q1", tool_name="report", deadline=60)
+    await jobs.attach("report:q1", invocation_id=run.invocation_id, function_call_id="c1", **where)
+    job = await store.fetchrow("job_get", {"job_id": "report:q1"})
+    await InterruptTable(store).open(
+        run, call_id="c2", kind=InterruptKind.CONFIRMATION, name="ship", args={}
+    )
+    (interrupt,) = await store.fetch(
+        "interrupt_list",
+        {"status": None, "app_name": "a", "session_id": None, "kind": None, "limit": 10},
+    )
+    for row in (saga, job, interrupt):
+        assert row is not None
+        assert (row["app_version"], row["app_fingerprint"]) == ("1.0.0", "fp-1.0.0")
