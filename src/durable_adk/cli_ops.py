@@ -205,6 +205,18 @@ def serve(
         typer.Option(help="Stream model text as partial events on the event stream (SSE)."),
     ] = False,
     services: ServicesOpt = None,
+    app_version: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_APP_VERSION",
+            help="The app's version (PEP 440, e.g. 1.4.0): recorded on its runs; this worker "
+            "claims only runs it serves (docs/deploying.md).",
+        ),
+    ] = None,
+    compatible_version: Annotated[
+        list[str] | None,
+        typer.Option(help="An earlier version whose runs this code continues (repeatable)."),
+    ] = None,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
@@ -238,6 +250,8 @@ def serve(
             webhook_secret=webhook_secret,
             interrupt_deadlines=tuple(deadlines),
             streaming=streaming,
+            app_version=app_version,
+            compatible_versions=tuple(compatible_version or ()),
         )
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
