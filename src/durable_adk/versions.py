@@ -26,12 +26,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-from packaging.version import InvalidVersion as _PackagingInvalidVersion
-from packaging.version import Version
+from typing import TYPE_CHECKING, Any
 
 from durable_adk import errors
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 
 def parse_version(text: str) -> Version:
@@ -41,11 +41,15 @@ def parse_version(text: str) -> Version:
         durable_adk.errors.InvalidVersion: It is not one (``"1.4.0"``, ``"2"``,
             ``"2.0rc1"`` are; ``"blue"`` or ``""`` are not).
     """
+    # Imported here: the core imports with the standard library alone, and
+    # only an app that declares a version needs an ordering.
+    from packaging.version import InvalidVersion, Version
+
     if not isinstance(text, str) or not text.strip():
         raise errors.InvalidVersion(f"app version {text!r} is empty: declare e.g. '1.4.0'")
     try:
         return Version(text)
-    except _PackagingInvalidVersion:
+    except InvalidVersion:
         raise errors.InvalidVersion(
             f"app version {text!r} is not a PEP 440 version (e.g. '1.4.0', '2.0rc1'): "
             "versions must be ordered so that a worker never continues a newer one"
