@@ -205,6 +205,18 @@ def serve(
         typer.Option(help="Stream model text as partial events on the event stream (SSE)."),
     ] = False,
     services: ServicesOpt = None,
+    app_version: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_APP_VERSION",
+            help="The app's version (PEP 440, e.g. 1.4.0): recorded on its runs; this worker "
+            "claims only runs it serves (docs/deploying.md).",
+        ),
+    ] = None,
+    compatible_version: Annotated[
+        list[str] | None,
+        typer.Option(help="An earlier version whose runs this code continues (repeatable)."),
+    ] = None,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
@@ -238,6 +250,8 @@ def serve(
             webhook_secret=webhook_secret,
             interrupt_deadlines=tuple(deadlines),
             streaming=streaming,
+            app_version=app_version,
+            compatible_versions=tuple(compatible_version or ()),
         )
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
@@ -316,6 +330,14 @@ def _when(seconds: Any) -> str:
     if not seconds:
         return ""
     return datetime.fromtimestamp(float(seconds)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _version_of(run: dict[str, Any]) -> str:
+    """``1.4.0 (fingerprint)``, or ``unversioned``."""
+    version = run.get("app_version")
+    if not version:
+        return "unversioned"
+    return f"{version} ({run.get('app_fingerprint') or 'no fingerprint'})"
 
 
 def _short(text: Any, size: int = 60) -> str:
@@ -398,6 +420,7 @@ def runs_list(
             f"{r['user_id']}/{r['session_id']}",
             f"[{_STATUS_STYLE.get(r['status'], 'white')}]{r['status']}[/]",
             r["classification"] or "",
+            r.get("app_version") or "",
             str(r["attempts"]),
             _short(r["owner"], 24),
             _when(r["updated_at"]),
@@ -409,7 +432,18 @@ def runs_list(
     console.print(
         _table(
             title,
-            ["run", "app", "session", "status", "class", "attempts", "owner", "updated", "error"],
+            [
+                "run",
+                "app",
+                "session",
+                "status",
+                "class",
+                "version",
+                "attempts",
+                "owner",
+                "updated",
+                "error",
+            ],
             rows,
         )
     )
@@ -436,6 +470,7 @@ def runs_show(
         ["invocation", run["invocation_id"]],
         ["status", f"[{_STATUS_STYLE.get(run['status'], 'white')}]{run['status']}[/]"],
         ["recorded class", run["classification"] or ""],
+        ["app version", _version_of(run)],
         ["attempts", str(run["attempts"])],
         ["owner / epoch", f"{run['owner']} / {run['epoch']}"],
         ["created", _when(run["created_at"])],

@@ -95,3 +95,11 @@ class Draining(DurableError):
 
 class Unauthorized(DurableError):
     """A valid bearer token is required."""
+
+
+class InvalidVersion(InvalidArgument):
+    """The app version is not a PEP 440 version (e.g. '1.4.0') or not ordered as declared."""
+
+
+class VersionElsewhere(Fenced):
+    """The run's app version is not served by this worker: a worker of its version continues it."""

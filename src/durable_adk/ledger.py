@@ -34,6 +34,7 @@ from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
 from durable_adk.store.wakeups import session_key
+from durable_adk.versions import UNVERSIONED, Serving
 
 
 class RunStatus(StrEnum):
@@ -94,6 +95,10 @@ class Run:
             that gave ``owner`` this lease was sent; None for a row only
             read. The lease's local deadline counts from it, not from its
             answer: the database's lease started somewhere in between.
+        app_version: The app version the run was started under (a
+            continuation keeps its invocation's), or None (unversioned).
+        app_fingerprint: The fingerprint of the app's definition it was
+            started under, or None.
     """
 
     run_id: str
@@ -114,6 +119,8 @@ class Run:
     updated_at: float
     finished_at: float | None
     claim_sent: float | None = field(default=None, compare=False)
+    app_version: str | None = None
+    app_fingerprint: str | None = None
 
     @classmethod
     def from_row(cls, row: Row, *, sent: float | None = None) -> Run:
@@ -137,6 +144,8 @@ class Run:
             updated_at=float(row["updated_at"]),
             finished_at=None if row["finished_at"] is None else float(row["finished_at"]),
             claim_sent=sent,
+            app_version=row.get("app_version"),
+            app_fingerprint=row.get("app_fingerprint"),
         )
 
     @property
@@ -224,6 +233,7 @@ class RunLedger:
         lease_seconds: float = 30.0,
         backoff_seconds: float = 1.0,
         max_attempts: int = 3,
+        serving: Serving = UNVERSIONED,
     ) -> None:
         """Creates the ledger.
 
@@ -233,6 +243,9 @@ class RunLedger:
             backoff_seconds: The first back-off between recovery attempts;
                 doubled at each attempt.
             max_attempts: Claims allowed before a run is parked.
+            serving: The app version this worker runs and the versions whose
+                runs it may claim (:mod:`durable_adk.versions`): a new run
+                records it, and every claim here takes only runs it serves.
         """
         if lease_seconds <= 0 or backoff_seconds < 0 or max_attempts < 1:
             raise errors.InvalidArgument(
@@ -242,6 +255,7 @@ class RunLedger:
         self.lease_seconds = lease_seconds
         self.backoff_seconds = backoff_seconds
         self.max_attempts = max_attempts
+        self.serving = serving
 
     async def submit(
         self,
@@ -355,6 +369,7 @@ class RunLedger:
             "request": json.dumps(request),
             "owner": owner,
             "lease": self.lease_seconds,
+            **self.serving.params(),
         }
 
     async def start(
@@ -412,11 +427,24 @@ class RunLedger:
                     "owner": owner,
                     "lease": self.lease_seconds,
                     "backoff": self.backoff_seconds,
+                    "serves": self.serving.params()["serves"],
                 },
             )
         except errors.UniqueViolation:
             return None  # another worker started a run of this session at the same moment
         return Run.from_row(rows[0], sent=sent) if rows else None
+
+    async def hand_over(self, lease: Lease) -> Run | None:
+        """Ends our lease on a QUEUED run of a version we do not serve, for its own workers.
+
+        Returns:
+            The run, its lease expired (recovery of a worker of its version
+            takes it when its turn comes); None when it was no longer ours.
+        """
+        row = await self.store.fetchrow(
+            "run_hand_over", {"run_id": lease.run_id, "owner": lease.owner, "epoch": lease.epoch}
+        )
+        return None if row is None else Run.from_row(row)
 
     async def renew(self, lease: Lease) -> RenewResult:
         """Extends the lease and says whether an operator asked the holder to stop.
@@ -619,6 +647,7 @@ class RunLedger:
                     "backoff": self.backoff_seconds,
                     "limit": limit,
                     "app_name": app_name,
+                    "serves": self.serving.params()["serves"],
                 },
             )
         except errors.UniqueViolation:

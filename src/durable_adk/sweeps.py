@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from durable_adk.store.base import Store
+from durable_adk.versions import UNVERSIONED, Serving
 
 GRACE = 30.0
 """Seconds a periodic sweeper may be late beyond three of its intervals and still count."""
@@ -53,18 +54,31 @@ class SweepersSeen:
 
 
 async def record_sweep(
-    store: Store, *, app_name: str, worker_id: str, interval: float | None
+    store: Store,
+    *,
+    app_name: str,
+    worker_id: str,
+    interval: float | None,
+    serving: Serving = UNVERSIONED,
 ) -> None:
-    """Stamps this sweeper's beat (database clock).
+    """Stamps this sweeper's beat (database clock), with the versions its worker serves.
 
     Args:
         store: The open store.
         app_name: The app whose runs it recovers.
         worker_id: The sweeper's worker.
         interval: Seconds between its passes; None for a one-off pass.
+        serving: The app version its worker runs and those it continues
+            (``durable-adk versions`` says which workers serve what).
     """
     await store.execute(
-        "sweeper_beat", {"app_name": app_name, "worker_id": worker_id, "interval_s": interval}
+        "sweeper_beat",
+        {
+            "app_name": app_name,
+            "worker_id": worker_id,
+            "interval_s": interval,
+            **serving.params(),
+        },
     )
 
 

@@ -249,6 +249,7 @@ class Sweeper:
                 app_name=self.runner.app_name,
                 worker_id=self.runner.worker_id,
                 interval=None if self.one_off else self.interval,
+                serving=self.runner.serving,
             )
         except errors.StoreError as exc:
             logger.warning("could not record the sweeper's beat: %s", exc)

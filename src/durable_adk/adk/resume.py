@@ -203,6 +203,9 @@ class Resumer:
 
         try:
             outcome = await path.drive_submitted(run, content, resume=True, on_event=emit)
+        except errors.VersionElsewhere as exc:  # a worker of the invocation's version goes on
+            logger.info("resume run %s: %s", run.run_id, exc)
+            return Resumption(run.run_id, first.session_id, first.invocation_id, ids, None)
         except Exception:
             logger.exception("resume run %s of jobs %s failed", run.run_id, ", ".join(ids))
             return Resumption(run.run_id, first.session_id, first.invocation_id, ids, None)

@@ -136,6 +136,8 @@ class DurableRunner:
         admission: Admission | None = None,
         policy: RunPolicy | None = None,
         schedules: Iterable[Schedule] | None = None,
+        version: str | None = None,
+        compatible_versions: Iterable[str] = (),
     ) -> None:
         """Creates the runner.
 
@@ -195,12 +197,21 @@ class DurableRunner:
             policy: A :class:`RunPolicy`; when given, ``lease``,
                 ``max_attempts``, ``backoff``, ``queue_poll``,
                 ``queue_poll_max`` and ``cancel_grace`` are taken from it.
+            version: The app's version (a PEP 440 string such as ``"1.4.0"``),
+                recorded on every run started here with the fingerprint of
+                the app's definition; this worker then claims only runs it
+                serves (docs/deploying.md). None: unversioned.
+            compatible_versions: Earlier versions whose runs this code can
+                continue (the ``compatible`` policy); empty: ``pinned``.
 
         Raises:
             durable_adk.errors.InvalidArgument: Neither or both of ``app`` and
                 ``agent``, a bad policy value, a session service that is not
                 durable, or an AgentTool's child holding a long-running tool
                 or a saga.
+            durable_adk.errors.InvalidVersion: ``version`` or a compatible
+                version is not a PEP 440 version, or a compatible version is
+                not older than ``version``.
         """
         given = [
             f"{k}={type(v).__name__}"
@@ -248,6 +259,8 @@ class DurableRunner:
             commits=commits,
             admission=admission,
             schedules=schedules,
+            version=version,
+            compatible_versions=compatible_versions,
         )
         if background is True:
             background = BackgroundSettings()

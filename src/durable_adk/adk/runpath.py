@@ -56,6 +56,7 @@ from durable_adk.adk.classify import Classification, check_answers, classify
 from durable_adk.adk.drive import BarrierPlugin, Drive, End, trust_from
 from durable_adk.adk.driver import Driver, off_the_loop
 from durable_adk.adk.ending import Outcome
+from durable_adk.adk.fingerprint import fingerprint
 from durable_adk.adk.live import LiveEvents
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.policy import RetryPolicy, RunPolicy
@@ -69,6 +70,7 @@ from durable_adk.leases import LeaseKeeper
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.schedules import Schedule
+from durable_adk.versions import Serving
 
 if TYPE_CHECKING:
     from durable_adk.adk.background import Background
@@ -189,6 +191,8 @@ class RunPath:
         commits: CommitMode = "barrier",
         admission: Admission | None = None,
         schedules: Iterable[Schedule] | None = None,
+        version: str | None = None,
+        compatible_versions: Iterable[str] = (),
     ) -> None:
         """Builds the path; DurableRunner's arguments of the same names are documented there."""
         commits = check_commit_mode(commits)
@@ -209,11 +213,18 @@ class RunPath:
         self.sessions = session_service
         self.worker_id = worker_id
         self.policy = policy
+        self.serving = Serving.declare(
+            version,
+            fingerprint=fingerprint(app.root_agent) if version is not None else None,
+            compatible=compatible_versions,
+        )
+        """The version this path runs and those whose runs it may claim (docs/deploying.md)."""
         self.ledger = RunLedger(
             store,
             lease_seconds=policy.lease,
             backoff_seconds=policy.backoff,
             max_attempts=policy.max_attempts,
+            serving=self.serving,
         )
         self.idempotent_tools = frozenset(idempotent_tools) | journaled_tool_names(app.root_agent)
         self.node_kinds = node_kinds(app.root_agent)
@@ -553,10 +564,22 @@ class RunPath:
 
         Raises:
             durable_adk.errors.Fenced: The queued run was taken by another worker.
+            durable_adk.errors.VersionElsewhere: (a Fenced) The run continues an
+                invocation of an app version this worker does not serve: it
+                was handed over, queued for a worker of its version.
             durable_adk.errors.RunCancelled: An operator cancelled it meanwhile.
         """
         if run.status is RunStatus.RUNNING and run.owner == self.worker_id:
             return run  # claimed when it was submitted
+        if not self.serving.takes(run.app_version):
+            # A continuation of an invocation of another version: a worker of
+            # that version continues it (its recovery claims the run).
+            await self.ledger.hand_over(run.lease)
+            raise errors.VersionElsewhere(
+                f"run {run.run_id} continues an invocation of app version {run.app_version}, "
+                f"which this worker ({self.serving.describe()}) does not serve: it is queued "
+                "for a worker of its version"
+            )
         lost = asyncio.Event()
         why: list[str] = []
 

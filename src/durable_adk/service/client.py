@@ -40,6 +40,7 @@ _ERROR_BY_CODE: dict[str, type[errors.DurableError]] = {
     "invalid_argument": errors.InvalidArgument,
     "invalid_request": errors.InvalidArgument,
     "fenced": errors.Fenced,
+    "version_elsewhere": errors.VersionElsewhere,
     "store_unavailable": errors.StoreUnavailable,
     "store_busy": errors.DatabaseBusy,
 }

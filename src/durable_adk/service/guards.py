@@ -35,6 +35,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[errors.DurableError], int, str], ...] = (
     (errors.Unauthorized, 401, "unauthorized"),
     (errors.NotFound, 404, "not_found"),
     (errors.Conflict, 409, "conflict"),
+    (errors.VersionElsewhere, 409, "version_elsewhere"),
     (errors.Fenced, 409, "fenced"),
     (errors.Draining, 503, "draining"),
     (errors.InvalidArgument, 422, "invalid_argument"),

@@ -108,6 +108,12 @@ class RunOut(_Out):
     created_at: float
     updated_at: float
     finished_at: float | None
+    app_version: str | None = Field(
+        default=None, description="The app version the run was started under (None: unversioned)."
+    )
+    app_fingerprint: str | None = Field(
+        default=None, description="The fingerprint of the app's definition it was started under."
+    )
 
 
 class StartRunOut(_Out):

@@ -67,6 +67,10 @@ class ServiceSettings:
             every run the worker drives, recovered ones included (None: none
             but the default durable artifact service). ``durable-adk serve``
             loads them with :func:`durable_adk.adk.app_services.load_services`.
+        app_version: The app's version (PEP 440), recorded on every run this
+            worker starts; it claims only runs it serves (None: unversioned;
+            see ``DurableRunner(version=...)`` and docs/deploying.md).
+        compatible_versions: Earlier versions whose runs this worker continues.
     """
 
     db: str
@@ -93,8 +97,13 @@ class ServiceSettings:
     interrupt_deadlines: tuple[tuple[str, float], ...] = ()
     streaming: bool = False
     services: AppServices | None = None
+    app_version: str | None = None
+    compatible_versions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from durable_adk.versions import Serving  # refuses a bad declaration before anything runs
+
+        Serving.declare(self.app_version, compatible=self.compatible_versions)
         if self.services is not None:
             from durable_adk.adk.app_services import AppServices  # imports ADK: only when given
 

@@ -116,6 +116,8 @@ class Worker:
             interrupt_deadlines=dict(settings.interrupt_deadlines),
             run_config=streaming_config(RunConfig(), streaming=settings.streaming),
             background=False,  # the worker runs them itself: self.background
+            version=settings.app_version,
+            compatible_versions=settings.compatible_versions,
             **(settings.services.runner_kwargs() if settings.services else {}),
         )
         self.ops = Operations(

@@ -255,6 +255,7 @@ function renderRuns(runs) {
     el("td", { class: "id" }, run.user_id + "/" + run.session_id),
     statusCell(run.status),
     el("td", {}, run.classification || ""),
+    el("td", { class: "id", title: run.app_fingerprint || "" }, run.app_version || ""),
     el("td", {}, run.attempts),
     el("td", { class: "id" }, short(run.owner, 28)),
     el("td", {}, when(run.updated_at))));
@@ -301,7 +302,8 @@ function actionItem(action) {
 function renderTimeline(run, detail) {
   // The run's own events (read by the run's app and session, whatever app this
   // worker serves), with operator actions and a marker where the epoch changes.
-  $("timeline-title").textContent = run.user_id + "/" + run.session_id + " · app " + detail.run.app_name;
+  $("timeline-title").textContent = run.user_id + "/" + run.session_id + " · app " + detail.run.app_name +
+    (detail.run.app_version ? " " + detail.run.app_version + " (" + (detail.run.app_fingerprint || "") + ")" : "");
   const finding = detail.finding;
   $("finding").textContent = "run " + run.run_id + " is " + detail.run.status +
     (finding ? "; the classifier reads " + finding.cls + ": " + finding.reason : "") +

@@ -5,11 +5,14 @@
 -- Indexes an open call of a paused invocation; a call already indexed is left as it is,
 -- but for its kind (an open row indexed before a kind rule changed takes the new kind).
 INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
-                        name, args, status, deadline_at, created_at)
+                        name, args, status, deadline_at, created_at, app_version,
+                        app_fingerprint)
 VALUES (:call_id::text, :app_name::text, :user_id::text, :session_id::text,
         :invocation_id::text, :run_id::text, :kind::text, :name::text, :args::text, 'OPEN',
         extract(epoch FROM clock_timestamp()) + :deadline::float8,
-        extract(epoch FROM clock_timestamp()))
+        extract(epoch FROM clock_timestamp()),
+        (SELECT r.app_version FROM runs r WHERE r.run_id = :run_id::text ORDER BY r.pk DESC LIMIT 1),
+        (SELECT r.app_fingerprint FROM runs r WHERE r.run_id = :run_id::text ORDER BY r.pk DESC LIMIT 1))
 ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
    SET kind = excluded.kind
  WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;

@@ -30,6 +30,9 @@ WITH upd AS (
            session_id = COALESCE(session_id, :session_id::text),
            invocation_id = COALESCE(invocation_id, :invocation_id::text),
            function_call_id = COALESCE(function_call_id, :function_call_id::text),
+           app_version = COALESCE(app_version, (SELECT r.app_version FROM runs r WHERE r.invocation_id = :invocation_id::text ORDER BY r.pk DESC LIMIT 1)),
+           app_fingerprint = COALESCE(app_fingerprint,
+                                     (SELECT r.app_fingerprint FROM runs r WHERE r.invocation_id = :invocation_id::text ORDER BY r.pk DESC LIMIT 1)),
            updated_at = extract(epoch FROM clock_timestamp())
      WHERE job_id = :job_id::text
     RETURNING *

@@ -6,12 +6,21 @@
 -- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
 
 -- name: run_submit inline intake
+-- A run continuing an invocation (a resume, an answer) keeps the app version
+-- of the invocation's newest run, whoever submits it; a new invocation takes
+-- the submitting worker's.
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                  owner, lease_until, created_at, updated_at)
-VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
-        :request::text, 'QUEUED', :owner::text,
-        extract(epoch FROM clock_timestamp()) + :lease::float8,
-        extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
+                  owner, lease_until, created_at, updated_at, app_version, app_fingerprint)
+SELECT :run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
+       :request::text, 'QUEUED', :owner::text,
+       extract(epoch FROM clock_timestamp()) + :lease::float8,
+       extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+       CASE WHEN prev.pk IS NULL THEN :app_version::text ELSE prev.app_version END,
+       CASE WHEN prev.pk IS NULL THEN :app_fingerprint::text ELSE prev.app_fingerprint END
+  FROM (SELECT 1) AS one
+  LEFT JOIN (SELECT pk, app_version, app_fingerprint FROM runs
+              WHERE app_name = :app_name::text AND invocation_id = :invocation_id::text
+              ORDER BY pk DESC LIMIT 1) AS prev ON true
 RETURNING *;
 
 -- name: run_submit_answer inline intake
@@ -27,11 +36,17 @@ WITH claims AS (
     RETURNING 1
 )
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                  owner, lease_until, created_at, updated_at)
-VALUES (:run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
-        :request::text, 'QUEUED', :owner::text,
-        extract(epoch FROM clock_timestamp()) + :lease::float8,
-        extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
+                  owner, lease_until, created_at, updated_at, app_version, app_fingerprint)
+SELECT :run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
+       :request::text, 'QUEUED', :owner::text,
+       extract(epoch FROM clock_timestamp()) + :lease::float8,
+       extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+       CASE WHEN prev.pk IS NULL THEN :app_version::text ELSE prev.app_version END,
+       CASE WHEN prev.pk IS NULL THEN :app_fingerprint::text ELSE prev.app_fingerprint END
+  FROM (SELECT 1) AS one
+  LEFT JOIN (SELECT pk, app_version, app_fingerprint FROM runs
+              WHERE app_name = :app_name::text AND invocation_id = :invocation_id::text
+              ORDER BY pk DESC LIMIT 1) AS prev ON true
 RETURNING *;
 
 -- name: answer_claim_of
@@ -68,11 +83,13 @@ WITH sess AS (
            extract(epoch FROM clock_timestamp()) AS now
 ), ins AS (
     INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                      owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at)
+                      owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at,
+                      app_version, app_fingerprint)
     SELECT :run_id::text, :app_name::text, :user_id::text, :session_id::text, :invocation_id::text,
            :request::text, CASE WHEN b THEN 'QUEUED' ELSE 'RUNNING' END, :owner::text,
            now + :lease::float8, CASE WHEN b THEN 0 ELSE 1 END, CASE WHEN b THEN 0 ELSE 1 END,
-           CASE WHEN b THEN 0 ELSE now + :lease::float8 + :backoff::float8 END, now, now
+           CASE WHEN b THEN 0 ELSE now + :lease::float8 + :backoff::float8 END, now, now,
+           :app_version::text, :app_fingerprint::text
       FROM busy
     RETURNING *
 )
@@ -84,7 +101,8 @@ SELECT ins.*, (SELECT pk FROM sess) AS created_session_pk,
 
 -- name: run_claim_queued inline lease claim
 -- Starts our own queued run when it heads its session's queue and the session is
--- free. A concurrent claim for the same session trips the partial unique index.
+-- free, if its app version is one this worker serves (:serves, a JSON array). A
+-- concurrent claim for the same session trips the partial unique index.
 UPDATE runs
    SET status = 'RUNNING', epoch = epoch + 1, attempts = attempts + 1,
        lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
@@ -92,6 +110,8 @@ UPDATE runs
                          + :backoff::float8 * (1::bigint << LEAST(attempts, 20)),
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND status = 'QUEUED' AND owner = :owner::text
+   AND (app_version IS NULL
+        OR app_version IN (SELECT jsonb_array_elements_text(:serves::jsonb)))
    AND NOT EXISTS (SELECT 1 FROM runs r
                     WHERE r.app_name = runs.app_name AND r.user_id = runs.user_id
                       AND r.session_id = runs.session_id AND r.status = 'RUNNING')
@@ -149,6 +169,9 @@ WITH picked AS MATERIALIZED (
        AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
        AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
        AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
+       -- only versions this worker serves (NULL: recorded before versions)
+       AND (q.app_version IS NULL
+            OR q.app_version IN (SELECT jsonb_array_elements_text(:serves::jsonb)))
        AND (q.status = 'RUNNING'
             OR (q.status = 'QUEUED'
                 AND NOT EXISTS (SELECT 1 FROM runs r
@@ -501,3 +524,15 @@ UPDATE runs
    AND session_id = :session_id::text AND invocation_id = :invocation_id::text
    AND status = 'RUNNING' AND run_id <> :run_id::text AND cancel_requested_at IS NULL
 RETURNING run_id;
+
+-- name: run_hand_over inline
+-- A queued run this worker submitted but does not serve (a continuation of an
+-- invocation of another app version): its lease ends now, so the recovery of
+-- a worker of its version takes it when its turn comes.
+UPDATE runs
+   SET lease_until = extract(epoch FROM clock_timestamp()),
+       next_attempt_at = extract(epoch FROM clock_timestamp()),
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
+   AND status = 'QUEUED'
+RETURNING *;

@@ -3,10 +3,12 @@
 -- name: saga_begin
 WITH ins AS (
     INSERT INTO sagas (saga_id, name, app_name, user_id, session_id, invocation_id, status,
-                       created_at, updated_at)
+                       created_at, updated_at, app_version, app_fingerprint)
     VALUES (:saga_id::text, :name::text, :app_name::text, :user_id::text, :session_id::text,
             :invocation_id::text, 'RUNNING',
-            extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
+            extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+            (SELECT r.app_version FROM runs r WHERE r.app_name = :app_name::text AND r.invocation_id = :invocation_id::text ORDER BY r.pk DESC LIMIT 1),
+            (SELECT r.app_fingerprint FROM runs r WHERE r.app_name = :app_name::text AND r.invocation_id = :invocation_id::text ORDER BY r.pk DESC LIMIT 1))
     ON CONFLICT (saga_id) DO NOTHING
     RETURNING *
 )

@@ -4,10 +4,14 @@
 -- A sweeper's pass (begun, going on, or ended), by the database clock; rows of
 -- sweepers silent for a day are dropped (worker ids are new in every process).
 WITH beat AS (
-    INSERT INTO sweepers (app_name, worker_id, interval_s, last_sweep_at)
-    VALUES (:app_name, :worker_id, :interval_s::float8, extract(epoch FROM clock_timestamp()))
+    INSERT INTO sweepers (app_name, worker_id, interval_s, last_sweep_at,
+                          app_version, app_fingerprint, serves)
+    VALUES (:app_name, :worker_id, :interval_s::float8, extract(epoch FROM clock_timestamp()),
+            :app_version::text, :app_fingerprint::text, :serves::text)
     ON CONFLICT (app_name, worker_id) DO UPDATE
-       SET interval_s = excluded.interval_s, last_sweep_at = excluded.last_sweep_at
+       SET interval_s = excluded.interval_s, last_sweep_at = excluded.last_sweep_at,
+           app_version = excluded.app_version, app_fingerprint = excluded.app_fingerprint,
+           serves = excluded.serves
 )
 DELETE FROM sweepers
  WHERE app_name = :app_name AND worker_id <> :worker_id

@@ -5,12 +5,15 @@
 -- Indexes an open call of a paused invocation; a call already indexed is left as it is,
 -- but for its kind (an open row indexed before a kind rule changed takes the new kind).
 INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
-                        name, args, status, deadline_at, created_at)
+                        name, args, status, deadline_at, created_at, app_version,
+                        app_fingerprint)
 VALUES (:call_id, :app_name, :user_id, :session_id, :invocation_id, :run_id, :kind, :name,
         :args, 'OPEN',
         CASE WHEN :deadline IS NULL THEN NULL
              ELSE (julianday('now') - 2440587.5) * 86400.0 + :deadline END,
-        (julianday('now') - 2440587.5) * 86400.0)
+        (julianday('now') - 2440587.5) * 86400.0,
+        (SELECT r.app_version FROM runs r WHERE r.run_id = :run_id ORDER BY r.pk DESC LIMIT 1),
+        (SELECT r.app_fingerprint FROM runs r WHERE r.run_id = :run_id ORDER BY r.pk DESC LIMIT 1))
 ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
    SET kind = excluded.kind
  WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;

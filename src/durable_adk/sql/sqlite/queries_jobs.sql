@@ -24,6 +24,9 @@ UPDATE jobs
        session_id = COALESCE(session_id, :session_id),
        invocation_id = COALESCE(invocation_id, :invocation_id),
        function_call_id = COALESCE(function_call_id, :function_call_id),
+       app_version = COALESCE(app_version, (SELECT r.app_version FROM runs r WHERE r.invocation_id = :invocation_id ORDER BY r.pk DESC LIMIT 1)),
+       app_fingerprint = COALESCE(app_fingerprint,
+                                 (SELECT r.app_fingerprint FROM runs r WHERE r.invocation_id = :invocation_id ORDER BY r.pk DESC LIMIT 1)),
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE job_id = :job_id;
 INSERT OR IGNORE INTO job_calls (job_id, app_name, user_id, session_id, invocation_id,

@@ -6,11 +6,20 @@
 -- next_attempt_at = now + lease + backoff * 2^(attempts before this claim).
 
 -- name: run_submit inline intake
+-- A run continuing an invocation (a resume, an answer) keeps the app version
+-- of the invocation's newest run, whoever submits it; a new invocation takes
+-- the submitting worker's.
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                  owner, lease_until, created_at, updated_at)
-VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
-        :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+                  owner, lease_until, created_at, updated_at, app_version, app_fingerprint)
+SELECT :run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
+       :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+       CASE WHEN prev.pk IS NULL THEN :app_version ELSE prev.app_version END,
+       CASE WHEN prev.pk IS NULL THEN :app_fingerprint ELSE prev.app_fingerprint END
+  FROM (SELECT 1) AS one
+  LEFT JOIN (SELECT pk, app_version, app_fingerprint FROM runs
+              WHERE app_name = :app_name AND invocation_id = :invocation_id
+              ORDER BY pk DESC LIMIT 1) AS prev ON 1 = 1
 RETURNING *;
 
 -- name: run_submit_answer inline intake
@@ -23,10 +32,16 @@ SELECT :app_name, :user_id, :session_id, :invocation_id, json_extract(c.value, '
        json_extract(c.value, '$[1]'), :run_id, (julianday('now') - 2440587.5) * 86400.0
   FROM json_each(:claims) AS c;
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                  owner, lease_until, created_at, updated_at)
-VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
-        :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+                  owner, lease_until, created_at, updated_at, app_version, app_fingerprint)
+SELECT :run_id, :app_name, :user_id, :session_id, :invocation_id, :request, 'QUEUED',
+       :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+       CASE WHEN prev.pk IS NULL THEN :app_version ELSE prev.app_version END,
+       CASE WHEN prev.pk IS NULL THEN :app_fingerprint ELSE prev.app_fingerprint END
+  FROM (SELECT 1) AS one
+  LEFT JOIN (SELECT pk, app_version, app_fingerprint FROM runs
+              WHERE app_name = :app_name AND invocation_id = :invocation_id
+              ORDER BY pk DESC LIMIT 1) AS prev ON 1 = 1
 RETURNING *;
 
 -- name: answer_claim_of
@@ -51,13 +66,15 @@ DELETE FROM answer_claims
 -- first so that changes() in the last statement tells whether the session was
 -- made here; the caller then knows its (empty) state without reading it.
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                  owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at)
+                  owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at,
+                  app_version, app_fingerprint)
 SELECT :run_id, :app_name, :user_id, :session_id, :invocation_id, :request,
        CASE WHEN busy THEN 'QUEUED' ELSE 'RUNNING' END, :owner,
        (julianday('now') - 2440587.5) * 86400.0 + :lease,
        CASE WHEN busy THEN 0 ELSE 1 END, CASE WHEN busy THEN 0 ELSE 1 END,
        CASE WHEN busy THEN 0 ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease + :backoff END,
-       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+       :app_version, :app_fingerprint
   FROM (SELECT EXISTS (SELECT 1 FROM runs
                         WHERE app_name = :app_name AND user_id = :user_id
                           AND session_id = :session_id AND status IN ('RUNNING', 'QUEUED')) AS busy);
@@ -72,7 +89,8 @@ SELECT r.*, CASE WHEN changes() > 0 THEN s.pk END AS created_session_pk,
  WHERE r.run_id = :run_id;
 
 -- name: run_claim_queued inline lease claim
--- Starts our own queued run when it heads its session's queue and the session is free.
+-- Starts our own queued run when it heads its session's queue and the session is
+-- free, if its app version is one this worker serves (:serves, a JSON array).
 UPDATE runs
    SET status = 'RUNNING', epoch = epoch + 1, attempts = attempts + 1,
        lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
@@ -80,6 +98,7 @@ UPDATE runs
                          + :backoff * (1 << MIN(attempts, 20)),
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND status = 'QUEUED' AND owner = :owner
+   AND (app_version IS NULL OR app_version IN (SELECT value FROM json_each(:serves)))
    AND NOT EXISTS (SELECT 1 FROM runs r
                     WHERE r.app_name = runs.app_name AND r.user_id = runs.user_id
                       AND r.session_id = runs.session_id AND r.status = 'RUNNING')
@@ -136,6 +155,8 @@ UPDATE runs
            AND q.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
            AND (:app_name IS NULL OR q.app_name = :app_name)
            AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
+           -- only versions this worker serves (NULL: recorded before versions)
+           AND (q.app_version IS NULL OR q.app_version IN (SELECT value FROM json_each(:serves)))
            AND (q.status = 'RUNNING'
                 OR (q.status = 'QUEUED'
                     AND NOT EXISTS (SELECT 1 FROM runs r
@@ -432,3 +453,14 @@ UPDATE runs
    AND invocation_id = :invocation_id AND status = 'RUNNING' AND run_id <> :run_id
    AND cancel_requested_at IS NULL
 RETURNING run_id;
+
+-- name: run_hand_over inline
+-- A queued run this worker submitted but does not serve (a continuation of an
+-- invocation of another app version): its lease ends now, so the recovery of
+-- a worker of its version takes it when its turn comes.
+UPDATE runs
+   SET lease_until = (julianday('now') - 2440587.5) * 86400.0,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'QUEUED'
+RETURNING *;

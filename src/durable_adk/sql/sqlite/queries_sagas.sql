@@ -2,9 +2,11 @@
 
 -- name: saga_begin
 INSERT INTO sagas (saga_id, name, app_name, user_id, session_id, invocation_id, status,
-                   created_at, updated_at)
+                   created_at, updated_at, app_version, app_fingerprint)
 VALUES (:saga_id, :name, :app_name, :user_id, :session_id, :invocation_id, 'RUNNING',
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+        (SELECT r.app_version FROM runs r WHERE r.app_name = :app_name AND r.invocation_id = :invocation_id ORDER BY r.pk DESC LIMIT 1),
+        (SELECT r.app_fingerprint FROM runs r WHERE r.app_name = :app_name AND r.invocation_id = :invocation_id ORDER BY r.pk DESC LIMIT 1))
 ON CONFLICT (saga_id) DO NOTHING;
 SELECT * FROM sagas WHERE saga_id = :saga_id;
 

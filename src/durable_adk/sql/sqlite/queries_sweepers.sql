@@ -3,10 +3,14 @@
 -- name: sweeper_beat
 -- A sweeper's pass (begun, going on, or ended), by the database clock; rows of
 -- sweepers silent for a day are dropped (worker ids are new in every process).
-INSERT INTO sweepers (app_name, worker_id, interval_s, last_sweep_at)
-VALUES (:app_name, :worker_id, :interval_s, (julianday('now') - 2440587.5) * 86400.0)
+INSERT INTO sweepers (app_name, worker_id, interval_s, last_sweep_at,
+                      app_version, app_fingerprint, serves)
+VALUES (:app_name, :worker_id, :interval_s, (julianday('now') - 2440587.5) * 86400.0,
+        :app_version, :app_fingerprint, :serves)
 ON CONFLICT (app_name, worker_id) DO UPDATE
-   SET interval_s = excluded.interval_s, last_sweep_at = excluded.last_sweep_at;
+   SET interval_s = excluded.interval_s, last_sweep_at = excluded.last_sweep_at,
+       app_version = excluded.app_version, app_fingerprint = excluded.app_fingerprint,
+       serves = excluded.serves;
 DELETE FROM sweepers
  WHERE app_name = :app_name AND worker_id <> :worker_id
    AND last_sweep_at < (julianday('now') - 2440587.5) * 86400.0 - 86400.0;
