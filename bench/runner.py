@@ -439,7 +439,7 @@ async def measure(contenders: Sequence[Contender], p: Params) -> RunResult:
             result.round_medians[name].append(median(values))
         print(f"  round {rnd + 1}/{p.rounds} done", flush=True)
     for c in contenders:
-        if isinstance(c, RawCommitsContender):
+        if isinstance(c, (RawCommitsContender, UnitsReplayContender)):
             continue
         session = await c.service.get_session(app_name=APP, user_id=USER, session_id=c.last_session)
         result.events_stored[c.name] = len(session.events) if session else -1
