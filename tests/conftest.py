@@ -17,6 +17,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+# Every event the suite reads back from a store is rebuilt without validation
+# and, with this set, validated as well and compared (durable_adk.adk.
+# stored_events): the whole suite, child processes included, is a
+# differential test of that fast path. Set before durable_adk is imported.
+os.environ.setdefault("DURABLE_ADK_VERIFY_STORED_EVENTS", "1")
+
 from durable_adk.store import Store, open_store
 from durable_adk.testing.pg_cluster import TempPostgres
 from postgres_required import postgres_or_skip

@@ -57,6 +57,7 @@ from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch, Pending, current_batch
 from durable_adk.adk.events import open_invocation_id
 from durable_adk.adk.live import LiveEvents, Stored
+from durable_adk.adk.stored_events import load_event
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
@@ -446,7 +447,7 @@ class DurableSessionService(BaseSessionService):
         entry = cached or _Cached(
             pk=pk, seq=0, events=[], state=_loads_state(head["initial_state"])
         )
-        tail = [Event.model_validate_json(r["data"]) for r in rows if r["seq"] is not None]
+        tail = [load_event(r["data"]) for r in rows if r["seq"] is not None]
         if tail:
             entry = _Cached(
                 pk=pk,
@@ -495,7 +496,7 @@ class DurableSessionService(BaseSessionService):
                 "after_ts": config.after_timestamp or None,
             },
         )
-        fetched = [(int(r["seq"]), Event.model_validate_json(r["data"])) for r in rows]
+        fetched = [(int(r["seq"]), load_event(r["data"])) for r in rows]
         base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
         state = fold(
             base, (split_delta(e.actions.state_delta)[0] for s, e in fetched if s > snap_seq)

@@ -20,13 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.adk.events.event import Event
-
 from durable_adk import errors
 from durable_adk.adk import operators
 from durable_adk.adk.classify import NodeKind, classify
 from durable_adk.adk.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.adk.stored_events import load_event
 from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
 from durable_adk.jobs import JobTable
 from durable_adk.ledger import TERMINAL, DeadLetter, OperatorAction, Run, RunLedger, RunStatus
@@ -275,7 +274,7 @@ class Operations:
             )
         else:
             found = classify(
-                [Event.model_validate_json(e.data) for e in events],
+                [load_event(e.data) for e in events],
                 run.invocation_id,
                 root_agent_name=self.root_agent_name,
                 owner_speaks_first=self.owner_speaks_first,
