@@ -255,7 +255,11 @@ async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: 
             if claimed:
                 break
         [taken] = claimed
-        assert taken.epoch == mine.epoch + 1
+        # Above mine: the plugin's own sweeper makes its first pass when the
+        # service starts, and on a loaded machine that pass can land after a
+        # backdate and claim the run first (CI saw epoch 3); the thief's claim
+        # after it is the one tested.
+        assert taken.owner == "thief" and taken.epoch > mine.epoch
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(driving, 30)  # the next renewal finds it taken: cancelled
         assert held.acted == []

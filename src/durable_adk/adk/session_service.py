@@ -424,13 +424,19 @@ class DurableSessionService(BaseSessionService):
         if partial and cached is None:
             assert config is not None
             return await self._get_partial(key, config)
+        # What the cache held when the read was sent: an append of this process
+        # landing while the read is in flight extends the cached entry in
+        # place, and its event is in the rows too; the read builds on this
+        # copy, never on the entry as it is when the rows come back.
+        since = cached.seq if cached else 0
+        base = (list(cached.events), dict(cached.state)) if cached else None
         rows = await self.store.fetch(
             "load_session_tail",
             {
                 "app_name": app_name,
                 "user_id": user_id,
                 "session_id": session_id,
-                "since_seq": cached.seq if cached else 0,
+                "since_seq": since,
             },
         )
         if not rows:
@@ -438,22 +444,22 @@ class DurableSessionService(BaseSessionService):
             return None
         head = rows[0]
         pk, last_seq = int(head["pk"]), int(head["last_seq"])
-        if cached is not None and (cached.pk != pk or last_seq < cached.seq):
+        if cached is not None and (cached.pk != pk or last_seq < since):
             # The session was deleted and created again since we cached it.
             self._forget(key)
             return await self.get_session(
                 app_name=app_name, user_id=user_id, session_id=session_id, config=config
             )
-        entry = cached or _Cached(
-            pk=pk, seq=0, events=[], state=_loads_state(head["initial_state"])
-        )
         tail = [load_event(r["data"]) for r in rows if r["seq"] is not None]
-        if tail:
+        if base is not None and not tail and cached is not None and cached.seq == since:
+            entry = cached
+        else:
+            events, state = base or ([], _loads_state(head["initial_state"]))
             entry = _Cached(
                 pk=pk,
-                seq=int(rows[-1]["seq"]),
-                events=entry.events + tail,
-                state=fold(entry.state, (split_delta(e.actions.state_delta)[0] for e in tail)),
+                seq=int(rows[-1]["seq"]) if tail else since,
+                events=events + tail,
+                state=fold(state, (split_delta(e.actions.state_delta)[0] for e in tail)),
             )
         entry.app_state, entry.user_state = head["app_state"], head["user_state"]
         entry.update_time = float(head["update_time"])
@@ -461,7 +467,9 @@ class DurableSessionService(BaseSessionService):
             raise errors.StoreError(
                 f"session {session_id!r} log has a gap: read up to {entry.seq}, row says {last_seq}"
             )
-        self._remember(key, entry)
+        current = self._cache.get(key)
+        if current is None or current is cached or current.seq <= entry.seq:
+            self._remember(key, entry)  # never over an entry an append moved past the read
         events = _select(entry.events, config) if config is not None else list(entry.events)
         return self._build(
             key,
