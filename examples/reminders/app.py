@@ -32,6 +32,7 @@ import sys
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 
@@ -39,10 +40,8 @@ from durable_adk import (
     Background,
     DurableRunner,
     JobTable,
-    RunStatus,
     Store,
     open_store,
-    reattach_open_calls,
     sleep_tool,
 )
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -90,6 +89,11 @@ def build_agent(
     )
 
 
+def app() -> App:
+    """The example as an ADK App: ``durable-adk serve|recover examples.reminders.app:app``."""
+    return App(name=APP_NAME, root_agent=build_agent())
+
+
 def make_runner(
     store: Store, worker: str, *, seconds: float = 3600, background: bool = True
 ) -> DurableRunner:
@@ -130,25 +134,17 @@ async def recover(db: str, worker: str) -> dict[str, Any]:
     """A fresh process's one pass of every background loop (``durable-adk recover``).
 
     A run the pass recovered to ``PAUSED`` may hold a sleep call whose timer
-    its dead worker never stored (killed at ``sleep.before_timer``): its
-    open calls are re-attached (the timer created), as for every job-backed
-    tool.
+    its dead worker never stored (killed at ``sleep.before_timer``): the
+    recovery re-attaches it (stores the timer), as for every job-backed tool,
+    and says so in ``Recovery.reattached``.
     """
     async with open_store(db) as store:
         runner = make_runner(store, worker, background=False)
         report = await Background(runner, one_off=True).once()
-        reattached: list[str] = []
-        for recovery in report.recoveries:
-            run = await runner.ledger.get(recovery.run_id)
-            if run is not None and recovery.status is RunStatus.PAUSED:
-                found = await reattach_open_calls(
-                    runner, JobTable(store), user_id=run.user_id, session_id=run.session_id
-                )
-                reattached.extend(j.job_id for j in found)
         return {
             "woken": [j.job_id for j in report.woken],
             "resumed": [r.run_id for r in report.resumed],
-            "reattached": reattached,
+            "reattached": [job for r in report.recoveries for job in r.reattached],
         }
 
 

@@ -147,6 +147,7 @@ def _summary(app_name: str, report: PassReport, sessions: dict[str, str]) -> dic
                 "action": r.action,
                 "status": r.status.value,
                 "reason": r.reason,
+                "reattached": list(r.reattached),
             }
             for r in report.recoveries
         ],

@@ -176,3 +176,36 @@ async def test_a_worker_killed_before_storing_the_timer_leaves_a_sleep_that_stil
     again = await example("recover", "--db", url, "--worker", "worker-D")
     assert json.loads(again.stdout.splitlines()[-1])["woken"] == []
     assert len(wakes(await events_of(store))) == 1
+
+
+async def test_durable_adk_recover_alone_stores_the_timer_a_killed_worker_never_stored(
+    world: tuple[str, Store],
+) -> None:
+    """The CLI's pass re-attaches the open sleep call of the run it recovers to PAUSED."""
+    url, store = world
+    killed = await example("start", "--db", url, crash_at="sleep.before_timer")
+    assert killed.returncode == 137, killed.stderr
+    jobs = JobTable(store)
+    assert [j for j in await jobs.list_jobs() if j.timer] == []
+    ledger = RunLedger(store)
+    for stuck in await ledger.list_runs(status=RunStatus.RUNNING, limit=100):
+        await ledger.backdate(stuck.run_id, 3600)
+    command = [str(Path(sys.executable).with_name("durable-adk")), "recover"]
+    spec = ["examples.reminders.app:app", "--db", url, "--json", "--worker-id", "cli-B"]
+    passed = await asyncio.to_thread(
+        subprocess.run, [*command, *spec], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert passed.returncode == 0, passed.stderr
+    summary = json.loads(passed.stdout)
+    timer = await the_timer(store)
+    (run,) = summary["runs"]
+    assert run["status"] == "PAUSED" and run["reattached"] == [timer.job_id]
+    assert timer.state is JobState.STARTED and timer.function_call_id
+    await jobs.backdate(timer.job_id, 3601)
+    woke = await asyncio.to_thread(
+        subprocess.run, [*command, *spec], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert woke.returncode == 0, woke.stderr
+    assert json.loads(woke.stdout)["timers_woken"] == [timer.job_id]
+    events = await events_of(store)
+    assert wakes(events) == [timer.function_call_id] and texts(events).count(REMINDER) == 1

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -79,8 +80,10 @@ from durable_adk.adk.classify import (
     replay_blockers,
 )
 from durable_adk.adk.ending import Ending, EndKind, Outcome, after_cancel, record
+from durable_adk.adk.long_running import long_running_tools
 from durable_adk.adk.runpath import HasRunPath, RunPath
 from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.jobs import JobTable
 from durable_adk.ledger import Run, RunStatus
 from durable_adk.loops import periodically
 from durable_adk.metrics import Metrics
@@ -179,6 +182,9 @@ class Recovery:
         status: The run's status afterwards: RUNNING after a re-drive that a
             transient fault interrupted (the run is back for a later recovery).
         reason: Why (the classifier's reason, or the parking reason).
+        reattached: The jobs (timers included) of the open long-running calls
+            of a run recovered to PAUSED: its dead worker may have stored the
+            call and died before the job, which nothing would then answer.
     """
 
     run_id: str
@@ -186,6 +192,7 @@ class Recovery:
     action: str
     status: RunStatus
     reason: str
+    reattached: tuple[str, ...] = ()
 
 
 class Sweeper:
@@ -229,6 +236,9 @@ class Sweeper:
         self.one_off = one_off
         self._last_beat: float | None = None
         self._replay = _replay_plugin(path)
+        # The job-backed tools (durable sleep included) whose open calls a run
+        # recovered to PAUSED gets re-attached: none, and nothing is read.
+        self._job_tools = list(long_running_tools(path.app.root_agent).values())
 
     async def _beat(self) -> None:
         """Stamps this sweeper's beat in the store (:mod:`durable_adk.sweeps`).
@@ -368,6 +378,8 @@ class Sweeper:
                 },
             ) as span:
                 recovery = await self._recover(run)
+                if recovery.status is RunStatus.PAUSED and self._job_tools:
+                    recovery = dataclasses.replace(recovery, reattached=await self._reattach(run))
                 span.set_attribute("durable_adk.found", recovery.found.value)
                 span.set_attribute("durable_adk.action", recovery.action)
         except errors.Fenced as exc:
@@ -486,6 +498,32 @@ class Sweeper:
             else found.reason
         )
         return self._recovery_of(outcome, found, why)
+
+    async def _reattach(self, run: Run) -> tuple[str, ...]:
+        """Starts the jobs of the recovered run's open long-running calls that have none.
+
+        Only the run's own invocation's calls are looked at (an older call
+        of the session, a cancelled run's say, is not this recovery's to
+        restart); the user's answers of the whole session count.
+        Idempotent: a job that exists is found, attached and submitted as the
+        tool would have (nothing twice).
+        """
+        session = await self.runner.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        if session is None or not run.invocation_id:
+            return ()
+        mine = [
+            e for e in session.events if e.invocation_id == run.invocation_id or e.author == "user"
+        ]
+        jobs = JobTable(self.runner.store)
+        found: list[str] = []
+        for tool in self._job_tools:
+            started = await tool.reattach(
+                jobs, mine, app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+            found.extend(job.job_id for job in started)
+        return tuple(found)
 
     @staticmethod
     def _recovery_of(outcome: Outcome, found: Classification, why: str) -> Recovery:
