@@ -178,3 +178,33 @@ def test_a_run_whose_only_charge_was_refused_as_fenced_never_acted() -> None:
     found = verdict(requests=[refused, request("notify:ORD-1", 2, 6.0)])
     assert list(found) == ["unexpected endings"]
     assert "never acted: ['charge:ORD-1']" in found["unexpected endings"][0]
+
+
+def napping_log(wakes: int) -> list[EventRow]:
+    """The good log with a nap first: sleep call, its pending answer, ``wakes`` wake-ups."""
+    woke = {
+        "function_response": {"id": "z", "name": "durable_sleep", "response": {"status": "woke"}}
+    }
+    head = [
+        event(1, [{"text": "Please charge order ORD-1 and tell the customer. nap 2"}]),
+        event(2, [{"function_call": {"id": "z", "name": "durable_sleep"}}]),
+        event(3, [{"function_response": {"id": "z", "name": "durable_sleep"}}]),
+        *[dataclasses.replace(event(4 + i, [woke]), author="user") for i in range(wakes)],
+    ]
+    tail = [dataclasses.replace(e, seq=e.seq + len(head) - 1) for e in good_log()[1:]]
+    return head + tail
+
+
+def test_a_sleep_woken_once_is_no_violation_and_none_or_twice_is() -> None:
+    assert verdict(events=napping_log(1)) == {}  # every check, not only the sleeps
+    (never,) = verdict(events=napping_log(0))["sleeps not woken once"]
+    assert "woke 0 times" in never
+    (twice,) = verdict(events=napping_log(2))["sleeps not woken once"]
+    assert "woke 2 times" in twice
+
+
+def test_a_nap_asked_but_never_slept_is_a_violation() -> None:
+    log = good_log()
+    log[0] = event(1, [{"text": "Please charge order ORD-1 and tell the customer. nap 2"}])
+    (found,) = verdict(events=log)["sleeps not woken once"]
+    assert "1 nap(s) asked, 0 sleep call(s)" in found

@@ -7,8 +7,10 @@ log every request before handling it) and ``--workers`` worker processes
 serving :mod:`durable_adk.testing.chaos_app` (two journaled effects per run,
 every outside call tagged with worker, run and epoch). For ``--duration``
 seconds it submits ``--runs`` runs over HTTP to random workers (about a third
-of the sessions get a second run, queued behind the first) and injects faults
-at random, from a seeded generator whose choices are printed as they happen:
+of the sessions get a second run, queued behind the first; a share ``--naps``
+of the runs, each in a session of its own, first sleeps 1 to 4 s on a durable
+timer, so that faults meet timers being stored, due, woken and answered) and
+injects faults at random, from a seeded generator whose choices are printed as they happen:
 
 * ``kill``: SIGKILL a worker, then start it again;
 * ``stop``: SIGSTOP a worker for 1.5 to 3 leases, then SIGCONT;
@@ -91,6 +93,8 @@ class SoakConfig:
         faults: Which faults to inject.
         fault_gap: Seconds between faults, drawn between these bounds.
         settle: Seconds to wait, after the faults, for every run to end.
+        naps: The share of runs that first sleep on a durable timer (0 to 1).
+        nap_seconds: How long a napping run sleeps, drawn between these bounds.
         max_attempts: The workers' recovery claims before a run is parked.
             Each fault that meets a run costs it one (by design); with a
             fault every few seconds and leases of seconds a run can meet
@@ -111,6 +115,8 @@ class SoakConfig:
     faults: tuple[str, ...] = FAULTS
     fault_gap: tuple[float, float] = (2.0, 6.0)
     settle: float = 90.0
+    naps: float = 0.25
+    nap_seconds: tuple[float, float] = (1.0, 4.0)
     max_attempts: int = 10
     folder: Path | None = None
     keep: bool = False
@@ -287,20 +293,26 @@ class Soak:
 
     def submit_all(self, until: float) -> None:
         """Submits every run, spread over the time until ``until`` (monotonic)."""
-        rng = random.Random(f"{self.config.seed}-submit")
-        runs = self.config.runs
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}-submit")
+        naps = random.Random(f"{cfg.seed}-naps")  # its own stream: the rest stays as it was
+        runs = cfg.runs
         sessions = max(1, round(runs * 0.7))
         start = time.monotonic()
         for index in range(runs):
             due = start + (until - start) * index / runs
             time.sleep(max(0.0, due - time.monotonic()))
-            order = f"ORD-{self.config.seed}-{index:04d}"
+            order = f"ORD-{cfg.seed}-{index:04d}"
+            message = f"Please charge order {order} and tell the customer."
             session = f"s{index % sessions:04d}"
-            self._submit(rng, session, order)
+            if naps.random() < cfg.naps:
+                seconds = round(naps.uniform(*cfg.nap_seconds), 1)
+                message, session = f"{message} nap {seconds:g}", f"nap{index:04d}"
+            self._submit(rng, session, order, message)
 
-    def _submit(self, rng: random.Random, session: str, order: str) -> None:
+    def _submit(self, rng: random.Random, session: str, order: str, message: str) -> None:
         deadline = time.monotonic() + 60
-        body = {"message": f"Please charge order {order} and tell the customer."}
+        body = {"message": message}
         while time.monotonic() < deadline:
             with self._lock:
                 ready = [w for w in self.workers if w.alive() and not w.frozen and w.url]
@@ -442,7 +454,9 @@ class Soak:
         while time.monotonic() < deadline:
             counts = self._status_counts()
             if counts is not None and sum(counts.values()) >= len(set(self.accepted)):
-                open_runs = sum(n for s, n in counts.items() if s not in TERMINAL)
+                # A sleeping run is PAUSED until its wake-up is answered: the chaos
+                # app pauses for nothing else, so settled means none left.
+                open_runs = sum(n for s, n in counts.items() if s not in TERMINAL or s == "PAUSED")
                 if open_runs == 0:
                     self.note(f"settled: {counts}")
                     return
@@ -503,7 +517,7 @@ class Soak:
         self.say(
             f"chaos soak: seed {cfg.seed}, {cfg.workers} workers, {cfg.runs} runs, "
             f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
-            f"max attempts {cfg.max_attempts}"
+            f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first"
         )
         try:
             self.setup()
@@ -591,6 +605,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("submits with no answer", soak.unanswered_submits),
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
+        ("durable sleeps (timers)", verdict.sleeps),
         ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]
@@ -628,6 +643,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--faults", default=",".join(FAULTS), help="comma-separated: " + ",".join(FAULTS)
     )
     parser.add_argument("--settle", type=float, default=defaults.settle)
+    parser.add_argument(
+        "--naps", type=float, default=defaults.naps, help="share of runs that sleep first (0-1)"
+    )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
     parser.add_argument("--folder", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the folder with every log")
@@ -643,10 +661,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(args_list)
     faults = tuple(f for f in args.faults.split(",") if f)
     unknown = set(faults) - set(FAULTS)
-    if unknown or args.workers < 2 or args.runs < 1 or args.duration <= 0 or args.max_attempts < 1:
+    if (
+        unknown
+        or args.workers < 2
+        or args.runs < 1
+        or args.duration <= 0
+        or args.max_attempts < 1
+        or not 0 <= args.naps <= 1
+    ):
         print(
             f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0, "
-            "max-attempts >= 1"
+            "max-attempts >= 1, naps between 0 and 1"
         )
         return 2
     config = SoakConfig(
@@ -658,6 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tool_seconds=args.tool_seconds,
         faults=faults,
         settle=args.settle,
+        naps=args.naps,
         max_attempts=args.max_attempts,
         folder=args.folder,
         keep=args.keep,

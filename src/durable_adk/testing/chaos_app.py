@@ -10,6 +10,12 @@ turn of any session, takes the first step whose answer the turn lacks:
    service, journaled under ``notify:<order>`` with a lookup by key;
 3. says ``Order <order> charged and confirmed.``
 
+A message that also says ``nap <seconds>`` first puts the run to sleep:
+the model calls ``durable_sleep(seconds=...)`` (a durable timer, no worker
+holding the run, which ends ``PAUSED`` after the model says
+``Order <order> waits <seconds> s.``), and once any worker's waker has
+answered the call with the wake-up, the turn goes on with step 1.
+
 Every request a tool sends (the effect and the journal's lookup) carries who
 sends it: ``X-Caller-Worker`` (the worker process), ``X-Caller-Run`` and
 ``X-Caller-Epoch`` (the run and the fencing epoch its drive holds, read from
@@ -60,6 +66,7 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
 from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.adk.sleep import SLEEP_TOOL_NAME, sleep_tool
 from durable_adk.adk.tools import journaled
 from durable_adk.fence import FENCE_REFUSED_STATUS, fence_headers
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Step, Turn
@@ -79,6 +86,7 @@ CALLER_EPOCH = "X-Caller-Epoch"
 CHARGES = "charges"
 NOTIFICATIONS = "notifications"
 ORDER_RE = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
+NAP_RE = re.compile(r"\bnap (\d{1,4}(?:\.\d{1,3})?)\b")
 
 # Who calls out: set for each tool call by the agent's before-tool callback, in
 # the tool's own task, so the journal's lookup (which gets only the key) sends
@@ -237,6 +245,20 @@ def order_of(request: LlmRequest) -> str:
     return "ORD-unknown"
 
 
+def nap_of(request: LlmRequest) -> float | None:
+    """The seconds the last user message naming an order asks the run to sleep first, if any."""
+    for content in _this_turn(request)[:1]:
+        for part in content.parts or ():
+            if part.text and (found := NAP_RE.search(part.text)):
+                return float(found.group(1))
+    return None
+
+
+def nap_text(order_id: str, seconds: float) -> str:
+    """What the agent says when its run goes to sleep."""
+    return f"Order {order_id} waits {seconds:g} s."
+
+
 def final_text(order_id: str) -> str:
     """What the agent says once both effects are done."""
     return f"Order {order_id} charged and confirmed."
@@ -247,13 +269,21 @@ def _next_step(request: LlmRequest) -> Turn:
     # model turns the session has: a turn that recovery re-drove may hold a
     # call more or less than a quiet one, and the next turn must still start
     # with the charge.
-    answered = {
-        part.function_response.name
-        for content in _this_turn(request)
-        for part in content.parts or ()
-        if part.function_response is not None
-    }
+    turn = [part for content in _this_turn(request) for part in content.parts or ()]
+    answered = {part.function_response.name for part in turn if part.function_response is not None}
     order = order_of(request)
+    nap = nap_of(request)
+    if nap is not None and not any(
+        part.function_response is not None
+        and part.function_response.name == SLEEP_TOOL_NAME
+        and (part.function_response.response or {}).get("status") == "woke"
+        for part in turn
+    ):
+        called = any(
+            part.function_call is not None and part.function_call.name == SLEEP_TOOL_NAME
+            for part in turn
+        )
+        return Say(nap_text(order, nap)) if called else Call(SLEEP_TOOL_NAME, {"seconds": nap})
     if "charge" not in answered:
         return Call("charge", {"order_id": order})
     if "notify" not in answered:
@@ -285,6 +315,6 @@ def app() -> LlmAgent:
         name=APP_NAME,
         model=ScriptedModel({APP_NAME: _EveryTurn()}),
         instruction="Charge the order, then tell the customer.",
-        tools=[charge, notify],
+        tools=[charge, notify, sleep_tool()],
         before_tool_callback=_tag_call,
     )

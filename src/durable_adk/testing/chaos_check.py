@@ -42,7 +42,11 @@ The checks, each a count of violations with the evidence kept:
   epoch of that run;
 * **order violations**: a session whose sequence numbers have a gap, whose
   runs' events interleave or come out of submission order, or where a function
-  response comes before its call.
+  response comes before its call;
+* **sleeps not woken once**: a durable sleep call (``durable_sleep``) that
+  was not answered by exactly one wake-up (none: the timer was lost or never
+  fired; two: it fired twice), or a message asking for a nap whose run never
+  went to sleep.
 
 Clocks: the services stamp ``received_at`` with their wall clock, the observer
 with the database's; in the soak both are the same machine's clock.
@@ -58,6 +62,7 @@ from typing import Any
 
 TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
 EFFECT_PREFIXES = ("charge:", "notify:")
+SLEEP_TOOL = "durable_sleep"
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,7 @@ VIOLATIONS = (
     "calls after takeover",
     "double drives",
     "order violations",
+    "sleeps not woken once",
 )
 
 
@@ -196,6 +202,8 @@ class Verdict:
     terminal: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     acts: int = 0
+    sleeps: int = 0
+    """Durable sleep calls in the sessions (each must wake once)."""
     findings: dict[str, list[str]] = field(
         default_factory=lambda: {name: [] for name in VIOLATIONS}
     )
@@ -321,6 +329,38 @@ def order_violations(events: Sequence[EventRow], runs: Sequence[RunRow]) -> list
     return found
 
 
+def unwoken_sleeps(events: Sequence[EventRow]) -> list[str]:
+    """Sleep calls not woken exactly once, and nap messages whose turn never slept."""
+    found = []
+    sessions: dict[tuple[str, str], list[EventRow]] = defaultdict(list)
+    for event in events:
+        sessions[(event.user_id, event.session_id)].append(event)
+    for (_, session_id), log in sorted(sessions.items()):
+        calls: list[str] = []
+        woke: dict[str, int] = defaultdict(int)
+        naps = 0
+        for event in sorted(log, key=lambda e: e.seq):
+            for part in event.parts():
+                call = part.get("function_call") or {}
+                answer = part.get("function_response") or {}
+                if event.author == "user" and " nap " in f" {part.get('text') or ''} ":
+                    naps += 1
+                if call.get("name") == SLEEP_TOOL:
+                    calls.append(str(call.get("id")))
+                if (
+                    event.author == "user"
+                    and answer.get("name") == SLEEP_TOOL
+                    and (answer.get("response") or {}).get("status") == "woke"
+                ):
+                    woke[str(answer.get("id"))] += 1
+        for call_id in calls:
+            if woke[call_id] != 1:
+                found.append(f"session {session_id}: sleep {call_id} woke {woke[call_id]} times")
+        if naps > len(calls):
+            found.append(f"session {session_id}: {naps} nap(s) asked, {len(calls)} sleep call(s)")
+    return found
+
+
 def order_of_run(run: RunRow, events: Iterable[EventRow]) -> str | None:
     """The order a run was about: the ``ORD-...`` of its first user event."""
     for event in events:
@@ -414,6 +454,12 @@ def judge(
         verdict.by_status[run.status] = verdict.by_status.get(run.status, 0) + 1
     verdict.terminal = sum(1 for run in runs if run.status in TERMINAL)
     verdict.acts = sum(1 for r in requests if r.acted)
+    verdict.sleeps = sum(
+        1
+        for event in events
+        for part in event.parts()
+        if (part.get("function_call") or {}).get("name") == SLEEP_TOOL
+    )
     verdict.fenced = fenced_refusals(requests, claims)
     verdict.findings["lost"] = lost_runs(runs, accepted)
     verdict.findings["unexpected endings"] = unexpected_endings(runs, events, requests)
@@ -421,6 +467,7 @@ def judge(
     verdict.findings["calls after takeover"] = calls_after_takeover(requests, claims)
     verdict.findings["double drives"] = double_drives(requests, events)
     verdict.findings["order violations"] = order_violations(events, runs)
+    verdict.findings["sleeps not woken once"] = unwoken_sleeps(events)
     return verdict
 
 
