@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from durable_adk.testing.chaos_check import Claim, EventRow, Request, RunRow, judge
+from durable_adk.testing.chaos_check import Claim, EventRow, Request, RunRow, TickRow, judge
 
 RUN = "run-1"
 
@@ -208,3 +208,40 @@ def test_a_nap_asked_but_never_slept_is_a_violation() -> None:
     log[0] = event(1, [{"text": "Please charge order ORD-1 and tell the customer. nap 2"}])
     (found,) = verdict(events=log)["sleeps not woken once"]
     assert "1 nap(s) asked, 0 sleep call(s)" in found
+
+
+def tick(at: float, *, state: str = "SUBMITTED", run: str | None = None) -> TickRow:
+    key = f"at:{at:.0f}"
+    return TickRow("tick", key, at, "tick", run or f"run-{at:.0f}", f"tick@{key}", state)
+
+
+def tick_runs(*ticks: TickRow) -> list[RunRow]:
+    return [
+        dataclasses.replace(run_row(run=t.run_id, invocation=t.run_id), session_id=t.session_id)
+        for t in ticks
+    ]
+
+
+def tick_findings(ticks: list[TickRow], runs: list[RunRow]) -> list[str]:
+    return judge(
+        runs=runs, accepted=[], claims=[], events=[], requests=[], ticks=ticks, tick_every=5.0
+    ).findings["ticks not fired once"]
+
+
+def test_ticks_each_with_their_one_run_and_no_gap_are_no_violation() -> None:
+    ticks = [tick(100.0), tick(105.0), tick(110.0)]
+    assert tick_findings(ticks, tick_runs(*ticks)) == []
+
+
+def test_a_lost_tick_a_pending_one_a_missing_run_and_a_second_run_are_found() -> None:
+    ticks = [tick(100.0), tick(110.0), tick(115.0, state="PENDING"), tick(120.0)]
+    runs = tick_runs(*ticks[:3])  # the last tick's run is not on the ledger
+    runs.append(
+        dataclasses.replace(runs[0], run_id="run-extra")
+    )  # a second run in a tick's session
+    found = tick_findings(ticks, runs)
+    assert len(found) == 4, found
+    assert any("10.000s between the ticks at 100.000 and 110.000" in line for line in found)
+    assert any("left PENDING" in line for line in found)
+    assert any("not on the ledger" in line for line in found)
+    assert any("also holds runs ['run-extra']" in line for line in found)

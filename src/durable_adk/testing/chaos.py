@@ -9,8 +9,10 @@ every outside call tagged with worker, run and epoch). For ``--duration``
 seconds it submits ``--runs`` runs over HTTP to random workers (about a third
 of the sessions get a second run, queued behind the first; a share ``--naps``
 of the runs, each in a session of its own, first sleeps 1 to 4 s on a durable
-timer, so that faults meet timers being stored, due, woken and answered) and
-injects faults at random, from a seeded generator whose choices are printed as they happen:
+timer, so that faults meet timers being stored, due, woken and answered;
+with ``--tick-every`` above 0 the app's ``tick`` schedule starts a run every
+that many seconds on whichever worker claims it) and injects faults at
+random, from a seeded generator whose choices are printed as they happen:
 
 * ``kill``: SIGKILL a worker, then start it again;
 * ``stop``: SIGSTOP a worker for 1.5 to 3 leases, then SIGCONT;
@@ -21,7 +23,8 @@ injects faults at random, from a seeded generator whose choices are printed as t
   ``ip netns`` it is skipped with a notice.
 
 Then every worker is resumed and healed, and the soak waits up to
-``--settle`` seconds for every run to end; it stops the workers, reads the
+``--settle`` seconds for every run to end, pauses the schedule through a
+worker's HTTP API, and waits again for the runs of the last ticks; it stops the workers, reads the
 ledger, an observer table that logged every claim with the database clock
 (installed into the soak's own database only), the session logs and the
 services' request logs, and prints the verdict of
@@ -63,6 +66,7 @@ from durable_adk.testing.chaos_check import (
     Claim,
     Request,
     RunRow,
+    TickRow,
     Verdict,
     event_row,
     judge,
@@ -95,6 +99,7 @@ class SoakConfig:
         settle: Seconds to wait, after the faults, for every run to end.
         naps: The share of runs that first sleep on a durable timer (0 to 1).
         nap_seconds: How long a napping run sleeps, drawn between these bounds.
+        tick_every: The ``tick`` schedule's interval, seconds (0: no schedule).
         max_attempts: The workers' recovery claims before a run is parked.
             Each fault that meets a run costs it one (by design); with a
             fault every few seconds and leases of seconds a run can meet
@@ -117,6 +122,7 @@ class SoakConfig:
     settle: float = 90.0
     naps: float = 0.25
     nap_seconds: tuple[float, float] = (1.0, 4.0)
+    tick_every: float = 5.0
     max_attempts: int = 10
     folder: Path | None = None
     keep: bool = False
@@ -162,11 +168,13 @@ def worker_env(
     tool_seconds: float,
     marker_dir: Path | None = None,
     gate: bool = False,
+    tick_every: float = 0.0,
 ) -> dict[str, str]:
     """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
 
     ``gate`` (with ``marker_dir``) makes each tool wait for ``<marker>.go``
-    before it calls out (see :mod:`durable_adk.testing.chaos_app`).
+    before it calls out (see :mod:`durable_adk.testing.chaos_app`);
+    ``tick_every`` above 0 declares the app's ``tick`` schedule.
     """
     env = {
         **os.environ,
@@ -174,6 +182,9 @@ def worker_env(
         chaos_app.TOOL_SECONDS_ENV: str(tool_seconds),
         **{SERVICES[name]: url for name, url in urls.items()},
     }
+    env.pop(chaos_app.TICK_EVERY_ENV, None)
+    if tick_every > 0:
+        env[chaos_app.TICK_EVERY_ENV] = str(tick_every)
     if marker_dir is not None:
         env[chaos_app.MARKER_DIR_ENV] = str(marker_dir)
         if gate:
@@ -282,7 +293,7 @@ class Soak:
         if inside and self.namespace:
             command = self.namespace.prefix() + command
         urls = {name: service.url for name, service in self.services.items()}
-        env = worker_env(worker_id, urls, tool_seconds=cfg.tool_seconds)
+        env = worker_env(worker_id, urls, tool_seconds=cfg.tool_seconds, tick_every=cfg.tick_every)
         log = self.folder / f"{worker_id}.log"
         return WorkerProc(name, start_logged(command, env, log), log, incarnation=incarnation)
 
@@ -463,6 +474,27 @@ class Soak:
             time.sleep(1.0)
         self.note(f"settle time over: {self._status_counts()}")
 
+    def pause_ticks(self) -> None:
+        """Pauses the ``tick`` schedule through a worker's HTTP API (no tick fires after it)."""
+        if self.config.tick_every <= 0:
+            return
+        body = {"by": "chaos-soak", "reason": "the soak ends"}
+        path = f"/v1/schedules/{chaos_app.TICK_SCHEDULE}/pause"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with self._lock:
+                urls = [w.url for w in self.workers if w.alive() and not self._inside(w)]
+            for url in urls:
+                try:
+                    answer = httpx.post(url + path, json=body, headers=AUTH, timeout=10)
+                except httpx.HTTPError:
+                    continue
+                if answer.status_code == 200:
+                    self.note(f"schedule {chaos_app.TICK_SCHEDULE} paused")
+                    return
+            time.sleep(0.5)
+        self.note(f"could not pause schedule {chaos_app.TICK_SCHEDULE} within 60 s")
+
     def _status_counts(self) -> dict[str, int] | None:
         with self._lock:
             urls = [w.url for w in self.workers if w.alive() and not self._inside(w)]
@@ -517,7 +549,8 @@ class Soak:
         self.say(
             f"chaos soak: seed {cfg.seed}, {cfg.workers} workers, {cfg.runs} runs, "
             f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
-            f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first"
+            f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first, "
+            f"a tick every {cfg.tick_every:g}s"
         )
         try:
             self.setup()
@@ -527,11 +560,13 @@ class Soak:
             self.submit_all(until - cfg.duration * 0.25)
             faults.join()
             self.settle()
+            self.pause_ticks()
+            self.settle()  # the runs of the ticks fired before the pause
             self.stop_workers()
             records = self.read_records()
         finally:
             self.teardown()
-        return judge(accepted=self.accepted, **records)
+        return judge(accepted=self.accepted, tick_every=cfg.tick_every or None, **records)
 
 
 async def _install_observer(db: str) -> None:
@@ -550,7 +585,11 @@ async def read_store(db: str, app_name: str = chaos_app.APP_NAME) -> dict[str, A
         runs = await store.fetch("chaos_runs", {"app_name": app_name})
         claims = await store.fetch("chaos_claims")
         events = await store.fetch("chaos_events", {"app_name": app_name})
+        ticks = await store.fetch("chaos_ticks", {"app_name": app_name})
     return {
+        "ticks": [
+            TickRow(**{f.name: t[f.name] for f in dataclasses.fields(TickRow)}) for t in ticks
+        ],
         "runs": [RunRow(**{f.name: r[f.name] for f in dataclasses.fields(RunRow)}) for r in runs],
         "claims": [
             Claim(str(c["run_id"]), int(c["epoch"]), c["owner"], str(c["status"]), float(c["at"]))
@@ -606,6 +645,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
         ("durable sleeps (timers)", verdict.sleeps),
+        ("schedule ticks", verdict.ticks),
         ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]
@@ -646,6 +686,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--naps", type=float, default=defaults.naps, help="share of runs that sleep first (0-1)"
     )
+    parser.add_argument(
+        "--tick-every", type=float, default=defaults.tick_every, help="s between ticks (0: none)"
+    )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
     parser.add_argument("--folder", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the folder with every log")
@@ -668,10 +711,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         or args.duration <= 0
         or args.max_attempts < 1
         or not 0 <= args.naps <= 1
+        or not (args.tick_every == 0 or args.tick_every >= 1)
     ):
         print(
             f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0, "
-            "max-attempts >= 1, naps between 0 and 1"
+            "max-attempts >= 1, naps between 0 and 1, tick-every 0 or >= 1"
         )
         return 2
     config = SoakConfig(
@@ -684,6 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults=faults,
         settle=args.settle,
         naps=args.naps,
+        tick_every=args.tick_every,
         max_attempts=args.max_attempts,
         folder=args.folder,
         keep=args.keep,

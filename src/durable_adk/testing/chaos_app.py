@@ -16,6 +16,14 @@ holding the run, which ends ``PAUSED`` after the model says
 ``Order <order> waits <seconds> s.``), and once any worker's waker has
 answered the call with the wake-up, the turn goes on with step 1.
 
+With ``DURABLE_ADK_CHAOS_TICK_EVERY`` set (seconds), the app also declares a
+schedule, ``tick`` (:func:`durable_adk_schedules`): every that many seconds
+each tick starts one run, in a session of its own, with the message for order
+``ORD-tick`` (overlap ``allow``, catch-up ``all``, a second of jitter). Its
+effects are journaled under the same keys every tick, so only the first tick
+acts; the soak checks that each tick started exactly one run and that no tick
+was left out.
+
 Every request a tool sends (the effect and the journal's lookup) carries who
 sends it: ``X-Caller-Worker`` (the worker process), ``X-Caller-Run`` and
 ``X-Caller-Epoch`` (the run and the fencing epoch its drive holds, read from
@@ -37,6 +45,7 @@ Environment (set by the soak for each worker it starts):
 * ``DURABLE_ADK_CHAOS_WORKER``: the worker's name, sent as ``X-Caller-Worker``;
 * ``DURABLE_ADK_CHAOS_TOOL_SECONDS``: how long each tool works before its
   outside call (default 0.2), so that faults land inside tools;
+* ``DURABLE_ADK_CHAOS_TICK_EVERY``: if set, the ``tick`` schedule's interval;
 * ``DURABLE_ADK_CHAOS_MARKER_DIR``: if set, each tool announces itself there
   (a file ``<run>.<epoch>.<tool>``) as it starts its work, so a test can freeze
   a worker exactly while one of its tools is mid-way;
@@ -56,6 +65,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, overload
 
@@ -69,6 +79,7 @@ from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.adk.sleep import SLEEP_TOOL_NAME, sleep_tool
 from durable_adk.adk.tools import journaled
 from durable_adk.fence import FENCE_REFUSED_STATUS, fence_headers
+from durable_adk.schedules import Schedule
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Step, Turn
 
 APP_NAME = "chaos"
@@ -78,6 +89,9 @@ WORKER_ENV = "DURABLE_ADK_CHAOS_WORKER"
 TOOL_SECONDS_ENV = "DURABLE_ADK_CHAOS_TOOL_SECONDS"
 MARKER_DIR_ENV = "DURABLE_ADK_CHAOS_MARKER_DIR"
 GATE_ENV = "DURABLE_ADK_CHAOS_GATE"
+TICK_EVERY_ENV = "DURABLE_ADK_CHAOS_TICK_EVERY"
+TICK_SCHEDULE = "tick"
+TICK_ORDER = "ORD-tick"
 
 CALLER_WORKER = "X-Caller-Worker"
 CALLER_RUN = "X-Caller-Run"
@@ -318,3 +332,22 @@ def app() -> LlmAgent:
         tools=[charge, notify, sleep_tool()],
         before_tool_callback=_tag_call,
     )
+
+
+def durable_adk_schedules() -> list[Schedule]:
+    """The ``tick`` schedule when ``DURABLE_ADK_CHAOS_TICK_EVERY`` is set; none otherwise."""
+    every = os.environ.get(TICK_EVERY_ENV)
+    if not every:
+        return []
+    return [
+        Schedule(
+            name=TICK_SCHEDULE,
+            message=f"Please charge order {TICK_ORDER} and tell the customer.",
+            user_id="chaos",
+            every=timedelta(seconds=float(every)),
+            overlap="allow",
+            catch_up="all",
+            catch_up_limit=1000,
+            jitter=timedelta(seconds=1),
+        )
+    ]

@@ -46,7 +46,11 @@ The checks, each a count of violations with the evidence kept:
 * **sleeps not woken once**: a durable sleep call (``durable_sleep``) that
   was not answered by exactly one wake-up (none: the timer was lost or never
   fired; two: it fired twice), or a message asking for a nap whose run never
-  went to sleep.
+  went to sleep;
+* **ticks not fired once**: a schedule tick (:class:`TickRow`) whose run is
+  not on the ledger, that is left PENDING or was SKIPPED (the soak's schedule
+  allows overlap), a session of a tick with a run other than the tick's, or a
+  gap in the ticks' times (a tick lost between two that fired).
 
 Clocks: the services stamp ``received_at`` with their wall clock, the observer
 with the database's; in the soak both are the same machine's clock.
@@ -54,6 +58,7 @@ with the database's; in the soak both are the same machine's clock.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -160,6 +165,19 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class TickRow:
+    """A schedule tick as the ``schedule_ticks`` table holds it at the end of the soak."""
+
+    schedule_name: str
+    tick_key: str
+    tick_at: float
+    kind: str
+    run_id: str
+    session_id: str
+    state: str
+
+
+@dataclass(frozen=True)
 class EventRow:
     """One stored event of a session (``data`` is the ADK event as JSON)."""
 
@@ -190,6 +208,7 @@ VIOLATIONS = (
     "double drives",
     "order violations",
     "sleeps not woken once",
+    "ticks not fired once",
 )
 
 
@@ -204,6 +223,8 @@ class Verdict:
     acts: int = 0
     sleeps: int = 0
     """Durable sleep calls in the sessions (each must wake once)."""
+    ticks: int = 0
+    """Schedule ticks recorded (each must start one run)."""
     findings: dict[str, list[str]] = field(
         default_factory=lambda: {name: [] for name in VIOLATIONS}
     )
@@ -361,6 +382,40 @@ def unwoken_sleeps(events: Sequence[EventRow]) -> list[str]:
     return found
 
 
+def ticks_not_fired_once(
+    ticks: Sequence[TickRow], runs: Sequence[RunRow], every: float | None
+) -> list[str]:
+    """Ticks without exactly their one run, and gaps between the ticks' times."""
+    found = []
+    by_id = {run.run_id: run for run in runs}
+    runs_of_session: dict[str, list[str]] = defaultdict(list)
+    for run in runs:
+        runs_of_session[run.session_id].append(run.run_id)
+    for tick in ticks:
+        name = f"tick {tick.schedule_name} {tick.tick_key}"
+        if tick.state != "SUBMITTED":
+            found.append(f"{name} left {tick.state}")
+        elif tick.run_id not in by_id:
+            found.append(f"{name}: its run {tick.run_id} is not on the ledger")
+        others = [r for r in runs_of_session.get(tick.session_id, []) if r != tick.run_id]
+        if others:
+            found.append(f"{name}: its session {tick.session_id} also holds runs {others[:3]}")
+    if every:
+        by_schedule: dict[str, list[float]] = defaultdict(list)
+        for tick in ticks:
+            if tick.kind == "tick":
+                by_schedule[tick.schedule_name].append(tick.tick_at)
+        for name, times in sorted(by_schedule.items()):
+            ordered = sorted(times)
+            for before, after in itertools.pairwise(ordered):
+                if abs((after - before) - every) > 1e-3:
+                    found.append(
+                        f"schedule {name}: {after - before:.3f}s between the ticks at "
+                        f"{before:.3f} and {after:.3f} (every {every:g}s): ticks lost or doubled"
+                    )
+    return found
+
+
 def order_of_run(run: RunRow, events: Iterable[EventRow]) -> str | None:
     """The order a run was about: the ``ORD-...`` of its first user event."""
     for event in events:
@@ -447,8 +502,10 @@ def judge(
     claims: Sequence[Claim],
     events: Sequence[EventRow],
     requests: Sequence[Request],
+    ticks: Sequence[TickRow] = (),
+    tick_every: float | None = None,
 ) -> Verdict:
-    """Every check over the soak's records."""
+    """Every check over the soak's records (``tick_every``: the schedule's interval, if any)."""
     verdict = Verdict(runs=len(runs), accepted=len(set(accepted)))
     for run in runs:
         verdict.by_status[run.status] = verdict.by_status.get(run.status, 0) + 1
@@ -468,6 +525,8 @@ def judge(
     verdict.findings["double drives"] = double_drives(requests, events)
     verdict.findings["order violations"] = order_violations(events, runs)
     verdict.findings["sleeps not woken once"] = unwoken_sleeps(events)
+    verdict.ticks = len(ticks)
+    verdict.findings["ticks not fired once"] = ticks_not_fired_once(ticks, runs, tick_every)
     return verdict
 
 

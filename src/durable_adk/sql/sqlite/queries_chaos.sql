@@ -14,3 +14,7 @@ SELECT s.user_id, s.session_id, e.seq, e.invocation_id, e.author, e.data
 FROM events e JOIN sessions s ON s.pk = e.session_pk
 WHERE s.app_name = :app_name
 ORDER BY s.pk, e.seq;
+
+-- name: chaos_ticks
+SELECT schedule_name, tick_key, tick_at, kind, run_id, session_id, state
+FROM schedule_ticks WHERE app_name = :app_name ORDER BY tick_at, pk;
