@@ -245,3 +245,19 @@ def test_a_lost_tick_a_pending_one_a_missing_run_and_a_second_run_are_found() ->
     assert any("left PENDING" in line for line in found)
     assert any("not on the ledger" in line for line in found)
     assert any("also holds runs ['run-extra']" in line for line in found)
+
+
+def test_a_drive_by_an_older_version_is_found_a_queued_answer_from_it_is_not() -> None:
+    runs = [dataclasses.replace(run_row(), app_version="1.1")]
+    versions = {"w1": "1.0", "w2": "1.1"}
+    queued_by_old = [Claim(RUN, 0, "w1", "QUEUED", 1.0), Claim(RUN, 1, "w2", "RUNNING", 2.0)]
+    driven_by_old = [*queued_by_old, Claim(RUN, 2, "w1", "RUNNING", 5.0)]
+
+    def found(claims: list[Claim]) -> list[str]:
+        return judge(
+            runs=runs, accepted=[RUN], claims=claims, events=[], requests=[], versions=versions
+        ).findings["claims by an older version"]
+
+    assert found(queued_by_old) == []
+    (line,) = found(driven_by_old)
+    assert "worker w1 (1.0) claimed run run-1 of 1.1 (epoch 2" in line

@@ -2,8 +2,9 @@
 
 The same soak as ``make chaos`` (see :mod:`durable_adk.testing.chaos`), bounded:
 three ``durable-adk serve`` workers on a private PostgreSQL, a minute of runs
-and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts and, as root,
-network partitions: the soak skips them with a notice otherwise), with a
+and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts, a rolling
+deploy step to a new app version and, as root, network partitions: the soak
+skips them with a notice otherwise), with a
 quarter of the runs sleeping first on a durable timer and a schedule ticking
 every 5 s, then the verdict. The seed is fixed so a failure can be replayed;
 its output is printed when it fails.
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 SEED = 20261201
 ARGS = [
     "--duration", "60", "--workers", "3", "--runs", "60", "--tool-seconds", "1.5",
-    "--faults", "kill,stop,pg,partition",
+    "--faults", "kill,stop,pg,partition,deploy",
 ]  # fmt: skip
 
 
@@ -46,6 +47,8 @@ def test_the_short_chaos_soak_finds_no_violation() -> None:
     assert soak.returncode == 0, output
     assert "PASS: every violation count is 0" in output
     # Time was part of it: runs slept and ticks fired (each checked by its own row).
-    for row in ("durable sleeps", "schedule ticks"):
-        (line,) = [line for line in output.splitlines() if line.startswith(row)]
-        assert int(line.split()[-1]) > 0, output
+    rows = {line[:34].strip(): line[34:] for line in output.splitlines() if len(line) > 34}
+    for row in ("durable sleeps (timers)", "schedule ticks"):
+        assert int(rows[row].split()[0]) > 0, output
+    # So was a deploy (this seed's third fault): runs were recorded under two versions.
+    assert "1.0:" in rows["app versions (runs)"] and "1.1:" in rows["app versions (runs)"], output

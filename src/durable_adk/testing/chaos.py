@@ -16,6 +16,13 @@ random, from a seeded generator whose choices are printed as they happen:
 
 * ``kill``: SIGKILL a worker, then start it again;
 * ``stop``: SIGSTOP a worker for 1.5 to 3 leases, then SIGCONT;
+* ``deploy``: a rolling deploy step: the worker on the oldest app version is
+  stopped with SIGTERM (it drains) and started on the newest version, which
+  declares every earlier one compatible (``--app-version 1.<k>
+  --compatible-version 1.0 ...``); once every worker runs the newest, the
+  next deploy starts version ``1.<k+1>``. Old and new workers share the
+  work meanwhile, and the verdict checks that no worker claimed a run of a
+  newer version than its own;
 * ``pg``: stop PostgreSQL (``fast`` or ``immediate``) for up to 3 s, then start it;
 * ``partition`` (root only): cut the last worker, which runs in a network
   namespace of its own (:mod:`durable_adk.testing.chaos_net`), off from
@@ -78,7 +85,7 @@ from durable_adk.testing.services import FakeService
 TOKEN = "chaos-soak-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 APP_SPEC = "durable_adk.testing.chaos_app:app"
-FAULTS = ("kill", "stop", "pg", "partition")
+FAULTS = ("kill", "stop", "pg", "partition", "deploy")
 SERVICES = {"payments": chaos_app.PAYMENTS_ENV, "notifications": chaos_app.NOTIFY_ENV}
 
 
@@ -138,6 +145,8 @@ class WorkerProc:
     url: str = ""
     incarnation: int = 1
     frozen: bool = False
+    version: int = 0
+    """Its app version is ``1.<version>``."""
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -151,14 +160,29 @@ def serve_command(
     sweep_interval: float,
     port: int = 0,
     max_attempts: int = 3,
+    version: int | None = None,
 ) -> list[str]:
-    """The ``durable-adk serve`` command line of one chaos worker."""
+    """The ``durable-adk serve`` command line of one chaos worker.
+
+    With ``version`` k, the worker serves app version ``1.k`` and continues
+    the runs of every earlier one (``1.0`` to ``1.<k-1>``).
+    """
+    versioned: list[str] = []
+    if version is not None:
+        versioned = ["--app-version", version_name(version)]
+        for earlier in range(version):
+            versioned += ["--compatible-version", version_name(earlier)]
     return [
         sys.executable, "-m", "durable_adk.cli", "serve", APP_SPEC,
         "--db", db, "--port", str(port), "--token", TOKEN, "--worker-id", worker_id,
         "--lease", str(lease), "--sweep-interval", str(sweep_interval), "--drain-seconds", "1",
-        "--max-attempts", str(max_attempts),
+        "--max-attempts", str(max_attempts), *versioned,
     ]  # fmt: skip
+
+
+def version_name(version: int) -> str:
+    """The app version string of a chaos worker's version number."""
+    return f"1.{version}"
 
 
 def worker_env(
@@ -183,6 +207,7 @@ def worker_env(
         **{SERVICES[name]: url for name, url in urls.items()},
     }
     env.pop(chaos_app.TICK_EVERY_ENV, None)
+    env.pop("DURABLE_ADK_APP_VERSION", None)  # versions come from the command line only
     if tick_every > 0:
         env[chaos_app.TICK_EVERY_ENV] = str(tick_every)
     if marker_dir is not None:
@@ -235,6 +260,9 @@ class Soak:
     unanswered_submits: int = 0
     fault_log: list[str] = field(default_factory=list)
     fault_counts: Counter[str] = field(default_factory=Counter)
+    versions: dict[str, int] = field(default_factory=dict)
+    """The app version number of every worker id launched (``w1.2``: 0)."""
+    newest: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _restarts: list[threading.Thread] = field(default_factory=list)
     _started: float = field(default_factory=time.monotonic)
@@ -278,9 +306,10 @@ class Soak:
     def _inside(self, worker: WorkerProc) -> bool:
         return self.namespace is not None and worker.name == f"w{self.config.workers}"
 
-    def _launch(self, name: str, incarnation: int, inside: bool) -> WorkerProc:
+    def _launch(self, name: str, incarnation: int, inside: bool, version: int = 0) -> WorkerProc:
         cfg = self.config
         worker_id = f"{name}.{incarnation}"
+        self.versions[worker_id] = version
         port = self.namespace.inbound[0] if inside and self.namespace else 0
         command = serve_command(
             self.db,
@@ -289,13 +318,15 @@ class Soak:
             sweep_interval=cfg.sweep_interval,
             port=port,
             max_attempts=cfg.max_attempts,
+            version=version,
         )
         if inside and self.namespace:
             command = self.namespace.prefix() + command
         urls = {name: service.url for name, service in self.services.items()}
         env = worker_env(worker_id, urls, tool_seconds=cfg.tool_seconds, tick_every=cfg.tick_every)
         log = self.folder / f"{worker_id}.log"
-        return WorkerProc(name, start_logged(command, env, log), log, incarnation=incarnation)
+        process = start_logged(command, env, log)
+        return WorkerProc(name, process, log, incarnation=incarnation, version=version)
 
     def _wait_listening(self, worker: WorkerProc, timeout: float = 120.0) -> None:
         worker.url = wait_listening(worker.process, worker.log, timeout)
@@ -390,13 +421,15 @@ class Soak:
         thread.start()
         self._restarts.append(thread)
 
-    def _restart(self, victim: WorkerProc) -> None:
+    def _restart(self, victim: WorkerProc, version: int | None = None) -> None:
         # Like a supervisor: a worker that cannot start (PostgreSQL is down or
-        # starting up: serve exits) is started again, a few times.
+        # starting up: serve exits) is started again, a few times. It comes
+        # back on its own version, or on ``version`` (a deploy).
         incarnation = victim.incarnation
+        version = victim.version if version is None else version
         for attempt in range(5):
             incarnation += 1
-            fresh = self._launch(victim.name, incarnation, self._inside(victim))
+            fresh = self._launch(victim.name, incarnation, self._inside(victim), version)
             try:
                 self._wait_listening(fresh)
             except RuntimeError:
@@ -424,6 +457,31 @@ class Soak:
         os.kill(victim.process.pid, signal.SIGCONT)
         with self._lock:
             victim.frozen = False
+
+    def _fault_deploy(self, rng: random.Random) -> None:
+        with self._lock:
+            live = [w for w in self.workers if w.alive() and w.url and not w.frozen]
+            if live and all(w.version == self.newest for w in self.workers):
+                self.newest += 1  # everyone is on the newest: the next rollout starts
+            behind = [w for w in live if w.version < self.newest]
+            newest = self.newest
+        if not behind:
+            self._log_fault("deploy skipped: no live worker is behind")
+            return
+        victim = rng.choice(behind)
+        self._log_fault(
+            f"deploy {victim.name}.{victim.incarnation}: {version_name(victim.version)} -> "
+            f"{version_name(newest)} (SIGTERM, drain, start the new version)"
+        )
+        victim.process.terminate()
+        try:
+            victim.process.wait(30)
+        except subprocess.TimeoutExpired:
+            victim.process.kill()
+            victim.process.wait()
+        thread = threading.Thread(target=self._restart, args=(victim, newest), daemon=True)
+        thread.start()
+        self._restarts.append(thread)
 
     def _fault_pg(self, rng: random.Random) -> None:
         mode = rng.choice(["fast", "immediate"])
@@ -566,7 +624,12 @@ class Soak:
             records = self.read_records()
         finally:
             self.teardown()
-        return judge(accepted=self.accepted, tick_every=cfg.tick_every or None, **records)
+        return judge(
+            accepted=self.accepted,
+            tick_every=cfg.tick_every or None,
+            versions={w: version_name(v) for w, v in self.versions.items()},
+            **records,
+        )
 
 
 async def _install_observer(db: str) -> None:
@@ -646,6 +709,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("acts at the services", verdict.acts),
         ("durable sleeps (timers)", verdict.sleeps),
         ("schedule ticks", verdict.ticks),
+        ("app versions (runs)", " ".join(f"{v}: {n}" for v, n in sorted(verdict.versions.items()))),
         ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]

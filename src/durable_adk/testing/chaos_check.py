@@ -50,7 +50,10 @@ The checks, each a count of violations with the evidence kept:
 * **ticks not fired once**: a schedule tick (:class:`TickRow`) whose run is
   not on the ledger, that is left PENDING or was SKIPPED (the soak's schedule
   allows overlap), a session of a tick with a run other than the tick's, or a
-  gap in the ticks' times (a tick lost between two that fired).
+  gap in the ticks' times (a tick lost between two that fired);
+* **claims by an older version**: a worker that drove (claimed RUNNING at an
+  epoch: started, took over or continued) a run recorded under a newer app
+  version than its own.
 
 Clocks: the services stamp ``received_at`` with their wall clock, the observer
 with the database's; in the soak both are the same machine's clock.
@@ -162,6 +165,7 @@ class RunRow:
     attempts: int
     last_error: str | None
     classification: str | None
+    app_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,7 @@ VIOLATIONS = (
     "order violations",
     "sleeps not woken once",
     "ticks not fired once",
+    "claims by an older version",
 )
 
 
@@ -225,6 +230,8 @@ class Verdict:
     """Durable sleep calls in the sessions (each must wake once)."""
     ticks: int = 0
     """Schedule ticks recorded (each must start one run)."""
+    versions: dict[str, int] = field(default_factory=dict)
+    """Runs by the app version they were recorded under."""
     findings: dict[str, list[str]] = field(
         default_factory=lambda: {name: [] for name in VIOLATIONS}
     )
@@ -416,6 +423,38 @@ def ticks_not_fired_once(
     return found
 
 
+def claims_by_older_versions(
+    claims: Iterable[Claim], runs: Sequence[RunRow], versions: Mapping[str, str]
+) -> list[str]:
+    """Drives of a run by a worker whose app version is older than the run's.
+
+    A claim is a change to RUNNING at a new epoch. The owner of a QUEUED row
+    at epoch 0 only submitted it: an old worker may queue an answer to a
+    newer run (its resumer does, for a worker of the run's version to drive).
+    """
+    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
+    found = []
+    seen: set[tuple[str, int, str]] = set()
+    for claim in claims:
+        wanted = run_version.get(claim.run_id)
+        mine = versions.get(claim.owner or "")
+        if claim.status != "RUNNING" or claim.epoch < 1:
+            continue
+        if wanted is None or mine is None or (claim.run_id, claim.epoch, mine) in seen:
+            continue
+        seen.add((claim.run_id, claim.epoch, mine))
+        if _version_key(mine) < _version_key(wanted):
+            found.append(
+                f"worker {claim.owner} ({mine}) claimed run {claim.run_id} of {wanted} "
+                f"(epoch {claim.epoch}, {claim.status})"
+            )
+    return found
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
 def order_of_run(run: RunRow, events: Iterable[EventRow]) -> str | None:
     """The order a run was about: the ``ORD-...`` of its first user event."""
     for event in events:
@@ -504,8 +543,13 @@ def judge(
     requests: Sequence[Request],
     ticks: Sequence[TickRow] = (),
     tick_every: float | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """Every check over the soak's records (``tick_every``: the schedule's interval, if any)."""
+    """Every check over the soak's records.
+
+    ``tick_every`` is the schedule's interval, if any; ``versions`` the app
+    version each worker id ran (``1.0``, ``1.1``: dotted integers).
+    """
     verdict = Verdict(runs=len(runs), accepted=len(set(accepted)))
     for run in runs:
         verdict.by_status[run.status] = verdict.by_status.get(run.status, 0) + 1
@@ -527,6 +571,12 @@ def judge(
     verdict.findings["sleeps not woken once"] = unwoken_sleeps(events)
     verdict.ticks = len(ticks)
     verdict.findings["ticks not fired once"] = ticks_not_fired_once(ticks, runs, tick_every)
+    for run in runs:
+        label = run.app_version or "none"
+        verdict.versions[label] = verdict.versions.get(label, 0) + 1
+    verdict.findings["claims by an older version"] = claims_by_older_versions(
+        claims, runs, versions or {}
+    )
     return verdict
 
 

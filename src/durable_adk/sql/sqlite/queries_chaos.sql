@@ -6,7 +6,7 @@ SELECT run_id, epoch, owner, status, at FROM chaos_claims ORDER BY pk;
 
 -- name: chaos_runs
 SELECT run_id, user_id, session_id, invocation_id, status, owner, epoch, attempts,
-       last_error, classification, created_at, finished_at
+       last_error, classification, created_at, finished_at, app_version
 FROM runs WHERE app_name = :app_name ORDER BY pk;
 
 -- name: chaos_events
