@@ -66,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "Fenced": "durable_adk.errors",
     "FenceRefused": "durable_adk.errors",
     "RunCancelled": "durable_adk.errors",
+    "RunDrifted": "durable_adk.adk.drift",
     "RunInterrupted": "durable_adk.errors",
     "LookupUnavailable": "durable_adk.errors",
     "NotFound": "durable_adk.errors",
@@ -172,6 +173,7 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "RunCancelled",
+    "RunDrifted",
     "RunFence",
     "RunInterrupted",
     "RunLedger",
@@ -242,6 +244,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from durable_adk.adk.app_services import AppServices
     from durable_adk.adk.artifact_service import ArtifactInputError, DurableArtifactService
     from durable_adk.adk.classify import OrphanClass
+    from durable_adk.adk.drift import RunDrifted
     from durable_adk.adk.inbox import InterruptSweeper, answer_interrupt
     from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
     from durable_adk.adk.marks import idempotent

@@ -53,6 +53,7 @@ EXPECTED = [
     "RetryPolicy",
     "Run",
     "RunCancelled",
+    "RunDrifted",
     "RunFence",
     "RunInterrupted",
     "RunLedger",

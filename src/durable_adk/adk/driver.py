@@ -36,6 +36,7 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch, using_batch
 from durable_adk.adk.classify import INTERIM_KEY, Classification
+from durable_adk.adk.drift import RunDrifted, drift
 from durable_adk.adk.drive import Drive, trust_from, using_drive
 from durable_adk.adk.ending import FINISHING, Ending, EndKind, Outcome, decide, record
 from durable_adk.adk.policy import causes
@@ -298,6 +299,17 @@ class Driver:
         seen: list[Event] = []
         error: BaseException | None = None
         new_message = await self._message_for(drive, message, resume=resume)
+        if resume and (missing := await self._drifted(drive)):
+            # Before ADK has the invocation: no model call, no tool, nothing acts.
+            drive.fence.lose("the run drifted")
+            reason = (
+                f"drift: the run was recorded under app definition {run.app_fingerprint} and "
+                f"this worker runs {path.serving.fingerprint}, which lacks what its log refers "
+                f"to: {', '.join(missing)}. Deploy code that has it (or move the run to a "
+                "version that does) and retry the run"
+            )
+            ending = Ending(EndKind.PARKED, reason, RunDrifted(f"run {run.run_id}: {reason}"))
+            return await record(path, run, ending, classification=found)
         try:
             driven = self._adk_events(drive, new_message, resume=resume)
             async with contextlib.aclosing(driven) as stream:
@@ -428,6 +440,24 @@ class Driver:
         else:
             drive.held.clear()  # maybe not written: never handed over
         return outcome
+
+    async def _drifted(self, drive: Drive) -> list[str]:
+        """What the continued invocation's log refers to that this code lacks (empty: none).
+
+        Read only when the run was recorded under another definition of the
+        app than the one this worker runs (both fingerprints known).
+        """
+        path, run = self.path, drive.run
+        mine = path.serving.fingerprint
+        if not run.app_fingerprint or not mine or run.app_fingerprint == mine:
+            return []
+        if not run.invocation_id:
+            return []
+        session = await path.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        path.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
+        return drift(session.events if session else [], run.invocation_id, path.known)
 
     async def _message_for(
         self, drive: Drive, message: types.Content, *, resume: bool

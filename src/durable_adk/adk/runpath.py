@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import warnings
@@ -56,7 +57,7 @@ from durable_adk.adk.classify import Classification, check_answers, classify
 from durable_adk.adk.drive import BarrierPlugin, Drive, End, trust_from
 from durable_adk.adk.driver import Driver, off_the_loop
 from durable_adk.adk.ending import Outcome
-from durable_adk.adk.fingerprint import fingerprint
+from durable_adk.adk.fingerprint import Known, fingerprint
 from durable_adk.adk.live import LiveEvents
 from durable_adk.adk.marks import is_idempotent
 from durable_adk.adk.policy import RetryPolicy, RunPolicy
@@ -278,6 +279,11 @@ class RunPath:
         if root is None:
             raise errors.InvalidArgument("the App has no root agent")
         return root.name
+
+    @functools.cached_property
+    def known(self) -> Known:
+        """The names the app's code knows (agents, nodes, tools, sagas), for drift detection."""
+        return Known.of(self.app.root_agent)
 
     @property
     def is_workflow(self) -> bool:

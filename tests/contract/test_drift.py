@@ -1,0 +1,195 @@
+"""Drift: a run continued on code that lacks what its log refers to is parked before it acts.
+
+Both backends. A worker of version 1.0 leaves a run paused on a long-running
+approval call; a worker of 1.1, which declares 1.0 compatible, continues it.
+When 1.1 renamed the approval tool (or the agent the run is in), the answer's
+drive parks the run with a dead letter naming what is missing, and neither
+its model nor any tool is called. When 1.1 only added a tool, the run goes on.
+Through DurableRunner (a live answer) and through recovery (the answer left
+queued by a worker that died). Leases move back in the database, never by sleeping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.events.event import Event, NodeInfo
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
+from google.genai import types
+
+from durable_adk.adk.drift import RunDrifted, drift, node_names
+from durable_adk.adk.fingerprint import Known
+from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.ledger import RunStatus
+from durable_adk.store import Store
+from durable_adk.testing import Call, Say, ScriptedModel
+
+
+def approve_refund(order_id: str) -> dict[str, Any]:
+    """Asks a person to approve the refund of an order."""
+    return {"status": "waiting for a person", "order_id": order_id}
+
+
+def approve_return(order_id: str) -> dict[str, Any]:
+    """Asks a person to approve the return of an order (1.1's name for the same step)."""
+    return {"status": "waiting for a person", "order_id": order_id}
+
+
+def refund(order_id: str) -> dict[str, Any]:
+    """Refunds an order."""
+    return {"refunded": order_id}
+
+
+def app(agent_name: str, *tools: Any) -> tuple[LlmAgent, ScriptedModel]:
+    model = ScriptedModel(
+        {
+            agent_name: [
+                Call("approve_refund", {"order_id": "O-1"}),
+                Say("Waiting for approval."),
+                Say("Refunded O-1."),
+            ]
+        }
+    )
+    agent = LlmAgent(name=agent_name, model=model, tools=list(tools))
+    return agent, model
+
+
+def runner(
+    store: Store, worker: str, agent: LlmAgent, version: str, *compatible: str
+) -> DurableRunner:
+    return DurableRunner(
+        app=agent,
+        app_name="shop",
+        store=store,
+        worker_id=worker,
+        version=version,
+        compatible_versions=compatible,
+        background=False,
+    )
+
+
+async def paused_under_1_0(store: Store) -> tuple[str, str, str]:
+    """A run of 1.0 paused on its approval call; returns (run id, invocation id, call id)."""
+    agent, _ = app("clerk", LongRunningFunctionTool(approve_refund))
+    old = runner(store, "w-1.0", agent, "1.0")
+    calls = []
+    async for event in old.run(user_id="u", session_id="s", message="Refund order O-1."):
+        calls.extend(c.id for c in event.get_function_calls())
+    (run,) = await old.ledger.list_runs()
+    assert run.status is RunStatus.PAUSED and run.app_version == "1.0"
+    return run.run_id, str(run.invocation_id), str(calls[0])
+
+
+def approval(call_id: str) -> types.Content:
+    answer = types.FunctionResponse(id=call_id, name="approve_refund", response={"approved": True})
+    return types.Content(role="user", parts=[types.Part(function_response=answer)])
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "tools", "missing"),
+    [
+        ("clerk", [LongRunningFunctionTool(approve_return)], "tool 'approve_refund'"),
+        ("cashier", [LongRunningFunctionTool(approve_refund)], "agent 'clerk'"),
+        ("clerk", [approve_refund], "tool 'approve_refund' (no longer long-running)"),
+    ],
+    ids=["tool-renamed", "agent-renamed", "no-longer-long-running"],
+)
+async def test_an_answer_driven_on_code_that_lacks_what_the_log_names_parks_before_acting(
+    store: Store, agent_name: str, tools: list[Any], missing: str
+) -> None:
+    run_id, invocation, call_id = await paused_under_1_0(store)
+    agent, model = app(agent_name, *tools)
+    new = runner(store, "w-1.1", agent, "1.1", "1.0")
+    with pytest.raises(RunDrifted) as raised:
+        async for _ in new.run(
+            user_id="u", session_id="s", message=approval(call_id), invocation_id=invocation
+        ):
+            pass
+    assert missing in str(raised.value)
+    assert model.calls == []  # no model call, no tool: nothing acted
+    runs = {r.run_id: r for r in await new.ledger.list_runs()}
+    parked = [r for r in runs.values() if r.status is RunStatus.PARKED]
+    (answer,) = parked
+    assert answer.app_version == "1.0" and answer.last_error is not None
+    assert "drift" in answer.last_error and missing in answer.last_error
+    (letter,) = await new.ledger.dead_letters(run_id=answer.run_id)
+    assert letter.error is not None and missing in letter.error
+    session = await new.path.sessions.get_session(app_name="shop", user_id="u", session_id="s")
+    assert session is not None
+    said = [p.text for e in session.events if e.content for p in e.content.parts or () if p.text]
+    assert "Refunded O-1." not in said
+    assert runs[run_id].status is RunStatus.PAUSED  # the paused run is left as it was
+
+
+async def test_an_added_tool_is_no_drift_and_the_answer_goes_on(store: Store) -> None:
+    _, invocation, call_id = await paused_under_1_0(store)
+    agent, model = app("clerk", LongRunningFunctionTool(approve_refund), refund)
+    new = runner(store, "w-1.1", agent, "1.1", "1.0")
+    before, _ = app("clerk", LongRunningFunctionTool(approve_refund))
+    assert (
+        new.path.serving.fingerprint != runner(store, "x", before, "1.0").path.serving.fingerprint
+    )
+    texts = []
+    async for event in new.run(
+        user_id="u", session_id="s", message=approval(call_id), invocation_id=invocation
+    ):
+        texts.extend(p.text for p in (event.content.parts if event.content else []) if p.text)
+    assert model.calls and texts  # the model was called with the answer and spoke
+    assert all(r.status is RunStatus.DONE for r in await new.ledger.list_runs())
+
+
+async def test_recovery_of_a_queued_answer_on_drifted_code_parks_it(store: Store) -> None:
+    _, invocation, call_id = await paused_under_1_0(store)
+    agent, model = app("clerk", LongRunningFunctionTool(approve_return))
+    new = runner(store, "w-1.1", agent, "1.1", "1.0")
+    # The answer was recorded by a worker that died before driving it.
+    queued = await new.path.submit_answer("u", "s", invocation, approval(call_id))
+    await new.ledger.backdate(queued.run_id, 3600)
+    (recovery,) = await Sweeper(new).recover_once()
+    assert recovery.action == "park" and recovery.status is RunStatus.PARKED
+    assert "tool 'approve_refund'" in recovery.reason
+    assert model.calls == []
+
+
+def test_the_drift_of_a_log_lists_each_missing_name_once() -> None:
+    known = Known(agents=frozenset({"flow", "review"}), tools=frozenset({"ship"}))
+    assert node_names("flow@1/review@2") == ["flow", "review"]
+    assert node_names("") == []
+    assert drift([], "inv", known) == []
+
+    def call(event_id: str, name: str, author: str = "review", path: str = "") -> Event:
+        part = types.Part(function_call=types.FunctionCall(id=event_id, name=name))
+        return Event(
+            invocation_id="inv",
+            author=author,
+            content=types.Content(role="model", parts=[part]),
+            node_info=NodeInfo(path=path),
+        )
+
+    answered = Event(
+        invocation_id="inv",
+        author="review",
+        content=types.Content(
+            role="user",
+            parts=[types.Part(function_response=types.FunctionResponse(id="c3", name="gone"))],
+        ),
+    )
+    log = [
+        call("c1", "old_tool", author="gone", path="flow@1/old@1"),
+        call("c2", "old_tool", path="flow@1/review@1"),
+        call("c3", "gone"),  # answered: history, not drift
+        answered,
+        call("c4", "ship"),
+        call("c5", "adk_request_input"),  # ADK's own
+        call("c6", "other_tool"),
+    ]
+    log.append(log[0].model_copy(update={"invocation_id": "older"}))  # another invocation's
+    assert drift(log, "inv", known) == [
+        "agent 'gone'",
+        "node 'old'",
+        "tool 'old_tool'",
+        "tool 'other_tool'",
+    ]
