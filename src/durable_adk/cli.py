@@ -21,6 +21,7 @@ from durable_adk import errors
 from durable_adk.cli_ops import register as register_service_commands
 from durable_adk.cli_recover import register as register_recover
 from durable_adk.cli_schedules import register as register_schedules
+from durable_adk.cli_versions import register as register_versions
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
 from durable_adk.store.migrate import redact
 
@@ -107,6 +108,7 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
 register_service_commands(app)
 register_recover(app)
 register_schedules(app)
+register_versions(app)
 
 
 def main() -> None:

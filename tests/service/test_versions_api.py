@@ -10,6 +10,8 @@ from svc_support import Service
 from test_api import start, wait_status
 
 from durable_adk import errors
+from durable_adk.adk import runpath
+from durable_adk.adk.recovery import Sweeper
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.versions import Serving
@@ -75,3 +77,52 @@ async def test_an_answer_through_the_api_to_a_run_whose_tool_is_gone_is_parked(
     session = await sessions.get_session(app_name=APP, user_id="u1", session_id="old")
     assert session is not None
     assert [e.author for e in session.events] == ["user", APP]  # nothing after the pause
+
+
+@pytest.mark.parametrize(
+    "service", [{"app_version": "1.4.0", "compatible_versions": ("1.3.0",)}], indirect=True
+)
+async def test_versions_through_the_api_list_drain_and_undrain(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runpath, "DRAIN_CHECK_EVERY", 0.0)  # every submit reads the drain
+    body = await start(service, "s1")
+    await wait_status(service, body["run"]["run_id"], "DONE")
+    await Sweeper(service.worker.runner).recover_once()  # its beat: a live worker
+    listed = (await service.client.get("/v1/versions")).json()["versions"]
+    me = service.worker.runner.worker_id
+    assert [v["version"] for v in listed] == ["1.4.0", "1.3.0"]
+    line, older = listed
+    assert line["runs"] == {"DONE": 1} and line["total"] == 1 and line["own_workers"] == [me]
+    assert line["drained_at"] is None and line["waiting"] == 0
+    assert older["runs"] == {} and older["continued_by"] == [me]  # declared compatible
+
+    refused = [
+        ("/v1/versions/blue/drain", {"by": "ana"}, 422),
+        ("/v1/versions/1.4.0/drain", {}, 422),
+        ("/v1/versions/1.4.0/drain", {"by": "ana", "extra": 1}, 422),
+    ]
+    for url, payload, status in refused:
+        answer = await service.client.post(url, json=payload)
+        assert answer.status_code == status, (url, answer.text)
+    assert (await service.client.get("/v1/versions")).json()["versions"] == listed
+
+    drained = await service.client.post(
+        "/v1/versions/1.4.0/drain", json={"by": "ana", "reason": "1.5.0 is out"}
+    )
+    assert drained.status_code == 200 and drained.json()["changed"] is True
+    again = await service.client.post("/v1/versions/1.4.0/drain", json={"by": "ana"})
+    assert again.json()["changed"] is False
+    new_run = await service.client.post("/v1/users/u1/sessions/s2/runs", json={"message": "x"})
+    assert new_run.status_code == 503 and "drained" in new_run.text
+    line = (await service.client.get("/v1/versions")).json()["versions"][0]
+    assert line["drained_by"] == "ana" and line["reason"] == "1.5.0 is out"
+
+    undrained = await service.client.post("/v1/versions/1.4.0/undrain", json={"by": "bo"})
+    assert undrained.json() == {"version": "1.4.0", "drained": False, "changed": True}
+    await start(service, "s2")
+    actions = (await service.client.get("/v1/actions")).json()
+    found = [
+        (a["action"], a["actor"]) for a in actions["actions"] if a["run_id"] == "version:1.4.0"
+    ]
+    assert found == [("version_undrain", "bo"), ("version_drain", "ana")]

@@ -71,12 +71,16 @@ from durable_adk.leases import LeaseKeeper
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.schedules import Schedule
+from durable_adk.version_table import VersionTable
 from durable_adk.versions import Serving
 
 if TYPE_CHECKING:
     from durable_adk.adk.background import Background
 
 logger = logging.getLogger("durable_adk.runner")
+
+DRAIN_CHECK_EVERY = 2.0
+"""Seconds a worker trusts what it read of its version's drain before reading it again."""
 
 _warned_resumability: set[str] = set()
 
@@ -220,6 +224,8 @@ class RunPath:
             compatible=compatible_versions,
         )
         """The version this path runs and those whose runs it may claim (docs/deploying.md)."""
+        self._drained = False
+        self._drain_checked_at = -DRAIN_CHECK_EVERY  # read at the first new invocation
         self.ledger = RunLedger(
             store,
             lease_seconds=policy.lease,
@@ -364,6 +370,8 @@ class RunPath:
             raise errors.InvalidArgument("message has no parts")
         if invocation_id is not None:
             return await self.submit_answer(user_id, session_id, invocation_id, content), content
+        if chosen_invocation_id is None or not only_answers(content):
+            await self.refuse_if_drained()  # a new invocation: not on a drained version
         request = content.model_dump(mode="json", exclude_none=True)
         if run_id is not None and (invocation_id or chosen_invocation_id):
             raise errors.InvalidArgument("a run id chosen in advance is only for a new invocation")
@@ -404,6 +412,33 @@ class RunPath:
             if existing is None or existing.session_id != session_id:
                 raise
             return existing, content  # submitted before under this id: nothing recorded
+
+    async def refuse_if_drained(self) -> None:
+        """Refuses a new invocation when an operator drained this worker's version.
+
+        Read at most every :data:`DRAIN_CHECK_EVERY` seconds (one indexed
+        read); continuations (answers, resumes, recovery) are never refused.
+
+        Raises:
+            durable_adk.errors.Draining: The version is drained (nothing written).
+        """
+        version = self.serving.version
+        if version is None:
+            return
+        now = time.monotonic()
+        if now - self._drain_checked_at >= DRAIN_CHECK_EVERY:
+            self._drained = await self.versions.is_drained(version)
+            self._drain_checked_at = now
+        if self._drained:
+            raise errors.Draining(
+                f"version {version} of app {self.app_name!r} is drained: it starts no new "
+                "run (its runs in flight finish); send the run to a worker of another version"
+            )
+
+    @functools.cached_property
+    def versions(self) -> VersionTable:
+        """The app's versions on this store (reports, drain)."""
+        return VersionTable(self.store, self.app_name)
 
     async def ensure_session(self, user_id: str, session_id: str) -> None:
         """Creates the session if it is missing (a run under a chosen invocation id

@@ -25,7 +25,7 @@ import durable_adk
 from durable_adk import errors
 from durable_adk.adk.classify import check_answers
 from durable_adk.ledger import RunStatus
-from durable_adk.service import dashboard, features, schedule_routes
+from durable_adk.service import dashboard, features, schedule_routes, version_routes
 from durable_adk.service.follow import follow, sse
 from durable_adk.service.guards import (
     BodyLimit,
@@ -589,6 +589,7 @@ def create_app(worker: Worker) -> FastAPI:
 
     features.add_routes(guarded, worker.store, worker.metrics)
     schedule_routes.add_routes(guarded, worker.store, worker.app_name)
+    version_routes.add_routes(guarded, worker.store, worker.app_name)
     app.include_router(guarded)
     features.mount_webhooks(app, worker.store, worker.metrics, settings.webhook_secret)
     dashboard.add_routes(app)

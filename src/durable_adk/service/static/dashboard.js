@@ -246,6 +246,46 @@ async function scheduleAction(item, kind, button) {
   refresh();
 }
 
+function renderVersions(versions) {
+  const named = versions.filter((item) => item.version !== "(none)");
+  const rows = named.map((item) => {
+    const drained = item.drained_at !== null;
+    const kind = drained ? "undrain" : "drain";
+    const runs = Object.entries(item.runs).map(([status, n]) => status + " " + n).join(", ");
+    return el("tr", { "data-version": item.version },
+      el("td", { class: "id" }, item.version),
+      el("td", {}, runs || "-"),
+      el("td", { class: "id" }, item.own_workers.join(", ") || "-"),
+      el("td", { class: "id" }, item.continued_by.join(", ") || "-"),
+      el("td", { class: item.waiting ? "" : "muted" }, String(item.waiting)),
+      el("td", { class: drained ? "muted" : "" }, drained ? "drained by " + item.drained_by : "taking runs"),
+      el("td", {}, el("button", {
+        class: kind, type: "button", "data-version": item.version,
+        onclick: (event) => versionAction(item, kind, event.target),
+      }, drained ? "Undrain" : "Drain")));
+  });
+  fill($("versions").tBodies[0], rows);
+  $("versions-empty").hidden = named.length > 0;
+}
+
+async function versionAction(item, kind, button) {
+  const by = $("version-by").value.trim();
+  if (!by) { $("version-message").textContent = "Give your name (who acts) first."; return; }
+  sessionStorage.setItem(OPERATOR_KEY, by);
+  button.disabled = true;
+  try {
+    const done = await api("/v1/versions/" + segment(item.version) + "/" + kind,
+      { method: "POST", body: JSON.stringify({ by }) });
+    const now = done.drained ? "drained: it starts no new run" : "taking new runs";
+    $("version-message").textContent = item.version + (done.changed ? " is now " : " was already ") + now + ".";
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $("version-message").textContent = kind + " failed: " + error.message;
+    button.disabled = false;
+  }
+  refresh();
+}
+
 function renderRuns(runs) {
   const rows = runs.map((run) => el("tr", {
     class: "pick", "data-run-id": run.run_id, onclick: () => select(run),
@@ -404,7 +444,7 @@ async function refresh() {
   try {
     const filter = state.status ? "&status=" + state.status : "";
     const apps = appQuery();
-    const [health, stats, counts, parked, runs, jobs, sagas, known, waiting, schedules] = await Promise.all([
+    const [health, stats, counts, parked, runs, jobs, sagas, known, waiting, schedules, versions] = await Promise.all([
       fetch("/healthz").then((r) => r.json()),
       api("/v1/stats"),
       api("/v1/runs-by-status?" + apps.slice(1)),
@@ -415,6 +455,7 @@ async function refresh() {
       api("/v1/apps"),
       api("/v1/interrupts?limit=200" + apps),
       api("/v1/schedules"),
+      api("/v1/versions"),
     ]);
     $("login").hidden = true;
     $("main").hidden = false;
@@ -426,6 +467,7 @@ async function refresh() {
     renderParked(parked.runs);
     renderInterrupts(waiting.interrupts);
     renderSchedules(schedules.schedules);
+    renderVersions(versions.versions);
     renderRuns(runs.runs);
     renderList("jobs", jobs);
     renderList("sagas", sagas);
@@ -447,6 +489,7 @@ function start() {
   $("answer-by").value = sessionStorage.getItem(OPERATOR_KEY) || "";
   $("answer-form").addEventListener("submit", (event) => event.preventDefault());
   $("schedule-form").addEventListener("submit", (event) => event.preventDefault());
+  $("version-form").addEventListener("submit", (event) => event.preventDefault());
   $("do-cancel").addEventListener("click", () => act("cancel"));
   $("do-resolve").addEventListener("click", () => act("resolve"));
   $("do-abandon").addEventListener("click", () => act("abandon"));

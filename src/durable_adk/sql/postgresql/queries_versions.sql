@@ -1,0 +1,62 @@
+-- App versions (issue 25): runs by version and status, the live workers and
+-- what they serve, and the versions an operator drained.
+
+-- name: versions_runs
+SELECT app_version, status, COUNT(*) AS n,
+       SUM(CASE WHEN status = 'QUEUED' OR (status = 'RUNNING'
+                     AND lease_until < extract(epoch FROM clock_timestamp()))
+                THEN 1 ELSE 0 END) AS unheld
+  FROM runs WHERE app_name = :app_name GROUP BY app_version, status;
+
+-- name: versions_workers
+-- The live sweepers of the app (as sweeper_seen counts them) and what each serves.
+SELECT worker_id, app_version, serves, last_sweep_at
+  FROM sweepers
+ WHERE app_name = :app_name
+   AND last_sweep_at >= extract(epoch FROM clock_timestamp())
+       - COALESCE(3 * interval_s + :grace::float8, :one_off_window::float8)
+ ORDER BY worker_id;
+
+-- name: versions_drained
+SELECT app_version, drained_at, drained_by, reason FROM app_versions
+ WHERE app_name = :app_name AND drained_at IS NOT NULL ORDER BY app_version;
+
+-- name: version_is_drained
+SELECT drained_at FROM app_versions
+ WHERE app_name = :app_name AND app_version = :app_version AND drained_at IS NOT NULL;
+
+-- name: version_drain
+-- Drains a version, with the audit line, in one statement; a version drained
+-- already changes nothing and writes no line.
+WITH upd AS (
+    INSERT INTO app_versions AS v (app_name, app_version, drained_at, drained_by, reason)
+    VALUES (:app_name, :app_version, extract(epoch FROM clock_timestamp()), :actor::text,
+            :reason::text)
+    ON CONFLICT (app_name, app_version) DO UPDATE
+       SET drained_at = excluded.drained_at, drained_by = excluded.drained_by,
+           reason = excluded.reason
+     WHERE v.drained_at IS NULL
+    RETURNING 1
+), act AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT 'version:' || :app_version::text, :app_name, 'version_drain', :actor, :reason,
+           'TAKING', 'DRAINED', 0, NULL, extract(epoch FROM clock_timestamp())
+      FROM upd
+)
+SELECT COUNT(*) AS changed FROM upd;
+
+-- name: version_undrain
+-- Undoes a drain, with the audit line, in one statement (nothing if not drained).
+WITH upd AS (
+    UPDATE app_versions SET drained_at = NULL, drained_by = NULL, reason = NULL
+     WHERE app_name = :app_name AND app_version = :app_version AND drained_at IS NOT NULL
+    RETURNING 1
+), act AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT 'version:' || :app_version::text, :app_name, 'version_undrain', :actor, :reason,
+           'DRAINED', 'TAKING', 0, NULL, extract(epoch FROM clock_timestamp())
+      FROM upd
+)
+SELECT COUNT(*) AS changed FROM upd;

@@ -1,0 +1,54 @@
+-- App versions (issue 25): runs by version and status, the live workers and
+-- what they serve, and the versions an operator drained.
+
+-- name: versions_runs
+SELECT app_version, status, COUNT(*) AS n,
+       SUM(CASE WHEN status = 'QUEUED' OR (status = 'RUNNING' AND lease_until IS NOT NULL
+                     AND lease_until < (julianday('now') - 2440587.5) * 86400.0)
+                THEN 1 ELSE 0 END) AS unheld
+  FROM runs WHERE app_name = :app_name GROUP BY app_version, status;
+
+-- name: versions_workers
+-- The live sweepers of the app (as sweeper_seen counts them) and what each serves.
+SELECT worker_id, app_version, serves, last_sweep_at
+  FROM sweepers
+ WHERE app_name = :app_name
+   AND last_sweep_at >= (julianday('now') - 2440587.5) * 86400.0
+       - COALESCE(3 * interval_s + :grace, :one_off_window)
+ ORDER BY worker_id;
+
+-- name: versions_drained
+SELECT app_version, drained_at, drained_by, reason FROM app_versions
+ WHERE app_name = :app_name AND drained_at IS NOT NULL ORDER BY app_version;
+
+-- name: version_is_drained
+SELECT drained_at FROM app_versions
+ WHERE app_name = :app_name AND app_version = :app_version AND drained_at IS NOT NULL;
+
+-- name: version_drain
+-- Drains a version, with the audit line, in one unit; a version drained already
+-- changes nothing and writes no line. The last statement says whether it changed.
+INSERT INTO app_versions (app_name, app_version, drained_at, drained_by, reason)
+SELECT :app_name, :app_version, (julianday('now') - 2440587.5) * 86400.0, :actor, :reason
+ WHERE 1
+ON CONFLICT (app_name, app_version) DO UPDATE
+   SET drained_at = excluded.drained_at, drained_by = excluded.drained_by,
+       reason = excluded.reason
+ WHERE app_versions.drained_at IS NULL;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT 'version:' || :app_version, :app_name, 'version_drain', :actor, :reason,
+       'TAKING', 'DRAINED', 0, NULL, (julianday('now') - 2440587.5) * 86400.0
+ WHERE changes() > 0;
+SELECT changes() AS changed;
+
+-- name: version_undrain
+-- Undoes a drain, with the audit line, in one unit (nothing if not drained).
+UPDATE app_versions SET drained_at = NULL, drained_by = NULL, reason = NULL
+ WHERE app_name = :app_name AND app_version = :app_version AND drained_at IS NOT NULL;
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT 'version:' || :app_version, :app_name, 'version_undrain', :actor, :reason,
+       'DRAINED', 'TAKING', 0, NULL, (julianday('now') - 2440587.5) * 86400.0
+ WHERE changes() > 0;
+SELECT changes() AS changed;
