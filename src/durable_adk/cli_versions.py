@@ -138,3 +138,48 @@ def versions_undrain(
 ) -> None:
     """Lets a drained version take new runs again (audited)."""
     _change(version, app_name, db, as_json, drain=False, who=_who(by), reason=reason)
+
+
+@versions_app.command("move")
+def versions_move(
+    version: VersionArg,
+    app_name: AppArg,
+    to: Annotated[str, typer.Option("--to", help="The newer version that continues them.")],
+    by: ByOpt = None,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Moves a retired version's open runs to a newer version (audited)."""
+    who = _who(by)
+    moved = _run(db, app_name, lambda table: table.move(version, to, by=who, reason=reason))
+    if as_json:
+        print(json.dumps({"version": version, "to": to, "moved": moved}, indent=2))
+        return
+    console.print(
+        f"{moved} open run(s) of version {version} moved to {to}"
+        + ("" if moved else ": nothing changed"),
+        highlight=False,
+    )
+
+
+@versions_app.command("abandon")
+def versions_abandon(
+    version: VersionArg,
+    app_name: AppArg,
+    reason: Annotated[str, typer.Option("--reason", help="Why (required, for the audit trail).")],
+    by: ByOpt = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancels every open run of a retired version (each audited as an operator's cancel)."""
+    who = _who(by)
+    cancelled = _run(db, app_name, lambda table: table.abandon(version, by=who, reason=reason))
+    if as_json:
+        print(json.dumps({"version": version, "cancelled": cancelled}, indent=2))
+        return
+    console.print(
+        f"{len(cancelled)} open run(s) of version {version} cancelled"
+        + ("" if cancelled else ": nothing changed"),
+        highlight=False,
+    )

@@ -8,7 +8,12 @@ actions on a version, each audited in the same unit of work as the change:
   refuses new invocations with :class:`~durable_adk.errors.Draining`, so a
   load balancer sends them to a worker of another version); its runs go on
   and finish on the workers that serve it (answers, resumes, recovery);
-* **undrain** it: it takes new runs again.
+* **undrain** it: it takes new runs again;
+* **move** a retired version's open runs to a newer version whose code can
+  continue them (its workers then claim them; drift is still checked against
+  the code they were recorded under), one audit line naming how many;
+* **abandon** them: each open run is cancelled as an operator's cancel
+  (its invocation's jobs, timers and interrupts too), each audited.
 
 A version's line (:class:`VersionInfo`) says how many runs it has in each
 status, which live workers run it as their own version and which continue it
@@ -31,7 +36,7 @@ from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.store import Store
 from durable_adk.sweeps import GRACE, ONE_OFF_WINDOW
-from durable_adk.versions import parse_version
+from durable_adk.versions import is_newer, parse_version
 
 NO_VERSION = "(none)"
 """How runs recorded without a version are listed."""
@@ -132,16 +137,12 @@ class VersionTable:
             own_workers = tuple(own.get(name, ()))
             continued_by = tuple(continued.get(name, ()))
             # Runs without a version are claimed by every worker.
-            served = bool(own_workers or continued_by) or (
-                name == NO_VERSION and bool(workers)
-            )
+            served = bool(own_workers or continued_by) or (name == NO_VERSION and bool(workers))
             infos.append(
                 VersionInfo(
                     version=name,
                     runs=counts.get(name, {}),
-                    own_workers=own_workers
-                    if name != NO_VERSION
-                    else tuple(unversioned_workers),
+                    own_workers=own_workers if name != NO_VERSION else tuple(unversioned_workers),
                     continued_by=continued_by,
                     waiting=0 if served else unheld.get(name, 0),
                     drained_at=None if mark is None else float(mark["drained_at"]),
@@ -183,6 +184,69 @@ class VersionTable:
     async def undrain(self, version: str, *, by: str, reason: str | None = None) -> bool:
         """Lets a drained version take new runs again. Audited; True if changed."""
         return await self._set(version, "version_undrain", by=by, reason=reason)
+
+    async def move(self, version: str, to: str, *, by: str, reason: str | None = None) -> int:
+        """Moves ``version``'s open runs to the newer version ``to``; returns how many.
+
+        Audited in the same unit (one line, ``version_move``, with the count).
+        Runs already ended stay as they were recorded.
+
+        Raises:
+            InvalidVersion: Either is not a version string (nothing written).
+            InvalidArgument: ``to`` is not newer than ``version`` (a worker
+                never continues a newer version's runs, so a run is never moved
+                back), or a bad ``by`` (nothing written).
+        """
+        _check_version(version)
+        _check_version(to)
+        check_id("by", by)
+        if not is_newer(to, version):
+            raise errors.InvalidArgument(
+                f"runs of {version} can only move to a newer version, not {to!r} (nothing moved)"
+            )
+        row = await self.store.fetchrow(
+            "version_move",
+            {
+                "app_name": self.app_name,
+                "app_version": version,
+                "to_version": to,
+                "actor": by,
+                "reason": reason,
+            },
+        )
+        return int(row["moved"] or 0) if row else 0
+
+    async def abandon(self, version: str, *, by: str, reason: str) -> list[str]:
+        """Cancels every open run of ``version`` as an operator's cancel; returns their ids.
+
+        A QUEUED, PAUSED or PARKED run ends CANCELLED at once (its
+        invocation's open jobs, timers and interrupts with it); a RUNNING one
+        is stopped by its owner, or ended by any worker's sweeper if its owner
+        is gone. Each cancel is audited. Safe to call twice.
+
+        Raises:
+            InvalidVersion: Not a version string (nothing written).
+            InvalidArgument: A bad ``by`` or an empty ``reason`` (nothing written).
+        """
+        from durable_adk.adk.operators import cancel_run  # the ADK layer, only when asked
+        from durable_adk.ledger import RunLedger
+
+        _check_version(version)
+        check_id("by", by)
+        if not isinstance(reason, str) or not reason.strip():
+            raise errors.InvalidArgument("abandoning a version's runs needs a reason")
+        rows = await self.store.fetch(
+            "version_open_runs", {"app_name": self.app_name, "app_version": version}
+        )
+        ledger = RunLedger(self.store)
+        done = []
+        for row in rows:
+            outcome = await cancel_run(
+                ledger, str(row["run_id"]), by=by, reason=f"version {version} abandoned: {reason}"
+            )
+            if outcome.changed:
+                done.append(outcome.run.run_id)
+        return done
 
     async def _set(self, version: str, query: str, *, by: str, reason: str | None) -> bool:
         _check_version(version)

@@ -6,6 +6,8 @@ move back in the database, never by sleeping.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from google.adk.agents import LlmAgent
 
@@ -132,3 +134,66 @@ async def test_a_bad_drain_is_refused_and_writes_nothing(
 async def test_an_unknown_version_is_not_found(store: Store) -> None:
     with pytest.raises(errors.NotFound, match=r"no version '9\.9'"):
         await VersionTable(store, "shop").get("9.9")
+
+
+async def orphan(worker: DurableRunner, session: str, *, claimed: bool = True) -> str:
+    """A run of ``worker``'s version whose worker died (RUNNING past its lease) or never ran."""
+    await worker.path.sessions.create_session(app_name="shop", user_id="u", session_id=session)
+    run = await worker.ledger.submit(
+        app_name="shop",
+        user_id="u",
+        session_id=session,
+        request={"role": "user", "parts": [{"text": "hello"}]},
+        owner="dead",
+    )
+    if claimed:
+        assert await worker.ledger.claim_queued(run.run_id, "dead") is not None
+        await worker.ledger.backdate(run.run_id, 3600)
+    return run.run_id
+
+
+async def test_moving_a_retired_versions_open_runs_lets_a_newer_worker_finish_them(
+    store: Store,
+) -> None:
+    old, new = runner(store, "w-old", "1.0"), runner(store, "w-new", "1.1")  # 1.1 pinned
+    await one_run(old, "done-before")
+    stuck = {await orphan(old, "a"), await orphan(old, "b")}
+    assert await Sweeper(new).recover_once() == []  # pinned: not its version
+    table = VersionTable(store, "shop")
+    for bad, error in (("0.9", errors.InvalidArgument), ("1.0", errors.InvalidArgument),
+                       ("blue", errors.InvalidVersion)):  # fmt: skip
+        with pytest.raises(error):
+            await table.move("1.0", bad, by="ana")
+    assert await old.ledger.actions(app_name="shop") == []
+
+    assert await table.move("1.0", "1.1", by="ana", reason="1.0 is retired") == 2
+    assert await table.move("1.0", "1.1", by="ana") == 0  # nothing open is left on 1.0
+    runs = {r.run_id: r for r in await old.ledger.list_runs()}
+    assert {r for r, run in runs.items() if run.app_version == "1.1"} == stuck
+    assert [r.status for r in runs.values() if r.app_version == "1.0"] == [RunStatus.DONE]
+    recovered = await Sweeper(new).recover_once()
+    assert {r.run_id for r in recovered} == stuck
+    assert all(r.status is RunStatus.DONE for r in recovered)
+    (action,) = await old.ledger.actions(run_id="version:1.0")
+    assert action.action == "version_move" and action.actor == "ana"
+    assert action.detail is not None and json.loads(action.detail) == {"to": "1.1", "runs": 2}
+
+
+async def test_abandoning_a_versions_open_runs_cancels_each(store: Store) -> None:
+    gone = runner(store, "w-2", "2.0")
+    queued = await orphan(gone, "q", claimed=False)
+    running = await orphan(gone, "r")
+    table = VersionTable(store, "shop")
+    with pytest.raises(errors.InvalidArgument, match="needs a reason"):
+        await table.abandon("2.0", by="ana", reason=" ")
+    assert await gone.ledger.actions(app_name="shop") == []
+    cancelled = await table.abandon("2.0", by="ana", reason="2.0 was a bad release")
+    assert cancelled == [queued, running]
+    assert (await gone.ledger.get(queued)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
+    # The running one's owner is dead: any worker's sweeper ends it (whatever its version).
+    other = runner(store, "w-3", "3.0")
+    await Sweeper(other).recover_once()
+    assert (await gone.ledger.get(running)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
+    assert await table.abandon("2.0", by="ana", reason="again") == []
+    actions = [(a.run_id, a.action) for a in await gone.ledger.actions(app_name="shop")]
+    assert sorted(actions) == sorted([(queued, "cancel"), (running, "cancel")])

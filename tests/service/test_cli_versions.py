@@ -14,6 +14,7 @@ from durable_adk.cli import app
 from durable_adk.ledger import RunLedger
 from durable_adk.store import open_store
 from durable_adk.testing import Say, ScriptedModel
+from durable_adk.versions import Serving
 
 runner = CliRunner()
 
@@ -85,3 +86,38 @@ def test_a_bad_version_or_operator_exits_1_and_changes_nothing(store_url: str) -
     assert asyncio.run(actions(store_url)) == []
     code, out = cli("versions", "drain", "--app", "shop", "--db", store_url)
     assert code == 2  # no version given
+
+
+async def an_open_run_of(url: str, version: str) -> str:
+    async with open_store(url) as store:
+        ledger = RunLedger(store, serving=Serving.declare(version, fingerprint=f"fp-{version}"))
+        run = await ledger.submit(
+            app_name="shop", user_id="u", session_id="open", request={}, owner="gone"
+        )
+        return run.run_id
+
+
+async def status_of(url: str, run_id: str) -> tuple[str, str | None]:
+    async with open_store(url) as store:
+        run = await RunLedger(store).get(run_id)
+        assert run is not None
+        return run.status.value, run.app_version
+
+
+def test_versions_move_and_abandon(store_url: str) -> None:
+    asyncio.run(two_versions(store_url))
+    run_id = asyncio.run(an_open_run_of(store_url, "1.0"))
+    where = ["--app", "shop", "--db", store_url, "--by", "ana"]
+    code, out = cli("versions", "move", "1.0", "--to", "0.5", *where)
+    assert code == 1 and "only move to a newer version" in out, out
+    code, out = cli("versions", "abandon", "1.0", *where)
+    assert code == 2  # --reason is required
+    assert asyncio.run(actions(store_url)) == []
+
+    code, out = cli("versions", "move", "1.0", "--to", "1.1", *where, "--json")
+    assert code == 0 and json.loads(out) == {"version": "1.0", "to": "1.1", "moved": 1}, out
+    assert asyncio.run(status_of(store_url, run_id)) == ("QUEUED", "1.1")
+    code, out = cli("versions", "abandon", "1.1", *where, "--reason", "bad release")
+    assert code == 0 and "1 open run(s) of version 1.1 cancelled" in out, out
+    assert asyncio.run(status_of(store_url, run_id)) == ("CANCELLED", "1.1")
+    assert asyncio.run(actions(store_url)) == [("cancel", "ana"), ("version_move", "ana")]

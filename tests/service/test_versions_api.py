@@ -126,3 +126,31 @@ async def test_versions_through_the_api_list_drain_and_undrain(
         (a["action"], a["actor"]) for a in actions["actions"] if a["run_id"] == "version:1.4.0"
     ]
     assert found == [("version_undrain", "bo"), ("version_drain", "ana")]
+
+
+@pytest.mark.parametrize("service", [{"app_version": "1.4.0"}], indirect=True)
+async def test_moving_and_abandoning_a_versions_runs_through_the_api(service: Service) -> None:
+    old = RunLedger(  # a lease of an hour: no worker claims it while the test acts on it
+        service.store, lease_seconds=3600, serving=Serving.declare("1.3.0", fingerprint="fp-1")
+    )
+    run = await old.submit(app_name=APP, user_id="u1", session_id="o", request={}, owner="gone")
+    refused = [
+        ("/v1/versions/1.3.0/move", {"by": "ana", "to": "1.2.0"}, "only move to a newer"),
+        ("/v1/versions/1.3.0/move", {"by": "ana", "to": "blue"}, "PEP 440"),
+        ("/v1/versions/1.3.0/abandon", {"by": "ana"}, "reason"),
+    ]
+    for url, payload, words in refused:
+        answer = await service.client.post(url, json=payload)
+        assert answer.status_code == 422 and words in answer.text, (url, answer.text)
+    assert (await old.get(run.run_id)).app_version == "1.3.0"  # type: ignore[union-attr]
+
+    moved = await service.client.post(
+        "/v1/versions/1.3.0/move", json={"by": "ana", "to": "1.4.0", "reason": "retired"}
+    )
+    assert moved.json() == {"version": "1.3.0", "to": "1.4.0", "moved": 1}
+    assert (await old.get(run.run_id)).app_version == "1.4.0"  # type: ignore[union-attr]
+    abandoned = await service.client.post(
+        "/v1/versions/1.4.0/abandon", json={"by": "bo", "reason": "bad release"}
+    )
+    assert abandoned.json() == {"version": "1.4.0", "cancelled": [run.run_id]}
+    assert (await old.get(run.run_id)).status is RunStatus.CANCELLED  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from durable_adk.service.schemas import ErrorOut, Reason, Who
 from durable_adk.store.base import Store
@@ -49,6 +49,40 @@ class VersionActionIn(BaseModel):
 
     by: Who
     reason: Reason | None = None
+
+
+class MoveIn(BaseModel):
+    """Who moves a version's open runs, to which newer version, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    to: str = Field(min_length=1, max_length=128, description="The newer version.")
+    reason: Reason | None = None
+
+
+class AbandonIn(BaseModel):
+    """Who abandons a version's open runs, and why (required)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason
+
+
+class MoveOut(BaseModel):
+    """How many open runs moved."""
+
+    version: str
+    to: str
+    moved: int
+
+
+class AbandonOut(BaseModel):
+    """The runs cancelled."""
+
+    version: str
+    cancelled: list[str]
 
 
 class VersionChangeOut(BaseModel):
@@ -94,3 +128,25 @@ def add_routes(router: APIRouter, store: Store, app_name: str) -> None:
         """Lets a drained version take new runs again. Audited; safe to call twice."""
         changed = await table.undrain(version, by=body.by, reason=body.reason)
         return VersionChangeOut(version=version, drained=False, changed=changed)
+
+    @router.post(
+        "/versions/{version}/move",
+        response_model=MoveOut,
+        tags=["versions"],
+        responses=_ERRORS,
+    )
+    async def move(version: VersionName, body: MoveIn) -> MoveOut:
+        """Moves a retired version's open runs to a newer version. Audited (one line)."""
+        moved = await table.move(version, body.to, by=body.by, reason=body.reason)
+        return MoveOut(version=version, to=body.to, moved=moved)
+
+    @router.post(
+        "/versions/{version}/abandon",
+        response_model=AbandonOut,
+        tags=["versions"],
+        responses=_ERRORS,
+    )
+    async def abandon(version: VersionName, body: AbandonIn) -> AbandonOut:
+        """Cancels every open run of a retired version, each as an audited operator cancel."""
+        cancelled = await table.abandon(version, by=body.by, reason=body.reason)
+        return AbandonOut(version=version, cancelled=cancelled)

@@ -60,3 +60,32 @@ WITH upd AS (
       FROM upd
 )
 SELECT COUNT(*) AS changed FROM upd;
+
+-- name: version_move
+-- Moves a version's open runs (QUEUED, RUNNING, PAUSED, PARKED) to another
+-- version, with one audit line naming how many, in one statement; their
+-- continuations keep the new version (they take their invocation's newest
+-- run's). The fingerprint stays: drift is still checked against the code
+-- they were recorded under.
+WITH moved AS (
+    UPDATE runs SET app_version = :to_version::text,
+                    updated_at = extract(epoch FROM clock_timestamp())
+     WHERE app_name = :app_name AND app_version = :app_version::text
+       AND status IN ('QUEUED', 'RUNNING', 'PAUSED', 'PARKED')
+    RETURNING 1
+), n AS (SELECT COUNT(*) AS moved FROM moved), act AS (
+    INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                                  status_after, epoch, detail, created_at)
+    SELECT 'version:' || :app_version::text, :app_name, 'version_move', :actor, :reason,
+           :app_version::text, :to_version::text, 0,
+           json_build_object('to', :to_version::text, 'runs', n.moved)::text,
+           extract(epoch FROM clock_timestamp())
+      FROM n WHERE n.moved > 0
+)
+SELECT moved FROM n;
+
+-- name: version_open_runs
+SELECT run_id FROM runs
+ WHERE app_name = :app_name AND app_version = :app_version
+   AND status IN ('QUEUED', 'RUNNING', 'PAUSED', 'PARKED')
+ ORDER BY pk;

@@ -52,3 +52,29 @@ SELECT 'version:' || :app_version, :app_name, 'version_undrain', :actor, :reason
        'DRAINED', 'TAKING', 0, NULL, (julianday('now') - 2440587.5) * 86400.0
  WHERE changes() > 0;
 SELECT changes() AS changed;
+
+-- name: version_move
+-- Moves a version's open runs (QUEUED, RUNNING, PAUSED, PARKED) to another
+-- version, with one audit line naming how many, in one unit; their
+-- continuations keep the new version (they take their invocation's newest
+-- run's). The fingerprint stays: drift is still checked against the code
+-- they were recorded under. The last statement says how many moved.
+UPDATE runs SET app_version = :to_version, updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND app_version = :app_version
+   AND status IN ('QUEUED', 'RUNNING', 'PAUSED', 'PARKED');
+INSERT INTO operator_actions (run_id, app_name, action, actor, reason, status_before,
+                              status_after, epoch, detail, created_at)
+SELECT 'version:' || :app_version, :app_name, 'version_move', :actor, :reason,
+       :app_version, :to_version, 0, json_object('to', :to_version, 'runs', changes()),
+       (julianday('now') - 2440587.5) * 86400.0
+ WHERE changes() > 0;
+SELECT CASE WHEN changes() > 0
+            THEN (SELECT json_extract(detail, '$.runs') FROM operator_actions
+                   WHERE pk = last_insert_rowid())
+            ELSE 0 END AS moved;
+
+-- name: version_open_runs
+SELECT run_id FROM runs
+ WHERE app_name = :app_name AND app_version = :app_version
+   AND status IN ('QUEUED', 'RUNNING', 'PAUSED', 'PARKED')
+ ORDER BY pk;
