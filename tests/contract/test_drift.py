@@ -23,7 +23,9 @@ from durable_adk.adk.drift import RunDrifted, drift, node_names
 from durable_adk.adk.fingerprint import Known
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.saga_agent import SagaSequence, SagaStage
 from durable_adk.ledger import RunStatus
+from durable_adk.sagas import SagaLedger
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
 
@@ -193,3 +195,30 @@ def test_the_drift_of_a_log_lists_each_missing_name_once() -> None:
         "tool 'old_tool'",
         "tool 'other_tool'",
     ]
+
+
+async def test_the_steps_a_saga_recorded_are_checked_against_the_code(store: Store) -> None:
+    """A saga step the invocation recorded that the new code has no stage for is drift."""
+    ledger = SagaLedger(store)
+    saga_id = "inv-1/checkout"
+    await ledger.begin(
+        saga_id=saga_id, name="checkout", app_name="shop", user_id="u", session_id="s",
+        invocation_id="inv-1",
+    )  # fmt: skip
+    for step in ("charge", "reserve"):
+        await ledger.step_pending(saga_id, step)
+    rows = await store.fetch(
+        "saga_steps_of_invocation", {"app_name": "shop", "invocation_id": "inv-1"}
+    )
+    recorded = [(str(r["name"]), str(r["step"])) for r in rows]
+    assert recorded == [("checkout", "charge"), ("checkout", "reserve")]
+
+    def stage(name: str) -> SagaStage:
+        return SagaStage(name=name, action=lambda state, key: {"id": key}, uncompensatable=True)
+
+    renamed = SagaSequence("checkout", [stage("charge"), stage("hold_stock")])
+    assert drift([], "inv-1", Known.of(renamed), recorded) == ["saga step 'checkout'/'reserve'"]
+    same = SagaSequence("checkout", [stage("charge"), stage("reserve"), stage("ship")])
+    assert drift([], "inv-1", Known.of(same), recorded) == []  # a stage added: no drift
+    other = SagaSequence("order", [stage("charge"), stage("reserve")])
+    assert drift([], "inv-1", Known.of(other), recorded) == ["saga 'checkout'"]

@@ -12,7 +12,14 @@ and the code lacks:
 * a Workflow node on one of its events' node paths (``flow@1/review@1``);
 * the tool of a call still open (no answer yet, or a long-running call with
   no answer from the user: the answer the drive carries goes to it), or a
-  long-running call whose tool is no longer long-running.
+  long-running call whose tool is no longer long-running;
+* each saga the invocation recorded (a SagaSequence of that name) and each
+  step it recorded (a stage of that name), read from the saga ledger.
+
+A compensator is not compared: the code refuses a compensatable stage
+without one, so a step that still exists has its compensator unless the new
+code marked it uncompensatable, which the recorded step cannot tell apart from
+a stage that always was.
 
 ADK's own calls (``adk_request_input``, ``adk_request_confirmation``,
 ``adk_request_credential``, ``transfer_to_agent``) need no tool of the app.
@@ -25,7 +32,7 @@ or under none, are not read at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from google.adk.events.event import Event
 
@@ -52,7 +59,12 @@ def node_names(path: str | None) -> list[str]:
     return [part.split("@", 1)[0] for part in (path or "").split("/") if part.split("@", 1)[0]]
 
 
-def drift(events: Sequence[Event], invocation_id: str, known: Known) -> list[str]:
+def drift(
+    events: Sequence[Event],
+    invocation_id: str,
+    known: Known,
+    saga_steps: Iterable[tuple[str, str]] = (),
+) -> list[str]:
     """What the invocation's stored events refer to that ``known`` lacks, in order, once each.
 
     Args:
@@ -60,6 +72,8 @@ def drift(events: Sequence[Event], invocation_id: str, known: Known) -> list[str
             answers of the whole session count).
         invocation_id: The invocation the drive continues.
         known: The names the driving code knows (:meth:`Known.of`).
+        saga_steps: ``(saga name, step)`` of every step the invocation's
+            sagas recorded (the saga ledger).
 
     Returns:
         Human-readable items (``"tool 'approve'"``); empty when nothing drifted.
@@ -93,4 +107,10 @@ def drift(events: Sequence[Event], invocation_id: str, known: Known) -> list[str
                 missing[f"tool {call.name!r}"] = None
             elif is_long and call.name not in known.long_running:
                 missing[f"tool {call.name!r} (no longer long-running)"] = None
+    for saga, step in saga_steps:
+        stages = known.saga_steps.get(saga)
+        if stages is None:
+            missing[f"saga {saga!r}"] = None
+        elif step not in stages:
+            missing[f"saga step {saga!r}/{step!r}"] = None
     return list(missing)

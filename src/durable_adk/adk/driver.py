@@ -457,7 +457,16 @@ class Driver:
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
         path.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
-        return drift(session.events if session else [], run.invocation_id, path.known)
+        steps = await path.store.fetch(
+            "saga_steps_of_invocation",
+            {"app_name": run.app_name, "invocation_id": run.invocation_id},
+        )
+        return drift(
+            session.events if session else [],
+            run.invocation_id,
+            path.known,
+            [(str(row["name"]), str(row["step"])) for row in steps],
+        )
 
     async def _message_for(
         self, drive: Drive, message: types.Content, *, resume: bool

@@ -242,3 +242,10 @@ INSERT INTO dead_letters (kind, run_id, request, classification, last_events, er
 VALUES (:kind::text, :run_id::text, :request::text, :classification::text, :last_events::text,
         :error::text, extract(epoch FROM clock_timestamp()))
 RETURNING pk;
+
+-- name: saga_steps_of_invocation
+-- The sagas an invocation recorded, with their steps (drift detection).
+SELECT s.name, s.status AS saga_status, st.step, st.status
+  FROM sagas s JOIN saga_steps st ON st.saga_id = s.saga_id
+ WHERE s.app_name = :app_name AND s.invocation_id = :invocation_id
+ ORDER BY st.pk;
