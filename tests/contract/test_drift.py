@@ -222,3 +222,46 @@ async def test_the_steps_a_saga_recorded_are_checked_against_the_code(store: Sto
     assert drift([], "inv-1", Known.of(same), recorded) == []  # a stage added: no drift
     other = SagaSequence("order", [stage("charge"), stage("reserve")])
     assert drift([], "inv-1", Known.of(other), recorded) == ["saga 'checkout'"]
+
+
+async def test_a_workflow_waking_in_a_node_the_new_code_renamed_is_parked(store: Store) -> None:
+    """A 1.0 graph asleep in node 'sleep'; 1.1 calls it 'nap': its wake-up is never run there."""
+    from google.adk.workflow import Workflow
+
+    from durable_adk.adk.background import Background
+    from durable_adk.adk.sleep import sleep_node
+    from durable_adk.jobs import JobTable
+
+    outputs: list[Any] = []
+
+    def after(node_input: Any) -> dict[str, Any]:
+        """Runs once the sleep is over."""
+        outputs.append(node_input)
+        return {"after": node_input["status"]}
+
+    def flow(node: str) -> DurableRunner:
+        graph = Workflow(name="flow", edges=[("START", sleep_node(seconds=600, name=node), after)])
+        version, compatible = ("1.0", ()) if node == "sleep" else ("1.1", ("1.0",))
+        return DurableRunner(
+            app=graph,
+            app_name="shop",
+            store=store,
+            worker_id=f"w-{version}",
+            version=version,
+            compatible_versions=compatible,
+            background=False,
+        )
+
+    old = flow("sleep")
+    async for _ in old.run(user_id="u", session_id="w", message="go"):
+        pass
+    jobs = JobTable(store)
+    (timer,) = [j for j in await jobs.list_jobs() if j.timer]
+    await jobs.backdate(timer.job_id, 601)
+    new = flow("nap")
+    report = await Background(new, one_off=True).once()
+    assert [j.job_id for j in report.woken] == [timer.job_id]
+    runs = await new.ledger.list_runs()
+    (parked,) = [r for r in runs if r.status is RunStatus.PARKED]
+    assert parked.last_error is not None and "node 'sleep'" in parked.last_error
+    assert outputs == []  # the node after the sleep never ran
