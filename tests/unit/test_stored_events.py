@@ -304,3 +304,36 @@ def test_random_calls_and_state_come_back_as_validation_makes_them(
     )
     raw = _stored(event)
     assert same_model(load_event(raw), Event.model_validate_json(raw))
+
+
+def test_a_large_batch_pauses_the_collector_and_always_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``load_events`` builds a big batch with the cyclic collector off, and turns it on again
+    even when a row fails; a small batch, or a collector already off, is left alone."""
+    import gc
+
+    seen: list[bool] = []
+    real = stored_events.load_event
+
+    def spy(raw: str | bytes) -> Event:
+        seen.append(gc.isenabled())
+        return real(raw)
+
+    monkeypatch.setattr(stored_events, "load_event", spy)
+    row = Event(author="user", invocation_id="i").model_dump_json()
+    big = stored_events.GC_PAUSE_FROM
+    assert len(stored_events.load_events([row] * big, count=big)) == big
+    assert seen == [False] * big and gc.isenabled()
+    seen.clear()
+    assert len(stored_events.load_events([row] * 3, count=3)) == 3
+    assert seen == [True] * 3
+    with pytest.raises(pydantic.ValidationError):
+        stored_events.load_events([row] * (big - 1) + ["{not json"], count=big)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        stored_events.load_events([row] * big, count=big)
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()

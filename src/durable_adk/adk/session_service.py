@@ -57,7 +57,7 @@ from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch, Pending, current_batch
 from durable_adk.adk.events import open_invocation_id
 from durable_adk.adk.live import LiveEvents, Stored
-from durable_adk.adk.stored_events import load_event
+from durable_adk.adk.stored_events import load_events
 from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
@@ -450,7 +450,7 @@ class DurableSessionService(BaseSessionService):
             return await self.get_session(
                 app_name=app_name, user_id=user_id, session_id=session_id, config=config
             )
-        tail = [load_event(r["data"]) for r in rows if r["seq"] is not None]
+        tail = load_events((r["data"] for r in rows if r["seq"] is not None), count=len(rows))
         if base is not None and not tail and cached is not None and cached.seq == since:
             entry = cached
         else:
@@ -504,7 +504,8 @@ class DurableSessionService(BaseSessionService):
                 "after_ts": config.after_timestamp or None,
             },
         )
-        fetched = [(int(r["seq"]), load_event(r["data"])) for r in rows]
+        loaded = load_events((r["data"] for r in rows), count=len(rows))
+        fetched = [(int(r["seq"]), event) for r, event in zip(rows, loaded, strict=True)]
         base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
         state = fold(
             base, (split_delta(e.actions.state_delta)[0] for s, e in fetched if s > snap_seq)

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import copy
 import enum
+import gc
 import os
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -44,7 +45,7 @@ import pydantic_core
 from google.adk.events.event import Event
 from pydantic_core import PydanticUndefined
 
-__all__ = ["VERIFY_ENV", "load_event", "same_model"]
+__all__ = ["VERIFY_ENV", "load_event", "load_events", "same_model"]
 
 VERIFY_ENV = "DURABLE_ADK_VERIFY_STORED_EVENTS"
 """Set to ``1`` (the test suite does) to validate every row as well and compare.
@@ -115,6 +116,30 @@ class _Plan:
 
 _PLANS: dict[type[pydantic.BaseModel], _Plan] = {}
 _VERIFY = os.environ.get(VERIFY_ENV) == "1"
+
+
+GC_PAUSE_FROM = 256
+"""From this many rows, :func:`load_events` pauses the cyclic garbage collector."""
+
+
+def load_events(raws: Iterable[str | bytes], *, count: int) -> list[Event]:
+    """:func:`load_event` of each row, with the cyclic collector paused for a large batch.
+
+    Building thousands of small objects in a row triggers collection after
+    collection, each walking every object still alive: on a 10,000-event read
+    that was more than half the time (a measurement in ``bench/sessions.py``'s
+    profile; 547 ms against 241 ms with it paused, on SQLite). None of the new
+    objects is garbage, so nothing is lost by not looking for it; the collector
+    runs again as usual right after. The build does not await: no other task
+    runs meanwhile.
+    """
+    if count < GC_PAUSE_FROM or not gc.isenabled():
+        return [load_event(raw) for raw in raws]
+    gc.disable()
+    try:
+        return [load_event(raw) for raw in raws]
+    finally:
+        gc.enable()
 
 
 def load_event(raw: str | bytes) -> Event:
