@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from durable_adk.adk.app_services import AppServices
     from durable_adk.service.client import OpsSource
     from durable_adk.service.server import WorkerServer
+    from durable_adk.store import Store
 
 T = TypeVar("T")
 
@@ -308,6 +309,24 @@ def require_database(where: str) -> None:
     )
     if path and path != ":memory:" and not os.path.exists(path):
         _fail(f"no database at {path}")
+
+
+def on_database(db: str | None, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Runs ``work`` on the database (``--db``, default the embedded SQLite file), which must
+    exist; a refusal of the library exits 1 with its reason."""
+    from durable_adk.store import open_store
+
+    where = db or DEFAULT_URL
+    require_database(where)
+
+    async def go() -> T:
+        async with open_store(where, create_if_empty=False) as store:
+            return await work(store)
+
+    try:
+        return asyncio.run(go())
+    except errors.DurableError as exc:
+        _fail(str(exc), 1)
 
 
 def _call(

@@ -11,30 +11,26 @@ the app. Bad arguments exit 2.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 
-from durable_adk import errors
 from durable_adk.cli_ops import (
     ByOpt,
     DbOpt,
     JsonOpt,
     LimitOpt,
     ReasonOpt,
-    _fail,
     _short,
     _table,
     _who,
     console,
-    require_database,
+    on_database,
 )
 from durable_adk.cron import utc_iso
 from durable_adk.schedule_table import ScheduleTable
-from durable_adk.store import DEFAULT_URL
 
 T = TypeVar("T")
 
@@ -53,19 +49,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(db: str | None, app_name: str, work: Callable[[ScheduleTable], Awaitable[T]]) -> T:
-    from durable_adk.store import open_store
-
-    where = db or DEFAULT_URL
-    require_database(where)
-
-    async def go() -> T:
-        async with open_store(where, create_if_empty=False) as store:
-            return await work(ScheduleTable(store, app_name))
-
-    try:
-        return asyncio.run(go())
-    except errors.DurableError as exc:
-        _fail(str(exc), 1)
+    return on_database(db, lambda store: work(ScheduleTable(store, app_name)))
 
 
 def _print(data: Any, as_json: bool, line: str) -> None:
