@@ -25,7 +25,7 @@ demo: $(STAMP)
 # with DURABLE_ADK_REQUIRE_POSTGRES=1 (as .ci/run sets) a missing server fails
 # instead of skipping. pytest exits 5 when it collected no test: that fails too.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=25 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench $(wildcard examples)

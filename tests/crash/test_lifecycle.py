@@ -130,6 +130,7 @@ async def test_recover_command_finishes_a_run_killed_mid_tool(
             "action": "redrive",
             "status": "DONE",
             "reason": summary["runs"][0]["reason"],  # type: ignore[index]
+            "reattached": [],  # no long-running call left open
         }
     ]
     assert summary["need_a_person"] == [] and summary["exit_code"] == 0

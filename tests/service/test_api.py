@@ -148,6 +148,11 @@ GUARDED = [
     ("POST", "/v1/schedules/sched-x/pause"),
     ("POST", "/v1/schedules/sched-x/resume"),
     ("POST", "/v1/schedules/sched-x/trigger"),
+    ("GET", "/v1/versions"),
+    ("POST", "/v1/versions/1.0/drain"),
+    ("POST", "/v1/versions/1.0/undrain"),
+    ("POST", "/v1/versions/1.0/move"),
+    ("POST", "/v1/versions/1.0/abandon"),
 ]
 
 
