@@ -176,21 +176,32 @@ def load_urls(path: str) -> dict[str, str]:
     return dict(json.loads(Path(path).read_text()))
 
 
-def make_runner(store: Store, worker: str, urls: dict[str, str], address: str) -> DurableRunner:
-    """The DurableRunner every process of this example uses."""
+def make_runner(
+    store: Store,
+    worker: str,
+    urls: dict[str, str],
+    address: str,
+    version: str | None = None,
+    compatible: tuple[str, ...] = (),
+) -> DurableRunner:
+    """The DurableRunner every process of this example uses (of an app version, if given)."""
     return DurableRunner(
         app=build_saga(urls, address=address),
         app_name=APP_NAME,
         store=store,
         worker_id=worker,
         lease=30.0,
+        version=version,
+        compatible_versions=compatible,
     )
 
 
-async def run(db: str, urls: dict[str, str], address: str) -> dict[str, Any]:
+async def run(
+    db: str, urls: dict[str, str], address: str, version: str | None = None
+) -> dict[str, Any]:
     """Places the order once; returns the saga's outcome from the session state."""
     async with open_store(db) as store:
-        runner = make_runner(store, "worker-A", urls, address)
+        runner = make_runner(store, "worker-A", urls, address, version)
         async for _ in runner.run(user_id=USER_ID, session_id=SESSION_ID, message="Order 2 lamps"):
             pass
         session = await runner.sessions.get_session(
@@ -200,10 +211,17 @@ async def run(db: str, urls: dict[str, str], address: str) -> dict[str, Any]:
         return {k: session.state.get(k) for k in ("saga_status", "saga_reason")}
 
 
-async def recover(db: str, urls: dict[str, str], address: str) -> list[dict[str, Any]]:
+async def recover(
+    db: str,
+    urls: dict[str, str],
+    address: str,
+    version: str | None = None,
+    compatible: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     """A fresh worker re-drives what the dead one left (the saga resumes where it was)."""
     async with open_store(db) as store:
-        return await sweep_as_fresh_worker(make_runner(store, "worker-B", urls, address))
+        runner = make_runner(store, "worker-B", urls, address, version, compatible)
+        return await sweep_as_fresh_worker(runner)
 
 
 async def run_unmanaged(db: str, urls: dict[str, str], address: str) -> None:
@@ -247,12 +265,17 @@ def main() -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--services", required=True, help="JSON file of service URLs")
     parser.add_argument("--address", default=UNDELIVERABLE)
+    parser.add_argument("--app-version", default=None, help="this process's app version")
+    parser.add_argument(
+        "--compatible-version", action="append", default=[], help="an earlier version it continues"
+    )
     args = parser.parse_args()
     urls = load_urls(args.services)
+    version, compatible = args.app_version, tuple(args.compatible_version)
     if args.action == "run":
-        print(json.dumps(asyncio.run(run(args.db, urls, args.address))))
+        print(json.dumps(asyncio.run(run(args.db, urls, args.address, version))))
     elif args.action == "recover":
-        print(json.dumps(asyncio.run(recover(args.db, urls, args.address))))
+        print(json.dumps(asyncio.run(recover(args.db, urls, args.address, version, compatible))))
     elif args.action == "sweep-sagas":
         print(json.dumps(asyncio.run(sweep_sagas(args.db, urls, args.address))))
     else:

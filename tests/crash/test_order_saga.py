@@ -298,3 +298,24 @@ async def test_a_saga_whose_owner_was_killed_then_cancelled_is_compensated_never
     async with open_store(url) as store:
         still = await RunLedger(store).get(run.run_id)
         assert still is not None and still.status.value == "CANCELLED"
+
+
+async def test_a_saga_killed_mid_compensation_is_finished_across_a_deploy(
+    url: str, world: World
+) -> None:
+    """Killed while compensating under 1.0; a pinned 1.1 worker leaves it alone, one that
+    declares 1.0 compatible finishes the compensation: each undo acted on once."""
+    crashed = example("run", url, world, "--app-version", "1.0", crash_at="saga.undo.charge.after")
+    assert crashed.returncode == 137
+    pinned = last_json(example("recover", url, world, "--app-version", "1.1"))
+    assert pinned == []  # not its version: left waiting, never parked
+    assert await saga_status(url) == [SagaStatus.COMPENSATING]
+    report = last_json(
+        example("recover", url, world, "--app-version", "1.1", "--compatible-version", "1.0")
+    )
+    assert [r["status"] for r in report] == ["DONE"]
+    world.assert_consistent("compensated")
+    assert await saga_status(url) == [SagaStatus.COMPENSATED]
+    assert world.acts() == {
+        "reserve": 1, "charge": 1, "ship": 1, "refund": 2, "release": 1, "notify": 1,
+    }  # fmt: skip
