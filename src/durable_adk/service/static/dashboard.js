@@ -259,10 +259,19 @@ function renderVersions(versions) {
       el("td", { class: "id" }, item.continued_by.join(", ") || "-"),
       el("td", { class: item.waiting ? "" : "muted" }, String(item.waiting)),
       el("td", { class: drained ? "muted" : "" }, drained ? "drained by " + item.drained_by : "taking runs"),
-      el("td", {}, el("button", {
-        class: kind, type: "button", "data-version": item.version,
-        onclick: (event) => versionAction(item, kind, event.target),
-      }, drained ? "Undrain" : "Drain")));
+      el("td", {},
+        el("button", {
+          class: kind, type: "button", "data-version": item.version,
+          onclick: (event) => versionAction(item, kind, event.target),
+        }, drained ? "Undrain" : "Drain"), " ",
+        el("button", {
+          class: "move", type: "button", "data-version": item.version,
+          onclick: (event) => versionAction(item, "move", event.target),
+        }, "Move runs"), " ",
+        el("button", {
+          class: "abandon", type: "button", "data-version": item.version,
+          onclick: (event) => versionAction(item, "abandon", event.target),
+        }, "Abandon runs")));
   });
   fill($("versions").tBodies[0], rows);
   $("versions-empty").hidden = named.length > 0;
@@ -271,13 +280,26 @@ function renderVersions(versions) {
 async function versionAction(item, kind, button) {
   const by = $("version-by").value.trim();
   if (!by) { $("version-message").textContent = "Give your name (who acts) first."; return; }
+  const to = $("version-to").value.trim();
+  const reason = $("version-reason").value.trim();
+  if (kind === "move" && !to) { $("version-message").textContent = "Give the version to move to first."; return; }
+  if (kind === "abandon" && !reason) { $("version-message").textContent = "Give a reason to abandon runs."; return; }
   sessionStorage.setItem(OPERATOR_KEY, by);
   button.disabled = true;
+  const body = { by };
+  if (kind === "move") body.to = to;
+  if (reason) body.reason = reason;
   try {
     const done = await api("/v1/versions/" + segment(item.version) + "/" + kind,
-      { method: "POST", body: JSON.stringify({ by }) });
-    const now = done.drained ? "drained: it starts no new run" : "taking new runs";
-    $("version-message").textContent = item.version + (done.changed ? " is now " : " was already ") + now + ".";
+      { method: "POST", body: JSON.stringify(body) });
+    if (kind === "move") {
+      $("version-message").textContent = done.moved + " open run(s) of " + item.version + " moved to " + done.to + ".";
+    } else if (kind === "abandon") {
+      $("version-message").textContent = done.cancelled.length + " open run(s) of " + item.version + " cancelled.";
+    } else {
+      const now = done.drained ? "drained: it starts no new run" : "taking new runs";
+      $("version-message").textContent = item.version + (done.changed ? " is now " : " was already ") + now + ".";
+    }
   } catch (error) {
     if (error instanceof Unauthorized) return showLogin(error.message);
     $("version-message").textContent = kind + " failed: " + error.message;
