@@ -261,3 +261,10 @@ def test_a_drive_by_an_older_version_is_found_a_queued_answer_from_it_is_not() -
     assert found(queued_by_old) == []
     (line,) = found(driven_by_old)
     assert "worker w1 (1.0) claimed run run-1 of 1.1 (epoch 2" in line
+    # A 1.0 run driven by the 1.1 worker is a drive across versions (information).
+    older_run = [dataclasses.replace(run_row(), app_version="1.0")]
+    across = judge(
+        runs=older_run, accepted=[RUN], claims=queued_by_old, events=[], requests=[],
+        versions=versions,
+    )  # fmt: skip
+    assert across.across_versions == 1 and across.count("claims by an older version") == 0

@@ -19,10 +19,12 @@ random, from a seeded generator whose choices are printed as they happen:
 * ``deploy``: a rolling deploy step: the worker on the oldest app version is
   stopped with SIGTERM (it drains) and started on the newest version, which
   declares every earlier one compatible (``--app-version 1.<k>
-  --compatible-version 1.0 ...``); once every worker runs the newest, the
-  next deploy starts version ``1.<k+1>``. Old and new workers share the
-  work meanwhile, and the verdict checks that no worker claimed a run of a
-  newer version than its own;
+  --compatible-version 1.0 ...``) and with one more tool, so its definition
+  differs and every run it continues from 1.0 goes through the drift check
+  (nothing it refers to is missing: a park would show as an unexpected
+  ending); once every worker runs the newest, the next deploy starts version
+  ``1.<k+1>``. Old and new workers share the work meanwhile, and the verdict
+  checks that no worker claimed a run of a newer version than its own;
 * ``pg``: stop PostgreSQL (``fast`` or ``immediate``) for up to 3 s, then start it;
 * ``partition`` (root only): cut the last worker, which runs in a network
   namespace of its own (:mod:`durable_adk.testing.chaos_net`), off from
@@ -193,12 +195,14 @@ def worker_env(
     marker_dir: Path | None = None,
     gate: bool = False,
     tick_every: float = 0.0,
+    newer: bool = False,
 ) -> dict[str, str]:
     """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
 
     ``gate`` (with ``marker_dir``) makes each tool wait for ``<marker>.go``
     before it calls out (see :mod:`durable_adk.testing.chaos_app`);
-    ``tick_every`` above 0 declares the app's ``tick`` schedule.
+    ``tick_every`` above 0 declares the app's ``tick`` schedule; ``newer``
+    gives the app its newer definition (one more tool: another fingerprint).
     """
     env = {
         **os.environ,
@@ -208,6 +212,9 @@ def worker_env(
     }
     env.pop(chaos_app.TICK_EVERY_ENV, None)
     env.pop("DURABLE_ADK_APP_VERSION", None)  # versions come from the command line only
+    env.pop(chaos_app.NEWER_ENV, None)
+    if newer:
+        env[chaos_app.NEWER_ENV] = "1"
     if tick_every > 0:
         env[chaos_app.TICK_EVERY_ENV] = str(tick_every)
     if marker_dir is not None:
@@ -323,7 +330,13 @@ class Soak:
         if inside and self.namespace:
             command = self.namespace.prefix() + command
         urls = {name: service.url for name, service in self.services.items()}
-        env = worker_env(worker_id, urls, tool_seconds=cfg.tool_seconds, tick_every=cfg.tick_every)
+        env = worker_env(
+            worker_id,
+            urls,
+            tool_seconds=cfg.tool_seconds,
+            tick_every=cfg.tick_every,
+            newer=version > 0,  # a deployed version's definition differs: drift is checked
+        )
         log = self.folder / f"{worker_id}.log"
         process = start_logged(command, env, log)
         return WorkerProc(name, process, log, incarnation=incarnation, version=version)
@@ -710,6 +723,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("durable sleeps (timers)", verdict.sleeps),
         ("schedule ticks", verdict.ticks),
         ("app versions (runs)", " ".join(f"{v}: {n}" for v, n in sorted(verdict.versions.items()))),
+        ("drives across versions", verdict.across_versions),
         ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]

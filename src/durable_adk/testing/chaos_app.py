@@ -46,6 +46,11 @@ Environment (set by the soak for each worker it starts):
 * ``DURABLE_ADK_CHAOS_TOOL_SECONDS``: how long each tool works before its
   outside call (default 0.2), so that faults land inside tools;
 * ``DURABLE_ADK_CHAOS_TICK_EVERY``: if set, the ``tick`` schedule's interval;
+* ``DURABLE_ADK_CHAOS_NEWER``: if set, the agent has one more tool (``audit``,
+  never called), so its definition, and the fingerprint a worker records and
+  compares, differs from the plain app's: the soak's deploys start newer
+  versions with it, and every run continued across the deploy goes through
+  the drift check (which must find nothing missing);
 * ``DURABLE_ADK_CHAOS_MARKER_DIR``: if set, each tool announces itself there
   (a file ``<run>.<epoch>.<tool>``) as it starts its work, so a test can freeze
   a worker exactly while one of its tools is mid-way;
@@ -90,6 +95,7 @@ TOOL_SECONDS_ENV = "DURABLE_ADK_CHAOS_TOOL_SECONDS"
 MARKER_DIR_ENV = "DURABLE_ADK_CHAOS_MARKER_DIR"
 GATE_ENV = "DURABLE_ADK_CHAOS_GATE"
 TICK_EVERY_ENV = "DURABLE_ADK_CHAOS_TICK_EVERY"
+NEWER_ENV = "DURABLE_ADK_CHAOS_NEWER"
 TICK_SCHEDULE = "tick"
 TICK_ORDER = "ORD-tick"
 
@@ -305,6 +311,11 @@ def _next_step(request: LlmRequest) -> Turn:
     return Say(final_text(order))
 
 
+def audit(order_id: str) -> dict[str, Any]:
+    """Looks an order up in the audit log (a newer version's tool; the script never calls it)."""
+    return {"order_id": order_id, "audited": True}
+
+
 class _EveryTurn(Sequence[Step]):
     """charge, notify, answer, as the turn's state says, for as many turns as asked."""
 
@@ -329,7 +340,7 @@ def app() -> LlmAgent:
         name=APP_NAME,
         model=ScriptedModel({APP_NAME: _EveryTurn()}),
         instruction="Charge the order, then tell the customer.",
-        tools=[charge, notify, sleep_tool()],
+        tools=[charge, notify, sleep_tool(), *([audit] if os.environ.get(NEWER_ENV) else [])],
         before_tool_callback=_tag_call,
     )
 

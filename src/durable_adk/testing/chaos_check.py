@@ -232,6 +232,8 @@ class Verdict:
     """Schedule ticks recorded (each must start one run)."""
     versions: dict[str, int] = field(default_factory=dict)
     """Runs by the app version they were recorded under."""
+    across_versions: int = 0
+    """Drives of a run by a worker of a newer version (continued across a deploy)."""
     findings: dict[str, list[str]] = field(
         default_factory=lambda: {name: [] for name in VIOLATIONS}
     )
@@ -451,6 +453,22 @@ def claims_by_older_versions(
     return found
 
 
+def drives_by_newer_versions(
+    claims: Iterable[Claim], runs: Sequence[RunRow], versions: Mapping[str, str]
+) -> set[tuple[str, int]]:
+    """(run, epoch) of each drive by a worker of a newer version than the run's (information)."""
+    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
+    return {
+        (claim.run_id, claim.epoch)
+        for claim in claims
+        if claim.status == "RUNNING"
+        and claim.epoch >= 1
+        and (wanted := run_version.get(claim.run_id)) is not None
+        and (mine := versions.get(claim.owner or "")) is not None
+        and _version_key(mine) > _version_key(wanted)
+    }
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -577,6 +595,7 @@ def judge(
     verdict.findings["claims by an older version"] = claims_by_older_versions(
         claims, runs, versions or {}
     )
+    verdict.across_versions = len(drives_by_newer_versions(claims, runs, versions or {}))
     return verdict
 
 
