@@ -87,13 +87,6 @@ class VersionInfo:
         }
 
 
-def _check_version(version: str) -> str:
-    if not isinstance(version, str) or not version.strip():
-        raise errors.InvalidVersion("the version must be a non-empty PEP 440 version string")
-    parse_version(version)  # InvalidVersion, naming it, if it is not one
-    return version
-
-
 class VersionTable:
     """An app's versions on one store (both backends)."""
 
@@ -159,7 +152,7 @@ class VersionTable:
             InvalidVersion: Not a version string (nothing read).
             NotFound: The app has no run, worker or drain of that version.
         """
-        _check_version(version)
+        parse_version(version)
         for info in await self.report():
             if info.version == version:
                 return info
@@ -197,8 +190,8 @@ class VersionTable:
                 never continues a newer version's runs, so a run is never moved
                 back), or a bad ``by`` (nothing written).
         """
-        _check_version(version)
-        _check_version(to)
+        parse_version(version)
+        parse_version(to)
         check_id("by", by)
         if not is_newer(to, version):
             raise errors.InvalidArgument(
@@ -231,7 +224,7 @@ class VersionTable:
         from durable_adk.adk.operators import cancel_run  # the ADK layer, only when asked
         from durable_adk.ledger import RunLedger
 
-        _check_version(version)
+        parse_version(version)
         check_id("by", by)
         if not isinstance(reason, str) or not reason.strip():
             raise errors.InvalidArgument("abandoning a version's runs needs a reason")
@@ -249,7 +242,7 @@ class VersionTable:
         return done
 
     async def _set(self, version: str, query: str, *, by: str, reason: str | None) -> bool:
-        _check_version(version)
+        parse_version(version)
         check_id("by", by)
         row = await self.store.fetchrow(
             query,
