@@ -16,6 +16,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import settings
 
 # Every event the suite reads back from a store is rebuilt without validation
 # and, with this set, validated as well and compared (durable_adk.adk.
@@ -26,6 +27,12 @@ os.environ.setdefault("DURABLE_ADK_VERIFY_STORED_EVENTS", "1")
 from durable_adk.store import Store, open_store
 from durable_adk.testing.pg_cluster import TempPostgres
 from postgres_required import postgres_or_skip
+
+# The machines are shared and noisy: a property is judged by its examples,
+# never by how long one took (hypothesis' default 200 ms deadline failed
+# tests/unit/test_fold.py under a loaded run).
+settings.register_profile("durable-adk", deadline=None)
+settings.load_profile("durable-adk")
 
 BACKENDS = ["sqlite", "postgresql"]
 TEMPLATE = "dadk_template"

@@ -37,8 +37,10 @@ from typing import Any
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
+from durable_adk.journal import OutcomeUnknown
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.store.base import Row, Store
+from durable_adk.versions import UNVERSIONED, Serving
 
 logger = logging.getLogger("durable_adk.sagas")
 
@@ -137,6 +139,9 @@ class SagaStep:
         last_error: The last compensation error.
         run_id: The run that recorded the step (None outside a durable run).
         run_epoch: That run's epoch when it recorded the step.
+        compensatable: Whether the code that began the step could undo it
+            (None: recorded before this was kept). Code lacking the compensator
+            of a step recorded True has drifted (:class:`SagaDrifted`).
     """
 
     saga_id: str
@@ -149,6 +154,7 @@ class SagaStep:
     last_error: str | None
     run_id: str | None = None
     run_epoch: int | None = None
+    compensatable: bool | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> SagaStep:
@@ -164,6 +170,7 @@ class SagaStep:
             last_error=row["last_error"],
             run_id=row["run_id"],
             run_epoch=None if row["run_epoch"] is None else int(row["run_epoch"]),
+            compensatable=None if row["compensatable"] is None else bool(row["compensatable"]),
         )
 
 
@@ -270,9 +277,17 @@ class SagaLedger:
         ]
 
     async def step_pending(
-        self, saga_id: str, step: str, *, fence: Fence = UNFENCED
+        self,
+        saga_id: str,
+        step: str,
+        *,
+        fence: Fence = UNFENCED,
+        compensatable: bool | None = None,
     ) -> tuple[str, str]:
         """Records that a step is about to act; returns its (action, compensation) keys.
+
+        ``compensatable`` says whether the code beginning it can undo it; the
+        first record of the step keeps it (a re-drive does not change it).
 
         Raises:
             durable_adk.errors.Fenced: ``fence``'s run was taken over or has finished.
@@ -285,6 +300,7 @@ class SagaLedger:
                 "step": step,
                 "action_key": action_key,
                 "comp_key": comp_key,
+                "compensatable": compensatable,
                 **fence.params(),
             },
         )
@@ -414,11 +430,14 @@ class SagaLedger:
         quiet_for: float,
         lease: float = 60.0,
         limit: int = 10,
+        serving: Serving = UNVERSIONED,
     ) -> list[Saga]:
         """Claims stuck sagas of one name and app.
 
         Stuck: no final status, quiet for ``quiet_for`` seconds, and a run that is
         neither live (RUNNING, QUEUED) nor waiting on a long-running call (PAUSED).
+        Only sagas recorded under a version ``serving`` takes (or under none),
+        as for runs (docs/deploying.md).
         """
         rows = await self.store.fetch(
             "saga_claim_stuck",
@@ -429,6 +448,7 @@ class SagaLedger:
                 "timeout": quiet_for,
                 "lease": lease,
                 "limit": limit,
+                "serves": serving.params()["serves"],
             },
         )
         return [Saga.from_row(r) for r in rows]
@@ -436,6 +456,20 @@ class SagaLedger:
     async def backdate(self, saga_id: str, seconds: float) -> None:
         """Moves a saga's quiet time ``seconds`` into the past (tests, operators)."""
         await self.store.execute("saga_backdate", {"saga_id": saga_id, "seconds": seconds})
+
+    async def left_for_other_code(self, saga: Saga, drifted: SagaDrifted) -> None:
+        """Records (once) that this code lacks compensators the saga needs; nothing was undone."""
+        await self.store.execute(
+            "dead_letter_add_once",
+            {
+                "kind": "compensation",
+                "run_id": None,
+                "request": json.dumps({"saga_id": saga.saga_id, "steps": list(drifted.steps)}),
+                "classification": f"saga {saga.name}: drift (left for code that can undo it)",
+                "last_events": None,
+                "error": str(drifted),
+            },
+        )
 
     async def dead_letter(self, *, saga: Saga, step: SagaStep, error: str) -> None:
         """Records a compensation that needs a person."""
@@ -451,6 +485,27 @@ class SagaLedger:
                 "last_events": None,
                 "error": error,
             },
+        )
+
+
+class SagaDrifted(OutcomeUnknown):
+    """The saga recorded steps whose compensators this code lacks: nothing was undone.
+
+    A step begun by code that could undo it (``compensatable``) must be undone
+    by code that still can; a worker whose stage lost its compensator (the
+    stage was renamed away or marked uncompensatable) leaves the saga for one
+    that has it instead of undoing the rest around it.
+
+    Attributes:
+        steps: The steps, newest first, whose compensators are missing.
+    """
+
+    def __init__(self, saga: str, steps: list[str]) -> None:
+        self.steps = tuple(steps)
+        super().__init__(
+            f"saga {saga!r}: this code has no compensator for "
+            + ", ".join(repr(s) for s in steps)
+            + ", which the code that began them could undo"
         )
 
 
@@ -547,12 +602,25 @@ class Compensation:
             span.set_attribute("durable_adk.status", result.status.value)
             return result
 
+    def lacking(self, steps: list[SagaStep]) -> list[str]:
+        """Steps still to undo that were begun undoable but have no compensator here."""
+        return [
+            step.step
+            for step in steps
+            if step.compensatable
+            and step.status in (StepStatus.PENDING, StepStatus.DONE)
+            and (step.step not in self.undo or self.undo[step.step].compensate is None)
+        ]
+
     async def _run(self, saga: Saga, reason: str, fence: Fence) -> CompensationResult:
         """Compensates every step that may have acted, then finishes the saga."""
+        steps = await self.ledger.steps(saga.saga_id)
+        if missing := self.lacking(steps):
+            raise SagaDrifted(saga.name, missing)  # before anything is written or undone
         marked = await self.ledger.compensating(saga.saga_id, reason, fence=fence)
         failed: list[str] = []
         waiting: list[str] = []
-        for step in await self.ledger.steps(saga.saga_id):
+        for step in steps:
             if step.status is StepStatus.COMPENSATED:
                 continue
             undone = await self._undo_step(saga, step, fence)

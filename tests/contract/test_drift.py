@@ -19,7 +19,7 @@ from google.adk.events.event import Event, NodeInfo
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
-from durable_adk.adk.drift import RunDrifted, drift, node_names
+from durable_adk.adk.drift import RecordedStep, RunDrifted, drift, node_names
 from durable_adk.adk.fingerprint import Known
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
@@ -210,8 +210,8 @@ async def test_the_steps_a_saga_recorded_are_checked_against_the_code(store: Sto
     rows = await store.fetch(
         "saga_steps_of_invocation", {"app_name": "shop", "invocation_id": "inv-1"}
     )
-    recorded = [(str(r["name"]), str(r["step"])) for r in rows]
-    assert recorded == [("checkout", "charge"), ("checkout", "reserve")]
+    recorded = [RecordedStep.from_row(r) for r in rows]
+    assert [(r.saga, r.step) for r in recorded] == [("checkout", "charge"), ("checkout", "reserve")]
 
     def stage(name: str) -> SagaStage:
         return SagaStage(name=name, action=lambda state, key: {"id": key}, uncompensatable=True)

@@ -147,6 +147,7 @@ class Background:
                 app_name=runner.app_name,
                 owner=runner.worker_id,
                 quiet_for=s.saga_quiet,
+                serving=runner.serving,
             )
             for saga in self.sagas
         ]

@@ -14,12 +14,10 @@ and the code lacks:
   no answer from the user: the answer the drive carries goes to it), or a
   long-running call whose tool is no longer long-running;
 * each saga the invocation recorded (a SagaSequence of that name) and each
-  step it recorded (a stage of that name), read from the saga ledger.
-
-A compensator is not compared: the code refuses a compensatable stage
-without one, so a step that still exists has its compensator unless the new
-code marked it uncompensatable, which the recorded step cannot tell apart from
-a stage that always was.
+  step it recorded (a stage of that name), read from the saga ledger;
+* the compensator of each step not yet undone that the code beginning it
+  could undo (the ledger keeps that with the step): a stage the new code
+  marked uncompensatable could otherwise be left half rolled back.
 
 ADK's own calls (``adk_request_input``, ``adk_request_confirmation``,
 ``adk_request_credential``, ``transfer_to_agent``) need no tool of the app.
@@ -32,7 +30,9 @@ or under none, are not read at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from google.adk.events.event import Event
 
@@ -54,6 +54,34 @@ class RunDrifted(OutcomeUnknown):
     """The run's log refers to what this code lacks: it was parked before anything acted."""
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedStep:
+    """A saga step as the ledger holds it (``saga_steps_of_invocation``).
+
+    Attributes:
+        saga: The saga's (SagaSequence's) name.
+        step: The stage's name.
+        status: PENDING, DONE, COMPENSATED or COMPENSATION_FAILED.
+        compensatable: Whether the code that began it could undo it (None: not kept).
+    """
+
+    saga: str
+    step: str
+    status: str = "DONE"
+    compensatable: bool | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RecordedStep:
+        """Maps a ``saga_steps_of_invocation`` row."""
+        compensatable = row["compensatable"]
+        return cls(
+            saga=str(row["name"]),
+            step=str(row["step"]),
+            status=str(row["status"]),
+            compensatable=None if compensatable is None else bool(compensatable),
+        )
+
+
 def node_names(path: str | None) -> list[str]:
     """The node names of a node path (``"flow@1/review@2"``: ``["flow", "review"]``)."""
     return [part.split("@", 1)[0] for part in (path or "").split("/") if part.split("@", 1)[0]]
@@ -63,7 +91,7 @@ def drift(
     events: Sequence[Event],
     invocation_id: str,
     known: Known,
-    saga_steps: Iterable[tuple[str, str]] = (),
+    saga_steps: Iterable[RecordedStep] = (),
 ) -> list[str]:
     """What the invocation's stored events refer to that ``known`` lacks, in order, once each.
 
@@ -72,8 +100,7 @@ def drift(
             answers of the whole session count).
         invocation_id: The invocation the drive continues.
         known: The names the driving code knows (:meth:`Known.of`).
-        saga_steps: ``(saga name, step)`` of every step the invocation's
-            sagas recorded (the saga ledger).
+        saga_steps: Every step the invocation's sagas recorded (the saga ledger).
 
     Returns:
         Human-readable items (``"tool 'approve'"``); empty when nothing drifted.
@@ -107,10 +134,17 @@ def drift(
                 missing[f"tool {call.name!r}"] = None
             elif is_long and call.name not in known.long_running:
                 missing[f"tool {call.name!r} (no longer long-running)"] = None
-    for saga, step in saga_steps:
+    for recorded in saga_steps:
+        saga, step = recorded.saga, recorded.step
         stages = known.saga_steps.get(saga)
         if stages is None:
             missing[f"saga {saga!r}"] = None
         elif step not in stages:
             missing[f"saga step {saga!r}/{step!r}"] = None
+        elif (
+            recorded.compensatable
+            and recorded.status in ("PENDING", "DONE")
+            and step not in known.compensators.get(saga, frozenset())
+        ):
+            missing[f"compensator of saga step {saga!r}/{step!r}"] = None
     return list(missing)

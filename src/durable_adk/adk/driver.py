@@ -36,7 +36,7 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch, using_batch
 from durable_adk.adk.classify import INTERIM_KEY, Classification
-from durable_adk.adk.drift import RunDrifted, drift
+from durable_adk.adk.drift import RecordedStep, RunDrifted, drift
 from durable_adk.adk.drive import Drive, trust_from, using_drive
 from durable_adk.adk.ending import FINISHING, Ending, EndKind, Outcome, decide, record
 from durable_adk.adk.policy import causes
@@ -465,7 +465,7 @@ class Driver:
             session.events if session else [],
             run.invocation_id,
             path.known,
-            [(str(row["name"]), str(row["step"])) for row in steps],
+            [RecordedStep.from_row(row) for row in steps],
         )
 
     async def _message_for(

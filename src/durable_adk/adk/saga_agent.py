@@ -60,7 +60,16 @@ from durable_adk.faults import crash_point
 from durable_adk.fence import current_fence
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.metrics import NO_METRICS
-from durable_adk.sagas import Compensation, Fence, Saga, SagaLedger, SagaStatus, Undo
+from durable_adk.sagas import (
+    Compensation,
+    Fence,
+    Saga,
+    SagaDrifted,
+    SagaLedger,
+    SagaStatus,
+    Undo,
+)
+from durable_adk.versions import UNVERSIONED, Serving
 
 logger = logging.getLogger("durable_adk.saga_agent")
 
@@ -118,7 +127,9 @@ class SagaStage(BaseAgent):
         journal, attempt = attempt_in(ctx, self.name)
         assert journal is not None  # _store_of() already required a durable session service
         fence = _fence_in(ctx)
-        action_key, comp_key = await ledger.step_pending(saga_id, self.name, fence=fence)
+        action_key, comp_key = await ledger.step_pending(
+            saga_id, self.name, fence=fence, compensatable=self.name in saga.compensators
+        )
         act = as_async(self.action)
         find = as_async(self.find) if self.find is not None else None
         call = asyncio.ensure_future(
@@ -436,6 +447,7 @@ class SagaSweeper:
         batch: int = 10,
         lease: float = 60.0,
         queue_poll: float = 0.1,
+        serving: Serving = UNVERSIONED,
     ) -> None:
         """Creates the sweeper.
 
@@ -458,13 +470,15 @@ class SagaSweeper:
         self.saga = saga
         self.sessions = sessions
         self.ledger = SagaLedger(sessions.store)
-        self.runs = RunLedger(sessions.store, lease_seconds=lease)
+        # Its outcome runs are of the saga's version: claimed as its worker serves them.
+        self.runs = RunLedger(sessions.store, lease_seconds=lease, serving=serving)
         self.owner = owner
         self.app_name = app_name
         self.quiet_for = quiet_for
         self.batch = batch
         self.lease = lease
         self.queue_poll = queue_poll
+        self.serving = serving
 
     async def sweep_once(self) -> list[Saga]:
         """Finishes every stuck saga of this kind it can claim; returns them as they ended.
@@ -482,6 +496,7 @@ class SagaSweeper:
             quiet_for=self.quiet_for,
             lease=self.lease,
             limit=self.batch,
+            serving=self.serving,
         )
         results = await asyncio.gather(
             *(self._finish_one(saga) for saga in claimed), return_exceptions=True
@@ -500,6 +515,14 @@ class SagaSweeper:
             )
         except errors.Fenced as exc:
             logger.warning("saga %s: claim lost, left to its new holder (%s)", saga.saga_id, exc)
+            return None
+        except SagaDrifted as drifted:
+            # Nothing undone: the steps this code cannot undo are left, with
+            # the rest, for a worker whose code can (an earlier version that
+            # serves it, or a fixed deploy); a person is told once.
+            logger.warning("saga %s: %s; left for code that has them", saga.saga_id, drifted)
+            await self.ledger.left_for_other_code(saga, drifted)
+            await self.ledger.release(saga.saga_id, self.owner)
             return None
 
     async def _compensate_and_record(self, saga: Saga) -> Saga | None:

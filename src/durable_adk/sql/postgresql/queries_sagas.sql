@@ -51,9 +51,9 @@ WITH verdict AS (
            END AS fence
 ), ins AS (
     INSERT INTO saga_steps (saga_id, step, status, action_key, comp_key, run_id, run_epoch,
-                            created_at, updated_at)
+                            compensatable, created_at, updated_at)
     SELECT :saga_id::text, :step::text, 'PENDING', :action_key::text, :comp_key::text,
-           :run_id::text, :run_epoch::bigint, extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+           :run_id::text, :run_epoch::bigint, :compensatable::boolean, extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
       FROM verdict WHERE fence = 'ok'
     ON CONFLICT (saga_id, step) DO UPDATE
        SET run_id = EXCLUDED.run_id, run_epoch = EXCLUDED.run_epoch,
@@ -204,13 +204,16 @@ RETURNING lease_until;
 -- Sagas of one name and app that no other sweeper holds and that need one:
 -- no final status, quiet for :timeout seconds, whose run (if any) is not live
 -- or waiting on a long-running call (PAUSED); or finished by a sweeper that
--- died before it stored the outcome event. SKIP LOCKED: two sweepers never
--- take the same saga.
+-- died before it stored the outcome event. Only sagas of a version the
+-- sweeper's worker serves (:serves, a JSON array), as for runs. SKIP LOCKED:
+-- two sweepers never take the same saga.
 -- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
 -- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
 WITH picked AS MATERIALIZED (
     SELECT s.saga_id FROM sagas s
      WHERE s.name = :name::text AND s.app_name = :app_name::text
+       -- only versions this worker serves (NULL: recorded before versions)
+       AND (s.app_version IS NULL OR s.app_version IN (SELECT jsonb_array_elements_text(:serves::jsonb)))
        AND s.lease_until < extract(epoch FROM clock_timestamp())
        AND (s.unrecorded = 1
             OR (s.status IN ('RUNNING', 'COMPENSATING')
@@ -243,9 +246,20 @@ VALUES (:kind::text, :run_id::text, :request::text, :classification::text, :last
         :error::text, extract(epoch FROM clock_timestamp()))
 RETURNING pk;
 
+-- name: dead_letter_add_once
+-- The same dead letter at most once (a saga left for other code is met again
+-- by every sweep until that code comes).
+INSERT INTO dead_letters (kind, run_id, request, classification, last_events, error, created_at)
+SELECT :kind::text, :run_id::text, :request::text, :classification::text, :last_events::text,
+       :error::text, extract(epoch FROM clock_timestamp())
+ WHERE NOT EXISTS (SELECT 1 FROM dead_letters
+                    WHERE kind = :kind::text AND request = :request::text
+                      AND error = :error::text)
+RETURNING pk;
+
 -- name: saga_steps_of_invocation
 -- The sagas an invocation recorded, with their steps (drift detection).
-SELECT s.name, s.status AS saga_status, st.step, st.status
+SELECT s.name, s.status AS saga_status, st.step, st.status, st.compensatable
   FROM sagas s JOIN saga_steps st ON st.saga_id = s.saga_id
  WHERE s.app_name = :app_name AND s.invocation_id = :invocation_id
  ORDER BY st.pk;

@@ -43,8 +43,8 @@ SELECT CASE
          ELSE 'ok'
        END AS status;
 INSERT INTO saga_steps (saga_id, step, status, action_key, comp_key, run_id, run_epoch,
-                        created_at, updated_at)
-VALUES (:saga_id, :step, 'PENDING', :action_key, :comp_key, :run_id, :run_epoch,
+                        compensatable, created_at, updated_at)
+VALUES (:saga_id, :step, 'PENDING', :action_key, :comp_key, :run_id, :run_epoch, :compensatable,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (saga_id, step) DO UPDATE
    SET run_id = excluded.run_id, run_epoch = excluded.run_epoch, updated_at = excluded.updated_at
@@ -163,13 +163,16 @@ RETURNING lease_until;
 -- Sagas of one name and app that no other sweeper holds and that need one:
 -- no final status, quiet for :timeout seconds, whose run (if any) is not live
 -- or waiting on a long-running call (PAUSED); or finished by a sweeper that
--- died before it stored the outcome event.
+-- died before it stored the outcome event. Only sagas of a version the
+-- sweeper's worker serves (:serves, a JSON array), as for runs.
 UPDATE sagas
    SET owner = :owner, lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE saga_id IN (
         SELECT s.saga_id FROM sagas s
          WHERE s.name = :name AND s.app_name = :app_name
+           -- only versions this worker serves (NULL: recorded before versions)
+           AND (s.app_version IS NULL OR s.app_version IN (SELECT value FROM json_each(:serves)))
            AND s.lease_until < (julianday('now') - 2440587.5) * 86400.0
            AND (s.unrecorded = 1
                 OR (s.status IN ('RUNNING', 'COMPENSATING')
@@ -194,9 +197,19 @@ VALUES (:kind, :run_id, :request, :classification, :last_events, :error,
         (julianday('now') - 2440587.5) * 86400.0)
 RETURNING pk;
 
+-- name: dead_letter_add_once
+-- The same dead letter at most once (a saga left for other code is met again
+-- by every sweep until that code comes).
+INSERT INTO dead_letters (kind, run_id, request, classification, last_events, error, created_at)
+SELECT :kind, :run_id, :request, :classification, :last_events, :error,
+       (julianday('now') - 2440587.5) * 86400.0
+ WHERE NOT EXISTS (SELECT 1 FROM dead_letters
+                    WHERE kind = :kind AND request = :request AND error = :error)
+RETURNING pk;
+
 -- name: saga_steps_of_invocation
 -- The sagas an invocation recorded, with their steps (drift detection).
-SELECT s.name, s.status AS saga_status, st.step, st.status
+SELECT s.name, s.status AS saga_status, st.step, st.status, st.compensatable
   FROM sagas s JOIN saga_steps st ON st.saga_id = s.saga_id
  WHERE s.app_name = :app_name AND s.invocation_id = :invocation_id
  ORDER BY st.pk;
