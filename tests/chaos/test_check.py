@@ -268,3 +268,54 @@ def test_a_drive_by_an_older_version_is_found_a_queued_answer_from_it_is_not() -
         versions=versions,
     )  # fmt: skip
     assert across.across_versions == 1 and across.count("claims by an older version") == 0
+
+
+ASK = "Please charge order ORD-1 and tell the customer. Only with approval."
+
+
+def approval_log(answers: int, *, approved_at: float = 1.5) -> list[EventRow]:
+    """The good log after an approval: the call, its pending answer, ``answers`` approvals."""
+
+    def approval(seq: int) -> EventRow:
+        answer = {"id": "a", "name": "approve_order", "response": {"approved": True}}
+        made = dataclasses.replace(event(seq, [{"function_response": answer}]), author="user")
+        return dataclasses.replace(made, data={**made.data, "timestamp": approved_at})
+
+    call = {"id": "a", "name": "approve_order", "args": {"order_id": "ORD-1"}}
+    head = [
+        event(1, [{"text": ASK}]),
+        event(2, [{"function_call": call}]),
+        event(3, [{"function_response": {"id": "a", "name": "approve_order"}}]),
+        *[approval(4 + i) for i in range(answers)],
+    ]
+    charge = {"id": "c1", "name": "charge", "args": {"order_id": "ORD-1"}}
+    tail = [dataclasses.replace(e, seq=e.seq + len(head) - 1) for e in good_log()[1:]]
+    tail[0] = dataclasses.replace(tail[0], data={"content": {"parts": [{"function_call": charge}]}})
+    return head + tail
+
+
+def test_an_approval_answered_once_before_the_charge_is_no_violation() -> None:
+    assert verdict(events=approval_log(1)) == {}  # every check, not only the approvals
+    judged = judge(runs=[], accepted=[], claims=[], events=approval_log(1), requests=[])
+    assert judged.approvals == 1
+
+
+def test_an_approval_answered_never_or_twice_or_after_the_charge_is_a_violation() -> None:
+    (never,) = verdict(events=approval_log(0))["approvals not answered once"]
+    assert "answered 0x" in never
+    (twice,) = verdict(events=approval_log(2))["approvals not answered once"]
+    assert "answered 2x" in twice
+    # The charge (received at 2.0) came before the approval was made (3.0).
+    (early,) = verdict(events=approval_log(1, approved_at=3.0))["approvals not answered once"]
+    assert "ORD-1 acted on 1.000s before its approval was made" in early
+    log = approval_log(1)
+    log[3], log[4] = dataclasses.replace(log[4], seq=4), dataclasses.replace(log[3], seq=5)
+    found = verdict(events=log)["approvals not answered once"]
+    assert any("called an effect before its approval" in f for f in found)
+
+
+def test_an_approval_asked_but_never_called_is_a_violation() -> None:
+    log = good_log()
+    log[0] = event(1, [{"text": ASK}])
+    (found,) = verdict(events=log)["approvals not answered once"]
+    assert "1 approval(s) asked, 0 call(s)" in found

@@ -5,8 +5,9 @@ three ``durable-adk serve`` workers on a private PostgreSQL, a minute of runs
 and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts, a rolling
 deploy step to a new app version and, as root, network partitions: the soak
 skips them with a notice otherwise), with a
-quarter of the runs sleeping first on a durable timer and a schedule ticking
-every 5 s, then the verdict. The seed is fixed so a failure can be replayed;
+quarter of the runs sleeping first on a durable timer, a fifth waiting for an
+approval the soak answers through the workers' inbox API, and a schedule
+ticking every 5 s, then the verdict. The seed is fixed so a failure can be replayed;
 its output is printed when it fails.
 
 A request a partitioned worker sent while its lease was valid can sit in the
@@ -46,9 +47,10 @@ def test_the_short_chaos_soak_finds_no_violation() -> None:
     assert "chaos soak verdict" in output, output
     assert soak.returncode == 0, output
     assert "PASS: every violation count is 0" in output
-    # Time was part of it: runs slept and ticks fired (each checked by its own row).
+    # Time and people were part of it: runs slept, ticks fired, approvals were
+    # answered through the inbox (each checked by its own row).
     rows = {line[:34].strip(): line[34:] for line in output.splitlines() if len(line) > 34}
-    for row in ("durable sleeps (timers)", "schedule ticks"):
+    for row in ("durable sleeps (timers)", "schedule ticks", "approvals (answered via inbox)"):
         assert int(rows[row].split()[0]) > 0, output
     # So was a deploy (this seed's third fault): runs were recorded under two versions.
     assert "1.0:" in rows["app versions (runs)"] and "1.1:" in rows["app versions (runs)"], output

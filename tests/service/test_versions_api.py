@@ -11,7 +11,10 @@ from test_api import start, wait_status
 
 from durable_adk import errors
 from durable_adk.adk import runpath
+from durable_adk.adk.classify import classify
+from durable_adk.adk.inbox import sync_interrupts
 from durable_adk.adk.recovery import Sweeper
+from durable_adk.interrupts import InterruptTable
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.versions import Serving
@@ -39,8 +42,9 @@ def test_a_bad_version_setting_is_refused() -> None:
 @pytest.mark.parametrize(
     "service", [{"app_version": "1.1", "compatible_versions": ("1.0",)}], indirect=True
 )
+@pytest.mark.parametrize("via", ["run-api", "inbox"])
 async def test_an_answer_through_the_api_to_a_run_whose_tool_is_gone_is_parked(
-    service: Service,
+    service: Service, via: str
 ) -> None:
     """A 1.0 run paused on a tool 1.1 no longer has: the answer's drive parks it, nothing runs."""
     sessions = service.worker.sessions
@@ -64,14 +68,32 @@ async def test_an_answer_through_the_api_to_a_run_whose_tool_is_gone_is_parked(
         await sessions.append_event(loaded, event)
     assert await old.finish(claimed.lease, RunStatus.PAUSED)
 
-    answer = {"function_response": {"id": "lr-1", "name": "reserve_desk", "response": {}}}
-    started = await service.client.post(
-        "/v1/users/u1/sessions/old/runs",
-        json={"invocation_id": run.invocation_id, "content": {"role": "user", "parts": [answer]}},
-    )
-    assert started.status_code == 202, started.text
+    if via == "inbox":
+        # The pause is in the interrupts inbox (as the run's ending indexes it).
+        paused = await old.get(run.run_id)
+        assert paused is not None
+        loaded = await sessions.get_session(app_name=APP, user_id="u1", session_id="old")
+        assert loaded is not None
+        await sync_interrupts(
+            InterruptTable(service.store), paused, loaded.events,
+            classify(loaded.events, run.invocation_id, root_agent_name=APP),
+        )  # fmt: skip
+        started = await service.client.post(
+            "/v1/interrupts/lr-1", json={"by": "ops", "payload": {"reserved": True}}
+        )
+        assert started.status_code == 200, started.text
+    else:
+        answer = {"function_response": {"id": "lr-1", "name": "reserve_desk", "response": {}}}
+        content = {"role": "user", "parts": [answer]}
+        started = await service.client.post(
+            "/v1/users/u1/sessions/old/runs",
+            json={"invocation_id": run.invocation_id, "content": content},
+        )
+        assert started.status_code == 202, started.text
     answer_run = started.json()["run"]
-    assert answer_run["app_version"] == "1.0"  # it continues 1.0's invocation
+    # It continues 1.0's invocation: its version and fingerprint, so the drift check runs.
+    assert answer_run["app_version"] == "1.0"
+    assert answer_run["app_fingerprint"] == "fp-of-1.0"
     parked = await wait_status(service, answer_run["run_id"], "PARKED")
     assert "drift" in parked["last_error"] and "tool 'reserve_desk'" in parked["last_error"]
     session = await sessions.get_session(app_name=APP, user_id="u1", session_id="old")

@@ -10,6 +10,10 @@ seconds it submits ``--runs`` runs over HTTP to random workers (about a third
 of the sessions get a second run, queued behind the first; a share ``--naps``
 of the runs, each in a session of its own, first sleeps 1 to 4 s on a durable
 timer, so that faults meet timers being stored, due, woken and answered;
+a share ``--approvals``, each in a session of its own, first waits for a
+person: its run pauses on the ``approve_order`` long-running call, and the
+soak's approver answers it 1 to 4 s later through a random worker's
+``POST /v1/interrupts/{call_id}``, retrying until one answer is taken;
 with ``--tick-every`` above 0 the app's ``tick`` schedule starts a run every
 that many seconds on whichever worker claims it) and injects faults at
 random, from a seeded generator whose choices are printed as they happen:
@@ -108,6 +112,9 @@ class SoakConfig:
         settle: Seconds to wait, after the faults, for every run to end.
         naps: The share of runs that first sleep on a durable timer (0 to 1).
         nap_seconds: How long a napping run sleeps, drawn between these bounds.
+        approvals: The share of runs that first wait for a person's approval (0 to 1).
+        approval_delay: How long the approver waits before answering, drawn
+            between these bounds (seconds after it first sees the call).
         tick_every: The ``tick`` schedule's interval, seconds (0: no schedule).
         max_attempts: The workers' recovery claims before a run is parked.
             Each fault that meets a run costs it one (by design); with a
@@ -131,6 +138,8 @@ class SoakConfig:
     settle: float = 90.0
     naps: float = 0.25
     nap_seconds: tuple[float, float] = (1.0, 4.0)
+    approvals: float = 0.2
+    approval_delay: tuple[float, float] = (1.0, 4.0)
     tick_every: float = 5.0
     max_attempts: int = 10
     folder: Path | None = None
@@ -270,6 +279,9 @@ class Soak:
     versions: dict[str, int] = field(default_factory=dict)
     """The app version number of every worker id launched (``w1.2``: 0)."""
     newest: int = 0
+    approvals_answered: int = 0
+    """Approvals the inbox took from the soak's approver (200 answers)."""
+    _approver_stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _restarts: list[threading.Thread] = field(default_factory=list)
     _started: float = field(default_factory=time.monotonic)
@@ -351,6 +363,7 @@ class Soak:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}-submit")
         naps = random.Random(f"{cfg.seed}-naps")  # its own stream: the rest stays as it was
+        approvals = random.Random(f"{cfg.seed}-approvals")
         runs = cfg.runs
         sessions = max(1, round(runs * 0.7))
         start = time.monotonic()
@@ -363,7 +376,58 @@ class Soak:
             if naps.random() < cfg.naps:
                 seconds = round(naps.uniform(*cfg.nap_seconds), 1)
                 message, session = f"{message} nap {seconds:g}", f"nap{index:04d}"
+            elif approvals.random() < cfg.approvals:
+                message, session = f"{message} Only with approval.", f"apr{index:04d}"
             self._submit(rng, session, order, message)
+
+    def approve(self) -> None:
+        """Answers each open ``approve_order`` call once, a while after it appears, until stopped.
+
+        Through a random live worker's inbox API: ``GET /v1/interrupts`` then
+        ``POST /v1/interrupts/{call_id}`` with ``{"approved": true}``. An
+        answer that got no reply is tried again; the inbox's 409 (already
+        answered) then says the first one was taken.
+        """
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}-approver")
+        due: dict[str, float] = {}
+        answered: set[str] = set()
+        query = {"app_name": chaos_app.APP_NAME, "kind": "long_running", "limit": 500}
+        while not self._approver_stop.wait(0.5):
+            with self._lock:
+                urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
+            if not urls:
+                continue
+            url = rng.choice(urls)
+            try:
+                listed = httpx.get(url + "/v1/interrupts", params=query, headers=AUTH, timeout=10)
+            except httpx.HTTPError:
+                continue
+            if listed.status_code != 200:
+                continue
+            now = time.monotonic()
+            for item in listed.json().get("interrupts", []):
+                call_id = str(item["call_id"])
+                if item.get("name") != chaos_app.APPROVAL_TOOL or call_id in answered:
+                    continue
+                if now < due.setdefault(call_id, now + rng.uniform(*cfg.approval_delay)):
+                    continue
+                body = {
+                    "by": "chaos-approver",
+                    "payload": {"approved": True},
+                    "session_id": item["session_id"],
+                }
+                try:
+                    answer = httpx.post(
+                        f"{url}/v1/interrupts/{call_id}", json=body, headers=AUTH, timeout=15
+                    )
+                except httpx.HTTPError:
+                    continue  # it may have been taken: the next look says
+                if answer.status_code in (200, 409):
+                    answered.add(call_id)
+                    if answer.status_code == 200:
+                        with self._lock:
+                            self.approvals_answered += 1
 
     def _submit(self, rng: random.Random, session: str, order: str, message: str) -> None:
         deadline = time.monotonic() + 60
@@ -536,8 +600,9 @@ class Soak:
         while time.monotonic() < deadline:
             counts = self._status_counts()
             if counts is not None and sum(counts.values()) >= len(set(self.accepted)):
-                # A sleeping run is PAUSED until its wake-up is answered: the chaos
-                # app pauses for nothing else, so settled means none left.
+                # A sleeping run is PAUSED until its wake-up is answered, a run
+                # waiting for approval until the approver's answer: the chaos app
+                # pauses for nothing else, so settled means none left.
                 open_runs = sum(n for s, n in counts.items() if s not in TERMINAL or s == "PAUSED")
                 if open_runs == 0:
                     self.note(f"settled: {counts}")
@@ -621,6 +686,7 @@ class Soak:
             f"chaos soak: seed {cfg.seed}, {cfg.workers} workers, {cfg.runs} runs, "
             f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
             f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first, "
+            f"{cfg.approvals:.0%} wait for approval, "
             f"a tick every {cfg.tick_every:g}s"
         )
         try:
@@ -628,11 +694,15 @@ class Soak:
             until = time.monotonic() + cfg.duration
             faults = threading.Thread(target=self.inject_faults, args=(until,), daemon=True)
             faults.start()
+            approver = threading.Thread(target=self.approve, daemon=True)
+            approver.start()
             self.submit_all(until - cfg.duration * 0.25)
             faults.join()
             self.settle()
             self.pause_ticks()
             self.settle()  # the runs of the ticks fired before the pause
+            self._approver_stop.set()
+            approver.join()
             self.stop_workers()
             records = self.read_records()
         finally:
@@ -721,6 +791,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
         ("durable sleeps (timers)", verdict.sleeps),
+        ("approvals (answered via inbox)", f"{verdict.approvals} ({soak.approvals_answered})"),
         ("schedule ticks", verdict.ticks),
         ("app versions (runs)", " ".join(f"{v}: {n}" for v, n in sorted(verdict.versions.items()))),
         ("drives across versions", verdict.across_versions),
@@ -765,6 +836,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--naps", type=float, default=defaults.naps, help="share of runs that sleep first (0-1)"
     )
     parser.add_argument(
+        "--approvals",
+        type=float,
+        default=defaults.approvals,
+        help="share of runs that wait for a person's approval first (0-1)",
+    )
+    parser.add_argument(
         "--tick-every", type=float, default=defaults.tick_every, help="s between ticks (0: none)"
     )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
@@ -789,11 +866,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         or args.duration <= 0
         or args.max_attempts < 1
         or not 0 <= args.naps <= 1
+        or not 0 <= args.approvals <= 1
         or not (args.tick_every == 0 or args.tick_every >= 1)
     ):
         print(
             f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0, "
-            "max-attempts >= 1, naps between 0 and 1, tick-every 0 or >= 1"
+            "max-attempts >= 1, naps and approvals between 0 and 1, tick-every 0 or >= 1"
         )
         return 2
     config = SoakConfig(
@@ -806,6 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults=faults,
         settle=args.settle,
         naps=args.naps,
+        approvals=args.approvals,
         tick_every=args.tick_every,
         max_attempts=args.max_attempts,
         folder=args.folder,

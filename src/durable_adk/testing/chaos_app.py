@@ -16,6 +16,14 @@ holding the run, which ends ``PAUSED`` after the model says
 ``Order <order> waits <seconds> s.``), and once any worker's waker has
 answered the call with the wake-up, the turn goes on with step 1.
 
+A message that says ``with approval`` first waits for a person: the model
+calls ``approve_order(order_id=...)``, a long-running tool (it says
+``Order <order> waits for approval.`` and the run ends ``PAUSED``, the call
+in the interrupts inbox); once someone answers the call with
+``{"approved": true}`` (the soak does, through ``POST /v1/interrupts/...``
+of any worker), the turn goes on with step 1. No effect is sent before that
+answer is in the session.
+
 With ``DURABLE_ADK_CHAOS_TICK_EVERY`` set (seconds), the app also declares a
 schedule, ``tick`` (:func:`durable_adk_schedules`): every that many seconds
 each tick starts one run, in a session of its own, with the message for order
@@ -77,6 +85,7 @@ from typing import Any, overload
 from google.adk.agents import LlmAgent
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
@@ -107,6 +116,8 @@ CHARGES = "charges"
 NOTIFICATIONS = "notifications"
 ORDER_RE = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
 NAP_RE = re.compile(r"\bnap (\d{1,4}(?:\.\d{1,3})?)\b")
+APPROVAL_RE = re.compile(r"\bwith approval\b")
+APPROVAL_TOOL = "approve_order"
 
 # Who calls out: set for each tool call by the agent's before-tool callback, in
 # the tool's own task, so the journal's lookup (which gets only the key) sends
@@ -274,6 +285,20 @@ def nap_of(request: LlmRequest) -> float | None:
     return None
 
 
+def wants_approval(request: LlmRequest) -> bool:
+    """Whether the last user message naming an order asks for a person's approval first."""
+    return any(
+        bool(part.text and APPROVAL_RE.search(part.text))
+        for content in _this_turn(request)[:1]
+        for part in content.parts or ()
+    )
+
+
+def approval_text(order_id: str) -> str:
+    """What the agent says when its run waits for a person's approval."""
+    return f"Order {order_id} waits for approval."
+
+
 def nap_text(order_id: str, seconds: float) -> str:
     """What the agent says when its run goes to sleep."""
     return f"Order {order_id} waits {seconds:g} s."
@@ -304,11 +329,27 @@ def _next_step(request: LlmRequest) -> Turn:
             for part in turn
         )
         return Say(nap_text(order, nap)) if called else Call(SLEEP_TOOL_NAME, {"seconds": nap})
+    if wants_approval(request) and not any(
+        part.function_response is not None
+        and part.function_response.name == APPROVAL_TOOL
+        and (part.function_response.response or {}).get("approved") is True
+        for part in turn
+    ):
+        called = any(
+            part.function_call is not None and part.function_call.name == APPROVAL_TOOL
+            for part in turn
+        )
+        return Say(approval_text(order)) if called else Call(APPROVAL_TOOL, {"order_id": order})
     if "charge" not in answered:
         return Call("charge", {"order_id": order})
     if "notify" not in answered:
         return Call("notify", {"order_id": order})
     return Say(final_text(order))
+
+
+def approve_order(order_id: str) -> dict[str, Any]:
+    """Asks a person to approve the order before it is charged (answered through the inbox)."""
+    return {"status": "waiting for a person", "order_id": order_id}
 
 
 def audit(order_id: str) -> dict[str, Any]:
@@ -340,7 +381,13 @@ def app() -> LlmAgent:
         name=APP_NAME,
         model=ScriptedModel({APP_NAME: _EveryTurn()}),
         instruction="Charge the order, then tell the customer.",
-        tools=[charge, notify, sleep_tool(), *([audit] if os.environ.get(NEWER_ENV) else [])],
+        tools=[
+            charge,
+            notify,
+            sleep_tool(),
+            LongRunningFunctionTool(approve_order),
+            *([audit] if os.environ.get(NEWER_ENV) else []),
+        ],
         before_tool_callback=_tag_call,
     )
 

@@ -47,6 +47,10 @@ The checks, each a count of violations with the evidence kept:
   was not answered by exactly one wake-up (none: the timer was lost or never
   fired; two: it fired twice), or a message asking for a nap whose run never
   went to sleep;
+* **approvals not answered once**: an approval call (``approve_order``) not
+  answered by exactly one person's answer, a message asking for approval whose
+  run never asked, or an effect of the order sent before its approval was in
+  the session (the services' log, against the answer's store time);
 * **ticks not fired once**: a schedule tick (:class:`TickRow`) whose run is
   not on the ledger, that is left PENDING or was SKIPPED (the soak's schedule
   allows overlap), a session of a tick with a run other than the tick's, or a
@@ -71,6 +75,8 @@ from typing import Any
 TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
 EFFECT_PREFIXES = ("charge:", "notify:")
 SLEEP_TOOL = "durable_sleep"
+APPROVAL_TOOL = "approve_order"
+APPROVAL_ASK = "with approval"
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,7 @@ VIOLATIONS = (
     "double drives",
     "order violations",
     "sleeps not woken once",
+    "approvals not answered once",
     "ticks not fired once",
     "claims by an older version",
 )
@@ -228,6 +235,8 @@ class Verdict:
     acts: int = 0
     sleeps: int = 0
     """Durable sleep calls in the sessions (each must wake once)."""
+    approvals: int = 0
+    """Approval calls in the sessions (each must be answered once, before any effect)."""
     ticks: int = 0
     """Schedule ticks recorded (each must start one run)."""
     versions: dict[str, int] = field(default_factory=dict)
@@ -388,6 +397,65 @@ def unwoken_sleeps(events: Sequence[EventRow]) -> list[str]:
                 found.append(f"session {session_id}: sleep {call_id} woke {woke[call_id]} times")
         if naps > len(calls):
             found.append(f"session {session_id}: {naps} nap(s) asked, {len(calls)} sleep call(s)")
+    return found
+
+
+def unapproved(events: Sequence[EventRow], requests: Sequence[Request]) -> list[str]:
+    """Approval calls not answered exactly once, asks never made, effects sent before approval.
+
+    In the session, the order's first effect call must come after the answer
+    (sequence numbers). At the services, no effect of the order may be
+    received before the answer's event was made (its ``timestamp``, the same
+    machine's clock, never later than when it was stored): an effect's request
+    is matched to its order by the business key (``charge:<order>``).
+    """
+    found = []
+    first_act: dict[str, float] = {}
+    for request in requests:
+        if request.acted and request.key is not None and ":" in request.key:
+            order = request.key.split(":", 1)[1]
+            first_act[order] = min(first_act.get(order, request.at), request.at)
+    sessions: dict[tuple[str, str], list[EventRow]] = defaultdict(list)
+    for event in events:
+        sessions[(event.user_id, event.session_id)].append(event)
+    for (_, session_id), log in sorted(sessions.items()):
+        calls: dict[str, str] = {}
+        approved: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        effect_calls: dict[str, int] = {}
+        asks = 0
+        for event in sorted(log, key=lambda e: e.seq):
+            for part in event.parts():
+                call = part.get("function_call") or {}
+                answer = part.get("function_response") or {}
+                if event.author == "user" and APPROVAL_ASK in str(part.get("text") or ""):
+                    asks += 1
+                if call.get("name") == APPROVAL_TOOL:
+                    calls[str(call.get("id"))] = str((call.get("args") or {}).get("order_id"))
+                elif call.get("name") in ("charge", "notify"):
+                    order = str((call.get("args") or {}).get("order_id"))
+                    effect_calls.setdefault(order, event.seq)
+                if (
+                    event.author == "user"
+                    and answer.get("name") == APPROVAL_TOOL
+                    and (answer.get("response") or {}).get("approved") is True
+                ):
+                    made = float(event.data.get("timestamp") or 0.0)
+                    approved[str(answer.get("id"))].append((event.seq, made))
+        for call_id, order in calls.items():
+            answers = approved.get(call_id, [])
+            if len(answers) != 1:
+                found.append(f"session {session_id}: approval {call_id} answered {len(answers)}x")
+                continue
+            seq, made = answers[0]
+            if effect_calls.get(order, seq + 1) < seq:
+                found.append(f"session {session_id}: {order} called an effect before its approval")
+            if order in first_act and first_act[order] < made:
+                found.append(
+                    f"session {session_id}: {order} acted on {made - first_act[order]:.3f}s "
+                    "before its approval was made"
+                )
+        if asks > len(calls):
+            found.append(f"session {session_id}: {asks} approval(s) asked, {len(calls)} call(s)")
     return found
 
 
@@ -587,6 +655,13 @@ def judge(
     verdict.findings["double drives"] = double_drives(requests, events)
     verdict.findings["order violations"] = order_violations(events, runs)
     verdict.findings["sleeps not woken once"] = unwoken_sleeps(events)
+    verdict.approvals = sum(
+        1
+        for event in events
+        for part in event.parts()
+        if (part.get("function_call") or {}).get("name") == APPROVAL_TOOL
+    )
+    verdict.findings["approvals not answered once"] = unapproved(events, requests)
     verdict.ticks = len(ticks)
     verdict.findings["ticks not fired once"] = ticks_not_fired_once(ticks, runs, tick_every)
     for run in runs:

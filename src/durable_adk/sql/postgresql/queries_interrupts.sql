@@ -82,13 +82,22 @@ WITH i AS (
      WHERE interrupts.pk = i.pk
     RETURNING interrupts.pk
 ), r AS (
+    -- The answer's run takes its invocation's version (the newest run's: a
+    -- moved run's continuation keeps the version it was moved to) and
+    -- fingerprint, so it is claimed, handed over and checked for drift as its
+    -- invocation is.
     INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                      owner, lease_until, created_at, updated_at)
+                      owner, lease_until, created_at, updated_at, app_version, app_fingerprint)
     SELECT :new_run_id::text, i.app_name, i.user_id, i.session_id, i.invocation_id,
            :request::text, 'QUEUED', :owner::text,
            extract(epoch FROM clock_timestamp()) + :lease::float8,
-           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+           prev.app_version, prev.app_fingerprint
       FROM i
+      LEFT JOIN LATERAL (SELECT app_version, app_fingerprint FROM runs
+                          WHERE runs.invocation_id = i.invocation_id
+                            AND runs.app_name = i.app_name
+                          ORDER BY runs.pk DESC LIMIT 1) prev ON true
     RETURNING *
 ), cl AS (
     INSERT INTO answer_claims (app_name, user_id, session_id, invocation_id, call_id, ask,

@@ -78,12 +78,21 @@ UPDATE interrupts
        answered_by = :actor, answer = :answer, answer_run_id = :new_run_id,
        answered_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE pk = :pk;
+-- The answer's run takes its invocation's version (the newest run's: a moved
+-- run's continuation keeps the version it was moved to) and fingerprint, so it
+-- is claimed, handed over and checked for drift as its invocation is.
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
-                  owner, lease_until, created_at, updated_at)
-SELECT :new_run_id, app_name, user_id, session_id, invocation_id, :request, 'QUEUED', :owner,
-       (julianday('now') - 2440587.5) * 86400.0 + :lease,
-       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
-  FROM interrupts WHERE pk = :pk;
+                  owner, lease_until, created_at, updated_at, app_version, app_fingerprint)
+SELECT :new_run_id, i.app_name, i.user_id, i.session_id, i.invocation_id, :request, 'QUEUED',
+       :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+       prev.app_version, prev.app_fingerprint
+  FROM interrupts i
+  LEFT JOIN (SELECT app_version, app_fingerprint FROM runs
+              WHERE invocation_id = (SELECT invocation_id FROM interrupts WHERE pk = :pk)
+                AND app_name = (SELECT app_name FROM interrupts WHERE pk = :pk)
+              ORDER BY pk DESC LIMIT 1) prev ON 1 = 1
+ WHERE i.pk = :pk;
 INSERT INTO answer_claims (app_name, user_id, session_id, invocation_id, call_id, ask, run_id,
                            created_at)
 SELECT app_name, user_id, session_id, invocation_id, call_id, :ask, :new_run_id,
