@@ -319,3 +319,17 @@ def test_an_approval_asked_but_never_called_is_a_violation() -> None:
     log[0] = event(1, [{"text": ASK}])
     (found,) = verdict(events=log)["approvals not answered once"]
     assert "1 approval(s) asked, 0 call(s)" in found
+
+
+def test_a_drive_of_a_version_the_worker_does_not_serve_is_found() -> None:
+    runs = [dataclasses.replace(run_row(), app_version="1.1")]
+    pinned = {"w1": frozenset({"1.2"}), "w2": frozenset({"1.1", "1.0"})}
+    claims = [Claim(RUN, 1, "w2", "RUNNING", 1.0), Claim(RUN, 2, "w1", "RUNNING", 5.0)]
+    found = judge(
+        runs=runs, accepted=[], claims=claims, events=[], requests=[], serves=pinned
+    ).findings["claims of a version not served"]
+    assert found == ["worker w1 (serves 1.2) claimed run run-1 of 1.1 (epoch 2)"]
+    queued = [Claim(RUN, 0, "w1", "QUEUED", 1.0), Claim(RUN, 1, "w2", "RUNNING", 2.0)]
+    assert not judge(
+        runs=runs, accepted=[], claims=queued, events=[], requests=[], serves=pinned
+    ).findings["claims of a version not served"]

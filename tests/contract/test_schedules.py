@@ -501,3 +501,31 @@ async def test_a_process_that_declares_no_schedules_leaves_them_alone(store: Sto
     (row,) = await declaring.table.list_schedules()
     assert row.state == "orphaned"
     await silent.aclose()
+
+
+async def test_a_worker_of_a_drained_version_leaves_due_ticks_to_the_others(store: Store) -> None:
+    """Draining 1.0 stops its workers starting scheduled runs; a 1.1 worker fires the tick."""
+    from durable_adk.version_table import VersionTable
+
+    schedule = every_minute()
+
+    def versioned(worker: str, version: str) -> DurableRunner:
+        agent = LlmAgent(name="root", model=ScriptedModel([Say("Report sent.")] * 20))
+        return DurableRunner(
+            app=agent, app_name=APP, store=store, worker_id=worker, schedules=[schedule],
+            background=False, lease=5.0, version=version,
+        )  # fmt: skip
+
+    old, new = versioned("w-1.0", "1.0"), versioned("w-1.1", "1.1")
+    old_poller, new_poller = poller(old), poller(new)
+    await old_poller.sync()
+    await rewind_to_now(old_poller.table, "report", schedule)
+    assert await VersionTable(store, APP).drain("1.0", by="ops", reason="rolling out 1.1")
+    assert await old_poller.poll_once(wait=True) == []  # nothing claimed, nothing recorded
+    (row,) = await old_poller.table.list_schedules()
+    assert row.owner != "w-1.0"  # not claimed: no lease to run out before 1.1 may fire it
+    (fired,) = await new_poller.poll_once(wait=True)
+    run = await new.ledger.get(fired.run_id)
+    assert run is not None and run.status is RunStatus.DONE and run.app_version == "1.1"
+    await old.aclose()
+    await new.aclose()

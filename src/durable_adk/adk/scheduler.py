@@ -117,6 +117,10 @@ class Scheduler:
             return []  # this process has no say on the app's schedules
         if not self._synced:
             await self.sync()
+        try:
+            await self.path.refuse_if_drained()
+        except errors.Draining:
+            return []  # a drained version starts no run: the other workers take the ticks
         fired: list[Fired] = []
         for _ in range(MAX_CLAIMS_PER_POLL):
             rows = await self.table.claim(self.path.worker_id, lease=self.lease, batch=self.batch)

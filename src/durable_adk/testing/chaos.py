@@ -115,6 +115,12 @@ class SoakConfig:
         approvals: The share of runs that first wait for a person's approval (0 to 1).
         approval_delay: How long the approver waits before answering, drawn
             between these bounds (seconds after it first sees the call).
+        rollout: How ``deploy`` faults roll a new version out: ``compatible``
+            (each new version continues every earlier one's runs),
+            ``pinned`` (each serves only its own runs: the old versions are
+            drained once a new worker is up, and the last worker serving a
+            version stays until it has no open run) or ``alternate``
+            (``1.1`` compatible, ``1.2`` pinned, ``1.3`` compatible...).
         tick_every: The ``tick`` schedule's interval, seconds (0: no schedule).
         max_attempts: The workers' recovery claims before a run is parked.
             Each fault that meets a run costs it one (by design); with a
@@ -140,6 +146,7 @@ class SoakConfig:
     nap_seconds: tuple[float, float] = (1.0, 4.0)
     approvals: float = 0.2
     approval_delay: tuple[float, float] = (1.0, 4.0)
+    rollout: str = "compatible"
     tick_every: float = 5.0
     max_attempts: int = 10
     folder: Path | None = None
@@ -172,16 +179,18 @@ def serve_command(
     port: int = 0,
     max_attempts: int = 3,
     version: int | None = None,
+    pinned: bool = False,
 ) -> list[str]:
     """The ``durable-adk serve`` command line of one chaos worker.
 
     With ``version`` k, the worker serves app version ``1.k`` and continues
-    the runs of every earlier one (``1.0`` to ``1.<k-1>``).
+    the runs of every earlier one (``1.0`` to ``1.<k-1>``), or, ``pinned``,
+    only its own.
     """
     versioned: list[str] = []
     if version is not None:
         versioned = ["--app-version", version_name(version)]
-        for earlier in range(version):
+        for earlier in range(0 if pinned else version):
             versioned += ["--compatible-version", version_name(earlier)]
     return [
         sys.executable, "-m", "durable_adk.cli", "serve", APP_SPEC,
@@ -338,6 +347,7 @@ class Soak:
             port=port,
             max_attempts=cfg.max_attempts,
             version=version,
+            pinned=self.pinned(version),
         )
         if inside and self.namespace:
             command = self.namespace.prefix() + command
@@ -352,6 +362,18 @@ class Soak:
         log = self.folder / f"{worker_id}.log"
         process = start_logged(command, env, log)
         return WorkerProc(name, process, log, incarnation=incarnation, version=version)
+
+    def pinned(self, version: int) -> bool:
+        """Whether version ``1.<version>`` serves only its own runs (see ``rollout``)."""
+        if version == 0:
+            return True  # the first version has no earlier one to continue
+        rollout = self.config.rollout
+        return rollout == "pinned" or (rollout == "alternate" and version % 2 == 0)
+
+    def serves(self, version: int) -> frozenset[str]:
+        """The app versions whose runs a worker of version ``1.<version>`` takes."""
+        earlier = [] if self.pinned(version) else range(version)
+        return frozenset(version_name(v) for v in (version, *earlier))
 
     def _wait_listening(self, worker: WorkerProc, timeout: float = 120.0) -> None:
         worker.url = wait_listening(worker.process, worker.log, timeout)
@@ -392,7 +414,11 @@ class Soak:
         rng = random.Random(f"{cfg.seed}-approver")
         due: dict[str, float] = {}
         answered: set[str] = set()
-        query = {"app_name": chaos_app.APP_NAME, "kind": "long_running", "limit": 500}
+        query: dict[str, str | int] = {
+            "app_name": chaos_app.APP_NAME,
+            "kind": "long_running",
+            "limit": 500,
+        }
         while not self._approver_stop.wait(0.5):
             with self._lock:
                 urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
@@ -542,6 +568,8 @@ class Soak:
                 self.newest += 1  # everyone is on the newest: the next rollout starts
             behind = [w for w in live if w.version < self.newest]
             newest = self.newest
+        if behind and self.pinned(newest):
+            behind = self._pinned_candidates(behind, newest)
         if not behind:
             self._log_fault("deploy skipped: no live worker is behind")
             return
@@ -559,6 +587,65 @@ class Soak:
         thread = threading.Thread(target=self._restart, args=(victim, newest), daemon=True)
         thread.start()
         self._restarts.append(thread)
+
+    def _pinned_candidates(self, behind: list[WorkerProc], newest: int) -> list[WorkerProc]:
+        """The workers a pinned rollout may replace now (draining the old versions first).
+
+        Once a worker of the newest version is up, every older version is
+        drained through the HTTP API (its workers start nothing new; its runs
+        finish on them). A worker is replaced only when every version with
+        open runs that it serves is also served by another worker: the last
+        one serving a version stays until that version has no open run left.
+        """
+        with self._lock:
+            workers = list(self.workers)
+        if any(w.version == newest and w.alive() and w.url for w in workers):
+            for version in sorted({w.version for w in workers if w.version < newest}):
+                name = version_name(version)
+                if self._version_call(f"/v1/versions/{name}/drain") is not None:
+                    self._log_fault(f"drain {name} (pinned rollout of {version_name(newest)})")
+        report = self._version_call("/v1/versions")
+        open_runs = {
+            str(v["version"]): sum(
+                n for status, n in v["runs"].items() if status in ("QUEUED", "RUNNING", "PAUSED")
+            )
+            for v in (report or {}).get("versions", [])
+        }
+        chosen = []
+        for worker in behind:
+            others = set().union(*(self.serves(w.version) for w in workers if w is not worker))
+            stranded = sorted(
+                v
+                for v in self.serves(worker.version) - others
+                if open_runs.get(v, 1) > 0  # unknown counts as open
+            )
+            if stranded:
+                self._log_fault(
+                    f"deploy holds {worker.name}: the last worker serving {', '.join(stranded)} "
+                    "stays while those have open runs"
+                )
+            else:
+                chosen.append(worker)
+        return chosen
+
+    def _version_call(self, path: str) -> dict[str, Any] | None:
+        """``GET`` (or, for an action, ``POST``) a versions route through a live worker."""
+        with self._lock:
+            urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
+        post = not path.endswith("/versions")
+        body = {"by": "chaos-soak", "reason": "pinned rollout"}
+        for url in urls:
+            try:
+                if post:
+                    answer = httpx.post(url + path, json=body, headers=AUTH, timeout=10)
+                else:
+                    answer = httpx.get(url + path, headers=AUTH, timeout=10)
+            except httpx.HTTPError:
+                continue
+            if answer.status_code == 200:
+                found = answer.json()
+                return found if isinstance(found, dict) else None
+        return None
 
     def _fault_pg(self, rng: random.Random) -> None:
         mode = rng.choice(["fast", "immediate"])
@@ -687,7 +774,7 @@ class Soak:
             f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
             f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first, "
             f"{cfg.approvals:.0%} wait for approval, "
-            f"a tick every {cfg.tick_every:g}s"
+            f"a tick every {cfg.tick_every:g}s, {cfg.rollout} rollouts"
         )
         try:
             self.setup()
@@ -711,6 +798,7 @@ class Soak:
             accepted=self.accepted,
             tick_every=cfg.tick_every or None,
             versions={w: version_name(v) for w, v in self.versions.items()},
+            serves={w: self.serves(v) for w, v in self.versions.items()},
             **records,
         )
 
@@ -842,6 +930,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="share of runs that wait for a person's approval first (0-1)",
     )
     parser.add_argument(
+        "--rollout",
+        choices=("compatible", "pinned", "alternate"),
+        default=defaults.rollout,
+        help="deploys: new versions continue old runs, each only its own, or every other",
+    )
+    parser.add_argument(
         "--tick-every", type=float, default=defaults.tick_every, help="s between ticks (0: none)"
     )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
@@ -885,6 +979,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settle=args.settle,
         naps=args.naps,
         approvals=args.approvals,
+        rollout=args.rollout,
         tick_every=args.tick_every,
         max_attempts=args.max_attempts,
         folder=args.folder,

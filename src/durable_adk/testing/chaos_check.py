@@ -57,7 +57,9 @@ The checks, each a count of violations with the evidence kept:
   gap in the ticks' times (a tick lost between two that fired);
 * **claims by an older version**: a worker that drove (claimed RUNNING at an
   epoch: started, took over or continued) a run recorded under a newer app
-  version than its own.
+  version than its own;
+* **claims of a version not served**: a worker that drove a run of a version
+  it does not serve (a pinned worker taking another version's run).
 
 Clocks: the services stamp ``received_at`` with their wall clock, the observer
 with the database's; in the soak both are the same machine's clock.
@@ -221,6 +223,7 @@ VIOLATIONS = (
     "approvals not answered once",
     "ticks not fired once",
     "claims by an older version",
+    "claims of a version not served",
 )
 
 
@@ -521,6 +524,28 @@ def claims_by_older_versions(
     return found
 
 
+def claims_not_served(
+    claims: Iterable[Claim], runs: Sequence[RunRow], serves: Mapping[str, frozenset[str]]
+) -> list[str]:
+    """Drives of a run by a worker that does not serve the run's version (pinned or not)."""
+    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
+    found = []
+    seen: set[tuple[str, int]] = set()
+    for claim in claims:
+        wanted = run_version.get(claim.run_id)
+        served = serves.get(claim.owner or "")
+        if claim.status != "RUNNING" or claim.epoch < 1 or wanted is None or served is None:
+            continue
+        if (claim.run_id, claim.epoch) in seen or wanted in served:
+            continue
+        seen.add((claim.run_id, claim.epoch))
+        found.append(
+            f"worker {claim.owner} (serves {', '.join(sorted(served))}) claimed run "
+            f"{claim.run_id} of {wanted} (epoch {claim.epoch})"
+        )
+    return found
+
+
 def drives_by_newer_versions(
     claims: Iterable[Claim], runs: Sequence[RunRow], versions: Mapping[str, str]
 ) -> set[tuple[str, int]]:
@@ -630,11 +655,13 @@ def judge(
     ticks: Sequence[TickRow] = (),
     tick_every: float | None = None,
     versions: Mapping[str, str] | None = None,
+    serves: Mapping[str, frozenset[str]] | None = None,
 ) -> Verdict:
     """Every check over the soak's records.
 
     ``tick_every`` is the schedule's interval, if any; ``versions`` the app
-    version each worker id ran (``1.0``, ``1.1``: dotted integers).
+    version each worker id ran (``1.0``, ``1.1``: dotted integers);
+    ``serves`` the versions whose runs each worker id takes.
     """
     verdict = Verdict(runs=len(runs), accepted=len(set(accepted)))
     for run in runs:
@@ -669,6 +696,9 @@ def judge(
         verdict.versions[label] = verdict.versions.get(label, 0) + 1
     verdict.findings["claims by an older version"] = claims_by_older_versions(
         claims, runs, versions or {}
+    )
+    verdict.findings["claims of a version not served"] = claims_not_served(
+        claims, runs, serves or {}
     )
     verdict.across_versions = len(drives_by_newer_versions(claims, runs, versions or {}))
     return verdict
