@@ -5,7 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from durable_adk.testing.chaos_check import Claim, EventRow, Request, RunRow, TickRow, judge
+from durable_adk.testing.chaos_check import (
+    Claim,
+    EventRow,
+    Request,
+    RunRow,
+    SagaRow,
+    TickRow,
+    judge,
+)
 
 RUN = "run-1"
 
@@ -333,3 +341,58 @@ def test_a_drive_of_a_version_the_worker_does_not_serve_is_found() -> None:
     assert not judge(
         runs=runs, accepted=[], claims=queued, events=[], requests=[], serves=pinned
     ).findings["claims of a version not served"]
+
+
+def saga_records(
+    status: str, *, out_of_stock: bool = False, **outcomes: list[str]
+) -> dict[str, Any]:
+    """A saga order's session and the services' log: ``charge``, ``refund``, ``confirm``."""
+    ask = "Please charge order ORD-9 and tell the customer. As a saga"
+    ask += ", out of stock." if out_of_stock else "."
+    user = dataclasses.replace(event(1, [{"text": ask}], inv="inv-9"), author="user")
+    saga = SagaRow("inv-9/order_saga", "order_saga", "inv-9", status)
+    keys = {
+        "charge": "saga:inv-9/order_saga:take_payment",
+        "refund": "saga:inv-9/order_saga:take_payment:undo",
+        "confirm": "saga:inv-9/order_saga:confirm",
+    }
+    requests = [
+        dataclasses.replace(request(keys[what], 1, 1.0 + i), outcome=outcome)
+        for what, said in outcomes.items()
+        for i, outcome in enumerate(said)
+    ]
+    return {"events": [user], "sagas": [saga], "requests": requests}
+
+
+def saga_findings(records: dict[str, Any]) -> list[str]:
+    return judge(runs=[], accepted=[], claims=[], **records).findings["sagas not finished once"]
+
+
+def test_sagas_whose_acts_match_their_end_are_no_violation() -> None:
+    committed = saga_records("COMMITTED", charge=["created"], confirm=["created"])
+    assert saga_findings(committed) == []
+    # The refund retried after a crash: the service applied it once, replayed it once.
+    undone = saga_records(
+        "COMPENSATED", out_of_stock=True, charge=["created"], refund=["applied", "replayed"]
+    )
+    assert saga_findings(undone) == []
+    assert judge(runs=[], accepted=[], claims=[], **undone).findings["doubled effects"] == []
+    never = saga_records("COMPENSATED", out_of_stock=True)  # died before the charge
+    assert saga_findings(never) == []
+
+
+def test_sagas_left_unfinished_or_acting_against_their_end_are_found() -> None:
+    (wrong,) = saga_findings(saga_records("COMMITTED", out_of_stock=True, charge=["created"]))
+    assert "ended COMMITTED, not COMPENSATED" in wrong
+    (stuck,) = saga_findings(saga_records("COMPENSATING", out_of_stock=True))
+    assert "ended COMPENSATING" in stuck
+    (unrefunded,) = saga_findings(
+        saga_records("COMPENSATED", out_of_stock=True, charge=["created"])
+    )
+    assert "COMPENSATED but charged 1, refunded 0" in unrefunded
+    (half,) = saga_findings(saga_records("COMMITTED", charge=["created"]))
+    assert "COMMITTED but charged 1, refunded 0, confirmed 0" in half
+    missing = saga_records("COMMITTED")
+    missing["sagas"] = []
+    (none,) = saga_findings(missing)
+    assert "a saga was asked for, none was recorded" in none

@@ -6,8 +6,9 @@ and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts, a rolling
 deploy step to a new app version and, as root, network partitions: the soak
 skips them with a notice otherwise), with a
 quarter of the runs sleeping first on a durable timer, a fifth waiting for an
-approval the soak answers through the workers' inbox API, and a schedule
-ticking every 5 s, then the verdict. The seed is fixed so a failure can be replayed;
+approval the soak answers through the workers' inbox API, some handed to a
+saga (a third of those rolled back), and a schedule ticking every 5 s, then
+the verdict. The seed is fixed so a failure can be replayed;
 its output is printed when it fails.
 
 A request a partitioned worker sent while its lease was valid can sit in the
@@ -52,5 +53,7 @@ def test_the_short_chaos_soak_finds_no_violation() -> None:
     rows = {line[:34].strip(): line[34:] for line in output.splitlines() if len(line) > 34}
     for row in ("durable sleeps (timers)", "schedule ticks", "approvals (answered via inbox)"):
         assert int(rows[row].split()[0]) > 0, output
+    assert "COMMITTED" in rows["sagas (by final status)"], output
+    assert "COMPENSATED" in rows["sagas (by final status)"], output
     # So was a deploy (this seed's third fault): runs were recorded under two versions.
     assert "1.0:" in rows["app versions (runs)"] and "1.1:" in rows["app versions (runs)"], output

@@ -13,7 +13,9 @@ timer, so that faults meet timers being stored, due, woken and answered;
 a share ``--approvals``, each in a session of its own, first waits for a
 person: its run pauses on the ``approve_order`` long-running call, and the
 soak's approver answers it 1 to 4 s later through a random worker's
-``POST /v1/interrupts/{call_id}``, retrying until one answer is taken;
+``POST /v1/interrupts/{call_id}``, retrying until one answer is taken; a
+share ``--sagas`` of the rest is handed to the app's saga, a third of them
+out of stock, so that faults meet sagas mid-step and mid-compensation;
 with ``--tick-every`` above 0 the app's ``tick`` schedule starts a run every
 that many seconds on whichever worker claims it) and injects faults at
 random, from a seeded generator whose choices are printed as they happen:
@@ -27,8 +29,12 @@ random, from a seeded generator whose choices are printed as they happen:
   differs and every run it continues from 1.0 goes through the drift check
   (nothing it refers to is missing: a park would show as an unexpected
   ending); once every worker runs the newest, the next deploy starts version
-  ``1.<k+1>``. Old and new workers share the work meanwhile, and the verdict
-  checks that no worker claimed a run of a newer version than its own;
+  ``1.<k+1>``. With ``--rollout pinned`` (or ``alternate``) a new version
+  serves only its own runs: the soak drains the older versions once a new
+  worker is up, and keeps the last worker serving a version until its runs
+  end. Old and new workers share the work meanwhile, and the verdict checks
+  that no worker claimed a run of a newer version than its own, or of a
+  version it does not serve;
 * ``pg``: stop PostgreSQL (``fast`` or ``immediate``) for up to 3 s, then start it;
 * ``partition`` (root only): cut the last worker, which runs in a network
   namespace of its own (:mod:`durable_adk.testing.chaos_net`), off from
@@ -79,6 +85,7 @@ from durable_adk.testing.chaos_check import (
     Claim,
     Request,
     RunRow,
+    SagaRow,
     TickRow,
     Verdict,
     event_row,
@@ -115,6 +122,8 @@ class SoakConfig:
         approvals: The share of runs that first wait for a person's approval (0 to 1).
         approval_delay: How long the approver waits before answering, drawn
             between these bounds (seconds after it first sees the call).
+        sagas: The share of runs handed to the app's saga (0 to 1); a third
+            of those are out of stock, so the saga rolls back.
         rollout: How ``deploy`` faults roll a new version out: ``compatible``
             (each new version continues every earlier one's runs),
             ``pinned`` (each serves only its own runs: the old versions are
@@ -146,6 +155,7 @@ class SoakConfig:
     nap_seconds: tuple[float, float] = (1.0, 4.0)
     approvals: float = 0.2
     approval_delay: tuple[float, float] = (1.0, 4.0)
+    sagas: float = 0.3
     rollout: str = "compatible"
     tick_every: float = 5.0
     max_attempts: int = 10
@@ -386,6 +396,7 @@ class Soak:
         rng = random.Random(f"{cfg.seed}-submit")
         naps = random.Random(f"{cfg.seed}-naps")  # its own stream: the rest stays as it was
         approvals = random.Random(f"{cfg.seed}-approvals")
+        sagas = random.Random(f"{cfg.seed}-sagas")
         runs = cfg.runs
         sessions = max(1, round(runs * 0.7))
         start = time.monotonic()
@@ -400,6 +411,9 @@ class Soak:
                 message, session = f"{message} nap {seconds:g}", f"nap{index:04d}"
             elif approvals.random() < cfg.approvals:
                 message, session = f"{message} Only with approval.", f"apr{index:04d}"
+            elif sagas.random() < cfg.sagas:
+                stock = ", out of stock" if sagas.random() < 1 / 3 else ""
+                message, session = f"{message} As a saga{stock}.", f"saga{index:04d}"
             self._submit(rng, session, order, message)
 
     def approve(self) -> None:
@@ -773,7 +787,7 @@ class Soak:
             f"chaos soak: seed {cfg.seed}, {cfg.workers} workers, {cfg.runs} runs, "
             f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
             f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first, "
-            f"{cfg.approvals:.0%} wait for approval, "
+            f"{cfg.approvals:.0%} wait for approval, {cfg.sagas:.0%} of the rest are sagas, "
             f"a tick every {cfg.tick_every:g}s, {cfg.rollout} rollouts"
         )
         try:
@@ -820,7 +834,11 @@ async def read_store(db: str, app_name: str = chaos_app.APP_NAME) -> dict[str, A
         claims = await store.fetch("chaos_claims")
         events = await store.fetch("chaos_events", {"app_name": app_name})
         ticks = await store.fetch("chaos_ticks", {"app_name": app_name})
+        sagas = await store.fetch("chaos_sagas", {"app_name": app_name})
     return {
+        "sagas": [
+            SagaRow(**{f.name: str(g[f.name]) for f in dataclasses.fields(SagaRow)}) for g in sagas
+        ],
         "ticks": [
             TickRow(**{f.name: t[f.name] for f in dataclasses.fields(TickRow)}) for t in ticks
         ],
@@ -879,6 +897,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
         ("durable sleeps (timers)", verdict.sleeps),
+        ("sagas (by final status)", " ".join(f"{k}: {n}" for k, n in verdict.sagas.items())),
         ("approvals (answered via inbox)", f"{verdict.approvals} ({soak.approvals_answered})"),
         ("schedule ticks", verdict.ticks),
         ("app versions (runs)", " ".join(f"{v}: {n}" for v, n in sorted(verdict.versions.items()))),
@@ -930,6 +949,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="share of runs that wait for a person's approval first (0-1)",
     )
     parser.add_argument(
+        "--sagas",
+        type=float,
+        default=defaults.sagas,
+        help="share of runs handed to the saga (0-1; a third of them roll back)",
+    )
+    parser.add_argument(
         "--rollout",
         choices=("compatible", "pinned", "alternate"),
         default=defaults.rollout,
@@ -961,11 +986,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         or args.max_attempts < 1
         or not 0 <= args.naps <= 1
         or not 0 <= args.approvals <= 1
+        or not 0 <= args.sagas <= 1
         or not (args.tick_every == 0 or args.tick_every >= 1)
     ):
         print(
             f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0, "
-            "max-attempts >= 1, naps and approvals between 0 and 1, tick-every 0 or >= 1"
+            "max-attempts >= 1, naps, approvals and sagas between 0 and 1, tick-every 0 or >= 1"
         )
         return 2
     config = SoakConfig(
@@ -980,6 +1006,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         naps=args.naps,
         approvals=args.approvals,
         rollout=args.rollout,
+        sagas=args.sagas,
         tick_every=args.tick_every,
         max_attempts=args.max_attempts,
         folder=args.folder,

@@ -24,6 +24,16 @@ in the interrupts inbox); once someone answers the call with
 of any worker), the turn goes on with step 1. No effect is sent before that
 answer is in the session.
 
+A message that says ``as a saga`` hands the order to the ``order_saga``
+sub-agent (the model calls ``transfer_to_agent``), a
+:class:`~durable_adk.adk.saga_agent.SagaSequence` of four stages: ``intake``
+(puts the order in the session state), ``take_payment`` (a charge at
+``payments`` under the saga's own key, with a lookup; undone by a refund),
+``check_stock`` (fails when the message also says ``out of stock``: the saga
+then refunds the charge) and ``confirm`` (a message at ``notifications``,
+the pivot: it cannot be undone). The saga ends COMMITTED (charged and
+confirmed once) or COMPENSATED (charged and refunded once, never confirmed).
+
 With ``DURABLE_ADK_CHAOS_TICK_EVERY`` set (seconds), the app also declares a
 schedule, ``tick`` (:func:`durable_adk_schedules`): every that many seconds
 each tick starts one run, in a session of its own, with the message for order
@@ -77,22 +87,28 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, overload
 
-from google.adk.agents import LlmAgent
+from google.adk.agents import BaseAgent, LlmAgent
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk.saga_agent import SagaSequence, SagaStage
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.adk.sleep import SLEEP_TOOL_NAME, sleep_tool
 from durable_adk.adk.tools import journaled
-from durable_adk.fence import FENCE_REFUSED_STATUS, fence_headers
+from durable_adk.fence import FENCE_REFUSED_STATUS, current_fence, fence_headers
 from durable_adk.schedules import Schedule
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Step, Turn
 
@@ -118,6 +134,9 @@ ORDER_RE = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
 NAP_RE = re.compile(r"\bnap (\d{1,4}(?:\.\d{1,3})?)\b")
 APPROVAL_RE = re.compile(r"\bwith approval\b")
 APPROVAL_TOOL = "approve_order"
+SAGA_RE = re.compile(r"\bas a saga\b", re.IGNORECASE)
+SAGA_NAME = "order_saga"
+OUT_OF_STOCK = "out of stock"
 
 # Who calls out: set for each tool call by the agent's before-tool callback, in
 # the tool's own task, so the journal's lookup (which gets only the key) sends
@@ -309,6 +328,124 @@ def final_text(order_id: str) -> str:
     return f"Order {order_id} charged and confirmed."
 
 
+def _order_text(events: Sequence[Event]) -> str:
+    """The text of the last user message naming an order."""
+    for event in reversed(events):
+        if event.author == "user" and event.content is not None:
+            text = " ".join(part.text or "" for part in event.content.parts or ())
+            if ORDER_RE.search(text):
+                return text
+    return ""
+
+
+class _Intake(BaseAgent):
+    """The saga's first stage: the order (and whether it is out of stock) into the state."""
+
+    @override
+    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        text = _order_text(ctx.session.events)
+        found = ORDER_RE.search(text)
+        yield Event(
+            invocation_id=ctx.invocation_id,
+            author=self.name,
+            branch=ctx.branch,
+            actions=EventActions(
+                state_delta={
+                    "order_id": found.group(0) if found else "ORD-unknown",
+                    "out_of_stock": OUT_OF_STOCK in text,
+                }
+            ),
+        )
+
+
+class OutOfStock(RuntimeError):
+    """The ordered item is out of stock: the saga rolls back."""
+
+
+class _StockCheck(BaseAgent):
+    """Fails when the order is out of stock (after the payment: the saga refunds it)."""
+
+    @override
+    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        order = ctx.session.state.get("order_id")
+        if ctx.session.state.get("out_of_stock"):
+            raise OutOfStock(f"{order} is out of stock")
+        yield Event(
+            invocation_id=ctx.invocation_id,
+            author=self.name,
+            branch=ctx.branch,
+            content=types.Content(role="model", parts=[types.Part(text=f"{order} in stock.")]),
+        )
+
+
+def _tag_saga_call() -> None:
+    """The saga's outside calls carry who sends them, as the tools' do."""
+    fence = current_fence()
+    _caller.set(
+        {
+            CALLER_WORKER: os.environ.get(WORKER_ENV, "unknown"),
+            CALLER_RUN: fence.run_id if fence is not None else "",
+            CALLER_EPOCH: str(fence.epoch) if fence is not None else "",
+        }
+    )
+
+
+async def _take_payment(state: dict[str, Any], key: str) -> dict[str, Any]:
+    _tag_saga_call()
+    await _work()
+    order = str(state.get("order_id"))
+    payload = {"order_id": order, "customer": "chaos-saga", "amount": amount_of(order)}
+    return await asyncio.to_thread(_create, PAYMENTS_ENV, CHARGES, payload, key)
+
+
+async def _find_payment(key: str) -> dict[str, Any] | None:
+    _tag_saga_call()
+    return await asyncio.to_thread(_find, PAYMENTS_ENV, CHARGES, key)
+
+
+async def _refund(record: dict[str, Any], key: str) -> None:
+    _tag_saga_call()
+    quoted = urllib.parse.quote(str(record["charge_id"]), safe="")
+    url = f"{_base(PAYMENTS_ENV)}/{CHARGES}/{quoted}/refund"
+    status, body = await asyncio.to_thread(_request, "POST", url, payload={}, key=key)
+    if status not in (200, 201, 409):  # 409: refunded already (an earlier attempt's)
+        raise OutsideCallFailed(f"refund answered {status}: {body!r:.200}")
+
+
+async def _confirm(state: dict[str, Any], key: str) -> dict[str, Any]:
+    _tag_saga_call()
+    await _work()
+    order = str(state.get("order_id"))
+    payload = {"to": f"{order.lower()}@chaos.example", "message": f"{order} is confirmed."}
+    return await asyncio.to_thread(_create, NOTIFY_ENV, NOTIFICATIONS, payload, key)
+
+
+async def _find_confirmation(key: str) -> dict[str, Any] | None:
+    _tag_saga_call()
+    return await asyncio.to_thread(_find, NOTIFY_ENV, NOTIFICATIONS, key)
+
+
+def order_saga() -> SagaSequence:
+    """The saga an order ``as a saga`` is handed to (see the module doc)."""
+    return SagaSequence(
+        SAGA_NAME,
+        [
+            _Intake(name="intake"),
+            SagaStage(
+                name="take_payment",
+                action=_take_payment,
+                find=_find_payment,
+                undo_of=lambda charge: {"charge_id": charge["id"]},
+            ),
+            _StockCheck(name="check_stock"),
+            SagaStage(
+                name="confirm", action=_confirm, find=_find_confirmation, uncompensatable=True
+            ),
+        ],
+        {"take_payment": _refund},
+    )
+
+
 def _next_step(request: LlmRequest) -> Turn:
     # The step follows from what this turn already holds, not from how many
     # model turns the session has: a turn that recovery re-drove may hold a
@@ -317,6 +454,8 @@ def _next_step(request: LlmRequest) -> Turn:
     turn = [part for content in _this_turn(request) for part in content.parts or ()]
     answered = {part.function_response.name for part in turn if part.function_response is not None}
     order = order_of(request)
+    if any(part.text and SAGA_RE.search(part.text) for part in turn[:1]):
+        return Call("transfer_to_agent", {"agent_name": SAGA_NAME})
     nap = nap_of(request)
     if nap is not None and not any(
         part.function_response is not None
@@ -389,6 +528,7 @@ def app() -> LlmAgent:
             *([audit] if os.environ.get(NEWER_ENV) else []),
         ],
         before_tool_callback=_tag_call,
+        sub_agents=[order_saga()],
     )
 
 

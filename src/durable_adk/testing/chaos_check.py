@@ -51,6 +51,12 @@ The checks, each a count of violations with the evidence kept:
   answered by exactly one person's answer, a message asking for approval whose
   run never asked, or an effect of the order sent before its approval was in
   the session (the services' log, against the answer's store time);
+* **sagas not finished once**: an order handed to the saga (``as a saga``)
+  whose invocation recorded no saga, a saga left without its final status,
+  or one whose acts disagree with it: COMMITTED needs the charge and the
+  confirmation each created once and no refund; COMPENSATED needs no
+  confirmation and a refund applied exactly when the charge was created;
+  and an order out of stock must end COMPENSATED, any other COMMITTED;
 * **ticks not fired once**: a schedule tick (:class:`TickRow`) whose run is
   not on the ledger, that is left PENDING or was SKIPPED (the soak's schedule
   allows overlap), a session of a tick with a run other than the tick's, or a
@@ -69,7 +75,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +85,9 @@ EFFECT_PREFIXES = ("charge:", "notify:")
 SLEEP_TOOL = "durable_sleep"
 APPROVAL_TOOL = "approve_order"
 APPROVAL_ASK = "with approval"
+SAGA_ASK = "as a saga"
+OUT_OF_STOCK = "out of stock"
+UNDO_SUFFIX = ":undo"
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,16 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class SagaRow:
+    """A saga as the saga ledger holds it at the end of the soak."""
+
+    saga_id: str
+    name: str
+    invocation_id: str
+    status: str
+
+
+@dataclass(frozen=True)
 class TickRow:
     """A schedule tick as the ``schedule_ticks`` table holds it at the end of the soak."""
 
@@ -221,6 +240,7 @@ VIOLATIONS = (
     "order violations",
     "sleeps not woken once",
     "approvals not answered once",
+    "sagas not finished once",
     "ticks not fired once",
     "claims by an older version",
     "claims of a version not served",
@@ -239,6 +259,8 @@ class Verdict:
     sleeps: int = 0
     """Durable sleep calls in the sessions (each must wake once)."""
     approvals: int = 0
+    sagas: dict[str, int] = field(default_factory=dict)
+    """Sagas by their final status."""
     """Approval calls in the sessions (each must be answered once, before any effect)."""
     ticks: int = 0
     """Schedule ticks recorded (each must start one run)."""
@@ -294,7 +316,9 @@ def doubled_effects(requests: Iterable[Request]) -> list[str]:
     """Business keys that more than one act asked for (refused as fenced: not an act)."""
     acts: dict[tuple[str, str], list[Request]] = defaultdict(list)
     for request in requests:
-        if request.acted and request.key is not None:
+        # A compensation is retried under its own key until it is recorded:
+        # the service applies it once (the saga check counts what it applied).
+        if request.acted and request.key is not None and not request.key.endswith(UNDO_SUFFIX):
             acts[(request.service, request.key)].append(request)
     return [
         f"{service} {key}: {len(tries)} acts, from "
@@ -462,6 +486,46 @@ def unapproved(events: Sequence[EventRow], requests: Sequence[Request]) -> list[
     return found
 
 
+def asked_text(event: EventRow) -> str:
+    """The text of an event's parts."""
+    return " ".join(str(part.get("text") or "") for part in event.parts())
+
+
+def sagas_not_finished_once(
+    sagas: Sequence[SagaRow], events: Sequence[EventRow], requests: Sequence[Request]
+) -> list[str]:
+    """Saga orders without a saga, sagas left unfinished, and acts that disagree with the end."""
+    found = []
+    outcomes: dict[str, list[str]] = defaultdict(list)
+    for request in requests:
+        if request.key is not None and request.key.startswith("saga:"):
+            outcomes[request.key].append(request.outcome or "unanswered")
+    by_invocation = {saga.invocation_id: saga for saga in sagas}
+    asked: dict[str, bool] = {}
+    for event in events:
+        text = asked_text(event).lower()
+        if event.author == "user" and SAGA_ASK in text:
+            asked[event.invocation_id] = OUT_OF_STOCK in text
+    for invocation, out_of_stock in sorted(asked.items()):
+        saga = by_invocation.get(invocation)
+        if saga is None:
+            found.append(f"invocation {invocation}: a saga was asked for, none was recorded")
+            continue
+        charge = f"saga:{saga.saga_id}:take_payment"
+        charged = outcomes[charge].count("created")
+        refunded = outcomes[charge + UNDO_SUFFIX].count("applied")
+        confirmed = outcomes[f"saga:{saga.saga_id}:confirm"].count("created")
+        acts = f"charged {charged}, refunded {refunded}, confirmed {confirmed}"
+        expected = "COMPENSATED" if out_of_stock else "COMMITTED"
+        if saga.status != expected:
+            found.append(f"saga {saga.saga_id} ended {saga.status}, not {expected} ({acts})")
+        elif saga.status == "COMMITTED" and (charged, refunded, confirmed) != (1, 0, 1):
+            found.append(f"saga {saga.saga_id} COMMITTED but {acts}")
+        elif saga.status == "COMPENSATED" and (confirmed != 0 or refunded != charged):
+            found.append(f"saga {saga.saga_id} COMPENSATED but {acts}")
+    return found
+
+
 def ticks_not_fired_once(
     ticks: Sequence[TickRow], runs: Sequence[RunRow], every: float | None
 ) -> list[str]:
@@ -598,6 +662,8 @@ def unexpected_endings(
         if order is None:
             found.append(f"run {run.run_id} DONE without its user message in the session")
             continue
+        if any(SAGA_ASK in asked_text(e).lower() for e in mine if e.author == "user"):
+            continue  # the saga's own check judges its acts
         missing = [p + order for p in EFFECT_PREFIXES if p + order not in acted]
         said = " ".join(str(p.get("text") or "") for e in mine for p in e.parts())
         if missing:
@@ -656,6 +722,7 @@ def judge(
     tick_every: float | None = None,
     versions: Mapping[str, str] | None = None,
     serves: Mapping[str, frozenset[str]] | None = None,
+    sagas: Sequence[SagaRow] = (),
 ) -> Verdict:
     """Every check over the soak's records.
 
@@ -689,6 +756,8 @@ def judge(
         if (part.get("function_call") or {}).get("name") == APPROVAL_TOOL
     )
     verdict.findings["approvals not answered once"] = unapproved(events, requests)
+    verdict.sagas = dict(sorted(Counter(saga.status for saga in sagas).items()))
+    verdict.findings["sagas not finished once"] = sagas_not_finished_once(sagas, events, requests)
     verdict.ticks = len(ticks)
     verdict.findings["ticks not fired once"] = ticks_not_fired_once(ticks, runs, tick_every)
     for run in runs:

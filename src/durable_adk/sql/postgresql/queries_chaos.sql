@@ -9,6 +9,9 @@ SELECT run_id, user_id, session_id, invocation_id, status, owner, epoch, attempt
        last_error, classification, created_at, finished_at, app_version
 FROM runs WHERE app_name = :app_name ORDER BY pk;
 
+-- name: chaos_sagas
+SELECT saga_id, name, invocation_id, status FROM sagas WHERE app_name = :app_name ORDER BY created_at;
+
 -- name: chaos_events
 SELECT s.user_id, s.session_id, e.seq, e.invocation_id, e.author, e.data
 FROM events e JOIN sessions s ON s.pk = e.session_pk
