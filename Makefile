@@ -35,11 +35,13 @@ lint: $(STAMP)
 # The chaos soak (docs/testing.md, "Chaos soak"): 3 `durable-adk serve` workers
 # on a private PostgreSQL, 10 minutes of runs with random SIGKILL, SIGSTOP past
 # the lease, PostgreSQL restarts, rolling deploys (compatible and pinned in
-# turn) and, as root, a network partition; prints the verdict table and fails
-# on any violation. CHAOS_ARGS adds options (--seed 7).
+# turn; from 1.3 on the approval tool is dropped, so older paused approvals
+# are parked for drift) and, as root, a network partition; prints the verdict
+# table and fails on any violation. CHAOS_ARGS adds options (--seed 7).
 chaos: $(STAMP)
 	$(BIN)/python -m durable_adk.testing.chaos --duration 600 --workers 3 --runs 400 \
-		--tool-seconds 1.0 --settle 180 --rollout alternate $(CHAOS_ARGS)
+		--tool-seconds 1.0 --settle 180 --rollout alternate \
+		--drop-approvals-from 3 $(CHAOS_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run_all

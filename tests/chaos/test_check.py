@@ -396,3 +396,32 @@ def test_sagas_left_unfinished_or_acting_against_their_end_are_found() -> None:
     missing["sagas"] = []
     (none,) = saga_findings(missing)
     assert "a saga was asked for, none was recorded" in none
+
+
+def test_an_answer_parked_for_a_dropped_approval_tool_is_expected_when_nothing_acted() -> None:
+    log = approval_log(0)[:3]  # paused on its approval; the answer never reached the session
+    reason = "drift: the run was recorded under ... lacks what its log refers to: tool "
+    parked = dataclasses.replace(
+        run_row("PARKED"), last_error=reason + "'approve_order'. Deploy code that has it"
+    )
+    records = {"runs": [parked], "accepted": [RUN], "claims": CLAIMS, "events": log}
+    judged = judge(**records, requests=[])
+    assert {k: v for k, v in judged.findings.items() if v} == {}
+    assert judged.drift_parks == 1
+    # The same park after its order was charged: a violation.
+    acted = judge(**records, requests=[request("charge:ORD-1", 1, 2.0)])
+    assert acted.drift_parks == 0 and acted.findings["unexpected endings"]
+    # Another drift (a tool the soak never drops) is no designed park either.
+    other = dataclasses.replace(parked, last_error=reason + "'charge'.")
+    assert judge(**{**records, "runs": [other]}, requests=[]).findings["unexpected endings"]
+
+
+def test_an_approval_asked_under_a_version_without_the_tool_needs_no_call() -> None:
+    log = good_log()
+    log[0] = event(1, [{"text": ASK}])
+    runs = [dataclasses.replace(run_row(), app_version="1.3")]
+    judged = judge(
+        runs=runs, accepted=[RUN], claims=CLAIMS, events=log, requests=GOOD,
+        without_approvals=frozenset({"1.3"}),
+    )  # fmt: skip
+    assert {k: v for k, v in judged.findings.items() if v} == {}

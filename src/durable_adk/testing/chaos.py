@@ -130,6 +130,10 @@ class SoakConfig:
             drained once a new worker is up, and the last worker serving a
             version stays until it has no open run) or ``alternate``
             (``1.1`` compatible, ``1.2`` pinned, ``1.3`` compatible...).
+        drop_approvals_from: Versions ``1.<k>`` from this k on have no
+            approval tool (0: none drops it): a compatible one that continues
+            an older run paused on an approval must park it for drift, with
+            no act of its order; the verdict counts those parks apart.
         tick_every: The ``tick`` schedule's interval, seconds (0: no schedule).
         max_attempts: The workers' recovery claims before a run is parked.
             Each fault that meets a run costs it one (by design); with a
@@ -157,6 +161,7 @@ class SoakConfig:
     approval_delay: tuple[float, float] = (1.0, 4.0)
     sagas: float = 0.3
     rollout: str = "compatible"
+    drop_approvals_from: int = 0
     tick_every: float = 5.0
     max_attempts: int = 10
     folder: Path | None = None
@@ -224,13 +229,15 @@ def worker_env(
     gate: bool = False,
     tick_every: float = 0.0,
     newer: bool = False,
+    drop: bool = False,
 ) -> dict[str, str]:
     """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
 
     ``gate`` (with ``marker_dir``) makes each tool wait for ``<marker>.go``
     before it calls out (see :mod:`durable_adk.testing.chaos_app`);
     ``tick_every`` above 0 declares the app's ``tick`` schedule; ``newer``
-    gives the app its newer definition (one more tool: another fingerprint).
+    gives the app its newer definition (one more tool: another fingerprint);
+    ``drop`` takes its approval tool away (drift for older paused runs).
     """
     env = {
         **os.environ,
@@ -241,6 +248,9 @@ def worker_env(
     env.pop(chaos_app.TICK_EVERY_ENV, None)
     env.pop("DURABLE_ADK_APP_VERSION", None)  # versions come from the command line only
     env.pop(chaos_app.NEWER_ENV, None)
+    env.pop(chaos_app.DROP_ENV, None)
+    if drop:
+        env[chaos_app.DROP_ENV] = "1"
     if newer:
         env[chaos_app.NEWER_ENV] = "1"
     if tick_every > 0:
@@ -368,6 +378,7 @@ class Soak:
             tool_seconds=cfg.tool_seconds,
             tick_every=cfg.tick_every,
             newer=version > 0,  # a deployed version's definition differs: drift is checked
+            drop=0 < cfg.drop_approvals_from <= version,
         )
         log = self.folder / f"{worker_id}.log"
         process = start_logged(command, env, log)
@@ -703,8 +714,12 @@ class Soak:
             if counts is not None and sum(counts.values()) >= len(set(self.accepted)):
                 # A sleeping run is PAUSED until its wake-up is answered, a run
                 # waiting for approval until the approver's answer: the chaos app
-                # pauses for nothing else, so settled means none left.
-                open_runs = sum(n for s, n in counts.items() if s not in TERMINAL or s == "PAUSED")
+                # pauses for nothing else, so settled means none left, except
+                # the pauses whose answer was parked (one PAUSED run each: the
+                # pause stays open for a person).
+                busy = sum(n for s, n in counts.items() if s not in TERMINAL)
+                paused = counts.get("PAUSED", 0) - counts.get("PARKED", 0)
+                open_runs = busy + max(0, paused)
                 if open_runs == 0:
                     self.note(f"settled: {counts}")
                     return
@@ -813,6 +828,11 @@ class Soak:
             tick_every=cfg.tick_every or None,
             versions={w: version_name(v) for w, v in self.versions.items()},
             serves={w: self.serves(v) for w, v in self.versions.items()},
+            without_approvals=frozenset(
+                version_name(v)
+                for v in set(self.versions.values())
+                if 0 < cfg.drop_approvals_from <= v
+            ),
             **records,
         )
 
@@ -902,6 +922,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("schedule ticks", verdict.ticks),
         ("app versions (runs)", " ".join(f"{v}: {n}" for v, n in sorted(verdict.versions.items()))),
         ("drives across versions", verdict.across_versions),
+        ("parked for drift (by design)", verdict.drift_parks),
         ("refused as fenced (not acts)", len(verdict.fenced)),
         ("faults", f"{sum(soak.fault_counts.values())} {dict(sorted(soak.fault_counts.items()))}"),
     ]
@@ -961,6 +982,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="deploys: new versions continue old runs, each only its own, or every other",
     )
     parser.add_argument(
+        "--drop-approvals-from",
+        type=int,
+        default=defaults.drop_approvals_from,
+        help="versions 1.K and later have no approval tool (0: never)",
+    )
+    parser.add_argument(
         "--tick-every", type=float, default=defaults.tick_every, help="s between ticks (0: none)"
     )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
@@ -1007,6 +1034,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         approvals=args.approvals,
         rollout=args.rollout,
         sagas=args.sagas,
+        drop_approvals_from=args.drop_approvals_from,
         tick_every=args.tick_every,
         max_attempts=args.max_attempts,
         folder=args.folder,

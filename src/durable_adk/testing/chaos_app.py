@@ -69,6 +69,10 @@ Environment (set by the soak for each worker it starts):
   compares, differs from the plain app's: the soak's deploys start newer
   versions with it, and every run continued across the deploy goes through
   the drift check (which must find nothing missing);
+* ``DURABLE_ADK_CHAOS_DROP``: if set, the app has no ``approve_order`` tool
+  and orders go ahead without approval: a deploy that drops what older runs
+  refer to. An older run paused on an approval that such a worker continues
+  is parked by the drift check, before anything acts;
 * ``DURABLE_ADK_CHAOS_MARKER_DIR``: if set, each tool announces itself there
   (a file ``<run>.<epoch>.<tool>``) as it starts its work, so a test can freeze
   a worker exactly while one of its tools is mid-way;
@@ -121,6 +125,7 @@ MARKER_DIR_ENV = "DURABLE_ADK_CHAOS_MARKER_DIR"
 GATE_ENV = "DURABLE_ADK_CHAOS_GATE"
 TICK_EVERY_ENV = "DURABLE_ADK_CHAOS_TICK_EVERY"
 NEWER_ENV = "DURABLE_ADK_CHAOS_NEWER"
+DROP_ENV = "DURABLE_ADK_CHAOS_DROP"
 TICK_SCHEDULE = "tick"
 TICK_ORDER = "ORD-tick"
 
@@ -446,6 +451,11 @@ def order_saga() -> SagaSequence:
     )
 
 
+def _approvals() -> bool:
+    """Whether this worker's app has the approval tool (``DURABLE_ADK_CHAOS_DROP`` unset)."""
+    return not os.environ.get(DROP_ENV)
+
+
 def _next_step(request: LlmRequest) -> Turn:
     # The step follows from what this turn already holds, not from how many
     # model turns the session has: a turn that recovery re-drove may hold a
@@ -468,11 +478,15 @@ def _next_step(request: LlmRequest) -> Turn:
             for part in turn
         )
         return Say(nap_text(order, nap)) if called else Call(SLEEP_TOOL_NAME, {"seconds": nap})
-    if wants_approval(request) and not any(
-        part.function_response is not None
-        and part.function_response.name == APPROVAL_TOOL
-        and (part.function_response.response or {}).get("approved") is True
-        for part in turn
+    if (
+        _approvals()
+        and wants_approval(request)
+        and not any(
+            part.function_response is not None
+            and part.function_response.name == APPROVAL_TOOL
+            and (part.function_response.response or {}).get("approved") is True
+            for part in turn
+        )
     ):
         called = any(
             part.function_call is not None and part.function_call.name == APPROVAL_TOOL
@@ -524,7 +538,7 @@ def app() -> LlmAgent:
             charge,
             notify,
             sleep_tool(),
-            LongRunningFunctionTool(approve_order),
+            *([LongRunningFunctionTool(approve_order)] if _approvals() else []),
             *([audit] if os.environ.get(NEWER_ENV) else []),
         ],
         before_tool_callback=_tag_call,

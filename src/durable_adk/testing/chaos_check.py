@@ -29,7 +29,11 @@ The checks, each a count of violations with the evidence kept:
   that is not DONE, PAUSED, FAILED or PARKED at the end;
 * **unexpected endings**: FAILED or PARKED (the chaos app raises nothing, so
   only a fault can end a run so: a transient fault must never), or DONE
-  without both effects acted on or without the final answer in the session;
+  without both effects acted on or without the final answer in the session.
+  One park is expected: an answer to an approval of a version that had the
+  approval tool, driven by a version without it (a drift park naming
+  ``approve_order``), provided nothing of its order acted; those are counted
+  apart (``drift_parks``);
 * **doubled effects**: more than one act acted on (a mutating request not
   refused as fenced, deduplicated or not) under one business key: the journal
   must not even try twice;
@@ -260,6 +264,8 @@ class Verdict:
     """Durable sleep calls in the sessions (each must wake once)."""
     approvals: int = 0
     sagas: dict[str, int] = field(default_factory=dict)
+    drift_parks: int = 0
+    """Runs parked for drift as designed (a dropped approval tool), nothing acted."""
     """Sagas by their final status."""
     """Approval calls in the sessions (each must be answered once, before any effect)."""
     ticks: int = 0
@@ -427,8 +433,18 @@ def unwoken_sleeps(events: Sequence[EventRow]) -> list[str]:
     return found
 
 
-def unapproved(events: Sequence[EventRow], requests: Sequence[Request]) -> list[str]:
+def unapproved(
+    events: Sequence[EventRow],
+    requests: Sequence[Request],
+    without_approvals: Mapping[str, bool] | None = None,
+    parked: frozenset[str] = frozenset(),
+) -> list[str]:
     """Approval calls not answered exactly once, asks never made, effects sent before approval.
+
+    ``without_approvals`` names the invocations recorded under a version
+    without the approval tool: their asks go ahead unasked (no call needed).
+    ``parked`` names the invocations whose answer was parked for drift: the
+    answer never reached the session, by design.
 
     In the session, the order's first effect call must come after the answer
     (sequence numbers). At the services, no effect of the order may be
@@ -447,6 +463,7 @@ def unapproved(events: Sequence[EventRow], requests: Sequence[Request]) -> list[
         sessions[(event.user_id, event.session_id)].append(event)
     for (_, session_id), log in sorted(sessions.items()):
         calls: dict[str, str] = {}
+        invocation_of: dict[str, str] = {}
         approved: dict[str, list[tuple[int, float]]] = defaultdict(list)
         effect_calls: dict[str, int] = {}
         asks = 0
@@ -454,10 +471,15 @@ def unapproved(events: Sequence[EventRow], requests: Sequence[Request]) -> list[
             for part in event.parts():
                 call = part.get("function_call") or {}
                 answer = part.get("function_response") or {}
-                if event.author == "user" and APPROVAL_ASK in str(part.get("text") or ""):
+                if (
+                    event.author == "user"
+                    and APPROVAL_ASK in str(part.get("text") or "")
+                    and not (without_approvals or {}).get(event.invocation_id)
+                ):
                     asks += 1
                 if call.get("name") == APPROVAL_TOOL:
                     calls[str(call.get("id"))] = str((call.get("args") or {}).get("order_id"))
+                    invocation_of[str(call.get("id"))] = event.invocation_id
                 elif call.get("name") in ("charge", "notify"):
                     order = str((call.get("args") or {}).get("order_id"))
                     effect_calls.setdefault(order, event.seq)
@@ -470,6 +492,8 @@ def unapproved(events: Sequence[EventRow], requests: Sequence[Request]) -> list[
                     approved[str(answer.get("id"))].append((event.seq, made))
         for call_id, order in calls.items():
             answers = approved.get(call_id, [])
+            if not answers and invocation_of[call_id] in parked:
+                continue
             if len(answers) != 1:
                 found.append(f"session {session_id}: approval {call_id} answered {len(answers)}x")
                 continue
@@ -642,16 +666,39 @@ def order_of_run(run: RunRow, events: Iterable[EventRow]) -> str | None:
     return None
 
 
+def drift_park(run: RunRow, events: Sequence[EventRow], acted: set[str]) -> bool:
+    """Whether a PARKED run is the designed park of an approval the driving code dropped."""
+    reason = run.last_error or ""
+    if not (reason.startswith("drift:") and f"tool '{APPROVAL_TOOL}'" in reason):
+        return False
+    order = order_of_run(run, events)
+    return order is not None and not any(p + order in acted for p in EFFECT_PREFIXES)
+
+
 def unexpected_endings(
-    runs: Sequence[RunRow], events: Sequence[EventRow], requests: Sequence[Request]
+    runs: Sequence[RunRow],
+    events: Sequence[EventRow],
+    requests: Sequence[Request],
+    drift_parks: list[str] | None = None,
 ) -> list[str]:
-    """FAILED or PARKED runs, and DONE runs without both effects or their final answer."""
+    """FAILED or PARKED runs, and DONE runs without both effects or their final answer.
+
+    The designed drift parks (:func:`drift_park`) are appended to
+    ``drift_parks`` instead.
+    """
     found = []
     acted = {r.key for r in requests if r.acted and r.key is not None}
     by_invocation: dict[str, list[EventRow]] = defaultdict(list)
     for event in events:
         by_invocation[event.invocation_id].append(event)
     for run in runs:
+        if (
+            run.status == "PARKED"
+            and drift_parks is not None
+            and drift_park(run, by_invocation.get(run.invocation_id, []), acted)
+        ):
+            drift_parks.append(run.run_id)
+            continue
         if run.status in ("FAILED", "PARKED"):
             found.append(f"run {run.run_id} {run.status}: {(run.last_error or '')[:160]}")
             continue
@@ -723,12 +770,14 @@ def judge(
     versions: Mapping[str, str] | None = None,
     serves: Mapping[str, frozenset[str]] | None = None,
     sagas: Sequence[SagaRow] = (),
+    without_approvals: frozenset[str] = frozenset(),
 ) -> Verdict:
     """Every check over the soak's records.
 
     ``tick_every`` is the schedule's interval, if any; ``versions`` the app
     version each worker id ran (``1.0``, ``1.1``: dotted integers);
-    ``serves`` the versions whose runs each worker id takes.
+    ``serves`` the versions whose runs each worker id takes;
+    ``without_approvals`` the versions whose app has no approval tool.
     """
     verdict = Verdict(runs=len(runs), accepted=len(set(accepted)))
     for run in runs:
@@ -743,7 +792,10 @@ def judge(
     )
     verdict.fenced = fenced_refusals(requests, claims)
     verdict.findings["lost"] = lost_runs(runs, accepted)
-    verdict.findings["unexpected endings"] = unexpected_endings(runs, events, requests)
+    parks: list[str] = []
+    verdict.findings["unexpected endings"] = unexpected_endings(runs, events, requests, parks)
+    verdict.drift_parks = len(parks)
+    parked = frozenset(run.invocation_id for run in runs if run.run_id in set(parks))
     verdict.findings["doubled effects"] = doubled_effects(requests)
     verdict.findings["calls after takeover"] = calls_after_takeover(requests, claims)
     verdict.findings["double drives"] = double_drives(requests, events)
@@ -755,7 +807,8 @@ def judge(
         for part in event.parts()
         if (part.get("function_call") or {}).get("name") == APPROVAL_TOOL
     )
-    verdict.findings["approvals not answered once"] = unapproved(events, requests)
+    unasked = {run.invocation_id: run.app_version in without_approvals for run in runs}
+    verdict.findings["approvals not answered once"] = unapproved(events, requests, unasked, parked)
     verdict.sagas = dict(sorted(Counter(saga.status for saga in sagas).items()))
     verdict.findings["sagas not finished once"] = sagas_not_finished_once(sagas, events, requests)
     verdict.ticks = len(ticks)
