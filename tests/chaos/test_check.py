@@ -425,3 +425,29 @@ def test_an_approval_asked_under_a_version_without_the_tool_needs_no_call() -> N
         without_approvals=frozenset({"1.3"}),
     )  # fmt: skip
     assert {k: v for k, v in judged.findings.items() if v} == {}
+
+
+def test_a_report_answered_once_by_its_job_is_no_violation_and_twice_is() -> None:
+    def report_log(results: int) -> list[EventRow]:
+        done = {"id": "r", "name": "build_report", "response": {"status": "succeeded"}}
+        call = {"id": "r", "name": "build_report", "args": {"order_id": "ORD-1"}}
+        ask = "Please charge order ORD-1 and tell the customer. Only with a report."
+        head = [
+            event(1, [{"text": ask}]),
+            event(2, [{"function_call": call}]),
+            event(3, [{"function_response": {"id": "r", "name": "build_report"}}]),
+            *[
+                dataclasses.replace(
+                    dataclasses.replace(event(4 + i, [{"function_response": done}]), author="user"),
+                    data={"content": {"parts": [{"function_response": done}]}, "timestamp": 1.5},
+                )
+                for i in range(results)
+            ],
+        ]
+        return head + [dataclasses.replace(e, seq=e.seq + len(head) - 1) for e in good_log()[1:]]
+
+    assert verdict(events=report_log(1)) == {}
+    (twice,) = verdict(events=report_log(2))["reports not resumed once"]
+    assert "report r answered 2x" in twice
+    (never,) = verdict(events=report_log(0))["reports not resumed once"]
+    assert "report r answered 0x" in never

@@ -7,8 +7,9 @@ deploy step to a new app version and, as root, network partitions: the soak
 skips them with a notice otherwise), with a
 quarter of the runs sleeping first on a durable timer, a fifth waiting for an
 approval the soak answers through the workers' inbox API, some handed to a
-saga (a third of those rolled back), and a schedule ticking every 5 s, then
-the verdict. The seed is fixed so a failure can be replayed;
+saga (a third of those rolled back), some waiting for a long-running report
+job the soak completes through the jobs API, and a schedule ticking every
+5 s, then the verdict. The seed is fixed so a failure can be replayed;
 its output is printed when it fails.
 
 A request a partitioned worker sent while its lease was valid can sit in the
@@ -51,7 +52,12 @@ def test_the_short_chaos_soak_finds_no_violation() -> None:
     # Time and people were part of it: runs slept, ticks fired, approvals were
     # answered through the inbox (each checked by its own row).
     rows = {line[:34].strip(): line[34:] for line in output.splitlines() if len(line) > 34}
-    for row in ("durable sleeps (timers)", "schedule ticks", "approvals (answered via inbox)"):
+    for row in (
+        "durable sleeps (timers)",
+        "schedule ticks",
+        "approvals (answered via inbox)",
+        "report jobs (completed via API)",
+    ):
         assert int(rows[row].split()[0]) > 0, output
     assert "COMMITTED" in rows["sagas (by final status)"], output
     assert "COMPENSATED" in rows["sagas (by final status)"], output

@@ -68,6 +68,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,10 @@ class SoakConfig:
             between these bounds (seconds after it first sees the call).
         sagas: The share of runs handed to the app's saga (0 to 1); a third
             of those are out of stock, so the saga rolls back.
+        reports: The share of the runs neither napping, waiting for approval
+            nor handed to the saga that first have a report built: a
+            long-running job the soak completes 1 to 4 s after it appears,
+            twice, through random workers' ``POST /v1/jobs/{job_id}/complete``.
         rollout: How ``deploy`` faults roll a new version out: ``compatible``
             (each new version continues every earlier one's runs),
             ``pinned`` (each serves only its own runs: the old versions are
@@ -160,6 +165,7 @@ class SoakConfig:
     approvals: float = 0.2
     approval_delay: tuple[float, float] = (1.0, 4.0)
     sagas: float = 0.3
+    reports: float = 0.4
     rollout: str = "compatible"
     drop_approvals_from: int = 0
     tick_every: float = 5.0
@@ -309,6 +315,8 @@ class Soak:
     """The app version number of every worker id launched (``w1.2``: 0)."""
     newest: int = 0
     approvals_answered: int = 0
+    reports_completed: int = 0
+    """Report jobs a completion ended (``changed``; the repeat changes nothing)."""
     """Approvals the inbox took from the soak's approver (200 answers)."""
     _approver_stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -408,6 +416,7 @@ class Soak:
         naps = random.Random(f"{cfg.seed}-naps")  # its own stream: the rest stays as it was
         approvals = random.Random(f"{cfg.seed}-approvals")
         sagas = random.Random(f"{cfg.seed}-sagas")
+        reports = random.Random(f"{cfg.seed}-reports")
         runs = cfg.runs
         sessions = max(1, round(runs * 0.7))
         start = time.monotonic()
@@ -425,7 +434,56 @@ class Soak:
             elif sagas.random() < cfg.sagas:
                 stock = ", out of stock" if sagas.random() < 1 / 3 else ""
                 message, session = f"{message} As a saga{stock}.", f"saga{index:04d}"
+            elif reports.random() < cfg.reports:
+                message, session = f"{message} Only with a report.", f"rep{index:04d}"
             self._submit(rng, session, order, message)
+
+    def complete_reports(self) -> None:
+        """Completes each report job, a while after it appears, twice (a retrying webhook).
+
+        Through random live workers' ``GET /v1/jobs?state=STARTED`` and
+        ``POST /v1/jobs/{job_id}/complete``; the second completion (and any
+        retry of a completion that got no answer) must change nothing.
+        """
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}-reporter")
+        due: dict[str, float] = {}
+        sent: dict[str, int] = {}
+        query: dict[str, str | int] = {"state": "STARTED", "limit": 500}
+        while not self._approver_stop.wait(0.5):
+            with self._lock:
+                urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
+            if not urls:
+                continue
+            try:
+                listed = httpx.get(
+                    rng.choice(urls) + "/v1/jobs", params=query, headers=AUTH, timeout=10
+                )
+            except httpx.HTTPError:
+                continue
+            if listed.status_code != 200:
+                continue
+            now = time.monotonic()
+            for item in listed.json().get("items", []):
+                job_id = str(item.get("job_id"))
+                if not job_id.startswith(chaos_app.REPORT_PREFIX) or sent.get(job_id, 0) >= 2:
+                    continue
+                if now < due.setdefault(job_id, now + rng.uniform(*cfg.approval_delay)):
+                    continue
+                body = {"state": "SUCCEEDED", "result": {"report": f"the report of {job_id}"}}
+                quoted = urllib.parse.quote(job_id, safe="")
+                for url in (rng.choice(urls), rng.choice(urls)):
+                    try:
+                        answer = httpx.post(
+                            f"{url}/v1/jobs/{quoted}/complete", json=body, headers=AUTH, timeout=15
+                        )
+                    except httpx.HTTPError:
+                        continue
+                    if answer.status_code == 200:
+                        sent[job_id] = sent.get(job_id, 0) + 1
+                        if answer.json().get("changed"):
+                            with self._lock:
+                                self.reports_completed += 1
 
     def approve(self) -> None:
         """Answers each open ``approve_order`` call once, a while after it appears, until stopped.
@@ -713,7 +771,8 @@ class Soak:
             counts = self._status_counts()
             if counts is not None and sum(counts.values()) >= len(set(self.accepted)):
                 # A sleeping run is PAUSED until its wake-up is answered, a run
-                # waiting for approval until the approver's answer: the chaos app
+                # waiting for approval until the approver's answer, one waiting
+                # for its report until the job's result is resumed: the chaos app
                 # pauses for nothing else, so settled means none left, except
                 # the pauses whose answer was parked (one PAUSED run each: the
                 # pause stays open for a person).
@@ -803,6 +862,7 @@ class Soak:
             f"{cfg.duration:.0f}s of faults ({', '.join(cfg.faults)}), lease {cfg.lease}s, "
             f"max attempts {cfg.max_attempts}, {cfg.naps:.0%} of runs nap first, "
             f"{cfg.approvals:.0%} wait for approval, {cfg.sagas:.0%} of the rest are sagas, "
+            f"{cfg.reports:.0%} of the rest wait for a report job, "
             f"a tick every {cfg.tick_every:g}s, {cfg.rollout} rollouts"
         )
         try:
@@ -812,6 +872,8 @@ class Soak:
             faults.start()
             approver = threading.Thread(target=self.approve, daemon=True)
             approver.start()
+            reporter = threading.Thread(target=self.complete_reports, daemon=True)
+            reporter.start()
             self.submit_all(until - cfg.duration * 0.25)
             faults.join()
             self.settle()
@@ -819,6 +881,7 @@ class Soak:
             self.settle()  # the runs of the ticks fired before the pause
             self._approver_stop.set()
             approver.join()
+            reporter.join()
             self.stop_workers()
             records = self.read_records()
         finally:
@@ -918,6 +981,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         ("acts at the services", verdict.acts),
         ("durable sleeps (timers)", verdict.sleeps),
         ("sagas (by final status)", " ".join(f"{k}: {n}" for k, n in verdict.sagas.items())),
+        ("report jobs (completed via API)", f"{verdict.reports} ({soak.reports_completed})"),
         ("approvals (answered via inbox)", f"{verdict.approvals} ({soak.approvals_answered})"),
         ("schedule ticks", verdict.ticks),
         ("app versions (runs)", " ".join(f"{v}: {n}" for v, n in sorted(verdict.versions.items()))),
@@ -945,6 +1009,15 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
     say("PASS: every violation count is 0" if verdict.violations == 0 else "FAIL")
 
 
+SHARES = {
+    "naps": "share of runs that sleep first",
+    "approvals": "share of runs that wait for a person's approval first",
+    "sagas": "share of runs handed to the saga (a third of them roll back)",
+    "reports": "share of the remaining runs that first wait for a report job",
+}
+"""The load's mix: each a share of the runs (0-1), a ``SoakConfig`` field and an option."""
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m durable_adk.testing.chaos", description=__doc__.split("\n\n")[0]
@@ -960,21 +1033,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--faults", default=",".join(FAULTS), help="comma-separated: " + ",".join(FAULTS)
     )
     parser.add_argument("--settle", type=float, default=defaults.settle)
-    parser.add_argument(
-        "--naps", type=float, default=defaults.naps, help="share of runs that sleep first (0-1)"
-    )
-    parser.add_argument(
-        "--approvals",
-        type=float,
-        default=defaults.approvals,
-        help="share of runs that wait for a person's approval first (0-1)",
-    )
-    parser.add_argument(
-        "--sagas",
-        type=float,
-        default=defaults.sagas,
-        help="share of runs handed to the saga (0-1; a third of them roll back)",
-    )
+    for name, text in SHARES.items():
+        parser.add_argument(
+            f"--{name}", type=float, default=getattr(defaults, name), help=f"{text} (0-1)"
+        )
     parser.add_argument(
         "--rollout",
         choices=("compatible", "pinned", "alternate"),
@@ -1011,14 +1073,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         or args.runs < 1
         or args.duration <= 0
         or args.max_attempts < 1
-        or not 0 <= args.naps <= 1
-        or not 0 <= args.approvals <= 1
-        or not 0 <= args.sagas <= 1
+        or not all(0 <= getattr(args, name) <= 1 for name in SHARES)
         or not (args.tick_every == 0 or args.tick_every >= 1)
     ):
         print(
             f"bad arguments: faults {sorted(unknown)}, workers >= 2, runs >= 1, duration > 0, "
-            "max-attempts >= 1, naps, approvals and sagas between 0 and 1, tick-every 0 or >= 1"
+            "max-attempts >= 1, naps, approvals, sagas and reports between 0 and 1, "
+            "tick-every 0 or >= 1"
         )
         return 2
     config = SoakConfig(
@@ -1034,6 +1095,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         approvals=args.approvals,
         rollout=args.rollout,
         sagas=args.sagas,
+        reports=args.reports,
         drop_approvals_from=args.drop_approvals_from,
         tick_every=args.tick_every,
         max_attempts=args.max_attempts,

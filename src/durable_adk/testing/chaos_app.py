@@ -24,6 +24,14 @@ in the interrupts inbox); once someone answers the call with
 of any worker), the turn goes on with step 1. No effect is sent before that
 answer is in the session.
 
+A message that says ``with a report`` first has a report built: the model
+calls ``build_report(order_id=...)``, a long-running tool on the job table
+(job ``report:<order>``; it says ``Order <order> waits for its report.`` and
+the run ends ``PAUSED``); once the job is completed (the soak does, through
+``POST /v1/jobs/{job_id}/complete`` of any worker, twice, as a retrying
+webhook would) a worker's resumer answers the call with the result, and the
+turn goes on with step 1.
+
 A message that says ``as a saga`` hands the order to the ``order_saga``
 sub-agent (the model calls ``transfer_to_agent``), a
 :class:`~durable_adk.adk.saga_agent.SagaSequence` of four stages: ``intake``
@@ -108,6 +116,7 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk.long_running import long_running_tool
 from durable_adk.adk.saga_agent import SagaSequence, SagaStage
 from durable_adk.adk.session_service import RUN_METADATA_KEY
 from durable_adk.adk.sleep import SLEEP_TOOL_NAME, sleep_tool
@@ -140,6 +149,9 @@ NAP_RE = re.compile(r"\bnap (\d{1,4}(?:\.\d{1,3})?)\b")
 APPROVAL_RE = re.compile(r"\bwith approval\b")
 APPROVAL_TOOL = "approve_order"
 SAGA_RE = re.compile(r"\bas a saga\b", re.IGNORECASE)
+REPORT_RE = re.compile(r"\bwith a report\b")
+REPORT_TOOL = "build_report"
+REPORT_PREFIX = "report:"
 SAGA_NAME = "order_saga"
 OUT_OF_STOCK = "out of stock"
 
@@ -309,13 +321,60 @@ def nap_of(request: LlmRequest) -> float | None:
     return None
 
 
-def wants_approval(request: LlmRequest) -> bool:
-    """Whether the last user message naming an order asks for a person's approval first."""
+def _asks(request: LlmRequest, pattern: re.Pattern[str]) -> bool:
+    """Whether the last user message naming an order matches ``pattern``."""
     return any(
-        bool(part.text and APPROVAL_RE.search(part.text))
+        bool(part.text and pattern.search(part.text))
         for content in _this_turn(request)[:1]
         for part in content.parts or ()
     )
+
+
+def wants_approval(request: LlmRequest) -> bool:
+    """Whether the last user message naming an order asks for a person's approval first."""
+    return _asks(request, APPROVAL_RE)
+
+
+def wants_report(request: LlmRequest) -> bool:
+    """Whether the last user message naming an order asks for a report first."""
+    return _asks(request, REPORT_RE)
+
+
+def _pause(
+    turn: Sequence[types.Part],
+    tool: str,
+    answer: tuple[str, object],
+    args: dict[str, Any],
+    waiting: str,
+) -> Turn | None:
+    """The step of a pause: call ``tool``, then say ``waiting``; None once it is answered.
+
+    Answered: a response of ``tool`` in the turn whose ``answer[0]`` is ``answer[1]``.
+    """
+    key, value = answer
+    if any(
+        part.function_response is not None
+        and part.function_response.name == tool
+        and (part.function_response.response or {}).get(key) == value
+        for part in turn
+    ):
+        return None
+    called = any(
+        part.function_call is not None and part.function_call.name == tool for part in turn
+    )
+    return Say(waiting) if called else Call(tool, args)
+
+
+def build_report(order_id: str) -> dict[str, Any]:
+    """Builds the order's report: a long-running job, answered when the job is completed."""
+    if not ORDER_RE.fullmatch(order_id):
+        raise errors.InvalidArgument(f"not an order id: {order_id!r:.80}")
+    return {"message": f"Building the report of {order_id}."}
+
+
+def report_text(order_id: str) -> str:
+    """What the agent says while its run waits for the order's report."""
+    return f"Order {order_id} waits for its report."
 
 
 def approval_text(order_id: str) -> str:
@@ -467,32 +526,18 @@ def _next_step(request: LlmRequest) -> Turn:
     if any(part.text and SAGA_RE.search(part.text) for part in turn[:1]):
         return Call("transfer_to_agent", {"agent_name": SAGA_NAME})
     nap = nap_of(request)
-    if nap is not None and not any(
-        part.function_response is not None
-        and part.function_response.name == SLEEP_TOOL_NAME
-        and (part.function_response.response or {}).get("status") == "woke"
-        for part in turn
-    ):
-        called = any(
-            part.function_call is not None and part.function_call.name == SLEEP_TOOL_NAME
-            for part in turn
+    by_order = {"order_id": order}
+    step = None  # the first pause the message asks for that is not answered yet
+    if nap is not None:
+        step = _pause(
+            turn, SLEEP_TOOL_NAME, ("status", "woke"), {"seconds": nap}, nap_text(order, nap)
         )
-        return Say(nap_text(order, nap)) if called else Call(SLEEP_TOOL_NAME, {"seconds": nap})
-    if (
-        _approvals()
-        and wants_approval(request)
-        and not any(
-            part.function_response is not None
-            and part.function_response.name == APPROVAL_TOOL
-            and (part.function_response.response or {}).get("approved") is True
-            for part in turn
-        )
-    ):
-        called = any(
-            part.function_call is not None and part.function_call.name == APPROVAL_TOOL
-            for part in turn
-        )
-        return Say(approval_text(order)) if called else Call(APPROVAL_TOOL, {"order_id": order})
+    if step is None and _approvals() and wants_approval(request):
+        step = _pause(turn, APPROVAL_TOOL, ("approved", True), by_order, approval_text(order))
+    if step is None and wants_report(request):
+        step = _pause(turn, REPORT_TOOL, ("status", "succeeded"), by_order, report_text(order))
+    if step is not None:
+        return step
     if "charge" not in answered:
         return Call("charge", {"order_id": order})
     if "notify" not in answered:
@@ -539,6 +584,7 @@ def app() -> LlmAgent:
             notify,
             sleep_tool(),
             *([LongRunningFunctionTool(approve_order)] if _approvals() else []),
+            long_running_tool(build_report, job_key=REPORT_PREFIX + "{order_id}", deadline=600),
             *([audit] if os.environ.get(NEWER_ENV) else []),
         ],
         before_tool_callback=_tag_call,

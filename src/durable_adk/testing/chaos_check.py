@@ -55,6 +55,9 @@ The checks, each a count of violations with the evidence kept:
   answered by exactly one person's answer, a message asking for approval whose
   run never asked, or an effect of the order sent before its approval was in
   the session (the services' log, against the answer's store time);
+* **reports not resumed once**: the same for a report job's call
+  (``build_report``): answered by exactly one job result (``succeeded``),
+  though the soak completes each job twice, and no effect before it;
 * **sagas not finished once**: an order handed to the saga (``as a saga``)
   whose invocation recorded no saga, a saga left without its final status,
   or one whose acts disagree with it: COMMITTED needs the charge and the
@@ -89,6 +92,8 @@ EFFECT_PREFIXES = ("charge:", "notify:")
 SLEEP_TOOL = "durable_sleep"
 APPROVAL_TOOL = "approve_order"
 APPROVAL_ASK = "with approval"
+REPORT_TOOL = "build_report"
+REPORT_ASK = "with a report"
 SAGA_ASK = "as a saga"
 OUT_OF_STOCK = "out of stock"
 UNDO_SUFFIX = ":undo"
@@ -244,6 +249,7 @@ VIOLATIONS = (
     "order violations",
     "sleeps not woken once",
     "approvals not answered once",
+    "reports not resumed once",
     "sagas not finished once",
     "ticks not fired once",
     "claims by an older version",
@@ -264,6 +270,8 @@ class Verdict:
     """Durable sleep calls in the sessions (each must wake once)."""
     approvals: int = 0
     sagas: dict[str, int] = field(default_factory=dict)
+    reports: int = 0
+    """Report job calls in the sessions (each answered by one job result)."""
     drift_parks: int = 0
     """Runs parked for drift as designed (a dropped approval tool), nothing acted."""
     """Sagas by their final status."""
@@ -433,24 +441,39 @@ def unwoken_sleeps(events: Sequence[EventRow]) -> list[str]:
     return found
 
 
-def unapproved(
+@dataclass(frozen=True)
+class Pause:
+    """A kind of pause the chaos app makes: asked by a phrase, a call, an answer that ends it."""
+
+    label: str
+    ask: str
+    tool: str
+    key: str
+    value: object
+
+
+APPROVAL = Pause("approval", APPROVAL_ASK, APPROVAL_TOOL, "approved", True)
+REPORT = Pause("report", REPORT_ASK, REPORT_TOOL, "status", "succeeded")
+
+
+def not_answered_once(
+    pause: Pause,
     events: Sequence[EventRow],
     requests: Sequence[Request],
-    without_approvals: Mapping[str, bool] | None = None,
+    unasked: Mapping[str, bool] | None = None,
     parked: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """Approval calls not answered exactly once, asks never made, effects sent before approval.
-
-    ``without_approvals`` names the invocations recorded under a version
-    without the approval tool: their asks go ahead unasked (no call needed).
-    ``parked`` names the invocations whose answer was parked for drift: the
-    answer never reached the session, by design.
+    """Pause calls not answered exactly once, asks never made, effects sent before the answer.
 
     In the session, the order's first effect call must come after the answer
     (sequence numbers). At the services, no effect of the order may be
     received before the answer's event was made (its ``timestamp``, the same
     machine's clock, never later than when it was stored): an effect's request
     is matched to its order by the business key (``charge:<order>``).
+    ``unasked`` names the invocations recorded under a version whose app
+    lacks the pause's tool (their asks go ahead with no call); ``parked`` the
+    invocations whose answer was parked for drift (it never reached the
+    session, by design).
     """
     found = []
     first_act: dict[str, float] = {}
@@ -464,7 +487,7 @@ def unapproved(
     for (_, session_id), log in sorted(sessions.items()):
         calls: dict[str, str] = {}
         invocation_of: dict[str, str] = {}
-        approved: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        answered: dict[str, list[tuple[int, float]]] = defaultdict(list)
         effect_calls: dict[str, int] = {}
         asks = 0
         for event in sorted(log, key=lambda e: e.seq):
@@ -473,11 +496,11 @@ def unapproved(
                 answer = part.get("function_response") or {}
                 if (
                     event.author == "user"
-                    and APPROVAL_ASK in str(part.get("text") or "")
-                    and not (without_approvals or {}).get(event.invocation_id)
+                    and pause.ask in str(part.get("text") or "")
+                    and not (unasked or {}).get(event.invocation_id)
                 ):
                     asks += 1
-                if call.get("name") == APPROVAL_TOOL:
+                if call.get("name") == pause.tool:
                     calls[str(call.get("id"))] = str((call.get("args") or {}).get("order_id"))
                     invocation_of[str(call.get("id"))] = event.invocation_id
                 elif call.get("name") in ("charge", "notify"):
@@ -485,28 +508,34 @@ def unapproved(
                     effect_calls.setdefault(order, event.seq)
                 if (
                     event.author == "user"
-                    and answer.get("name") == APPROVAL_TOOL
-                    and (answer.get("response") or {}).get("approved") is True
+                    and answer.get("name") == pause.tool
+                    and (answer.get("response") or {}).get(pause.key) == pause.value
                 ):
                     made = float(event.data.get("timestamp") or 0.0)
-                    approved[str(answer.get("id"))].append((event.seq, made))
+                    answered[str(answer.get("id"))].append((event.seq, made))
         for call_id, order in calls.items():
-            answers = approved.get(call_id, [])
+            answers = answered.get(call_id, [])
             if not answers and invocation_of[call_id] in parked:
                 continue
             if len(answers) != 1:
-                found.append(f"session {session_id}: approval {call_id} answered {len(answers)}x")
+                found.append(
+                    f"session {session_id}: {pause.label} {call_id} answered {len(answers)}x"
+                )
                 continue
             seq, made = answers[0]
             if effect_calls.get(order, seq + 1) < seq:
-                found.append(f"session {session_id}: {order} called an effect before its approval")
+                found.append(
+                    f"session {session_id}: {order} called an effect before its {pause.label}"
+                )
             if order in first_act and first_act[order] < made:
                 found.append(
                     f"session {session_id}: {order} acted on {made - first_act[order]:.3f}s "
-                    "before its approval was made"
+                    f"before its {pause.label} was made"
                 )
         if asks > len(calls):
-            found.append(f"session {session_id}: {asks} approval(s) asked, {len(calls)} call(s)")
+            found.append(
+                f"session {session_id}: {asks} {pause.label}(s) asked, {len(calls)} call(s)"
+            )
     return found
 
 
@@ -808,7 +837,16 @@ def judge(
         if (part.get("function_call") or {}).get("name") == APPROVAL_TOOL
     )
     unasked = {run.invocation_id: run.app_version in without_approvals for run in runs}
-    verdict.findings["approvals not answered once"] = unapproved(events, requests, unasked, parked)
+    verdict.findings["approvals not answered once"] = not_answered_once(
+        APPROVAL, events, requests, unasked, parked
+    )
+    verdict.reports = sum(
+        1
+        for event in events
+        for part in event.parts()
+        if (part.get("function_call") or {}).get("name") == REPORT_TOOL
+    )
+    verdict.findings["reports not resumed once"] = not_answered_once(REPORT, events, requests)
     verdict.sagas = dict(sorted(Counter(saga.status for saga in sagas).items()))
     verdict.findings["sagas not finished once"] = sagas_not_finished_once(sagas, events, requests)
     verdict.ticks = len(ticks)
