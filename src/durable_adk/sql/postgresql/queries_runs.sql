@@ -528,10 +528,12 @@ RETURNING run_id;
 -- name: run_hand_over inline
 -- A queued run this worker submitted but does not serve (a continuation of an
 -- invocation of another app version): its lease ends now, so the recovery of
--- a worker of its version takes it when its turn comes.
+-- a worker of its version takes it when its turn comes. Ended a millisecond
+-- back, as on SQLite (whose clock has that resolution), so a claim at once
+-- (which wants lease_until < now) takes it.
 UPDATE runs
-   SET lease_until = extract(epoch FROM clock_timestamp()),
-       next_attempt_at = extract(epoch FROM clock_timestamp()),
+   SET lease_until = extract(epoch FROM clock_timestamp()) - 0.001,
+       next_attempt_at = extract(epoch FROM clock_timestamp()) - 0.001,
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
    AND status = 'QUEUED'

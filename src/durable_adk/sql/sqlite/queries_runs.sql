@@ -457,10 +457,12 @@ RETURNING run_id;
 -- name: run_hand_over inline
 -- A queued run this worker submitted but does not serve (a continuation of an
 -- invocation of another app version): its lease ends now, so the recovery of
--- a worker of its version takes it when its turn comes.
+-- a worker of its version takes it when its turn comes. Ended a millisecond
+-- back: the clock's resolution, so a claim in the same millisecond (which
+-- wants lease_until < now) takes it too.
 UPDATE runs
-   SET lease_until = (julianday('now') - 2440587.5) * 86400.0,
-       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0,
+   SET lease_until = (julianday('now') - 2440587.5) * 86400.0 - 0.001,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 - 0.001,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'QUEUED'
 RETURNING *;
