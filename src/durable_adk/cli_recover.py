@@ -20,6 +20,7 @@ for a later pass; 2 for bad arguments.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -75,6 +76,18 @@ def recover(
     batch: Annotated[int, typer.Option(min=1, max=10_000, help="Most runs recovered.")] = 100,
     as_json: JsonOpt = False,
     services: ServicesOpt = None,
+    app_version: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_APP_VERSION",
+            help="The app's version (PEP 440), as serve's: the pass claims only runs it serves "
+            "(default: the module's durable_adk_version, if any).",
+        ),
+    ] = None,
+    compatible_version: Annotated[
+        list[str] | None,
+        typer.Option(help="An earlier version whose runs this code continues (repeatable)."),
+    ] = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Runs one recovery pass (sweeper, jobs, sagas, schedules) for an app and exits with what
@@ -82,6 +95,13 @@ def recover(
     try:
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
+        if app_version is not None or compatible_version:
+            # The command line's declaration replaces the module's whole one.
+            app_services = dataclasses.replace(
+                app_services,
+                version=app_version,
+                compatible_versions=tuple(compatible_version or ()),
+            )
     except errors.DurableError as exc:
         _fail(str(exc))
     where = db or DEFAULT_URL

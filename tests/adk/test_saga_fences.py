@@ -30,7 +30,8 @@ from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.sagas import Compensation, Fence, SagaLedger, SagaStatus, StepStatus, Undo
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
-from durable_adk.testing.services import FakeService, ResourceClient, ServiceError
+from durable_adk.testing.services import FakeService, ResourceClient
+from saga_support import Releases, reserve_stage
 
 APP = "shop"
 USER = "u"
@@ -45,35 +46,8 @@ def inventory(tmp_path: Path) -> Iterator[FakeService]:
         yield service
 
 
-class Releases:
-    """The compensator: releases a reservation once per key, and counts its calls."""
-
-    def __init__(self, client: ResourceClient, *, before: Any = None) -> None:
-        self.client = client
-        self.calls: list[str] = []
-        self.before = before
-
-    async def __call__(self, record: dict[str, Any], key: str) -> None:
-        self.calls.append(key)
-        if self.before is not None:
-            await self.before()
-        try:
-            await asyncio.to_thread(self.client.act, record["reservation_id"], "release", key)
-        except ServiceError as exc:
-            if exc.status not in (404, 409):
-                raise
-
-
 def order_saga(client: ResourceClient, release: Releases) -> SagaSequence:
-    reserve = SagaStage(
-        name="reserve",
-        action=lambda state, key: client.create(
-            {"order_id": "O-1", "sku": "LAMP", "quantity": 1}, key
-        ),
-        find=client.find,
-        undo_of=lambda r: {"reservation_id": r["id"]},
-    )
-    return SagaSequence("order", [reserve], {"reserve": release.__call__})
+    return SagaSequence("order", [reserve_stage(client)], {"reserve": release.__call__})
 
 
 async def dead_saga(

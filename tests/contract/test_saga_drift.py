@@ -33,8 +33,9 @@ from durable_adk.ledger import RunStatus
 from durable_adk.sagas import Compensation, SagaDrifted, SagaLedger, SagaStatus, StepStatus, Undo
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
-from durable_adk.testing.services import FakeService, ResourceClient, ServiceError
+from durable_adk.testing.services import FakeService, ResourceClient
 from durable_adk.versions import Serving
+from saga_support import Releases, reserve_stage
 
 APP = "shop"
 
@@ -50,35 +51,11 @@ def approve_order(order_id: str) -> dict[str, Any]:
     return {"status": "waiting for a person", "order_id": order_id}
 
 
-class Releases:
-    """The 1.0 compensator: releases a reservation once per key; counts its calls."""
-
-    def __init__(self, client: ResourceClient) -> None:
-        self.client = client
-        self.calls: list[str] = []
-
-    async def __call__(self, record: dict[str, Any], key: str) -> None:
-        self.calls.append(key)
-        try:
-            await asyncio.to_thread(self.client.act, record["reservation_id"], "release", key)
-        except ServiceError as exc:
-            if exc.status not in (404, 409):
-                raise
-
-
 def order_saga(
     client: ResourceClient, release: Releases | None, *, with_approval: bool = True
 ) -> tuple[SagaSequence, ScriptedModel]:
     """reserve (undone by ``release``; uncompensatable when it is None), then an approval."""
-    reserve = SagaStage(
-        name="reserve",
-        action=lambda state, key: client.create(
-            {"order_id": "O-1", "sku": "LAMP", "quantity": 1}, key
-        ),
-        find=client.find,
-        undo_of=lambda r: {"reservation_id": r["id"]},
-        uncompensatable=release is None,
-    )
+    reserve = reserve_stage(client, uncompensatable=release is None)
     model = ScriptedModel(
         {"approver": [Call("approve_order", {"order_id": "O-1"}), Say("Waiting."), Say("Done.")]}
     )

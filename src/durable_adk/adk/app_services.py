@@ -27,6 +27,14 @@ point: ``durable_adk_schedules``, a list of
 read by :func:`load_services` into :attr:`AppServices.schedules`, which
 :meth:`AppServices.runner_kwargs` hands to DurableRunner; anything else, or
 a bad schedule, is refused the same way (docs/time.md).
+
+So is the app's version (docs/deploying.md): ``durable_adk_version`` (a
+PEP 440 string) and, optionally, ``durable_adk_compatible_versions`` (the
+earlier versions its code continues) in the same module are read into
+:attr:`AppServices.version` and :attr:`AppServices.compatible_versions`, so
+``durable-adk recover`` and the api_server plugin claim and record runs as
+``durable-adk serve --app-version`` does. A command line's ``--app-version``
+replaces the module's whole declaration.
 """
 
 from __future__ import annotations
@@ -46,9 +54,16 @@ from google.adk.memory.base_memory_service import BaseMemoryService
 
 from durable_adk import errors
 from durable_adk.schedules import Schedule, declared
+from durable_adk.versions import Serving
 
 SERVICES_FACTORY = "durable_adk_services"
 """The function an app's module may define to name its services (no arguments)."""
+
+VERSION_NAME = "durable_adk_version"
+"""What an app's module may define to declare its version (a PEP 440 string)."""
+
+COMPATIBLE_NAME = "durable_adk_compatible_versions"
+"""The earlier versions whose runs the module's code continues (a list of strings)."""
 
 SCHEDULES_NAME = "durable_adk_schedules"
 """What an app's module may define to declare its schedules: a list of
@@ -73,6 +88,9 @@ class AppServices:
         schedules: The app's schedules (from ``durable_adk_schedules`` in its
             module), fired by the background loops of every entry point; None
             when the module declares none (not even an empty list).
+        version: The app's version (``durable_adk_version``), None: unversioned.
+        compatible_versions: The earlier versions it continues
+            (``durable_adk_compatible_versions``).
 
     Raises:
         InvalidArgument: A value is not an instance of its ADK base class.
@@ -82,8 +100,11 @@ class AppServices:
     memory_service: BaseMemoryService | None = None
     credential_service: BaseCredentialService | None = None
     schedules: tuple[Schedule, ...] | None = None
+    version: str | None = None
+    compatible_versions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        Serving.declare(self.version, compatible=self.compatible_versions)  # InvalidVersion
         for name, kind in _KINDS.items():
             value = getattr(self, name)
             if value is not None and not isinstance(value, kind):
@@ -94,7 +115,7 @@ class AppServices:
     def runner_kwargs(self) -> dict[str, Any]:
         """The services given, as ``DurableRunner`` keyword arguments."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {name: value for name, value in given.items() if value is not None}
+        return {name: value for name, value in given.items() if value not in (None, ())}
 
     @classmethod
     def of(cls, value: object, *, source: str) -> AppServices:
@@ -166,16 +187,44 @@ def load_services(
                 raise errors.InvalidArgument(f"{module_name!r} has no function {attribute!r}")
             found = getattr(found, part)
         return replace(
-            _call(found, f"{module_name}:{attribute}"), schedules=_schedules(modules, search)
+            _call(found, f"{module_name}:{attribute}"),
+            schedules=_schedules(modules, search),
+            **_versions(modules, search),
         )
     schedules = _schedules(modules, search)
+    versions = _versions(modules, search)
     for candidate in modules:
         module = _import(candidate, search) if isinstance(candidate, str) else candidate
         factory = getattr(module, SERVICES_FACTORY, None)
         if factory is not None:
             found_services = _call(factory, f"{module.__name__}:{SERVICES_FACTORY}")
-            return replace(found_services, schedules=schedules)
-    return AppServices(schedules=schedules)
+            return replace(found_services, schedules=schedules, **versions)
+    return AppServices(schedules=schedules, **versions)
+
+
+def _versions(modules: Iterable[str | ModuleType], search: Path | None) -> dict[str, Any]:
+    """The version the first of ``modules`` declaring ``durable_adk_version`` declares."""
+    for candidate in modules:
+        module = _import(candidate, search) if isinstance(candidate, str) else candidate
+        version = getattr(module, VERSION_NAME, None)
+        compatible = getattr(module, COMPATIBLE_NAME, ())
+        if version is None:
+            if compatible:
+                raise errors.InvalidVersion(
+                    f"{module.__name__}:{COMPATIBLE_NAME} needs {VERSION_NAME} beside it"
+                )
+            continue
+        source = f"{module.__name__}:{VERSION_NAME}"
+        if isinstance(compatible, str) or not isinstance(compatible, list | tuple):
+            raise errors.InvalidVersion(
+                f"{module.__name__}:{COMPATIBLE_NAME} must be a list of version strings"
+            )
+        try:
+            Serving.declare(version, compatible=compatible)
+        except errors.InvalidVersion as exc:
+            raise errors.InvalidVersion(f"{source}: {exc}") from None
+        return {"version": version, "compatible_versions": tuple(compatible)}
+    return {}
 
 
 def _schedules(

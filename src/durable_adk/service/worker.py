@@ -80,6 +80,16 @@ def streaming_config(base: RunConfig, *, streaming: bool) -> RunConfig:
     return base.model_copy(update={"streaming_mode": mode})
 
 
+def declared_with(settings: ServiceSettings) -> dict[str, Any]:
+    """The app's services and version as runner arguments: ``--app-version`` (with its
+    ``--compatible-version``) replaces the version the app's module declares."""
+    given = dict(settings.services.runner_kwargs() if settings.services else {})
+    if settings.app_version is not None:
+        given["version"] = settings.app_version
+        given["compatible_versions"] = settings.compatible_versions
+    return given
+
+
 class Worker:
     """One worker process's durable machinery, without its HTTP front."""
 
@@ -116,9 +126,7 @@ class Worker:
             interrupt_deadlines=dict(settings.interrupt_deadlines),
             run_config=streaming_config(RunConfig(), streaming=settings.streaming),
             background=False,  # the worker runs them itself: self.background
-            version=settings.app_version,
-            compatible_versions=settings.compatible_versions,
-            **(settings.services.runner_kwargs() if settings.services else {}),
+            **declared_with(settings),
         )
         self.ops = Operations(
             store,

@@ -70,7 +70,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -438,6 +438,26 @@ class Soak:
                 message, session = f"{message} Only with a report.", f"rep{index:04d}"
             self._submit(rng, session, order, message)
 
+    def _looks(
+        self, rng: random.Random, path: str, params: dict[str, str | int], field: str
+    ) -> Iterator[tuple[list[str], list[dict[str, Any]]]]:
+        """Every half second until the end, a random live worker's listing at ``path``.
+
+        Yields the live workers' URLs and the listing's ``field``; a look that
+        gets no answer (the worker is being killed, frozen or cut off) is skipped.
+        """
+        while not self._approver_stop.wait(0.5):
+            with self._lock:
+                urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
+            if not urls:
+                continue
+            try:
+                listed = httpx.get(rng.choice(urls) + path, params=params, headers=AUTH, timeout=10)
+            except httpx.HTTPError:
+                continue
+            if listed.status_code == 200:
+                yield urls, list(listed.json().get(field, []))
+
     def complete_reports(self) -> None:
         """Completes each report job, a while after it appears, twice (a retrying webhook).
 
@@ -450,21 +470,9 @@ class Soak:
         due: dict[str, float] = {}
         sent: dict[str, int] = {}
         query: dict[str, str | int] = {"state": "STARTED", "limit": 500}
-        while not self._approver_stop.wait(0.5):
-            with self._lock:
-                urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
-            if not urls:
-                continue
-            try:
-                listed = httpx.get(
-                    rng.choice(urls) + "/v1/jobs", params=query, headers=AUTH, timeout=10
-                )
-            except httpx.HTTPError:
-                continue
-            if listed.status_code != 200:
-                continue
+        for urls, items in self._looks(rng, "/v1/jobs", query, "items"):
             now = time.monotonic()
-            for item in listed.json().get("items", []):
+            for item in items:
                 job_id = str(item.get("job_id"))
                 if not job_id.startswith(chaos_app.REPORT_PREFIX) or sent.get(job_id, 0) >= 2:
                     continue
@@ -502,20 +510,10 @@ class Soak:
             "kind": "long_running",
             "limit": 500,
         }
-        while not self._approver_stop.wait(0.5):
-            with self._lock:
-                urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
-            if not urls:
-                continue
-            url = rng.choice(urls)
-            try:
-                listed = httpx.get(url + "/v1/interrupts", params=query, headers=AUTH, timeout=10)
-            except httpx.HTTPError:
-                continue
-            if listed.status_code != 200:
-                continue
+        for urls, items in self._looks(rng, "/v1/interrupts", query, "interrupts"):
             now = time.monotonic()
-            for item in listed.json().get("interrupts", []):
+            url = rng.choice(urls)
+            for item in items:
                 call_id = str(item["call_id"])
                 if item.get("name") != chaos_app.APPROVAL_TOOL or call_id in answered:
                     continue
