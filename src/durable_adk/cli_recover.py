@@ -20,7 +20,6 @@ for a later pass; 2 for bad arguments.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -95,13 +94,7 @@ def recover(
     try:
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
-        if app_version is not None or compatible_version:
-            # The command line's declaration replaces the module's whole one.
-            app_services = dataclasses.replace(
-                app_services,
-                version=app_version,
-                compatible_versions=tuple(compatible_version or ()),
-            )
+        app_services = app_services.declared_as(app_version, compatible_version or ())
     except errors.DurableError as exc:
         _fail(str(exc))
     where = db or DEFAULT_URL

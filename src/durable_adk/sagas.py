@@ -488,6 +488,15 @@ class SagaLedger:
         )
 
 
+def owes_undo(status: str, compensatable: bool | None) -> bool:
+    """Whether a step still to undo (PENDING or DONE) was begun by code that could undo it.
+
+    Code that lacks such a step's compensator has drifted: the drive's drift
+    check and the compensation engine both ask this.
+    """
+    return bool(compensatable) and status in (StepStatus.PENDING, StepStatus.DONE)
+
+
 class SagaDrifted(OutcomeUnknown):
     """The saga recorded steps whose compensators this code lacks: nothing was undone.
 
@@ -607,8 +616,7 @@ class Compensation:
         return [
             step.step
             for step in steps
-            if step.compensatable
-            and step.status in (StepStatus.PENDING, StepStatus.DONE)
+            if owes_undo(step.status, step.compensatable)
             and (step.step not in self.undo or self.undo[step.step].compensate is None)
         ]
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
-from google.adk.cli.fast_api import get_fast_api_app
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.runners import Runner
 from google.genai import types
+from test_adk_server_workflow import server
 
 from durable_adk import (
     DurableRunsPlugin,
@@ -29,7 +29,6 @@ from durable_adk import (
     RunStatus,
     ServerSettings,
     open_store,
-    register_session_uris,
 )
 from durable_adk.adk.service_uri import DurableUriSessionService
 from durable_adk.adk.session_service import DurableSessionService
@@ -82,15 +81,7 @@ async def test_get_fast_api_app_lifespan_recovers_without_a_request(
         assert orphan is not None and orphan.status is RunStatus.RUNNING
         await ledger.backdate(orphan.run_id, 120)  # its worker died long ago
 
-    registration = register_session_uris(settings=ServerSettings(sweep_interval=0.2))
-    app = get_fast_api_app(
-        agents_dir=str(agents),
-        session_service_uri=f"durable+{store_url}",
-        web=False,
-        extra_plugins=["durable_adk.DurableRunsPlugin"],
-        lifespan=registration.lifespan,
-    )
-    [service] = registration.services
+    app, service = server(agents, store_url)
     async with app.router.lifespan_context(app):
         # No request yet: the lifespan started recovery, which drives the orphan.
         async def done() -> RunStatus:

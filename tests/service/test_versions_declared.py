@@ -101,14 +101,14 @@ def test_a_bad_declaration_is_refused(declaration: str, reason: str, tmp_path: P
         AppServices(version="1.0", compatible_versions=("2.0",))
 
 
-async def orphan_of_1_0(db: str) -> str:
-    """A run started by a 1.0 worker that died: RUNNING, its lease run out."""
+async def orphan_of_1_0(db: str, app_name: str = APP) -> str:
+    """A run of ``app_name`` started by a 1.0 worker that died: RUNNING, its lease run out."""
     async with open_store(db) as store:
         sessions = DurableSessionService(store)
-        await sessions.create_session(app_name=APP, user_id="u", session_id="s")
+        await sessions.create_session(app_name=app_name, user_id="u", session_id="s")
         ledger = RunLedger(store, serving=Serving.declare("1.0", fingerprint="fp-1.0"))
         run = await ledger.submit(
-            app_name=APP, user_id="u", session_id="s",
+            app_name=app_name, user_id="u", session_id="s",
             request={"role": "user", "parts": [{"text": "hi"}]}, owner="w-1.0",
         )  # fmt: skip
         claimed = await ledger.claim_queued(run.run_id, "w-1.0")
@@ -176,9 +176,7 @@ async def test_the_api_server_plugin_serves_the_version_the_agents_module_declar
     store_url: str, tmp_path: Path
 ) -> None:
     """adk api_server + DurableRunsPlugin: a 1.0 orphan recovered by code declaring 1.1."""
-    from google.adk.cli.fast_api import get_fast_api_app
-
-    from durable_adk import ServerSettings, register_session_uris
+    from test_adk_server_workflow import server
 
     agents = tmp_path / "agents"
     (agents / "vgreeter").mkdir(parents=True)
@@ -187,32 +185,14 @@ async def test_the_api_server_plugin_serves_the_version_the_agents_module_declar
         AGENT.replace("app = ", "root_agent = ").replace('name="greeter"', 'name="vgreeter"')
         + COMPATIBLE
     )
-    async with open_store(store_url) as store:
-        await DurableSessionService(store).create_session(
-            app_name="vgreeter", user_id="u", session_id="s"
-        )
-        old = RunLedger(store, serving=Serving.declare("1.0", fingerprint="fp-1.0"))
-        queued = await old.submit(
-            app_name="vgreeter", user_id="u", session_id="s",
-            request={"role": "user", "parts": [{"text": "hi"}]}, owner="w-1.0",
-        )  # fmt: skip
-        assert await old.claim_queued(queued.run_id, "w-1.0") is not None
-        await old.backdate(queued.run_id, 3600)
-    registration = register_session_uris(settings=ServerSettings(sweep_interval=0.2))
-    app = get_fast_api_app(
-        agents_dir=str(agents),
-        session_service_uri=f"durable+{store_url}",
-        web=False,
-        extra_plugins=["durable_adk.DurableRunsPlugin"],
-        lifespan=registration.lifespan,
-    )
-    [service] = registration.services
+    run_id = await orphan_of_1_0(store_url, "vgreeter")
+    app, service = server(agents, store_url)
     try:
         async with app.router.lifespan_context(app):
 
             async def ended() -> tuple[RunStatus, str | None]:
                 while True:
-                    run = await RunLedger(service.store).get(queued.run_id)
+                    run = await RunLedger(service.store).get(run_id)
                     assert run is not None
                     if run.status is not RunStatus.RUNNING:
                         return run.status, run.app_version

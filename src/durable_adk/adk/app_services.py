@@ -112,10 +112,27 @@ class AppServices:
                     f"{name} must be an ADK {kind.__name__} (or None), not {type(value).__name__}"
                 )
 
+    def declared_as(self, version: str | None, compatible: Iterable[str] = ()) -> AppServices:
+        """These services with a command line's version declaration, if it makes one.
+
+        ``--app-version`` (with its ``--compatible-version``) replaces the
+        module's whole declaration; without either, the module's stands.
+
+        Raises:
+            InvalidVersion: The declaration is not a valid one.
+        """
+        listed = tuple(compatible)
+        if version is None and not listed:
+            return self
+        return replace(self, version=version, compatible_versions=listed)
+
     def runner_kwargs(self) -> dict[str, Any]:
-        """The services given, as ``DurableRunner`` keyword arguments."""
+        """The services given, as ``DurableRunner`` keyword arguments (a version with its
+        compatible versions, both or neither)."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {name: value for name, value in given.items() if value not in (None, ())}
+        if self.version is None:
+            del given["compatible_versions"]  # () without a version: __post_init__ refuses more
+        return {name: value for name, value in given.items() if value is not None}
 
     @classmethod
     def of(cls, value: object, *, source: str) -> AppServices:

@@ -38,6 +38,7 @@ from google.adk.events.event import Event
 
 from durable_adk.adk.fingerprint import Known
 from durable_adk.journal import OutcomeUnknown
+from durable_adk.sagas import owes_undo
 
 ADK_CALLS = frozenset(
     {
@@ -141,10 +142,8 @@ def drift(
             missing[f"saga {saga!r}"] = None
         elif step not in stages:
             missing[f"saga step {saga!r}/{step!r}"] = None
-        elif (
-            recorded.compensatable
-            and recorded.status in ("PENDING", "DONE")
-            and step not in known.compensators.get(saga, frozenset())
+        elif owes_undo(recorded.status, recorded.compensatable) and step not in (
+            known.compensators.get(saga, frozenset())
         ):
             missing[f"compensator of saga step {saga!r}/{step!r}"] = None
     return list(missing)

@@ -39,6 +39,7 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk.app_services import AppServices
 from durable_adk.adk.background import Background, BackgroundSettings
 from durable_adk.adk.background import sagas_of as sagas_of
 from durable_adk.adk.runner import DurableRunner
@@ -83,11 +84,8 @@ def streaming_config(base: RunConfig, *, streaming: bool) -> RunConfig:
 def declared_with(settings: ServiceSettings) -> dict[str, Any]:
     """The app's services and version as runner arguments: ``--app-version`` (with its
     ``--compatible-version``) replaces the version the app's module declares."""
-    given = dict(settings.services.runner_kwargs() if settings.services else {})
-    if settings.app_version is not None:
-        given["version"] = settings.app_version
-        given["compatible_versions"] = settings.compatible_versions
-    return given
+    services = settings.services or AppServices()
+    return services.declared_as(settings.app_version, settings.compatible_versions).runner_kwargs()
 
 
 class Worker:

@@ -386,7 +386,7 @@ class Soak:
             tool_seconds=cfg.tool_seconds,
             tick_every=cfg.tick_every,
             newer=version > 0,  # a deployed version's definition differs: drift is checked
-            drop=0 < cfg.drop_approvals_from <= version,
+            drop=self.dropped(version),
         )
         log = self.folder / f"{worker_id}.log"
         process = start_logged(command, env, log)
@@ -398,6 +398,15 @@ class Soak:
             return True  # the first version has no earlier one to continue
         rollout = self.config.rollout
         return rollout == "pinned" or (rollout == "alternate" and version % 2 == 0)
+
+    def dropped(self, version: int) -> bool:
+        """Whether version ``1.<version>`` has no approval tool (``drop_approvals_from``)."""
+        return 0 < self.config.drop_approvals_from <= version
+
+    def ready_urls(self) -> list[str]:
+        """The URLs of the workers that are alive, not frozen, and listening."""
+        with self._lock:
+            return [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
 
     def serves(self, version: int) -> frozenset[str]:
         """The app versions whose runs a worker of version ``1.<version>`` takes."""
@@ -447,8 +456,7 @@ class Soak:
         gets no answer (the worker is being killed, frozen or cut off) is skipped.
         """
         while not self._approver_stop.wait(0.5):
-            with self._lock:
-                urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
+            urls = self.ready_urls()
             if not urls:
                 continue
             try:
@@ -540,13 +548,11 @@ class Soak:
         deadline = time.monotonic() + 60
         body = {"message": message}
         while time.monotonic() < deadline:
-            with self._lock:
-                ready = [w for w in self.workers if w.alive() and not w.frozen and w.url]
+            ready = self.ready_urls()
             if ready:
-                worker = rng.choice(ready)
-                path = f"/v1/users/chaos/sessions/{session}/runs"
+                url = rng.choice(ready) + f"/v1/users/chaos/sessions/{session}/runs"
                 try:
-                    answer = httpx.post(worker.url + path, json=body, headers=AUTH, timeout=15)
+                    answer = httpx.post(url, json=body, headers=AUTH, timeout=15)
                 except httpx.TimeoutException:
                     self.unanswered_submits += 1  # may be on the ledger: the ledger says
                     continue
@@ -683,7 +689,7 @@ class Soak:
         if any(w.version == newest and w.alive() and w.url for w in workers):
             for version in sorted({w.version for w in workers if w.version < newest}):
                 name = version_name(version)
-                if self._version_call(f"/v1/versions/{name}/drain") is not None:
+                if self._version_call(f"/v1/versions/{name}/drain", post=True) is not None:
                     self._log_fault(f"drain {name} (pinned rollout of {version_name(newest)})")
         report = self._version_call("/v1/versions")
         open_runs = {
@@ -709,11 +715,9 @@ class Soak:
                 chosen.append(worker)
         return chosen
 
-    def _version_call(self, path: str) -> dict[str, Any] | None:
-        """``GET`` (or, for an action, ``POST``) a versions route through a live worker."""
-        with self._lock:
-            urls = [w.url for w in self.workers if w.alive() and not w.frozen and w.url]
-        post = not path.endswith("/versions")
+    def _version_call(self, path: str, *, post: bool = False) -> dict[str, Any] | None:
+        """``GET`` (or, an action, ``POST``) a versions route through a live worker."""
+        urls = self.ready_urls()
         body = {"by": "chaos-soak", "reason": "pinned rollout"}
         for url in urls:
             try:
@@ -890,9 +894,7 @@ class Soak:
             versions={w: version_name(v) for w, v in self.versions.items()},
             serves={w: self.serves(v) for w, v in self.versions.items()},
             without_approvals=frozenset(
-                version_name(v)
-                for v in set(self.versions.values())
-                if 0 < cfg.drop_approvals_from <= v
+                version_name(v) for v in set(self.versions.values()) if self.dropped(v)
             ),
             **records,
         )

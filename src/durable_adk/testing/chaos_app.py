@@ -99,7 +99,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, overload
@@ -177,10 +177,15 @@ def caller_headers(tool_context: ToolContext) -> dict[str, str]:
     metadata = (invocation.run_config.custom_metadata or {}) if invocation.run_config else {}
     stamp = metadata.get(RUN_METADATA_KEY)
     stamp = stamp if isinstance(stamp, dict) else {}
+    return _tags(stamp.get("run_id", ""), stamp.get("epoch", ""))
+
+
+def _tags(run_id: object, epoch: object) -> dict[str, str]:
+    """The ``X-Caller-*`` headers: this worker, and the run and epoch that call out."""
     return {
         CALLER_WORKER: os.environ.get(WORKER_ENV, "unknown"),
-        CALLER_RUN: str(stamp.get("run_id", "")),
-        CALLER_EPOCH: str(stamp.get("epoch", "")),
+        CALLER_RUN: str(run_id),
+        CALLER_EPOCH: str(epoch),
     }
 
 
@@ -445,13 +450,7 @@ class _StockCheck(BaseAgent):
 def _tag_saga_call() -> None:
     """The saga's outside calls carry who sends them, as the tools' do."""
     fence = current_fence()
-    _caller.set(
-        {
-            CALLER_WORKER: os.environ.get(WORKER_ENV, "unknown"),
-            CALLER_RUN: fence.run_id if fence is not None else "",
-            CALLER_EPOCH: str(fence.epoch) if fence is not None else "",
-        }
-    )
+    _caller.set(_tags(fence.run_id, fence.epoch) if fence is not None else _tags("", ""))
 
 
 async def _take_payment(state: dict[str, Any], key: str) -> dict[str, Any]:
@@ -460,11 +459,6 @@ async def _take_payment(state: dict[str, Any], key: str) -> dict[str, Any]:
     order = str(state.get("order_id"))
     payload = {"order_id": order, "customer": "chaos-saga", "amount": amount_of(order)}
     return await asyncio.to_thread(_create, PAYMENTS_ENV, CHARGES, payload, key)
-
-
-async def _find_payment(key: str) -> dict[str, Any] | None:
-    _tag_saga_call()
-    return await asyncio.to_thread(_find, PAYMENTS_ENV, CHARGES, key)
 
 
 async def _refund(record: dict[str, Any], key: str) -> None:
@@ -484,9 +478,16 @@ async def _confirm(state: dict[str, Any], key: str) -> dict[str, Any]:
     return await asyncio.to_thread(_create, NOTIFY_ENV, NOTIFICATIONS, payload, key)
 
 
-async def _find_confirmation(key: str) -> dict[str, Any] | None:
-    _tag_saga_call()
-    return await asyncio.to_thread(_find, NOTIFY_ENV, NOTIFICATIONS, key)
+def _saga_lookup(
+    find: Callable[[str], dict[str, Any] | None],
+) -> Callable[[str], Awaitable[dict[str, Any] | None]]:
+    """A tools' lookup (``_find_charge``...) as a saga stage's: tagged, off the loop."""
+
+    async def lookup(key: str) -> dict[str, Any] | None:
+        _tag_saga_call()
+        return await asyncio.to_thread(find, key)
+
+    return lookup
 
 
 def order_saga() -> SagaSequence:
@@ -498,12 +499,15 @@ def order_saga() -> SagaSequence:
             SagaStage(
                 name="take_payment",
                 action=_take_payment,
-                find=_find_payment,
+                find=_saga_lookup(_find_charge),
                 undo_of=lambda charge: {"charge_id": charge["id"]},
             ),
             _StockCheck(name="check_stock"),
             SagaStage(
-                name="confirm", action=_confirm, find=_find_confirmation, uncompensatable=True
+                name="confirm",
+                action=_confirm,
+                find=_saga_lookup(_find_notification),
+                uncompensatable=True,
             ),
         ],
         {"take_payment": _refund},

@@ -83,9 +83,11 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
 EFFECT_PREFIXES = ("charge:", "notify:")
@@ -613,69 +615,61 @@ def ticks_not_fired_once(
     return found
 
 
+def _drives(
+    claims: Iterable[Claim], runs: Sequence[RunRow], workers: Mapping[str, T]
+) -> Iterator[tuple[Claim, str, T]]:
+    """Each drive of a versioned run by a known worker, once per (run, epoch).
+
+    A drive is a claim that made the run RUNNING at a new epoch (started,
+    took over or continued it). The owner of a QUEUED row at epoch 0 only
+    submitted it: an old worker may queue an answer to a newer run (its
+    resumer does, for a worker of the run's version to drive). Yields the
+    claim, the run's version and what ``workers`` says of the claim's owner.
+    """
+    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
+    seen: set[tuple[str, int]] = set()
+    for claim in claims:
+        wanted = run_version.get(claim.run_id)
+        mine = workers.get(claim.owner or "")
+        if claim.status != "RUNNING" or claim.epoch < 1 or wanted is None or mine is None:
+            continue
+        if (claim.run_id, claim.epoch) not in seen:
+            seen.add((claim.run_id, claim.epoch))
+            yield claim, wanted, mine
+
+
 def claims_by_older_versions(
     claims: Iterable[Claim], runs: Sequence[RunRow], versions: Mapping[str, str]
 ) -> list[str]:
-    """Drives of a run by a worker whose app version is older than the run's.
-
-    A claim is a change to RUNNING at a new epoch. The owner of a QUEUED row
-    at epoch 0 only submitted it: an old worker may queue an answer to a
-    newer run (its resumer does, for a worker of the run's version to drive).
-    """
-    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
-    found = []
-    seen: set[tuple[str, int, str]] = set()
-    for claim in claims:
-        wanted = run_version.get(claim.run_id)
-        mine = versions.get(claim.owner or "")
-        if claim.status != "RUNNING" or claim.epoch < 1:
-            continue
-        if wanted is None or mine is None or (claim.run_id, claim.epoch, mine) in seen:
-            continue
-        seen.add((claim.run_id, claim.epoch, mine))
-        if _version_key(mine) < _version_key(wanted):
-            found.append(
-                f"worker {claim.owner} ({mine}) claimed run {claim.run_id} of {wanted} "
-                f"(epoch {claim.epoch}, {claim.status})"
-            )
-    return found
+    """Drives of a run by a worker whose app version is older than the run's."""
+    return [
+        f"worker {claim.owner} ({mine}) claimed run {claim.run_id} of {wanted} "
+        f"(epoch {claim.epoch}, {claim.status})"
+        for claim, wanted, mine in _drives(claims, runs, versions)
+        if _version_key(mine) < _version_key(wanted)
+    ]
 
 
 def claims_not_served(
     claims: Iterable[Claim], runs: Sequence[RunRow], serves: Mapping[str, frozenset[str]]
 ) -> list[str]:
     """Drives of a run by a worker that does not serve the run's version (pinned or not)."""
-    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
-    found = []
-    seen: set[tuple[str, int]] = set()
-    for claim in claims:
-        wanted = run_version.get(claim.run_id)
-        served = serves.get(claim.owner or "")
-        if claim.status != "RUNNING" or claim.epoch < 1 or wanted is None or served is None:
-            continue
-        if (claim.run_id, claim.epoch) in seen or wanted in served:
-            continue
-        seen.add((claim.run_id, claim.epoch))
-        found.append(
-            f"worker {claim.owner} (serves {', '.join(sorted(served))}) claimed run "
-            f"{claim.run_id} of {wanted} (epoch {claim.epoch})"
-        )
-    return found
+    return [
+        f"worker {claim.owner} (serves {', '.join(sorted(served))}) claimed run "
+        f"{claim.run_id} of {wanted} (epoch {claim.epoch})"
+        for claim, wanted, served in _drives(claims, runs, serves)
+        if wanted not in served
+    ]
 
 
 def drives_by_newer_versions(
     claims: Iterable[Claim], runs: Sequence[RunRow], versions: Mapping[str, str]
 ) -> set[tuple[str, int]]:
     """(run, epoch) of each drive by a worker of a newer version than the run's (information)."""
-    run_version = {run.run_id: run.app_version for run in runs if run.app_version}
     return {
         (claim.run_id, claim.epoch)
-        for claim in claims
-        if claim.status == "RUNNING"
-        and claim.epoch >= 1
-        and (wanted := run_version.get(claim.run_id)) is not None
-        and (mine := versions.get(claim.owner or "")) is not None
-        and _version_key(mine) > _version_key(wanted)
+        for claim, wanted, mine in _drives(claims, runs, versions)
+        if _version_key(mine) > _version_key(wanted)
     }
 
 
@@ -787,6 +781,16 @@ def lost_runs(runs: Sequence[RunRow], accepted: Iterable[str]) -> list[str]:
     return found
 
 
+def calls_of(tool: str, events: Iterable[EventRow]) -> int:
+    """How many calls of ``tool`` the sessions hold."""
+    return sum(
+        1
+        for event in events
+        for part in event.parts()
+        if (part.get("function_call") or {}).get("name") == tool
+    )
+
+
 def judge(
     *,
     runs: Sequence[RunRow],
@@ -813,12 +817,7 @@ def judge(
         verdict.by_status[run.status] = verdict.by_status.get(run.status, 0) + 1
     verdict.terminal = sum(1 for run in runs if run.status in TERMINAL)
     verdict.acts = sum(1 for r in requests if r.acted)
-    verdict.sleeps = sum(
-        1
-        for event in events
-        for part in event.parts()
-        if (part.get("function_call") or {}).get("name") == SLEEP_TOOL
-    )
+    verdict.sleeps = calls_of(SLEEP_TOOL, events)
     verdict.fenced = fenced_refusals(requests, claims)
     verdict.findings["lost"] = lost_runs(runs, accepted)
     parks: list[str] = []
@@ -830,22 +829,12 @@ def judge(
     verdict.findings["double drives"] = double_drives(requests, events)
     verdict.findings["order violations"] = order_violations(events, runs)
     verdict.findings["sleeps not woken once"] = unwoken_sleeps(events)
-    verdict.approvals = sum(
-        1
-        for event in events
-        for part in event.parts()
-        if (part.get("function_call") or {}).get("name") == APPROVAL_TOOL
-    )
+    verdict.approvals = calls_of(APPROVAL_TOOL, events)
     unasked = {run.invocation_id: run.app_version in without_approvals for run in runs}
     verdict.findings["approvals not answered once"] = not_answered_once(
         APPROVAL, events, requests, unasked, parked
     )
-    verdict.reports = sum(
-        1
-        for event in events
-        for part in event.parts()
-        if (part.get("function_call") or {}).get("name") == REPORT_TOOL
-    )
+    verdict.reports = calls_of(REPORT_TOOL, events)
     verdict.findings["reports not resumed once"] = not_answered_once(REPORT, events, requests)
     verdict.sagas = dict(sorted(Counter(saga.status for saga in sagas).items()))
     verdict.findings["sagas not finished once"] = sagas_not_finished_once(sagas, events, requests)
