@@ -23,11 +23,12 @@ Command line::
 ``demo`` plays the whole story in one process and prints its timeline and a
 JSON summary. ``run`` (the user's first turn) and ``resume`` (one resumer
 pass) are what crash tests kill at an armed crash point
-(``DURABLE_ADK_CRASH_AT``): ``long_running.after_create``,
-``long_running.before_submit``, ``long_running.before_confirm``,
-``long_running.after_submit``, ``resume.after_claim``, ``resume.after_submit``,
-``resume.after_mark`` or ``sales_report.final_model`` (the model's final
-answer, after the result was stored). :func:`recover` is the fresh worker.
+(``DURABLE_ADK_CRASH_AT``): ``long_running.before_start``,
+``long_running.after_start``, ``long_running.before_submit``,
+``long_running.before_confirm``, ``long_running.after_submit``,
+``resume.after_claim``, ``resume.after_submit``, ``resume.after_mark`` or
+``sales_report.final_model`` (the model's final answer, after the result was
+stored). :func:`recover` is the fresh worker.
 """
 
 from __future__ import annotations

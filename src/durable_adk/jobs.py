@@ -40,7 +40,7 @@ no ADK import here):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -342,6 +342,59 @@ class JobTable:
         )
         assert row is not None
         return Job.from_row(row), bool(row["created"])
+
+    async def start(
+        self,
+        job_id: str,
+        *,
+        tool_name: str,
+        deadline: float,
+        request: Any = None,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        function_call_id: str,
+        with_events: Callable[[Mapping[str, Any]], Awaitable[Row | None]] | None = None,
+    ) -> Job:
+        """Creates the job if absent and attaches the call to it, in one unit.
+
+        :meth:`create` then :meth:`attach`, with no window between them in
+        which a crash leaves a job nobody answers from.
+
+        Args:
+            job_id, tool_name, deadline, request: As :meth:`create`.
+            app_name, user_id, session_id, invocation_id, function_call_id:
+                As :meth:`attach`.
+            with_events: Writes the job together with the run's buffered
+                events (the call among them) in one unit, given
+                ``job_start``'s parameters; returns None when there was
+                nothing to write with it (the job is then started alone).
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise errors.InvalidArgument("job_id must be a non-empty string")
+        if not tool_name:
+            raise errors.InvalidArgument("tool_name must be a non-empty string")
+        if deadline <= 0:
+            raise errors.InvalidArgument("deadline must be > 0 seconds")
+        if not function_call_id:
+            raise errors.InvalidArgument("function_call_id must be a non-empty string")
+        params = {
+            "job_id": job_id,
+            "tool_name": tool_name,
+            "request": None if request is None else _dumps(request, "request"),
+            "deadline": float(deadline),
+            "app_name": app_name,
+            "user_id": user_id,
+            "session_id": session_id,
+            "invocation_id": invocation_id,
+            "function_call_id": function_call_id,
+        }
+        row = await with_events(params) if with_events is not None else None
+        if row is None:
+            row = await self.store.fetchrow("job_start", params)
+        assert row is not None and row["job_id"] == job_id
+        return Job.from_row(row)
 
     async def attach(
         self,

@@ -136,25 +136,51 @@ async def test_the_resumer_killed_mid_resume_is_recovered_and_answers_once(
     assert world.submitters() == ["worker-A"]  # submitted in the user's turn, never again
 
 
-@pytest.mark.parametrize("point", ["long_running.after_create", "long_running.after_submit"])
-async def test_the_worker_killed_while_the_job_runs_outside_is_reattached_and_resumed(
+async def test_the_call_and_its_job_are_written_in_one_unit(world: World) -> None:
+    """No window "call stored, no job" (nor the reverse): killed right before
+    the unit, neither is stored and the fresh worker's re-drive makes both;
+    killed right after it, both are, and the job is already attached."""
+    killed = await example(
+        "run", "--db", world.url, "--builder", world.builder, crash_at="long_running.before_start"
+    )
+    assert killed.returncode == 137, killed.stderr
+    assert await world.jobs.get(JOB_ID) is None
+    assert not [c for e in await world.events() for c in e.get_function_calls()]
+    report = await recover(world.store, world.builder)
+    assert [r["found"] for r in report["recovered"]] and report["reattached"] == [JOB_ID]
+    job = await world.jobs.get(JOB_ID)
+    assert job is not None and job.attached and job.submitted_at is not None
+    calls = [c for e in await world.events() for c in e.get_function_calls()]
+    assert [c.id for c in calls] == [job.function_call_id]  # the re-drive's call, once
+    await world.wait_for_job()
+    await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once()
+    await world.assert_answered_once()
+    assert world.submitters() == ["worker-B"]
+
+
+@pytest.mark.parametrize("point", ["long_running.after_start", "long_running.after_submit"])
+async def test_the_worker_killed_while_the_job_runs_outside_is_resumed(
     world: World, point: str
 ) -> None:
     killed = await example("run", "--db", world.url, "--builder", world.builder, crash_at=point)
     assert killed.returncode == 137, killed.stderr
     job = await world.jobs.get(JOB_ID)
-    assert job is not None and (job.function_call_id is None) == (point.endswith("create"))
+    # Written with its call: attached whichever side of the submission the kill fell.
+    assert job is not None and job.attached
+    calls = [c for e in await world.events() for c in e.get_function_calls()]
+    assert [c.id for c in calls] == [job.function_call_id]
     report = await recover(world.store, world.builder)
+    # Found attached: the re-attach only submits it if it never was.
     assert report["reattached"] == [JOB_ID]
     job = await world.jobs.get(JOB_ID)
-    assert job is not None and job.attached and job.submitted_at is not None
+    assert job is not None and job.submitted_at is not None
     await world.wait_for_job()
     await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once()
     await world.assert_answered_once()
     build = world.client.build(JOB_ID)
     assert build is not None and build["submissions"] == 1
     # Killed before the submit, the fresh worker submitted; killed after it, nobody again.
-    expected = ["worker-B"] if point.endswith("create") else ["worker-A"]
+    expected = ["worker-B"] if point.endswith("start") else ["worker-A"]
     assert world.submitters() == expected
 
 

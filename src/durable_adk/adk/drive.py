@@ -37,7 +37,7 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk.adk.barrier import EventBatch
-from durable_adk.adk.marks import is_journaled
+from durable_adk.adk.marks import writes_with_its_call
 from durable_adk.fence import RunFence
 from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.leases import trust_from as trust_from
@@ -139,12 +139,31 @@ class Drive:
             The journal's verdict row, or None when nothing is buffered (the
             caller begins alone).
         """
+        return await self._write_with_events(journal=journal)
+
+    async def start_job_with_events(self, job: Mapping[str, Any]) -> Any:
+        """A long-running call's job, started in one unit with the buffered events.
+
+        As :meth:`begin_with_events`, for the job table: the call is durable
+        exactly when its job is.
+
+        Args:
+            job: The parameters of the job table's ``job_start`` unit.
+
+        Returns:
+            The append's row with the job's (no ``status``, or ``'ok'``, when
+            written), or None when nothing is buffered (the caller starts
+            the job alone).
+        """
+        return await self._write_with_events(job=job)
+
+    async def _write_with_events(self, **joined: Mapping[str, Any]) -> Any:
         async with self._barrier_lock:
             batch = self.batch
             if batch is None or self.flush is None or not batch.pending:
                 return None
             durable = len(self.held)
-            row = await self.flush(batch, journal=journal)
+            row = await self.flush(batch, **joined)
             await self._hand_over(durable)
             return row
 
@@ -243,6 +262,26 @@ def begin_with_events_of(
     return drive.begin_with_events
 
 
+def start_job_with_events_of(
+    invocation_id: str, session_id: str
+) -> Callable[[Mapping[str, Any]], Awaitable[Any]] | None:
+    """How a long-running call of an invocation starts its job with the buffered events.
+
+    :meth:`Drive.start_job_with_events` of the current drive when it drives
+    that invocation on that session with barrier commits, else None (the
+    job is started alone).
+    """
+    drive = _current_drive.get()
+    if (
+        drive is None
+        or drive.batch is None
+        or drive.run.invocation_id != invocation_id
+        or drive.run.session_id != session_id
+    ):
+        return None
+    return drive.start_job_with_events
+
+
 class BarrierPlugin(BasePlugin):
     """ADK's callbacks where a drive's buffered events must be durable: a barrier each.
 
@@ -300,11 +339,12 @@ class BarrierPlugin(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        # A journaled tool writes the buffered events with its intent, in one
-        # unit (Drive.begin_with_events): nothing outside happens before
-        # then, unless app code runs here first (another plugin's or the
+        # A journaled tool writes the buffered events with its intent, and a
+        # durable long-running tool with its job, in one unit
+        # (Drive.begin_with_events, Drive.start_job_with_events): nothing
+        # outside happens before then, unless app code runs here first (another plugin's or the
         # agent's own before_tool_callback), which needs its events durable.
-        if is_journaled(tool) and not self.others_before_tool:
+        if writes_with_its_call(tool) and not self.others_before_tool:
             agent = getattr(tool_context.get_invocation_context(), "agent", None)
             if not getattr(agent, "before_tool_callback", None):
                 return None

@@ -26,10 +26,13 @@ work. Each call:
 
 The job table comes from the session service of the durable run (as for
 journaled tools) unless one is given; outside a durable run the tool answers
-with an error rather than start work nobody could resume. A worker that died
-between the model's call and the job's attach leaves an open call in the
-session: :meth:`DurableLongRunningTool.reattach` finds such calls and does
-the same start from the stored arguments (nothing is submitted twice).
+with an error rather than start work nobody could resume. In a durable run
+with barrier commits the model's call and its job are written in one unit,
+so no crash leaves one without the other. A call stored before its job
+could be (per-event commits, or app code that needed a barrier before the
+tool) leaves an open call in the session when the worker dies:
+:meth:`DurableLongRunningTool.reattach` finds such calls and does the same
+start from the stored arguments (nothing is submitted twice).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
 from durable_adk.adk import agent_tree
+from durable_adk.adk.drive import start_job_with_events_of
+from durable_adk.adk.marks import WITH_CALL_MARK
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.adk.tools import as_async, template_fields
 from durable_adk.faults import crash_point
@@ -97,6 +102,9 @@ class DurableLongRunningTool(LongRunningFunctionTool):
         self._submit = as_async(submit) if submit is not None else None
         self._cancel = as_async(cancel) if cancel is not None else None
         super().__init__(func=self._entry_point(func))
+        # Its job is written with the run's buffered events (the call among
+        # them): the barrier before the tool is left to that unit.
+        setattr(self, WITH_CALL_MARK, True)
 
     def _entry_point(self, func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         async def tool(tool_context: ToolContext, **kwargs: Any) -> dict[str, Any]:
@@ -175,21 +183,30 @@ class DurableLongRunningTool(LongRunningFunctionTool):
         invocation_id: str,
         function_call_id: str,
     ) -> Job:
-        """Creates (idempotently), attaches and submits (first attempt, if due) one job."""
+        """Starts one job (created if absent, the call attached) and submits it, if due.
+
+        Inside a durable drive with barrier commits, the job is written in
+        one unit with the run's buffered events, the model's call among
+        them (the barrier before this tool is left to it): the call is
+        durable exactly when its job is. Elsewhere (recovery reattaching a
+        call, another runner) the job is started in a unit of its own.
+        """
         if not function_call_id:
             raise errors.InvalidArgument(f"{self.tool_name}: the call has no id to answer")
-        await jobs.create(
-            job_id, tool_name=self.tool_name, deadline=self.deadline, request=dict(args)
-        )
-        crash_point("long_running.after_create")
-        job = await jobs.attach(
+        crash_point("long_running.before_start")
+        job = await jobs.start(
             job_id,
+            tool_name=self.tool_name,
+            deadline=self.deadline,
+            request=dict(args),
             app_name=app_name,
             user_id=user_id,
             session_id=session_id,
             invocation_id=invocation_id,
             function_call_id=function_call_id,
+            with_events=start_job_with_events_of(invocation_id, session_id),
         )
+        crash_point("long_running.after_start")
         if job.function_call_id != function_call_id:
             logger.info(
                 "job %s already answers call %s; call %s is answered from it too",

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 IDEMPOTENT_MARK = "__durable_adk_idempotent__"
 JOURNALED_MARK = "__durable_adk_journaled__"
+WITH_CALL_MARK = "__durable_adk_writes_with_call__"
 
 T = TypeVar("T")
 
@@ -53,3 +54,12 @@ def is_journaled(tool: object) -> bool:
     """Whether an ADK tool (or function) was made by :func:`durable_adk.adk.tools.journaled`."""
     func = getattr(tool, "func", tool)
     return hasattr(func, JOURNALED_MARK)
+
+
+def writes_with_its_call(tool: object) -> bool:
+    """Whether a tool writes the run's buffered events (its call among them) itself.
+
+    A journaled tool with its intent, a durable long-running tool with its
+    job: the barrier before the tool is left to that write (one unit).
+    """
+    return is_journaled(tool) or bool(getattr(tool, WITH_CALL_MARK, False))

@@ -782,6 +782,7 @@ class DurableSessionService(BaseSessionService):
         *,
         finish: Mapping[str, Any] | None = None,
         journal: Mapping[str, Any] | None = None,
+        job: Mapping[str, Any] | None = None,
     ) -> Row | None:
         """Writes a drive's buffered appends in one fenced unit of work (a barrier).
 
@@ -798,12 +799,15 @@ class DurableSessionService(BaseSessionService):
             journal: A journaled tool's intent to write in the same unit
                 (the parameters of the ``journal_begin`` unit): the batch's
                 function call is then durable exactly when its intent is.
+            job: A long-running call's job to start in the same unit (the
+                parameters of the ``job_start`` unit): the batch's function
+                call is then durable exactly when its job is.
 
         Returns:
             With ``finish``, the store's row (``app_name``, ``user_id``,
             ``session_id``, ``queued_behind``); with ``journal``, the
             journal's verdict (``journal_begin``'s row; the events were
-            written whatever it says); else None.
+            written whatever it says); with ``job``, the job's row; else None.
 
         Raises:
             durable_adk.errors.Fenced: The run was taken over or has finished.
@@ -813,17 +817,27 @@ class DurableSessionService(BaseSessionService):
         """
         if batch.failed is not None:
             raise batch.failed
+        # The unit a batch is written with, by what joins it.
+        joins = {
+            "append_events_finish": finish,
+            "append_events_journal_begin": journal,
+            "append_events_job_start": job,
+        }
+        joined = [(unit, params) for unit, params in joins.items() if params is not None]
         if not batch.pending:
-            if finish is not None or journal is not None:
+            if joined:
                 raise errors.InvalidArgument(
-                    "a finish or an intent joins a batch only when it holds events"
+                    "a finish, an intent or a job joins a batch only when it holds events"
                 )
             return None
-        if finish is not None and journal is not None:
-            raise errors.InvalidArgument("a batch is written with a finish or an intent, not both")
+        if len(joined) > 1:
+            raise errors.InvalidArgument(
+                "a batch is written with one of a finish, an intent or a job, not several"
+            )
+        unit, params = joined[0] if joined else ("append_events", {})
         pending, batch.pending = batch.pending, []
         try:
-            return await self._write_batch(batch, pending, finish, journal)
+            return await self._write_batch(batch, pending, unit, params)
         except BaseException as exc:
             batch.failed = exc
             raise
@@ -832,8 +846,8 @@ class DurableSessionService(BaseSessionService):
         self,
         batch: EventBatch,
         pending: list[Pending],
-        finish: Mapping[str, Any] | None,
-        journal: Mapping[str, Any] | None = None,
+        unit: str,
+        joined: Mapping[str, Any],
     ) -> Row | None:
         first, last = pending[0], pending[-1]
         app_delta: dict[str, Any] = {}
@@ -852,7 +866,7 @@ class DurableSessionService(BaseSessionService):
             "user_delta": _shared_json(user_delta, "user"),
             **first.row["fence"],
         }
-        if len(pending) == 1 and finish is None and journal is None:
+        if len(pending) == 1 and unit == "append_events":
             # One event: the single append's unit (no JSON array to take apart).
             one = first.row
             row = await self.store.fetchrow(
@@ -864,26 +878,23 @@ class DurableSessionService(BaseSessionService):
                 },
             )
         else:
-            # Several events, or the last ones with the run's finish or with
-            # a journaled tool's intent (one unit).
+            # Several events, or the last ones with the run's finish, a
+            # journaled tool's intent or a long-running call's job (one unit).
             row = await self.store.fetchrow(
-                "append_events_finish"
-                if finish is not None
-                else "append_events_journal_begin"
-                if journal is not None
-                else "append_events",
+                unit,
                 {
                     **shared,
-                    **(finish or {}),
-                    **(journal or {}),
+                    **joined,
                     "last_seq": last.seq,
                     "timestamp": last.event.timestamp,
                     "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
                     "snapshots": _snapshots_json(pending),
                 },
             )
-        status = row["status"] if row else "missing"
-        if journal is not None:
+        # SQLite's job unit ends with the job's row, which has no status: the
+        # events were written.
+        status = row.get("status", "ok" if "job_id" in row else "missing") if row else "missing"
+        if unit == "append_events_journal_begin":
             if status == "fenced":
                 # Refused by the append's fence or the journal's (then the
                 # events were written): the cached session may be behind.
@@ -911,7 +922,7 @@ class DurableSessionService(BaseSessionService):
                 p.app_delta,
                 p.user_delta,
             )
-        return row if finish is not None or journal is not None else None
+        return row if unit != "append_events" else None
 
     async def _fence_of(self, session: Session) -> tuple[int, int]:
         """The (session pk, last sequence number) this session object was loaded at."""

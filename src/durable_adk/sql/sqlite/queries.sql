@@ -107,7 +107,9 @@ SELECT CASE
   LEFT JOIN events d ON d.session_pk = :session_pk AND d.event_id = :event_id;
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 VALUES (:session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data);
-UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk;
+-- The unit's result (nothing after it returns rows): one statement fewer.
+UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk
+RETURNING 'ok' AS status, NULL AS dup_seq, last_seq;
 -- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
@@ -121,7 +123,6 @@ ON CONFLICT (app_name, user_id) DO UPDATE
 -- skip when :snapshot IS NULL
 INSERT INTO state_snapshots (session_pk, seq, state)
 SELECT :session_pk, :expected_seq + 1, :snapshot WHERE :snapshot IS NOT NULL;
-SELECT 'ok' AS status, NULL AS dup_seq, :expected_seq + 1 AS last_seq;
 
 -- name: append_events guarded inline
 -- A batch of a run's events (barrier commits, docs/runs.md), in one transaction
@@ -153,7 +154,9 @@ SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.eve
        json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
        json_extract(j.value, '$.data')
   FROM json_each(:events) AS j WHERE true;
-UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
+-- The unit's result (nothing after it returns rows): one statement fewer.
+UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk
+RETURNING 'ok' AS status, last_seq;
 -- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
@@ -168,7 +171,6 @@ ON CONFLICT (app_name, user_id) DO UPDATE
 INSERT INTO state_snapshots (session_pk, seq, state)
 SELECT :session_pk, json_extract(value, '$[0]'), json_extract(value, '$[1]')
   FROM json_each(:snapshots) WHERE :snapshots IS NOT NULL;
-SELECT 'ok' AS status, :last_seq AS last_seq;
 
 -- name: append_events_finish guarded inline
 -- A run's last events and its end in one transaction (barrier commits, docs/runs.md:

@@ -39,6 +39,21 @@ SELECT job_id, :app_name, :user_id, :session_id, :invocation_id, :function_call_
             AND function_call_id IS :function_call_id);
 SELECT * FROM jobs WHERE job_id = :job_id;
 
+-- name: job_start inline
+-- A long-running call's job: created if absent (job_create) and the call
+-- attached to it (job_attach), in one transaction.
+-- include: job_create
+-- include: job_attach
+
+-- name: append_events_job_start inline
+-- A run's buffered events (append_events) and the job of a long-running call
+-- among them (job_start) in one transaction: the call is durable exactly when
+-- its job is, so no crash leaves one without the other. A refused append stops
+-- the unit with its row (nothing written); else the result is the job's row.
+-- include: append_events
+-- include: job_create
+-- include: job_attach
+
 -- name: job_mark_submitted
 -- Records that the outside system accepted the work; the first caller wins.
 UPDATE jobs
