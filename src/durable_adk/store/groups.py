@@ -77,6 +77,7 @@ GROUPED = frozenset(
         # completed, resumed (not the job sweepers' claims, which take work).
         "job_create",
         "job_attach",
+        "job_start",
         "job_complete",
         "job_progress",
         "job_mark_submitted",
