@@ -300,6 +300,16 @@ def _claims(jobs: Sequence[Job]) -> str:
     )
 
 
+def _check_new_job(job_id: str, tool_name: str, deadline: float) -> None:
+    """Refuses a job that cannot be created (before anything is written)."""
+    if not isinstance(job_id, str) or not job_id:
+        raise errors.InvalidArgument("job_id must be a non-empty string")
+    if not tool_name:
+        raise errors.InvalidArgument("tool_name must be a non-empty string")
+    if deadline <= 0:
+        raise errors.InvalidArgument("deadline must be > 0 seconds")
+
+
 class JobTable:
     """Long-running jobs over a store."""
 
@@ -325,12 +335,7 @@ class JobTable:
         Returns:
             The job, and whether this call created it.
         """
-        if not isinstance(job_id, str) or not job_id:
-            raise errors.InvalidArgument("job_id must be a non-empty string")
-        if not tool_name:
-            raise errors.InvalidArgument("tool_name must be a non-empty string")
-        if deadline <= 0:
-            raise errors.InvalidArgument("deadline must be > 0 seconds")
+        _check_new_job(job_id, tool_name, deadline)
         row = await self.store.fetchrow(
             "job_create",
             {
@@ -371,12 +376,7 @@ class JobTable:
                 ``job_start``'s parameters; returns None when there was
                 nothing to write with it (the job is then started alone).
         """
-        if not isinstance(job_id, str) or not job_id:
-            raise errors.InvalidArgument("job_id must be a non-empty string")
-        if not tool_name:
-            raise errors.InvalidArgument("tool_name must be a non-empty string")
-        if deadline <= 0:
-            raise errors.InvalidArgument("deadline must be > 0 seconds")
+        _check_new_job(job_id, tool_name, deadline)
         if not function_call_id:
             raise errors.InvalidArgument("function_call_id must be a non-empty string")
         params = {

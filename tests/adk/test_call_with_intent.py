@@ -34,6 +34,7 @@ from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.journal import Journal
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
+from refusals import refuse
 
 APP = "intent"
 ACTS: list[str] = []
@@ -97,18 +98,7 @@ async def test_the_call_and_its_intent_are_one_unit_one_fewer_per_call(store: St
 
 async def refuse_intents(store: Store, backend: str) -> None:
     """Makes every new journal intent fail inside its unit (a trigger on the journal)."""
-    if backend == "sqlite":
-        await store.run_script(
-            "CREATE TRIGGER refuse_intent BEFORE INSERT ON journal "
-            "BEGIN SELECT RAISE(ABORT, 'refused by test'); END;"
-        )
-    else:
-        await store.run_script(
-            "CREATE FUNCTION refuse_intent() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            "BEGIN RAISE EXCEPTION 'refused by test'; END $$; "
-            "CREATE TRIGGER refuse_intent BEFORE INSERT ON journal FOR EACH ROW "
-            "EXECUTE FUNCTION refuse_intent();"
-        )
+    await refuse(store, backend, "refuse_intent", "INSERT ON journal")
 
 
 async def test_an_intent_refused_inside_the_unit_writes_no_call_and_nothing_acts(

@@ -38,8 +38,17 @@ from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.jobs import JobTable
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
+from refusals import refuse
 
 REQUEST = {"quarter": "2026-Q3", "region": "EMEA"}
+CALL = {
+    "app_name": APP_NAME,
+    "user_id": USER_ID,
+    "session_id": "s1",
+    "invocation_id": "e-1",
+    "function_call_id": "call-1",
+}
+"""The call a job is attached to in the store-level tests."""
 
 
 class Recorder:
@@ -130,18 +139,7 @@ async def test_the_call_and_its_job_are_one_unit_one_fewer_per_call(store: Store
 
 async def refuse_jobs(store: Store, backend: str) -> None:
     """Makes every new job fail inside its unit (a trigger on the job table)."""
-    if backend == "sqlite":
-        await store.run_script(
-            "CREATE TRIGGER refuse_job BEFORE INSERT ON jobs "
-            "BEGIN SELECT RAISE(ABORT, 'refused by test'); END;"
-        )
-    else:
-        await store.run_script(
-            "CREATE FUNCTION refuse_job() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            "BEGIN RAISE EXCEPTION 'refused by test'; END $$; "
-            "CREATE TRIGGER refuse_job BEFORE INSERT ON jobs FOR EACH ROW "
-            "EXECUTE FUNCTION refuse_job();"
-        )
+    await refuse(store, backend, "refuse_job", "INSERT ON jobs")
 
 
 async def test_a_job_refused_inside_the_unit_writes_no_call_and_nothing_is_submitted(
@@ -177,13 +175,7 @@ def comparable(job: Any) -> dict[str, Any]:
 
 async def test_starting_in_one_unit_gives_the_row_create_then_attach_gives(store: Store) -> None:
     jobs = JobTable(store)
-    call = {
-        "app_name": APP_NAME,
-        "user_id": USER_ID,
-        "session_id": "s1",
-        "invocation_id": "e-1",
-        "function_call_id": "call-1",
-    }
+    call = CALL
     await jobs.create("two-steps", tool_name="t", deadline=60, request=REQUEST)
     two = await jobs.attach("two-steps", **call)
     one = await jobs.start("one-unit", tool_name="t", deadline=60, request=REQUEST, **call)
@@ -202,13 +194,7 @@ async def test_starting_in_one_unit_gives_the_row_create_then_attach_gives(store
 
 async def test_a_bad_start_is_refused_before_anything_is_written(store: Store) -> None:
     jobs = JobTable(store)
-    call = {
-        "app_name": APP_NAME,
-        "user_id": USER_ID,
-        "session_id": "s1",
-        "invocation_id": "e-1",
-        "function_call_id": "call-1",
-    }
+    call = CALL
     bad: list[dict[str, Any]] = [
         {"job_id": "", "tool_name": "t", "deadline": 60},
         {"job_id": "j", "tool_name": "", "deadline": 60},

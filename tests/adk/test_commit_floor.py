@@ -39,6 +39,7 @@ from durable_adk.ledger import RunLedger
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.harness import sweep_as_fresh_worker
+from refusals import refuse
 
 APP = "floor"
 
@@ -75,18 +76,7 @@ def texts(events: list[Event]) -> list[str]:
 
 async def refuse_done(store: Store, backend: str) -> None:
     """Makes every finish as DONE fail inside its unit (a trigger on the runs table)."""
-    if backend == "sqlite":
-        await store.run_script(
-            "CREATE TRIGGER refuse_done BEFORE UPDATE OF status ON runs "
-            "WHEN NEW.status = 'DONE' BEGIN SELECT RAISE(ABORT, 'refused by test'); END;"
-        )
-    else:
-        await store.run_script(
-            "CREATE FUNCTION refuse_done() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            "BEGIN RAISE EXCEPTION 'refused by test'; END $$; "
-            "CREATE TRIGGER refuse_done BEFORE UPDATE OF status ON runs FOR EACH ROW "
-            "WHEN (NEW.status = 'DONE') EXECUTE FUNCTION refuse_done();"
-        )
+    await refuse(store, backend, "refuse_done", "UPDATE OF status ON runs", "NEW.status = 'DONE'")
 
 
 async def allow_done(store: Store, backend: str) -> None:
