@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
 
-from durable_adk.store.queries import load_queries, parse_queries, resolve_includes
+from durable_adk.store.queries import (
+    expand_fragments,
+    load_queries,
+    parse_queries,
+    resolve_includes,
+)
 from durable_adk.store.sqlite import run_unit
 
 DIALECTS = ["sqlite", "postgresql"]
@@ -153,3 +159,67 @@ def test_the_call_with_its_intent_is_one_statement_on_postgresql_and_two_parts_o
         unit.statements == sqlite["append_events"].statements + sqlite["journal_begin"].statements
     )
     assert len(load_queries("postgresql")["append_events_journal_begin"].statements) == 1
+
+
+FRAGMENTS = [
+    """
+-- name: shared fragment
+-- documented here, not copied into each unit
+x AS (SELECT :a::int AS a),
+
+-- name: first
+WITH
+-- use: shared
+y AS (SELECT a + 1 AS b FROM x)
+SELECT b FROM y;
+""",
+    """
+-- name: second
+WITH
+-- use: shared
+z AS (SELECT a * 2 AS c FROM x)
+SELECT c FROM z;
+""",
+]
+
+
+def test_a_fragment_is_put_where_units_of_any_file_use_it() -> None:
+    texts = expand_fragments(FRAGMENTS)
+    queries = {n: q for text in texts for n, q in parse_queries(text, "postgresql").items()}
+    assert set(queries) == {"first", "second"}  # the fragment is not a query
+    for name in ("first", "second"):
+        statement = " ".join(queries[name].statements[0].split())
+        assert statement.startswith("WITH x AS (SELECT $1::int AS a),")
+        assert "documented here" not in statement
+        assert queries[name].params == ("a",)
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        (["-- name: f fragment\nx AS (SELECT 1),\n-- name: f fragment\nx,\n"], "defined twice"),
+        (["-- name: f fragment inline\nx AS (SELECT 1),\n"], "no other flag"),
+        (["-- name: q\nWITH\n-- use: missing\nSELECT 1;\n"], "no fragment named 'missing'"),
+        (["-- name: f fragment\nx AS (SELECT 1),\n-- name: q\nSELECT 1;\n"], "never used"),
+    ],
+)
+def test_a_bad_fragment_is_refused_when_loaded(texts: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        expand_fragments(texts)
+
+
+def test_every_unit_writing_a_batch_of_events_shares_one_text_on_postgresql() -> None:
+    queries = load_queries("postgresql")
+
+    def named(name: str) -> str:
+        """The unit's statement, its $n placeholders named again, whitespace collapsed."""
+        query = queries[name]
+        text = re.sub(
+            r"\$(\d+)", lambda m: ":" + query.params[int(m.group(1)) - 1], query.statements[0]
+        )
+        return " ".join(text.split())
+
+    shared = named("append_events").split(" SELECT v.status,")[0]
+    shared = shared[shared.index("WITH s AS (") :]
+    for name in ("append_events_journal_begin", "append_events_job_start"):
+        assert shared in named(name), name

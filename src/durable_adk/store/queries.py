@@ -19,6 +19,13 @@ that check's rows) and its ``-- skip when`` markers. The parts may come from
 any queries file of the dialect. PostgreSQL, whose units are one statement
 each, writes such a unit by hand under the same name.
 
+Text several hand-written units share (PostgreSQL's append of a batch of
+events, in each unit that writes events with something else) is written once,
+as ``-- name: x fragment``: not a query, only text, put where a unit's line
+``-- use: x`` stands when the files are loaded. A fragment may be used from
+any file of the dialect; one that is missing, defined twice or never used is
+refused.
+
 ``-- name: x inline`` marks a small unit on the hot path of a run (an append, a
 ledger write) that SQLite may run on the caller's thread instead of handing it
 to the database thread (see :mod:`durable_adk.store.sqlite`); PostgreSQL
@@ -66,6 +73,7 @@ _SKIP_LINE = re.compile(
 # as '::jsonb' stay as they are).
 _PARAM = re.compile(r"(?<![:\w]):(?P<name>[a-z_][a-z0-9_]*)")
 _INCLUDE_LINE = re.compile(r"^--\s*include:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$")
+_USE_LINE = re.compile(r"^--\s*use:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,12 +308,64 @@ def load_queries(dialect: str) -> dict[str, Query]:
         key=lambda entry: entry.name,
     )
     merged: dict[str, Query] = {}
-    for entry in files:
-        for name, query in parse_queries(entry.read_text(), dialect).items():
+    texts = expand_fragments([entry.read_text() for entry in files])
+    for entry, text in zip(files, texts, strict=True):
+        for name, query in parse_queries(text, dialect).items():
             if name in merged:
                 raise ValueError(f"query {name!r} is defined in two files of {dialect}")
             merged[name] = query
     return resolve_includes(merged)
+
+
+def expand_fragments(texts: list[str]) -> list[str]:
+    """Takes the fragments (``-- name: x fragment``) out of the files' texts and puts
+    each where a ``-- use: x`` line names it.
+
+    Raises:
+        ValueError: A fragment is defined twice, carries other flags, is used
+            but not defined, or is defined but never used.
+    """
+    fragments: dict[str, list[str]] = {}
+    kept: list[list[str]] = []
+    for text in texts:
+        lines: list[str] = []
+        into: list[str] | None = None  # the fragment being read, if any
+        for line in text.splitlines():
+            match = _NAME_LINE.match(line.strip())
+            if match:
+                flags = set(match.group("flags").split())
+                into = None
+                if "fragment" in flags:
+                    name = match.group("name")
+                    if flags != {"fragment"}:
+                        raise ValueError(f"fragment {name!r} takes no other flag")
+                    if name in fragments:
+                        raise ValueError(f"fragment {name!r} is defined twice")
+                    into = fragments[name] = []
+                    continue
+            (lines if into is None else into).append(line)
+        kept.append(lines)
+    used: set[str] = set()
+
+    def expand(lines: list[str]) -> str:
+        out: list[str] = []
+        for line in lines:
+            match = _USE_LINE.match(line.strip())
+            if match is None:
+                out.append(line)
+                continue
+            name = match.group("name")
+            if name not in fragments:
+                raise ValueError(f"no fragment named {name!r}")
+            used.add(name)
+            # Its comments document it where it is defined, not in each unit.
+            out.extend(f for f in fragments[name] if not f.strip().startswith("--"))
+        return "\n".join(out)
+
+    expanded = [expand(lines) for lines in kept]
+    if unused := sorted(set(fragments) - used):
+        raise ValueError(f"fragments never used: {unused}")
+    return expanded
 
 
 def resolve_includes(queries: dict[str, Query]) -> dict[str, Query]:

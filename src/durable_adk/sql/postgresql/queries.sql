@@ -157,22 +157,21 @@ SELECT v.status,
        (SELECT count(*) FROM app) + (SELECT count(*) FROM usr) + (SELECT count(*) FROM snap) AS side_writes
   FROM verdict v;
 
--- name: append_events inline
--- A batch of a run's events (barrier commits, docs/runs.md), as one statement
--- and fenced as one: the caller names the last sequence number it saw and the
--- events come with their sequence numbers (:expected_seq + 1, + 2, ...), in
--- :events, a JSON array of {seq, event_id, invocation_id, author, timestamp,
--- delta, data}. A replayed event id, a newer append by anyone, a deleted
--- session or a run taken over or finished writes nothing of the batch. The
--- app: and user: deltas of the batch come merged in order; :snapshots is a JSON
--- array of [seq, state] for the snapshot points the batch crosses.
-WITH s AS (
+-- name: events_batch fragment
+-- The CTEs of a batch of a run's events, for the units that write one (used
+-- as "-- use: events_batch"): the session row locked (s) and the events (e).
+s AS (
     SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
 ), e AS (
     SELECT * FROM json_to_recordset(:events::json)
         AS x(seq bigint, event_id text, invocation_id text, author text,
              timestamp float8, delta text, data text)
-), verdict AS (
+),
+
+-- name: events_batch_verdict fragment
+-- The batch's fence (verdict): 'missing', 'duplicate', 'fenced' (the run was
+-- taken over or has finished), 'stale' (a newer append) or 'ok'.
+verdict AS (
     SELECT CASE
              WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
              WHEN EXISTS (SELECT 1 FROM events d JOIN e ON d.event_id = e.event_id
@@ -183,7 +182,13 @@ WITH s AS (
              WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
              ELSE 'ok'
            END AS status
-), ins AS (
+),
+
+-- name: events_batch_writes fragment
+-- What the batch writes when its verdict is 'ok': the events (ins), the
+-- session's sequence number (upd), the app: and user: deltas (app, usr) and the
+-- snapshot points (snap).
+ins AS (
     INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
     SELECT :session_pk::bigint, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
            e.delta, e.data
@@ -213,6 +218,20 @@ WITH s AS (
       FROM json_array_elements(:snapshots::json) AS x, verdict WHERE verdict.status = 'ok'
     RETURNING 1
 )
+
+-- name: append_events inline
+-- A batch of a run's events (barrier commits, docs/runs.md), as one statement
+-- and fenced as one: the caller names the last sequence number it saw and the
+-- events come with their sequence numbers (:expected_seq + 1, + 2, ...), in
+-- :events, a JSON array of {seq, event_id, invocation_id, author, timestamp,
+-- delta, data}. A replayed event id, a newer append by anyone, a deleted
+-- session or a run taken over or finished writes nothing of the batch. The
+-- app: and user: deltas of the batch come merged in order; :snapshots is a JSON
+-- array of [seq, state] for the snapshot points the batch crosses.
+WITH
+-- use: events_batch
+-- use: events_batch_verdict
+-- use: events_batch_writes
 SELECT v.status,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
        (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
@@ -224,13 +243,9 @@ SELECT v.status,
 -- the final answer is durable exactly when the run is finished): append_events'
 -- checks and writes, then run_finish's update. The fence names the owner too, as
 -- run_finish does: a run taken over, finished or not held by :owner writes nothing.
-WITH s AS (
-    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
-), e AS (
-    SELECT * FROM json_to_recordset(:events::json)
-        AS x(seq bigint, event_id text, invocation_id text, author text,
-             timestamp float8, delta text, data text)
-), verdict AS (
+WITH
+-- use: events_batch
+verdict AS (
     SELECT CASE
              WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
              WHEN EXISTS (SELECT 1 FROM events d JOIN e ON d.event_id = e.event_id
@@ -241,36 +256,9 @@ WITH s AS (
              WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
              ELSE 'ok'
            END AS status
-), ins AS (
-    INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-    SELECT :session_pk::bigint, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
-           e.delta, e.data
-      FROM e, verdict WHERE verdict.status = 'ok'
-    RETURNING seq
-), upd AS (
-    UPDATE sessions SET last_seq = :last_seq::bigint, update_time = :timestamp::float8
-      FROM verdict WHERE sessions.pk = :session_pk::bigint AND verdict.status = 'ok'
-    RETURNING sessions.last_seq
-), app AS (
-    INSERT INTO app_state (app_name, state, update_time)
-    SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
-      FROM verdict WHERE verdict.status = 'ok' AND :app_delta::text IS NOT NULL
-    ON CONFLICT (app_name) DO UPDATE
-       SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
-    RETURNING 1
-), usr AS (
-    INSERT INTO user_state (app_name, user_id, state, update_time)
-    SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
-      FROM verdict WHERE verdict.status = 'ok' AND :user_delta::text IS NOT NULL
-    ON CONFLICT (app_name, user_id) DO UPDATE
-       SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
-    RETURNING 1
-), snap AS (
-    INSERT INTO state_snapshots (session_pk, seq, state)
-    SELECT :session_pk::bigint, (x ->> 0)::bigint, x ->> 1
-      FROM json_array_elements(:snapshots::json) AS x, verdict WHERE verdict.status = 'ok'
-    RETURNING 1
-), fin AS (
+),
+-- use: events_batch_writes
+, fin AS (
     UPDATE runs
        SET status = :status::text, last_error = :error::text,
            classification = COALESCE(:classification::text, classification),

@@ -50,101 +50,13 @@ WITH upd AS (
 )
 SELECT upd.* FROM upd;
 
--- name: job_start inline
--- A long-running call's job, as one statement: created if absent and the call
--- attached to it (job_create then job_attach: only the empty columns are
--- filled, another call of the same job is kept in job_calls).
-WITH job AS (
-    INSERT INTO jobs (job_id, tool_name, request, state, deadline_at, app_name, user_id,
-                      session_id, invocation_id, function_call_id, app_version,
-                      app_fingerprint, created_at, updated_at)
-    SELECT :job_id::text, :tool_name::text, :request::text, 'STARTED',
-           extract(epoch FROM clock_timestamp()) + :deadline::float8, :app_name::text,
-           :user_id::text, :session_id::text, :invocation_id::text, :function_call_id::text,
-           r.app_version, r.app_fingerprint,
-           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
-      FROM (SELECT 1) AS one
-      LEFT JOIN LATERAL (SELECT app_version, app_fingerprint FROM runs
-                          WHERE invocation_id = :invocation_id::text
-                          ORDER BY pk DESC LIMIT 1) r ON TRUE
-     WHERE TRUE
-    ON CONFLICT (job_id) DO UPDATE
-       SET app_name = COALESCE(jobs.app_name, EXCLUDED.app_name),
-           user_id = COALESCE(jobs.user_id, EXCLUDED.user_id),
-           session_id = COALESCE(jobs.session_id, EXCLUDED.session_id),
-           invocation_id = COALESCE(jobs.invocation_id, EXCLUDED.invocation_id),
-           function_call_id = COALESCE(jobs.function_call_id, EXCLUDED.function_call_id),
-           app_version = COALESCE(jobs.app_version, EXCLUDED.app_version),
-           app_fingerprint = COALESCE(jobs.app_fingerprint, EXCLUDED.app_fingerprint),
-           updated_at = EXCLUDED.updated_at
-    RETURNING *
-), extra AS (
-    INSERT INTO job_calls (job_id, app_name, user_id, session_id, invocation_id,
-                           function_call_id, created_at)
-    SELECT job.job_id, :app_name::text, :user_id::text, :session_id::text,
-           :invocation_id::text, :function_call_id::text, extract(epoch FROM clock_timestamp())
-      FROM job
-     WHERE (job.app_name, job.user_id, job.session_id, job.function_call_id)
-           IS DISTINCT FROM (:app_name::text, :user_id::text, :session_id::text,
-                             :function_call_id::text)
-    ON CONFLICT DO NOTHING
-    RETURNING job_id
-)
-SELECT job.* FROM job;
-
--- name: append_events_job_start inline
--- A run's buffered events (append_events) and the job of a long-running call
--- among them (job_start) as one statement: the call is durable exactly when
--- its job is, so no crash leaves one without the other. The job's part runs
--- only when the events were written; the result is the append's verdict
--- ('ok', or its refusal: then nothing was written) with the job's row.
-WITH s AS (
-    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
-), e AS (
-    SELECT * FROM json_to_recordset(:events::json)
-        AS x(seq bigint, event_id text, invocation_id text, author text,
-             timestamp float8, delta text, data text)
-), verdict AS (
-    SELECT CASE
-             WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
-             WHEN EXISTS (SELECT 1 FROM events d JOIN e ON d.event_id = e.event_id
-                           WHERE d.session_pk = :session_pk::bigint) THEN 'duplicate'
-             WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
-                    SELECT 1 FROM runs WHERE run_id = :run_id::text
-                       AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
-             WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
-             ELSE 'ok'
-           END AS status
-), ins AS (
-    INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-    SELECT :session_pk::bigint, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
-           e.delta, e.data
-      FROM e, verdict WHERE verdict.status = 'ok'
-    RETURNING seq
-), upd AS (
-    UPDATE sessions SET last_seq = :last_seq::bigint, update_time = :timestamp::float8
-      FROM verdict WHERE sessions.pk = :session_pk::bigint AND verdict.status = 'ok'
-    RETURNING sessions.last_seq
-), app AS (
-    INSERT INTO app_state (app_name, state, update_time)
-    SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
-      FROM verdict WHERE verdict.status = 'ok' AND :app_delta::text IS NOT NULL
-    ON CONFLICT (app_name) DO UPDATE
-       SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
-    RETURNING 1
-), usr AS (
-    INSERT INTO user_state (app_name, user_id, state, update_time)
-    SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
-      FROM verdict WHERE verdict.status = 'ok' AND :user_delta::text IS NOT NULL
-    ON CONFLICT (app_name, user_id) DO UPDATE
-       SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
-    RETURNING 1
-), snap AS (
-    INSERT INTO state_snapshots (session_pk, seq, state)
-    SELECT :session_pk::bigint, (x ->> 0)::bigint, x ->> 1
-      FROM json_array_elements(:snapshots::json) AS x, verdict WHERE verdict.status = 'ok'
-    RETURNING 1
-), job AS (
+-- name: job_start_writes fragment
+-- A long-running call's job, for the units that start one (used as
+-- "-- use: job_start_writes" after a verdict CTE): created if absent and the
+-- call attached to it (job_create then job_attach: only the empty columns are
+-- filled, another call of the same job is kept in job_calls), when the
+-- verdict is 'ok'.
+job AS (
     INSERT INTO jobs (job_id, tool_name, request, state, deadline_at, app_name, user_id,
                       session_id, invocation_id, function_call_id, app_version,
                       app_fingerprint, created_at, updated_at)
@@ -180,6 +92,25 @@ WITH s AS (
     ON CONFLICT DO NOTHING
     RETURNING job_id
 )
+
+-- name: job_start inline
+-- A long-running call's job, as one statement (job_start_writes).
+WITH verdict AS (SELECT 'ok'::text AS status),
+-- use: job_start_writes
+SELECT job.* FROM job;
+
+-- name: append_events_job_start inline
+-- A run's buffered events (append_events) and the job of a long-running call
+-- among them (job_start) as one statement: the call is durable exactly when
+-- its job is, so no crash leaves one without the other. The job's part runs
+-- only when the events were written; the result is the append's verdict
+-- ('ok', or its refusal: then nothing was written) with the job's row.
+WITH
+-- use: events_batch
+-- use: events_batch_verdict
+-- use: events_batch_writes
+,
+-- use: job_start_writes
 SELECT v.status,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
        (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)

@@ -91,53 +91,11 @@ SELECT CASE v.status
 -- runs only when the events were written; its verdict is then the result
 -- (as journal_begin's), else the events' refusal ('missing', 'duplicate',
 -- 'fenced', 'stale', as append_events).
-WITH s AS (
-    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
-), e AS (
-    SELECT * FROM json_to_recordset(:events::json)
-        AS x(seq bigint, event_id text, invocation_id text, author text,
-             timestamp float8, delta text, data text)
-), av AS (
-    SELECT CASE
-             WHEN NOT EXISTS (SELECT 1 FROM s) THEN 'missing'
-             WHEN EXISTS (SELECT 1 FROM events d JOIN e ON d.event_id = e.event_id
-                           WHERE d.session_pk = :session_pk::bigint) THEN 'duplicate'
-             WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
-                    SELECT 1 FROM runs WHERE run_id = :run_id::text
-                       AND epoch = :run_epoch::bigint AND status = 'RUNNING') THEN 'fenced'
-             WHEN (SELECT last_seq FROM s) <> :expected_seq::bigint THEN 'stale'
-             ELSE 'ok'
-           END AS status
-), ins AS (
-    INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-    SELECT :session_pk::bigint, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
-           e.delta, e.data
-      FROM e, av WHERE av.status = 'ok'
-    RETURNING seq
-), upd AS (
-    UPDATE sessions SET last_seq = :last_seq::bigint, update_time = :timestamp::float8
-      FROM av WHERE sessions.pk = :session_pk::bigint AND av.status = 'ok'
-    RETURNING sessions.last_seq
-), app AS (
-    INSERT INTO app_state (app_name, state, update_time)
-    SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
-      FROM av WHERE av.status = 'ok' AND :app_delta::text IS NOT NULL
-    ON CONFLICT (app_name) DO UPDATE
-       SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
-    RETURNING 1
-), usr AS (
-    INSERT INTO user_state (app_name, user_id, state, update_time)
-    SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
-      FROM av WHERE av.status = 'ok' AND :user_delta::text IS NOT NULL
-    ON CONFLICT (app_name, user_id) DO UPDATE
-       SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
-    RETURNING 1
-), snap AS (
-    INSERT INTO state_snapshots (session_pk, seq, state)
-    SELECT :session_pk::bigint, (x ->> 0)::bigint, x ->> 1
-      FROM json_array_elements(:snapshots::json) AS x, av WHERE av.status = 'ok'
-    RETURNING 1
-), cur AS (
+WITH
+-- use: events_batch
+-- use: events_batch_verdict
+-- use: events_batch_writes
+, cur AS (
     SELECT j.*,
            CASE
              WHEN j.holder IS NULL THEN TRUE
@@ -146,9 +104,9 @@ WITH s AS (
                                  AND r.epoch = j.run_epoch AND r.status = 'RUNNING')
            END AS abandoned
       FROM journal j WHERE j.key = :key::text
-), verdict AS (
+), jv AS (
     SELECT CASE
-             WHEN (SELECT status FROM av) <> 'ok' THEN (SELECT status FROM av)
+             WHEN (SELECT status FROM verdict) <> 'ok' THEN (SELECT status FROM verdict)
              WHEN :run_id::text IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM runs WHERE run_id = :run_id::text
                        AND epoch = :run_epoch::bigint AND status = 'RUNNING'
@@ -167,7 +125,7 @@ WITH s AS (
            CASE WHEN :run_id::text IS NULL
                 THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
            extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
-      FROM verdict WHERE status = 'new'
+      FROM jv WHERE status = 'new'
     ON CONFLICT (key) DO NOTHING
     RETURNING 1
 ), jupd AS (
@@ -178,7 +136,7 @@ WITH s AS (
                              THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
            updated_at = extract(epoch FROM clock_timestamp())
      WHERE key = :key::text AND status = 'INTENT'
-       AND (SELECT status FROM verdict) = 'abandoned'
+       AND (SELECT status FROM jv) = 'abandoned'
        AND holder IS NOT DISTINCT FROM (SELECT holder FROM cur)
        AND run_id IS NOT DISTINCT FROM (SELECT run_id FROM cur)
        AND run_epoch IS NOT DISTINCT FROM (SELECT run_epoch FROM cur)
@@ -190,13 +148,13 @@ SELECT CASE v.status
          WHEN 'abandoned' THEN CASE WHEN EXISTS (SELECT 1 FROM jupd) THEN 'taken' ELSE 'retry' END
          ELSE v.status
        END AS status,
-       (SELECT status FROM av) = 'ok' AS appended,
+       (SELECT status FROM verdict) = 'ok' AS appended,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
        (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
          + (SELECT count(*) FROM snap) AS writes,
        c.tool_name AS entry_tool, c.result AS result, c.run_id AS owner_run_id,
        c.run_epoch AS owner_epoch, c.function_call_id AS owner_call_id
-  FROM verdict v LEFT JOIN cur c ON TRUE;
+  FROM jv v LEFT JOIN cur c ON TRUE;
 
 -- name: journal_watch
 -- A waiter's poll (and the holder's check before acting after a lookup):
