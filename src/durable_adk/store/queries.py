@@ -309,7 +309,7 @@ def load_queries(dialect: str) -> dict[str, Query]:
     )
     merged: dict[str, Query] = {}
     texts = expand_fragments([entry.read_text() for entry in files])
-    for entry, text in zip(files, texts, strict=True):
+    for text in texts:
         for name, query in parse_queries(text, dialect).items():
             if name in merged:
                 raise ValueError(f"query {name!r} is defined in two files of {dialect}")
