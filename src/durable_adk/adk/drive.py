@@ -151,9 +151,9 @@ class Drive:
             job: The parameters of the job table's ``job_start`` unit.
 
         Returns:
-            The append's row with the job's (no ``status``, or ``'ok'``, when
-            written), or None when nothing is buffered (the caller starts
-            the job alone).
+            The job's row with the append's ``status`` (``'ok'``; a refusal
+            raises), or None when nothing is buffered (the caller starts the
+            job alone).
         """
         return await self._write_with_events(job=job)
 
@@ -342,8 +342,9 @@ class BarrierPlugin(BasePlugin):
         # A journaled tool writes the buffered events with its intent, and a
         # durable long-running tool with its job, in one unit
         # (Drive.begin_with_events, Drive.start_job_with_events): nothing
-        # outside happens before then, unless app code runs here first (another plugin's or the
-        # agent's own before_tool_callback), which needs its events durable.
+        # outside happens before then, unless app code runs here first
+        # (another plugin's or the agent's own before_tool_callback), which
+        # needs its events durable.
         if writes_with_its_call(tool) and not self.others_before_tool:
             agent = getattr(tool_context.get_invocation_context(), "agent", None)
             if not getattr(agent, "before_tool_callback", None):

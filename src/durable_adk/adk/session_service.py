@@ -891,9 +891,7 @@ class DurableSessionService(BaseSessionService):
                     "snapshots": _snapshots_json(pending),
                 },
             )
-        # SQLite's job unit ends with the job's row, which has no status: the
-        # events were written.
-        status = row.get("status", "ok" if "job_id" in row else "missing") if row else "missing"
+        status = row["status"] if row else "missing"
         if unit == "append_events_journal_begin":
             if status == "fenced":
                 # Refused by the append's fence or the journal's (then the

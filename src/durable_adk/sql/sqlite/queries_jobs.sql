@@ -37,7 +37,8 @@ SELECT job_id, :app_name, :user_id, :session_id, :invocation_id, :function_call_
  WHERE job_id = :job_id
    AND NOT (app_name IS :app_name AND user_id IS :user_id AND session_id IS :session_id
             AND function_call_id IS :function_call_id);
-SELECT * FROM jobs WHERE job_id = :job_id;
+-- 'ok': the row ends append_events_job_start too, whose refusals carry a status.
+SELECT 'ok' AS status, * FROM jobs WHERE job_id = :job_id;
 
 -- name: job_start inline
 -- A long-running call's job: created if absent (job_create) and the call
