@@ -557,10 +557,16 @@ class RunLedger:
         *,
         error: str | None = None,
         classification: str | None = None,
+        inbox: str | None = None,
     ) -> bool:
-        """Ends a RUNNING run as DONE, PAUSED or FAILED; False if the lease was lost."""
-        params = self.finish_params(lease, status, error=error, classification=classification)
-        params["epoch"] = params.pop("run_epoch")  # run_finish names it as the other run units do
+        """Ends a RUNNING run as DONE, PAUSED or FAILED; False if the lease was lost.
+
+        ``inbox`` (:func:`~durable_adk.adk.inbox.inbox_at_finish`) brings the
+        interrupts inbox of the run's invocation in line in the same unit.
+        """
+        params = self.finish_params(
+            lease, status, error=error, classification=classification, inbox=inbox
+        )
         row = await self.store.fetchrow("run_finish", params)
         if row is None:
             return False
@@ -574,12 +580,15 @@ class RunLedger:
         *,
         error: str | None = None,
         classification: str | None = None,
+        inbox: str | None = None,
     ) -> dict[str, Any]:
         """The parameters of a run's finish, for :meth:`finish` or a unit it joins.
 
         The session service writes a drive's last events and these in one
         unit (``append_events_finish``); :meth:`finished` then does what
-        follows a finish.
+        follows a finish. ``inbox`` is the invocation's interrupts as the
+        finish writes them (:func:`~durable_adk.adk.inbox.inbox_at_finish`;
+        None when it made no call that waits on a person).
 
         Raises:
             durable_adk.errors.InvalidArgument: ``status`` is not DONE, PAUSED or FAILED.
@@ -593,6 +602,7 @@ class RunLedger:
             "status": status.value,
             "error": error,
             "classification": classification,
+            "inbox": inbox,
         }
 
     async def finished(self, row: Row) -> None:
@@ -909,24 +919,6 @@ class RunLedger:
             "operator_action_list", {"run_id": run_id, "app_name": app_name, "limit": limit}
         )
         return [OperatorAction.from_row(r) for r in rows]
-
-    async def close_paused(self, run: Run) -> list[str]:
-        """Ends DONE the PAUSED runs of ``run``'s invocation (``run`` finished it DONE).
-
-        Returns:
-            The ids of the runs closed.
-        """
-        rows = await self.store.fetch(
-            "run_close_paused",
-            {
-                "app_name": run.app_name,
-                "user_id": run.user_id,
-                "session_id": run.session_id,
-                "invocation_id": run.invocation_id,
-                "run_id": run.run_id,
-            },
-        )
-        return sorted(str(r["run_id"]) for r in rows)
 
     async def invocation_cancelled(
         self, *, app_name: str, user_id: str, session_id: str, invocation_id: str

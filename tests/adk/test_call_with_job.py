@@ -125,9 +125,9 @@ async def test_the_call_and_its_job_are_one_unit_one_fewer_per_call(store: Store
     alone_units = await units_of_a_turn(store, alone, "s2")
     assert probe.seen == [["start_sales_report"]]
     # run_start; message + call + job; the submission's claim; its acceptance;
-    # the pending answer; the pause; its inbox entry. Alone, the call is
+    # the pending answer; the pause with its inbox entry. Alone, the call is
     # written first (and before this, the job took two units more: create, attach).
-    assert (merged_units, alone_units) == (7, 8)
+    assert (merged_units, alone_units) == (6, 7)
     assert recorder.submitted == [JOB_ID, "report:2026-Q3:APAC"]
     for session_id, job_id in (("s1", JOB_ID), ("s2", "report:2026-Q3:APAC")):
         events = await stored(store, session_id)

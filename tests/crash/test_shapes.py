@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.interrupts import InterruptTable
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
 from durable_adk.testing import arm
@@ -86,6 +87,12 @@ class Shape:
         return [
             (r.caller.get("worker"), r.key) for r in self.billing.requests("invoices") if r.mutating
         ]
+
+    async def inbox(self) -> list[tuple[str, str, str]]:
+        """(kind, name, status) of every interrupt indexed, oldest first."""
+        async with open_store(self.url) as store:
+            found = await InterruptTable(store).list_interrupts(status=None)
+        return [(i.kind.value, i.name, i.status.value) for i in found]
 
     async def facts(self) -> dict[str, Any]:
         async with open_store(self.url) as store:
@@ -252,6 +259,27 @@ async def test_an_approval_killed_before_its_drive_finishes_is_done_once(
     assert app.recover() == [found]
     assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
     assert (await app.facts())["texts"] == ["Paid C-1."]
+
+
+async def test_a_kill_right_after_a_pause_or_its_answer_is_written_keeps_the_inbox_true(
+    url: str, billing: FakeService
+) -> None:
+    """The pause's inbox entry is written in its finish's unit, and so is the answer's close."""
+    app = shape("confirm", url, billing)
+    app.run(crash_at="ending.after_write")
+    assert app.recover() == []  # PAUSED: nothing to recover
+    assert (await app.facts())["status"] == [PAUSED]
+    # An operator sees the call the run paused on (before: nothing re-indexed it).
+    assert await app.inbox() == [("confirmation", "adk_request_confirmation", "OPEN")]
+    assert app.acts() == []
+    app.answer({"confirmed": True}, crash_at="ending.after_write")
+    assert app.recover() == []
+    seen = await app.facts()
+    # The paused run ended DONE with its answer's run, and the call left the inbox.
+    assert seen["status"] == [DONE, DONE]
+    assert await app.inbox() == [("confirmation", "adk_request_confirmation", "ANSWERED")]
+    assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
+    assert seen["texts"] == ["Paid C-1."]
 
 
 # ---------------------------------------------------------- two-turn transfer

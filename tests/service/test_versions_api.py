@@ -12,7 +12,7 @@ from test_api import start, wait_status
 from durable_adk import errors
 from durable_adk.adk import runpath
 from durable_adk.adk.classify import classify
-from durable_adk.adk.inbox import sync_interrupts
+from durable_adk.adk.inbox import inbox_at_finish
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.interrupts import InterruptTable
 from durable_adk.ledger import RunLedger, RunStatus
@@ -66,18 +66,13 @@ async def test_an_answer_through_the_api_to_a_run_whose_tool_is_gone_is_parked(
               content=types.Content(role="model", parts=[types.Part(function_call=call)])),
     ):  # fmt: skip
         await sessions.append_event(loaded, event)
-    assert await old.finish(claimed.lease, RunStatus.PAUSED)
+    # The pause is in the interrupts inbox, written with the finish (as a run's ending does).
+    found = classify(loaded.events, run.invocation_id, root_agent_name=APP)
+    inbox = inbox_at_finish(claimed, loaded.events, found, done=False)
+    assert await old.finish(claimed.lease, RunStatus.PAUSED, inbox=inbox)
+    assert [i.call_id for i in await InterruptTable(service.store).list_interrupts()] == ["lr-1"]
 
     if via == "inbox":
-        # The pause is in the interrupts inbox (as the run's ending indexes it).
-        paused = await old.get(run.run_id)
-        assert paused is not None
-        loaded = await sessions.get_session(app_name=APP, user_id="u1", session_id="old")
-        assert loaded is not None
-        await sync_interrupts(
-            InterruptTable(service.store), paused, loaded.events,
-            classify(loaded.events, run.invocation_id, root_agent_name=APP),
-        )  # fmt: skip
         started = await service.client.post(
             "/v1/interrupts/lr-1", json={"by": "ops", "payload": {"reserved": True}}
         )

@@ -14,8 +14,9 @@ recovery, the job resumer, an answer, ADK's own Runner under
 
   ========== =================================================================
   DONE       the invocation's PAUSED runs end DONE; its interrupts index follows
-             the session (answered calls out)
-  PAUSED     its open calls are indexed in the interrupts inbox
+             the session (answered calls out), in the finish's own unit
+  PAUSED     its open calls are indexed in the interrupts inbox, in the
+             finish's own unit
   handed     nothing more: the run stays RUNNING, its lease expires now and
   back       recovery takes it after the back-off
   PARKED     a dead letter with the last events; the session's queue is woken
@@ -30,10 +31,13 @@ recovery, the job resumer, an answer, ADK's own Runner under
              gives its answer claim back instead. The queue is woken.
   ========== =================================================================
 
-  Derived records (interrupts, claims, jobs, seals) are written after the
-  run's own row: a crash between the two leaves them to the next ending or
-  to the checks that read the ledger (a continuation is refused once its
-  invocation is cancelled, whatever the jobs table says).
+  A finish writes its invocation's inbox in the unit that writes the run's
+  row (:func:`~durable_adk.adk.inbox.inbox_at_finish`): no crash leaves a
+  PAUSED run whose call an operator cannot see. A cancel's derived records
+  (interrupts, claims, jobs, seals) are written after the run's own row: a
+  crash between the two leaves them to the checks that read the ledger (a
+  continuation is refused once its invocation is cancelled, whatever the
+  jobs table says).
 
 * :class:`Outcome` is what a drive returns: the ending and the status the
   ledger now holds. :meth:`Outcome.raise_for_caller` turns it into the error a
@@ -55,10 +59,11 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk.barrier import EventBatch
 from durable_adk.adk.classify import ABORT_ERROR_CODE, Classification, OrphanClass, classify
-from durable_adk.adk.inbox import may_have_interrupts, sync_interrupts
+from durable_adk.adk.inbox import inbox_at_finish, may_have_interrupts
 from durable_adk.adk.policy import RetryPolicy, causes
 from durable_adk.adk.session_service import DurableSessionService
 from durable_adk.adk.workflow_nodes import NodeInFlight
+from durable_adk.faults import crash_point
 from durable_adk.ids import check_id
 from durable_adk.interrupts import InterruptTable
 from durable_adk.jobs import JobTable
@@ -310,7 +315,13 @@ async def record(
     """
     try:
         written = await _write(
-            path, run, ending, events=events, classification=classification, last=last
+            path,
+            run,
+            ending,
+            events=events,
+            verdict=verdict,
+            classification=classification,
+            last=last,
         )
     except (errors.StoreError, TimeoutError) as exc:
         logger.warning(
@@ -325,10 +336,12 @@ async def record(
         taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="its end", reason=ending)
         return Outcome(run, ending, recorded=False)
     _log_and_count(path.metrics, run, ending)
+    crash_point("ending.after_write")  # the ending and its inbox written; a cancel's records not
     try:
-        await _bookkeeping(path, run, ending, events=events, verdict=verdict)
+        await _bookkeeping(path, run, ending)
     except (errors.StoreError, TimeoutError) as exc:
-        # Derived records: the run's own end is recorded; the next ending re-syncs them.
+        # Derived records: the run's own end is recorded, and a continuation of a
+        # cancelled invocation is refused whatever they say.
         logger.warning("run %s: the bookkeeping of its end failed: %s", run.run_id, exc)
     return Outcome(run, ending)
 
@@ -339,6 +352,7 @@ async def _write(
     ending: Ending,
     *,
     events: Sequence[Event] | None,
+    verdict: Classification | None,
     classification: str | None,
     last: EventBatch | None = None,
 ) -> bool:
@@ -350,9 +364,28 @@ async def _write(
         failed = kind is EndKind.FAILED
         error = ending.reason if failed else None
         found = None if failed else classification
+        inbox = None
+        if (
+            not failed
+            and events is not None
+            and verdict is not None
+            and may_have_interrupts(events, run.invocation_id)
+        ):
+            # Its inbox in the finish's unit: never PAUSED with a call missing from it.
+            inbox = inbox_at_finish(
+                run,
+                events,
+                verdict,
+                done=kind is EndKind.DONE,
+                deadlines=path.interrupt_deadlines,
+            )
         if last is None or not last.pending:
-            return await ledger.finish(lease, STATUS_OF[kind], error=error, classification=found)
-        params = ledger.finish_params(lease, STATUS_OF[kind], error=error, classification=found)
+            return await ledger.finish(
+                lease, STATUS_OF[kind], error=error, classification=found, inbox=inbox
+            )
+        params = ledger.finish_params(
+            lease, STATUS_OF[kind], error=error, classification=found, inbox=inbox
+        )
         try:
             row = await path.sessions.flush_batch(last, finish=params)
         except errors.Fenced:
@@ -422,24 +455,9 @@ def _log_and_count(metrics: Metrics, run: Run, ending: Ending) -> None:
     metrics.run_finished(STATUS_OF[kind].value)
 
 
-async def _bookkeeping(
-    path: Recording,
-    run: Run,
-    ending: Ending,
-    *,
-    events: Sequence[Event] | None,
-    verdict: Classification | None,
-) -> None:
-    kind = ending.kind
-    if kind in (EndKind.DONE, EndKind.PAUSED) and events is not None and verdict is not None:
-        if not may_have_interrupts(events, run.invocation_id):
-            return  # an ordinary run: no paused run, nothing to index, no query
-        if kind is EndKind.DONE:
-            await path.ledger.close_paused(run)
-        await sync_interrupts(
-            path.interrupts, run, events, verdict, deadlines=path.interrupt_deadlines
-        )
-    elif kind is EndKind.CANCELLED:
+async def _bookkeeping(path: Recording, run: Run, ending: Ending) -> None:
+    # A finish wrote its inbox in its own unit (_write); a cancel's is written here.
+    if ending.kind is EndKind.CANCELLED:
         await after_cancel(
             path.ledger,
             path.sessions,

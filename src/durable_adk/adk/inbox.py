@@ -4,7 +4,8 @@ What it guarantees:
 
 * When a run ends PAUSED (or any run of an invocation ends), the index
   (:class:`~durable_adk.interrupts.InterruptTable`) is brought in line with
-  the session: each open long-running call the classifier finds
+  the session, in the unit of work that finishes the run
+  (:func:`inbox_at_finish`): each open long-running call the classifier finds
   (``pending_long_running``: tool confirmations, requests for input,
   long-running tools) is indexed with its kind, name, arguments and optional
   deadline; an indexed call the session shows answered (by any path) leaves
@@ -117,42 +118,55 @@ def may_have_interrupts(events: Sequence[Event], invocation_id: str) -> bool:
     return False
 
 
-async def sync_interrupts(
-    table: InterruptTable,
+def inbox_at_finish(
     run: Run,
     events: Sequence[Event],
     found: Classification,
     *,
+    done: bool,
     deadlines: Mapping[str, float] | None = None,
-) -> None:
-    """Brings the index of ``run``'s invocation in line with its events (see the module doc)."""
-    pending = set(found.pending_long_running)
+) -> str:
+    """The inbox of ``run``'s invocation as its finish writes it (the ``inbox`` of
+    :meth:`~durable_adk.ledger.RunLedger.finish_params`), as JSON.
+
+    The unit that finishes the run indexes each open long-running call the
+    classifier finds (``pending_long_running``) with its kind, name, arguments
+    and deadline, settles each indexed call the session shows answered and,
+    when ``done``, ends DONE the runs that paused on the invocation: a run is
+    never PAUSED without its calls in the inbox, nor DONE with its pause open.
+    """
+    pending = found.pending_long_running
     calls: dict[str, types.FunctionCall] = {}
     for event in live_events(events):
         if event.invocation_id == run.invocation_id:
             for call in event.get_function_calls():
                 if call.id in pending:
                     calls.setdefault(call.id, call)
+    opened = []
     for call_id, call in calls.items():
         limit = None
         if deadlines:
             limit = deadlines.get(_subject(call), deadlines.get(ANY_TOOL))
-        await table.open(
-            run,
-            call_id=call_id,
-            kind=kind_of(call.name or "", call_id),
-            name=call.name or "",
-            args=dict(call.args or {}),
-            deadline_seconds=limit,
+        opened.append(
+            {
+                "call_id": call_id,
+                "kind": kind_of(call.name or "", call_id).value,
+                "name": call.name or "",
+                "args": json.dumps(dict(call.args or {}), default=str),
+                "deadline": limit,
+            }
         )
-    for indexed in await table.of_invocation(
-        app_name=run.app_name,
-        user_id=run.user_id,
-        session_id=run.session_id,
-        invocation_id=run.invocation_id,
-    ):
-        if indexed.status is InterruptStatus.OPEN and indexed.call_id not in pending:
-            await table.settle(indexed)
+    return json.dumps(
+        {
+            "app_name": run.app_name,
+            "user_id": run.user_id,
+            "session_id": run.session_id,
+            "invocation_id": run.invocation_id,
+            "done": 1 if done else 0,
+            "pending": sorted(pending),
+            "open": opened,
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,8 +495,8 @@ __all__ = [
     "answer_interrupt",
     "find_interrupt",
     "guarded_call",
+    "inbox_at_finish",
     "kind_of",
     "may_have_interrupts",
     "response_for",
-    "sync_interrupts",
 ]

@@ -272,6 +272,7 @@ verdict AS (
                        WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
                          AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind
 )
+-- use: inbox_at_finish
 SELECT v.status,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
        f.app_name, f.user_id, f.session_id, COALESCE(f.queued_behind, false) AS queued_behind,

@@ -17,6 +17,64 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
    SET kind = excluded.kind
  WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;
 
+-- name: inbox_at_finish fragment
+-- The inbox of a run's invocation, brought in line with its session in the
+-- statement that finishes the run (run_finish, append_events_finish: after their
+-- CTE fin, the finish), so that a run is never PAUSED without its open calls in
+-- the inbox, nor DONE with its pause still open. :inbox (NULL for a run whose
+-- invocation made no call that waits on a person) is JSON: the invocation's keys,
+-- done (1: the run ended it DONE, so the runs that paused on it end DONE too),
+-- pending (the ids of its calls still open) and open (those calls to index:
+-- call_id, kind, name, args as JSON text, deadline in seconds or null). An indexed
+-- call the session shows answered leaves the inbox; one already indexed stays as
+-- it is, but for its kind (interrupt_open). Nothing is written unless fin was.
+, inbox_paused AS (
+    UPDATE runs
+       SET status = 'DONE', finished_at = extract(epoch FROM clock_timestamp()),
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE :inbox::text IS NOT NULL AND EXISTS (SELECT 1 FROM fin)
+       AND ((:inbox::text)::jsonb ->> 'done') = '1'
+       AND app_name = (:inbox::text)::jsonb ->> 'app_name'
+       AND user_id = (:inbox::text)::jsonb ->> 'user_id'
+       AND session_id = (:inbox::text)::jsonb ->> 'session_id'
+       AND invocation_id = (:inbox::text)::jsonb ->> 'invocation_id'
+       AND status = 'PAUSED' AND run_id <> :run_id::text
+    RETURNING 1
+), inbox_open AS (
+    INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id,
+                            kind, name, args, status, deadline_at, created_at, app_version,
+                            app_fingerprint)
+    SELECT o.value ->> 'call_id', (:inbox::text)::jsonb ->> 'app_name',
+           (:inbox::text)::jsonb ->> 'user_id', (:inbox::text)::jsonb ->> 'session_id',
+           (:inbox::text)::jsonb ->> 'invocation_id', :run_id::text, o.value ->> 'kind',
+           o.value ->> 'name', o.value ->> 'args', 'OPEN',
+           extract(epoch FROM clock_timestamp()) + (o.value ->> 'deadline')::float8,
+           extract(epoch FROM clock_timestamp()),
+           (SELECT r.app_version FROM runs r WHERE r.run_id = :run_id::text
+             ORDER BY r.pk DESC LIMIT 1),
+           (SELECT r.app_fingerprint FROM runs r WHERE r.run_id = :run_id::text
+             ORDER BY r.pk DESC LIMIT 1)
+      FROM jsonb_array_elements((:inbox::text)::jsonb -> 'open') AS o
+     WHERE EXISTS (SELECT 1 FROM fin)
+    ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
+       SET kind = excluded.kind
+     WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind
+    RETURNING 1
+), inbox_settled AS (
+    UPDATE interrupts
+       SET status = 'ANSWERED', answered_by = COALESCE(answered_by, 'session'),
+           answered_at = COALESCE(answered_at, extract(epoch FROM clock_timestamp()))
+     WHERE :inbox::text IS NOT NULL AND EXISTS (SELECT 1 FROM fin)
+       AND app_name = (:inbox::text)::jsonb ->> 'app_name'
+       AND user_id = (:inbox::text)::jsonb ->> 'user_id'
+       AND session_id = (:inbox::text)::jsonb ->> 'session_id'
+       AND invocation_id = (:inbox::text)::jsonb ->> 'invocation_id'
+       AND status = 'OPEN'
+       AND call_id NOT IN (
+             SELECT jsonb_array_elements_text((:inbox::text)::jsonb -> 'pending'))
+    RETURNING 1
+)
+
 -- name: interrupt_list
 SELECT * FROM interrupts
  WHERE (:status::text IS NULL OR status = :status::text)
@@ -115,16 +173,6 @@ WITH i AS (
     RETURNING 1
 )
 SELECT r.* FROM r;
-
--- name: run_close_paused
--- A run of an invocation ended DONE: the runs that paused on it end DONE too.
-UPDATE runs
-   SET status = 'DONE', finished_at = extract(epoch FROM clock_timestamp()),
-       updated_at = extract(epoch FROM clock_timestamp())
- WHERE app_name = :app_name::text AND user_id = :user_id::text
-   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
-   AND status = 'PAUSED' AND run_id <> :run_id::text
-RETURNING run_id;
 
 -- name: interrupt_backdate
 -- Moves an interrupt's deadline into the past (tests, operators).

@@ -129,18 +129,26 @@ UPDATE runs
 RETURNING lease_until, cancel_requested_at, cancel_requested_by;
 
 -- name: run_finish inline
-UPDATE runs
-   SET status = :status::text, last_error = :error::text,
-       classification = COALESCE(:classification::text, classification),
-       finished_at = extract(epoch FROM clock_timestamp()),
-       updated_at = extract(epoch FROM clock_timestamp())
- WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :epoch::bigint
-   AND status = 'RUNNING'
-RETURNING status, app_name, user_id, session_id,
-          -- whether a run of the session waits its turn (the ledger then wakes it)
-          EXISTS (SELECT 1 FROM runs q
-                   WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
-                     AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
+-- A run's end, and with it the inbox of its invocation (:inbox, NULL for most runs:
+-- see inbox_at_finish). The epoch is :run_epoch, as in append_events_finish, whose
+-- inbox part this is too.
+WITH fin AS (
+    UPDATE runs
+       SET status = :status::text, last_error = :error::text,
+           classification = COALESCE(:classification::text, classification),
+           finished_at = extract(epoch FROM clock_timestamp()),
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE run_id = :run_id::text AND owner = :owner::text AND epoch = :run_epoch::bigint
+       AND status = 'RUNNING'
+    RETURNING status, app_name, user_id, session_id,
+              -- whether a run of the session waits its turn (the ledger then wakes it)
+              EXISTS (SELECT 1 FROM runs q
+                       WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
+                         AND q.session_id = runs.session_id AND q.status = 'QUEUED')
+                AS queued_behind
+)
+-- use: inbox_at_finish
+SELECT * FROM fin;
 
 -- name: run_release inline
 -- A drive met a transient fault and hands the run back: it stays RUNNING with its

@@ -222,6 +222,7 @@ RETURNING 'ok' AS status, :last_seq AS last_seq, app_name, user_id, session_id,
           EXISTS (SELECT 1 FROM runs q
                    WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
                      AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
+-- use: inbox_at_finish
 
 -- name: list_sessions
 -- Each session with its newest snapshot and the state deltas after it, so the

@@ -18,6 +18,59 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
    SET kind = excluded.kind
  WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;
 
+-- name: inbox_at_finish fragment
+-- The inbox of a run's invocation, brought in line with its session in the unit
+-- that finishes the run (run_finish, append_events_finish), so that a run is never
+-- PAUSED without its open calls in the inbox, nor DONE with its pause still open.
+-- :inbox (NULL for a run whose invocation made no call that waits on a person) is
+-- JSON: the invocation's keys, done (1: the run ended it DONE, so the runs that
+-- paused on it end DONE too), pending (the ids of its calls still open) and open
+-- (those calls to index: call_id, kind, name, args as JSON text, deadline in
+-- seconds or null). An indexed call the session shows answered leaves the inbox;
+-- one already indexed stays as it is, but for its kind (interrupt_open). Each
+-- statement comes after the finish and writes only when the finish was written.
+-- skip when :inbox IS NULL
+UPDATE runs
+   SET status = 'DONE', finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = json_extract(:inbox, '$.app_name')
+   AND user_id = json_extract(:inbox, '$.user_id')
+   AND session_id = json_extract(:inbox, '$.session_id')
+   AND invocation_id = json_extract(:inbox, '$.invocation_id')
+   AND status = 'PAUSED' AND run_id <> :run_id AND json_extract(:inbox, '$.done') = 1
+   AND EXISTS (SELECT 1 FROM runs f WHERE f.run_id = :run_id AND f.owner = :owner
+                                      AND f.epoch = :run_epoch AND f.status = :status);
+-- skip when :inbox IS NULL
+INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id, kind,
+                        name, args, status, deadline_at, created_at, app_version,
+                        app_fingerprint)
+SELECT json_extract(o.value, '$.call_id'), json_extract(:inbox, '$.app_name'),
+       json_extract(:inbox, '$.user_id'), json_extract(:inbox, '$.session_id'),
+       json_extract(:inbox, '$.invocation_id'), :run_id, json_extract(o.value, '$.kind'),
+       json_extract(o.value, '$.name'), json_extract(o.value, '$.args'), 'OPEN',
+       (julianday('now') - 2440587.5) * 86400.0 + json_extract(o.value, '$.deadline'),
+       (julianday('now') - 2440587.5) * 86400.0,
+       (SELECT r.app_version FROM runs r WHERE r.run_id = :run_id ORDER BY r.pk DESC LIMIT 1),
+       (SELECT r.app_fingerprint FROM runs r WHERE r.run_id = :run_id ORDER BY r.pk DESC LIMIT 1)
+  FROM json_each(:inbox, '$.open') AS o
+ WHERE EXISTS (SELECT 1 FROM runs f WHERE f.run_id = :run_id AND f.owner = :owner
+                                      AND f.epoch = :run_epoch AND f.status = :status)
+ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
+   SET kind = excluded.kind
+ WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind;
+-- skip when :inbox IS NULL
+UPDATE interrupts
+   SET status = 'ANSWERED', answered_by = COALESCE(answered_by, 'session'),
+       answered_at = COALESCE(answered_at, (julianday('now') - 2440587.5) * 86400.0)
+ WHERE app_name = json_extract(:inbox, '$.app_name')
+   AND user_id = json_extract(:inbox, '$.user_id')
+   AND session_id = json_extract(:inbox, '$.session_id')
+   AND invocation_id = json_extract(:inbox, '$.invocation_id')
+   AND status = 'OPEN'
+   AND call_id NOT IN (SELECT value FROM json_each(:inbox, '$.pending'))
+   AND EXISTS (SELECT 1 FROM runs f WHERE f.run_id = :run_id AND f.owner = :owner
+                                      AND f.epoch = :run_epoch AND f.status = :status);
+
 -- name: interrupt_list
 SELECT * FROM interrupts
  WHERE (:status IS NULL OR status = :status)
@@ -104,15 +157,6 @@ SELECT run_id, app_name, 'answer', :actor, :reason, status, status, epoch, :deta
        (julianday('now') - 2440587.5) * 86400.0
   FROM runs WHERE run_id = (SELECT run_id FROM interrupts WHERE pk = :pk);
 SELECT * FROM runs WHERE run_id = :new_run_id;
-
--- name: run_close_paused
--- A run of an invocation ended DONE: the runs that paused on it end DONE too.
-UPDATE runs
-   SET status = 'DONE', finished_at = (julianday('now') - 2440587.5) * 86400.0,
-       updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
-   AND invocation_id = :invocation_id AND status = 'PAUSED' AND run_id <> :run_id
-RETURNING run_id;
 
 -- name: interrupt_backdate
 -- Moves an interrupt's deadline into the past (tests, operators).

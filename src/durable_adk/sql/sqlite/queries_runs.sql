@@ -115,16 +115,20 @@ UPDATE runs
 RETURNING lease_until, cancel_requested_at, cancel_requested_by;
 
 -- name: run_finish inline
+-- A run's end, and with it the inbox of its invocation (:inbox, NULL for most runs:
+-- see inbox_at_finish). The epoch is :run_epoch, as in append_events_finish, whose
+-- inbox statements these are too.
 UPDATE runs
    SET status = :status, last_error = :error, classification = COALESCE(:classification, classification),
        finished_at = (julianday('now') - 2440587.5) * 86400.0,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :run_epoch AND status = 'RUNNING'
 RETURNING status, app_name, user_id, session_id,
           -- whether a run of the session waits its turn (the ledger then wakes it)
           EXISTS (SELECT 1 FROM runs q
                    WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
                      AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
+-- use: inbox_at_finish
 
 -- name: run_release inline
 -- A drive met a transient fault and hands the run back: it stays RUNNING with its
