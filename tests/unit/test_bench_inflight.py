@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,3 +53,24 @@ def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path)
     assert names & {"run_finish", "append_events_finish"}, names
     # Every run starts, appends its events and finishes: a handful of statements each.
     assert 3 <= result["statements"] / result["runs"] <= 20
+
+
+def test_a_ratio_between_contenders_is_taken_within_each_repeat_and_the_median_reported() -> None:
+    from bench.inflight import over_repeats, parse, ratio_over_repeats, runs_per_s
+
+    def result(contender: str, repeat: int, runs: int) -> dict[str, object]:
+        return {"contender": contender, "size": 1000, "repeat": repeat, "runs": runs, "wall": 10}
+
+    # The machine drifts between repeats: ours is 0.8x, 0.5x, 0.9x of ADK's, each time.
+    results = [
+        result(contender, repeat, runs)
+        for repeat, (memory, ours) in enumerate([(100, 80), (60, 30), (90, 81)])
+        for contender, runs in (("adk-memory", memory), ("durable-sqlite", ours))
+    ]
+    results.append(result("durable-sqlite", 3, 500))  # a repeat without its bound: left out
+    value, each = ratio_over_repeats(results, 1000, "durable-sqlite", "adk-memory", runs_per_s)
+    assert [round(v, 2) for v in each] == [0.8, 0.5, 0.9] and round(value, 2) == 0.8
+    assert over_repeats((value, each)) == "0.80x (median of 3: 0.80x, 0.50x, 0.90x)"
+    assert ratio_over_repeats(results, 100, "durable-sqlite", "adk-memory", runs_per_s)[1] == []
+    with pytest.raises(SystemExit):
+        parse(["--repeats", "0"])
