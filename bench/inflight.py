@@ -664,10 +664,15 @@ def _line(r: dict[str, Any]) -> str:
 
 def single_table(results: list[dict[str, Any]]) -> str:
     rows = []
-    memory = {r["size"]: r for r in results if r["contender"] == "adk-memory"}
-    for r in sorted(results, key=lambda r: (r["size"], CONTENDERS.index(r["contender"]))):
+    # Each row is set against the in-memory Runner of its own size and repeat.
+    memory = {(r["size"], r.get("repeat", 0)): r for r in results if r["contender"] == "adk-memory"}
+    repeats = len({r.get("repeat", 0) for r in results}) > 1
+    for r in sorted(
+        results,
+        key=lambda r: (r["size"], r.get("repeat", 0), CONTENDERS.index(r["contender"])),
+    ):
         runs = r["runs"]
-        base = memory.get(r["size"])
+        base = memory.get((r["size"], r.get("repeat", 0)))
         durable = r["contender"].startswith("durable")
         database = r["contender"] != "adk-memory"
 
@@ -680,7 +685,7 @@ def single_table(results: list[dict[str, Any]]) -> str:
         errors = ", ".join(f"{n} {k}" for k, n in sorted(r["errors"].items()))
         rows.append(
             [
-                LABELS[r["contender"]],
+                LABELS[r["contender"]] + (f" (repeat {r.get('repeat', 0) + 1})" if repeats else ""),
                 r["size"],
                 runs,
                 f"{runs / r['wall']:.1f}",

@@ -8,6 +8,7 @@ Shapes:
   input_loop  Workflow root: ``ask`` requests input with ONE interrupt id
               (``review``) in a loop; "no" asks again, "yes" finishes.
   confirm     LlmAgent root, ``pay`` journaled and requiring confirmation.
+              ``confirm_plain``: ``pay`` is a plain (unjournaled) tool.
   transfer    triage root hands over to the ``billing`` specialist (turn 1:
               a journaled refund and an answer; turn 2: an answer).
   agent_tool  ``desk`` calls AgentTool(``clerk``); the clerk's journaled refund
@@ -142,13 +143,18 @@ def build(shape: str, billing: BillingClient) -> Any:
             name="review_loop",
             edges=[("START", ask, decide), (decide, {"again": ask, "done": finish})],
         )
-    if shape == "confirm":
-        pay = invoice_tool(billing, "pay")
+    if shape in ("confirm", "confirm_plain"):
+        if shape == "confirm":
+            pay = invoice_tool(billing, "pay").func
+        else:
+
+            def pay(invoice_id: str) -> dict[str, Any]:
+                """Pays, with no journal (the billing service still dedupes by key)."""
+                return billing.create_invoice(invoice_id, "ACME", 10.0, f"pay:{invoice_id}")
+
         model = ScriptedModel({"cashier": [Call("pay", {"invoice_id": "C-1"}), Say("Paid C-1.")]})
         return LlmAgent(
-            name="cashier",
-            model=model,
-            tools=[FunctionTool(pay.func, require_confirmation=True)],
+            name="cashier", model=model, tools=[FunctionTool(pay, require_confirmation=True)]
         )
     if shape == "transfer":
         model = ScriptedModel(

@@ -32,6 +32,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from typing_extensions import override
@@ -44,6 +45,27 @@ from durable_adk.leases import trust_from as trust_from
 from durable_adk.ledger import RenewResult, Run
 
 logger = logging.getLogger("durable_adk.runner")
+
+
+def only_asks_for_confirmation(tool: BaseTool, tool_context: ToolContext) -> bool:
+    """Whether this call of ``tool`` can only ask for (or be refused) its confirmation.
+
+    ADK's FunctionTool built with ``require_confirmation=True`` answers a call
+    that carries no confirmation with a request for one, and a rejected one
+    with an error, without running its function. Such a call acts on nothing:
+    no barrier is needed before it, and its call is written with the pause.
+    Without this, a crash between that barrier and the pause would leave a
+    stored call with no answer, which recovery must treat as a tool that may
+    have acted (parked, for a plain tool) when it never ran. A predicate
+    (``require_confirmation=callable``) or a subclass's own ``run_async`` is
+    app code whose outcome is not known here: those keep the barrier.
+    """
+    if not isinstance(tool, FunctionTool) or type(tool).run_async is not FunctionTool.run_async:
+        return False
+    if getattr(tool, "_require_confirmation", False) is not True:
+        return False
+    confirmation = tool_context.tool_confirmation
+    return confirmation is None or not confirmation.confirmed
 
 
 class End:
@@ -341,11 +363,14 @@ class BarrierPlugin(BasePlugin):
     ) -> dict[str, Any] | None:
         # A journaled tool writes the buffered events with its intent, and a
         # durable long-running tool with its job, in one unit
-        # (Drive.begin_with_events, Drive.start_job_with_events): nothing
-        # outside happens before then, unless app code runs here first
-        # (another plugin's or the agent's own before_tool_callback), which
-        # needs its events durable.
-        if writes_with_its_call(tool) and not self.others_before_tool:
+        # (Drive.begin_with_events, Drive.start_job_with_events); a tool that
+        # is only asking for its confirmation acts on nothing, and its call
+        # goes with the pause. Nothing outside happens before then, unless app
+        # code runs here first (another plugin's or the agent's own
+        # before_tool_callback), which needs its events durable.
+        if (
+            writes_with_its_call(tool) or only_asks_for_confirmation(tool, tool_context)
+        ) and not self.others_before_tool:
             agent = getattr(tool_context.get_invocation_context(), "agent", None)
             if not getattr(agent, "before_tool_callback", None):
                 return None
