@@ -19,6 +19,8 @@ from google.adk.agents.invocation_context import InvocationContext
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
 from durable_adk import DurableRunner, RunStatus, errors
@@ -84,6 +86,56 @@ async def test_the_call_is_stored_before_the_tool_runs_and_every_event_before_th
     assert handed == len(events) - 1  # every event but the user's is handed over
     (run,) = await runner.ledger.list_runs()
     assert run.status is RunStatus.DONE
+
+
+def ship(order: str) -> dict[str, str]:
+    """Ships an order (a person approves it first)."""
+    return {"order": order, "status": "shipped"}
+
+
+class ProbeBeforeTool(BasePlugin):
+    """Another plugin's code before every tool."""
+
+    def __init__(self) -> None:
+        super().__init__(name="probe_before_tool")
+
+    async def before_tool_callback(self, **_: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("confirmation", "plugins", "barrier"),
+    [
+        # ADK's FunctionTool asks for its confirmation without running: no act,
+        # no barrier; the call goes with the pause.
+        pytest.param(True, [], False, id="asks"),
+        # A predicate is app code whose answer is not known before it runs.
+        pytest.param(lambda order: True, [], True, id="predicate"),
+        # Another plugin's code runs before the tool: it needs the call durable.
+        pytest.param(True, [ProbeBeforeTool()], True, id="plugin"),
+    ],
+)
+async def test_a_call_that_only_asks_for_confirmation_goes_with_the_pause(
+    store: Store, confirmation: Any, plugins: list[BasePlugin], barrier: bool
+) -> None:
+    agent = LlmAgent(
+        name="clerk",
+        model=ScriptedModel([Call("ship", {"order": "A1"}), Say("Shipped.")]),
+        tools=[FunctionTool(ship, require_confirmation=confirmation)],
+    )
+    runner = DurableRunner(app=agent, app_name=APP, store=store, plugins=plugins)
+    counting = CountingStore(store)
+    async for _ in runner.run(user_id="u", session_id="s1", message="Ship A1"):
+        pass
+    counting.calls.pop("sweeper_seen", None)
+    expected = {"run_start": 1, "append_events_finish": 1}
+    if barrier:
+        expected["append_events"] = 1  # the user's message and the call, before the tool
+    assert dict(counting.calls) == expected
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.PAUSED
+    names = [c.name for e in await stored(store, "s1") for c in e.get_function_calls()]
+    assert names == ["ship", "adk_request_confirmation"]
 
 
 def lookup(order: str) -> dict[str, str]:

@@ -24,11 +24,10 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
-from google.adk.tools import FunctionTool
 from google.genai import types
 from test_barrier_commits import CountingStore
 
-from durable_adk import DurableRunner, errors, idempotent
+from durable_adk import DurableRunner, errors
 from durable_adk.adk.classify import classify
 from durable_adk.adk.inbox import inbox_at_finish
 from durable_adk.adk.session_service import DurableSessionService
@@ -37,7 +36,7 @@ from durable_adk.demo.approvals_app import app as approvals_app
 from durable_adk.interrupts import InterruptKind, InterruptStatus, InterruptTable
 from durable_adk.ledger import Lease, RunLedger, RunStatus
 from durable_adk.store import Store
-from durable_adk.testing import Call, Say, ScriptedModel
+from durable_adk.testing import Say, ScriptedModel
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from refusals import refuse
 
@@ -46,21 +45,6 @@ USER = "u1"
 
 def runner(store: Store, **options: Any) -> DurableRunner:
     return DurableRunner(app=approvals_app(), app_name=APP_NAME, store=store, **options)
-
-
-def shipping(store: Store, worker_id: str) -> DurableRunner:
-    """An agent whose one tool needs confirmation and may run again after a crash."""
-
-    def ship_order(order_id: str) -> dict[str, Any]:
-        """Ships an order (a person approves it first)."""
-        return {"order_id": order_id, "shipped": True}
-
-    agent = LlmAgent(
-        name=APP_NAME,
-        model=ScriptedModel([Call("ship_order", {"order_id": "O-1"}), Say("Shipped.")]),
-        tools=[FunctionTool(idempotent(ship_order), require_confirmation=True)],
-    )
-    return DurableRunner(app=agent, app_name=APP_NAME, store=store, worker_id=worker_id)
 
 
 async def drive(runner: DurableRunner, session_id: str, message: Any, **options: Any) -> None:
@@ -115,16 +99,16 @@ async def test_an_index_row_refused_inside_the_unit_leaves_the_run_unfinished(
 ) -> None:
     await refuse(store, backend, "refuse_interrupt", "INSERT ON interrupts")
     with pytest.raises(errors.RunInterrupted):
-        await drive(shipping(store, "worker-A"), "s1", "O-1")
+        await drive(runner(store, worker_id="worker-A"), "s1", "O-1")
     (run,) = await RunLedger(store).list_runs()
     assert run.status is RunStatus.RUNNING  # its lease expires; recovery takes it
     session = await DurableSessionService(store).get_session(
         app_name=APP_NAME, user_id=USER, session_id="s1"
     )
     assert session is not None
-    # The call asking for confirmation went with the finish: not written either.
-    asked = [c.name for e in session.events for c in e.get_function_calls()]
-    assert "adk_request_confirmation" not in asked
+    # The model's call and the request for confirmation went with the finish:
+    # neither was written.
+    assert [c.name for e in session.events for c in e.get_function_calls()] == []
     assert await InterruptTable(store).list_interrupts(status=None) == []
 
     await store.run_script(
@@ -132,10 +116,10 @@ async def test_an_index_row_refused_inside_the_unit_leaves_the_run_unfinished(
         if backend == "sqlite"
         else "DROP TRIGGER refuse_interrupt ON interrupts; DROP FUNCTION refuse_interrupt();"
     )
-    # The call is stored (the barrier before its tool), its answer is not: the
-    # re-drive runs it again, and the tool asks for its confirmation again.
-    report = await sweep_as_fresh_worker(shipping(store, "worker-B"))
-    assert [(r["found"], r["status"]) for r in report] == [("TOOL_UNANSWERED", "PAUSED")]
+    # Nothing of the turn but the user's message is stored (the call that only
+    # asks for confirmation goes with the pause): the re-drive asks again.
+    report = await sweep_as_fresh_worker(runner(store, worker_id="worker-B"))
+    assert [(r["found"], r["status"]) for r in report] == [("NOT_STARTED", "PAUSED")]
     (run,) = await RunLedger(store).list_runs()
     assert run.status is RunStatus.PAUSED
     (interrupt,) = await InterruptTable(store).list_interrupts()

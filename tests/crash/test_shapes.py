@@ -282,6 +282,31 @@ async def test_a_kill_right_after_a_pause_or_its_answer_is_written_keeps_the_inb
     assert seen["texts"] == ["Paid C-1."]
 
 
+@pytest.mark.parametrize(
+    ("commits", "found"),
+    [
+        # The call only asked for confirmation: written with the pause, so a kill
+        # before it leaves the user's message alone, and the re-drive asks again.
+        pytest.param("barrier", ("NOT_STARTED", "redrive", "PAUSED"), id="barrier"),
+        pytest.param("per_event", ("PAUSED", "mark_paused", "PAUSED"), id="per_event"),
+    ],
+)
+async def test_a_plain_tool_killed_before_its_confirmation_is_recorded_is_asked_again(
+    url: str, billing: FakeService, commits: str, found: tuple[str, str, str]
+) -> None:
+    """Not parked as "may have acted": a tool waiting for its confirmation never ran."""
+    app = shape("confirm_plain", url, billing, commits)
+    app.run(crash_at="runner.before_finish")
+    assert app.recover() == [found]
+    assert app.acts() == []
+    assert await app.inbox() == [("confirmation", "adk_request_confirmation", "OPEN")]
+    assert app.answer({"confirmed": True}) is None
+    seen = await app.facts()
+    assert seen["status"] == [DONE, DONE]
+    assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
+    assert seen["texts"] == ["Paid C-1."]
+
+
 # ---------------------------------------------------------- two-turn transfer
 
 
