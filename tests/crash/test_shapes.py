@@ -261,6 +261,15 @@ async def test_an_approval_killed_before_its_drive_finishes_is_done_once(
     assert (await app.facts())["texts"] == ["Paid C-1."]
 
 
+async def paid_once_and_answered(app: Shape) -> None:
+    """The approved payment made once (by the answering worker), one answer, the pause closed."""
+    seen = await app.facts()
+    assert seen["status"] == [DONE, DONE]
+    assert await app.inbox() == [("confirmation", "adk_request_confirmation", "ANSWERED")]
+    assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
+    assert seen["texts"] == ["Paid C-1."]
+
+
 async def test_a_kill_right_after_a_pause_or_its_answer_is_written_keeps_the_inbox_true(
     url: str, billing: FakeService
 ) -> None:
@@ -274,12 +283,8 @@ async def test_a_kill_right_after_a_pause_or_its_answer_is_written_keeps_the_inb
     assert app.acts() == []
     app.answer({"confirmed": True}, crash_at="ending.after_write")
     assert app.recover() == []
-    seen = await app.facts()
     # The paused run ended DONE with its answer's run, and the call left the inbox.
-    assert seen["status"] == [DONE, DONE]
-    assert await app.inbox() == [("confirmation", "adk_request_confirmation", "ANSWERED")]
-    assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
-    assert seen["texts"] == ["Paid C-1."]
+    await paid_once_and_answered(app)
 
 
 @pytest.mark.parametrize(
@@ -301,10 +306,7 @@ async def test_a_plain_tool_killed_before_its_confirmation_is_recorded_is_asked_
     assert app.acts() == []
     assert await app.inbox() == [("confirmation", "adk_request_confirmation", "OPEN")]
     assert app.answer({"confirmed": True}) is None
-    seen = await app.facts()
-    assert seen["status"] == [DONE, DONE]
-    assert [(w, k) for w, k in app.acts()] == [("worker-A", "pay:C-1")]
-    assert seen["texts"] == ["Paid C-1."]
+    await paid_once_and_answered(app)
 
 
 # ---------------------------------------------------------- two-turn transfer
