@@ -181,21 +181,6 @@ class InterruptTable:
             return [], 0.0
         return [Interrupt.from_row(r) for r in rows], float(rows[0]["db_now"])
 
-    async def of_invocation(
-        self, *, app_name: str, user_id: str, session_id: str, invocation_id: str
-    ) -> list[Interrupt]:
-        """Every interrupt indexed for one invocation."""
-        rows = await self.store.fetch(
-            "interrupt_of_invocation",
-            {
-                "app_name": app_name,
-                "user_id": user_id,
-                "session_id": session_id,
-                "invocation_id": invocation_id,
-            },
-        )
-        return [Interrupt.from_row(r) for r in rows]
-
     async def settle(self, interrupt: Interrupt) -> None:
         """Marks an OPEN interrupt ANSWERED because the session shows its call answered."""
         await self.store.execute("interrupt_settle", {"pk": interrupt.pk})

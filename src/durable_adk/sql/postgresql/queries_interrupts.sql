@@ -90,12 +90,6 @@ SELECT *, extract(epoch FROM clock_timestamp()) AS db_now FROM interrupts
    AND (:session_id::text IS NULL OR session_id = :session_id::text)
  ORDER BY pk DESC LIMIT 50;
 
--- name: interrupt_of_invocation
-SELECT * FROM interrupts
- WHERE app_name = :app_name::text AND user_id = :user_id::text
-   AND session_id = :session_id::text AND invocation_id = :invocation_id::text
- ORDER BY pk;
-
 -- name: interrupt_settle
 -- A call the session shows answered (by any path) leaves the inbox.
 UPDATE interrupts

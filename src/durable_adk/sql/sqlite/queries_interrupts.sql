@@ -86,12 +86,6 @@ SELECT *, (julianday('now') - 2440587.5) * 86400.0 AS db_now FROM interrupts
    AND (:session_id IS NULL OR session_id = :session_id)
  ORDER BY pk DESC LIMIT 50;
 
--- name: interrupt_of_invocation
-SELECT * FROM interrupts
- WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
-   AND invocation_id = :invocation_id
- ORDER BY pk;
-
 -- name: interrupt_settle
 -- A call the session shows answered (by any path) leaves the inbox.
 UPDATE interrupts
