@@ -276,9 +276,34 @@ def _markers(name: str) -> tuple[str, str]:
     return f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
 
 
+_DETAILS = re.compile(r"<details>.*?</details>\n?", re.DOTALL)
+
+
 def write_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
-    """Replaces the section ``name`` of BENCHMARKS.md (appending it if absent)."""
+    """Replaces the section ``name`` of BENCHMARKS.md (appending it if absent).
+
+    Profiles (the body's ``<details>`` blocks) are not kept in BENCHMARKS.md,
+    which holds the figures: they go to ``bench/profiles/<name>.md``, in
+    place of that file's previous content, and the section links to it. A
+    body without any leaves an earlier profile file alone.
+    """
     begin, end = _markers(name)
+    profiles = _DETAILS.findall(body)
+    if profiles:
+        where = f"bench/profiles/{name}.md"
+        target = path.parent / where
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lines = body.strip().splitlines()
+        heading = lines[0].lstrip("# ").strip()
+        run = next((line for line in lines if line.startswith("Run:")), "")
+        target.write_text(
+            f"# Profiles: {heading}\n\n{run}\n\nWritten with the section `{name}` of "
+            "BENCHMARKS.md, which holds this run's figures.\n\n"
+            + "\n".join(p.strip() + "\n" for p in profiles)
+        )
+        seen = iter(range(len(profiles)))
+        link = f"Profiles of this run: [{where}]({where}).\n"
+        body = _DETAILS.sub(lambda _: link if next(seen) == 0 else "", body)
     block = f"{begin}\n{body.strip()}\n{end}"
     text = path.read_text() if path.exists() else ""
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
