@@ -26,6 +26,7 @@ import sqlite3
 import statistics
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -354,3 +355,64 @@ def bench_main(name: str, collect: Callable[[bool], str], argv: Sequence[str] | 
     if write:
         write_section(name, body)
         print(f"BENCHMARKS.md: section {name!r} rewritten")
+
+
+# ------------------------------------------------------------ units replayed
+
+Units = list[tuple[str, dict[str, Any]]]
+"""A run's store calls in order: each named query and its parameters."""
+
+_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")
+
+
+def _fresh_like(found: str) -> str:
+    new = uuid.uuid4()
+    return str(new) if "-" in found else new.hex
+
+
+async def record_store_calls(
+    store: Any, action: Callable[[], Awaitable[Any]], *, skip: frozenset[str] = frozenset()
+) -> Units:
+    """The calls ``action`` makes through ``store.fetch``, in order (``skip``: names left out)."""
+    calls: Units = []
+    inner = store.fetch
+
+    async def fetch(query: str, params: Any = None) -> Any:
+        if query not in skip:
+            calls.append((query, dict(params or {})))
+        return await inner(query, params)
+
+    store.fetch = fetch
+    try:
+        await action()
+    finally:
+        store.fetch = inner
+    return calls
+
+
+async def replay_store_calls(store: Any, calls: Units) -> None:
+    """Sends recorded calls again, every id in them fresh (so each replay is a new run).
+
+    Ids (UUIDs, with or without dashes) are swapped consistently within the
+    replay; the session's primary key is the one the replay's ``run_start``
+    created.
+    """
+    fresh: dict[str, str] = {}
+
+    def swap(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return _ID.sub(lambda m: fresh.setdefault(m.group(), _fresh_like(m.group())), value)
+
+    session_pk: Any = None
+    for query, params in calls:
+        args = {k: swap(v) for k, v in params.items()}
+        if session_pk is not None and "session_pk" in args:
+            args["session_pk"] = session_pk
+        rows = await store.fetch(query, args)
+        status = rows[0]["status"] if query.startswith("append_") and rows else "ok"
+        if status != "ok":
+            # A refused unit costs less than a written one: the bound would lie.
+            raise RuntimeError(f"replayed {query!r} was refused ({status}): {args}")
+        if query == "run_start" and rows:
+            session_pk = rows[0]["created_session_pk"]

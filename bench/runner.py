@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import re
 import tempfile
 import time
 import uuid
@@ -58,6 +57,7 @@ from google.genai import types
 
 from bench.common import (
     OtherLoad,
+    Units,
     bench_main,
     fmt_ms,
     fmt_ratio,
@@ -67,6 +67,8 @@ from bench.common import (
     percentile,
     profile_async,
     quiet,
+    record_store_calls,
+    replay_store_calls,
     rotate,
     server_version,
     verdict,
@@ -243,29 +245,21 @@ class RawCommitsContender(Contender):
         return 0
 
 
-_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")
-
-
-def _fresh_like(found: str) -> str:
-    new = uuid.uuid4()
-    return str(new) if "-" in found else new.hex
-
-
 class UnitsReplayContender(Contender):
     """The units alone: a DurableRunner run's store calls, replayed with no runner.
 
     One run of the DurableRunner contender is recorded (each named query and
     its parameters, in order); each timed run sends the same calls to the
-    same store with fresh ids (session, run, invocation, events) and the
-    session row it made. What it costs is what those units cost: their
-    statements, the pages their commits write, the driver. A runner whose
-    only cost is its units (ADK's in-memory run plus this) is the bound for
-    the DurableRunner of the same units.
+    same store with fresh ids (:func:`bench.common.replay_store_calls`). What
+    it costs is what those units cost: their statements, the pages their
+    commits write, the driver. A runner whose only cost is its units (ADK's
+    in-memory run plus this) is the bound for the DurableRunner of the same
+    units.
     """
 
     durable = False
 
-    def __init__(self, of: DurableContender, units: list[tuple[str, dict[str, Any]]]) -> None:
+    def __init__(self, of: DurableContender, units: Units) -> None:
         self.name = f"floor: its {len(units)} store calls replayed ({of.backend})"
         self.backend = of.backend
         self.store = of.store
@@ -273,38 +267,12 @@ class UnitsReplayContender(Contender):
         self.units = units
 
     @staticmethod
-    async def record(c: DurableContender) -> list[tuple[str, dict[str, Any]]]:
+    async def record(c: DurableContender) -> Units:
         """The store calls of one run of ``c``, in order."""
-        calls: list[tuple[str, dict[str, Any]]] = []
-        inner = c.store.fetch
-
-        async def fetch(query: str, params: Any = None) -> Any:
-            calls.append((query, dict(params or {})))
-            return await inner(query, params)
-
-        c.store.fetch = fetch  # type: ignore[method-assign]
-        try:
-            await c.run_once()
-        finally:
-            del c.store.fetch
-        return calls
+        return await record_store_calls(c.store, c.run_once)
 
     async def run_once(self) -> int:
-        fresh: dict[str, str] = {}
-
-        def swap(value: Any) -> Any:
-            if not isinstance(value, str):
-                return value
-            return _ID.sub(lambda m: fresh.setdefault(m.group(), _fresh_like(m.group())), value)
-
-        session_pk: Any = None
-        for query, params in self.units:
-            args = {k: swap(v) for k, v in params.items()}
-            if session_pk is not None and "session_pk" in args:
-                args["session_pk"] = session_pk
-            rows = await self.store.fetch(query, args)
-            if query == "run_start" and rows:
-                session_pk = rows[0]["created_session_pk"]
+        await replay_store_calls(self.store, self.units)
         return 0
 
 

@@ -53,6 +53,9 @@ def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path)
     assert names & {"run_finish", "append_events_finish"}, names
     # Every run starts, appends its events and finishes: a handful of statements each.
     assert 3 <= result["statements"] / result["runs"] <= 20
+    # The bound's units: one run's store calls, replayed (each written, not refused).
+    assert result["units"] == ["run_start", "append_events", "append_event", "append_events_finish"]
+    assert 0 < result["units_cpu"] < result["cpu"] / result["runs"], result
 
 
 def test_a_ratio_between_contenders_is_taken_within_each_repeat_and_the_median_reported() -> None:
@@ -74,3 +77,39 @@ def test_a_ratio_between_contenders_is_taken_within_each_repeat_and_the_median_r
     assert ratio_over_repeats(results, 100, "durable-sqlite", "adk-memory", runs_per_s)[1] == []
     with pytest.raises(SystemExit):
         parse(["--repeats", "0"])
+
+
+def test_the_bound_adds_our_units_cpu_to_adks_run_within_each_repeat() -> None:
+    from bench.inflight import cpu_bound, over_pairs, rate_bound
+
+    def result(
+        contender: str, repeat: int, cpu: float, units_cpu: float = 0.0
+    ) -> dict[str, object]:
+        # 100 runs in 10 s: 10 runs/s, whatever the CPU.
+        return {
+            "contender": contender,
+            "size": 1000,
+            "repeat": repeat,
+            "runs": 100,
+            "wall": 10.0,
+            "cpu": cpu,
+            "units_cpu": units_cpu,
+        }
+
+    results = [
+        result("adk-memory", 0, cpu=0.8),  # 8 ms per run
+        result("durable-sqlite", 0, cpu=1.2, units_cpu=0.002),  # units: 2 ms per run
+        result("adk-memory", 1, cpu=0.5),  # 5 ms per run
+        result("durable-sqlite", 1, cpu=0.9, units_cpu=0.001),
+        result("durable-sqlite", 2, cpu=0.9, units_cpu=0.001),  # no ADK run to set it against
+    ]
+    value, each = over_pairs(results, 1000, "durable-sqlite", "adk-memory", cpu_bound)
+    assert [round(v, 3) for v in each] == [1.25, 1.2] and round(value, 3) == 1.225
+    # One loop thread: 1 s / (8 + 2) ms = 100 runs/s at most; ADK made only 10: no bound.
+    assert over_pairs(results, 1000, "durable-sqlite", "adk-memory", rate_bound)[1] == [1.0, 1.0]
+    saturated = [
+        {**results[0], "runs": 1000, "cpu": 10.0},  # 100 runs/s on a whole core: 10 ms each
+        {**results[1], "runs": 1000},
+    ]
+    rate = over_pairs(saturated, 1000, "durable-sqlite", "adk-memory", rate_bound)
+    assert [round(v, 3) for v in rate[1]] == [0.833]  # 1 s / (10 + 2) ms = 83.3 runs/s
