@@ -17,12 +17,15 @@ What it guarantees (framework-agnostic: no ADK import here):
 * The limit adapts to overload, sampled every ``interval`` seconds while
   drives are active. The signal is the larger of the loop's lag and the
   store's pressure (the longest a statement waited for a pooled connection:
-  a database-bound worker saturates its pool before its loop lags). A
-  sample above ``lag_target`` cuts the limit by a quarter (at most every
-  ``5 x interval``); when every sample of the last ``10 x interval`` stayed
-  below half of it, and runs wait with every slot taken, it grows by a
-  thirty-second (at least one). This is additive increase, multiplicative
-  decrease, as TCP does for congestion.
+  a database-bound worker saturates its pool before its loop lags). When the
+  median of the last five samples is above ``lag_target`` the limit is cut
+  by a quarter (at most every ``5 x interval``): overload that lasts, not
+  one pause (a garbage collection, one slow statement), which would
+  otherwise cost a quarter of the drives for the seconds it takes to grow
+  back. When every sample of the last ``10 x interval`` stayed below the
+  target, and runs wait with every slot taken, it grows by a thirty-second
+  (at least one). This is additive increase, multiplicative decrease, as
+  TCP does for congestion.
 * Below ``min_active`` drives nothing waits and no sampler runs: a single run
   pays a counter, nothing more.
 * ``Admission(adaptive=False, max_active=N)`` is a fixed limit of N;
@@ -161,7 +164,7 @@ class Admission:
         if not self.adaptive:
             return
         cap = math.inf if self.max_active is None else float(self.max_active)
-        if lag > self.lag_target:
+        if _median_of_last(self._recent, CUT_SAMPLES) > self.lag_target:
             if now - self._last_cut >= 5 * self.interval:
                 self._last_cut = now
                 cut = max(float(self.min_active), self.limit * 0.75)
@@ -169,7 +172,7 @@ class Admission:
                     logger.debug("overloaded (%.0f ms): admission limit %d", lag * 1e3, cut)
                 self.limit = cut
         elif (
-            max(self._recent) < self.lag_target / 2
+            max(self._recent) < self.lag_target
             and self.waiting
             and self.active >= int(self.limit)
         ):
@@ -213,6 +216,16 @@ class Admission:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
+
+
+CUT_SAMPLES = 5
+"""Samples whose median decides a cut: overload in most of the last five, not one."""
+
+
+def _median_of_last(samples: collections.deque[float], n: int) -> float:
+    """The median of the last ``n`` samples (of all when fewer; the lower of two middles)."""
+    last = sorted(list(samples)[-n:])
+    return last[(len(last) - 1) // 2]
 
 
 def _admitted(waiter: asyncio.Future[None]) -> bool:

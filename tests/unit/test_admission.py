@@ -70,10 +70,15 @@ async def test_lag_above_the_target_cuts_the_limit_and_calm_with_waiters_raises_
     admission.observe(0.0, now=71.0)  # calm, every slot taken, runs waiting: +1
     await asyncio.sleep(0)
     assert admission.limit == 5 and admission.active == 5 and admission.waiting == 1
-    # One sample above half the target in the last ten holds the growth back.
-    admission.observe(0.03, now=72.0)
+    # One sample above the target in the last ten holds the growth back, and,
+    # alone among calm ones (a pause: a garbage collection, one slow statement),
+    # cuts nothing either.
+    admission.observe(0.06, now=72.0)
     admission.observe(0.0, now=73.0)
     assert admission.limit == 5
+    for step in range(9):
+        admission.observe(0.04, now=74.0 + step)  # busy, but below the target: grows
+    assert admission.limit == 6
     for task in tasks:
         task.cancel()
     await admission.aclose()
@@ -125,24 +130,25 @@ async def test_the_sampler_sees_a_loop_held_up_and_cuts_the_limit() -> None:
     admission = Admission(min_active=2, initial=32, lag_target=0.02, interval=0.01)
     tasks = await admitted_now(admission, 3)  # enough to run the sampler
     await asyncio.sleep(0.03)
-    time.sleep(0.2)  # noqa: ASYNC251 - a drive that holds the loop (CPU, a blocking call)
-    await asyncio.sleep(0.05)
-    assert admission.limit == 24  # the 0.2 s sample cut it by a quarter, once
+    for _ in range(4):  # drives that hold the loop again and again (CPU, blocking calls)
+        time.sleep(0.1)  # noqa: ASYNC251
+        await asyncio.sleep(0.015)
+    assert admission.limit <= 24  # cut by a quarter (again, at most once per 5 intervals)
     for _ in tasks:
         admission.leave()
     await admission.aclose()
 
 
 async def test_the_stores_wait_for_connections_counts_as_overload() -> None:
-    waits = [0.5]  # the pool made a statement wait half a second, then no more
+    waits = [0.5, 0.5, 0.5]  # statements waited half a second for the pool, then no more
 
     def pressure() -> float:
         return waits.pop() if waits else 0.0
 
     admission = Admission(min_active=2, initial=32, interval=0.01, pressure=pressure)
     tasks = await admitted_now(admission, 3)
-    await asyncio.sleep(0.05)
-    assert admission.limit == 24  # the loop did not lag; the pool's wait cut it
+    await asyncio.sleep(0.06)
+    assert admission.limit <= 24  # the loop did not lag; the pool's waits cut it
     for _ in tasks:
         admission.leave()
     await admission.aclose()
