@@ -113,3 +113,16 @@ def test_the_bound_adds_our_units_cpu_to_adks_run_within_each_repeat() -> None:
     ]
     rate = over_pairs(saturated, 1000, "durable-sqlite", "adk-memory", rate_bound)
     assert [round(v, 3) for v in rate[1]] == [0.833]  # 1 s / (10 + 2) ms = 83.3 runs/s
+
+
+def test_heartbeats_are_at_most_one_per_renewal_interval_whatever_the_windows_phase() -> None:
+    from bench.inflight import heartbeats_ok, heartbeats_seen
+
+    # A 30 s lease renews every 10 s: a 20.4 s window holds two renewals, or
+    # three when one falls at each of its ends; four would be one too many.
+    assert heartbeats_ok({"heartbeats": 2, "wall": 20.4}, 30.0)
+    assert heartbeats_ok({"heartbeats": 3, "wall": 20.4}, 30.0)
+    assert not heartbeats_ok({"heartbeats": 4, "wall": 20.4}, 30.0)
+    assert heartbeats_seen({"heartbeats": 3, "wall": 20.4}, 30.0) == (
+        "3 in 20.4 s (at most 3, one per 10 s)"
+    )
