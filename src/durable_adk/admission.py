@@ -172,9 +172,7 @@ class Admission:
                     logger.debug("overloaded (%.0f ms): admission limit %d", lag * 1e3, cut)
                 self.limit = cut
         elif (
-            max(self._recent) < self.lag_target
-            and self.waiting
-            and self.active >= int(self.limit)
+            max(self._recent) < self.lag_target and self.waiting and self.active >= int(self.limit)
         ):
             self.limit = min(cap, self.limit + max(1.0, self.limit / 32))
         self._let_in()
