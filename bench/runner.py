@@ -8,7 +8,7 @@ Run from the repository root::
 
 One run = a new session, the user's message, the model calls a Python tool,
 the tool answers, the model answers with text (a ScriptedModel of two steps;
-a script spans the session, so one model serves every fresh session). Seven
+a script spans the session, so one model serves every fresh session). Eight
 contenders drive the same App (the same agent, tool and script, ADK
 resumability on, as DurableRunner requires):
 
@@ -16,7 +16,9 @@ resumability on, as DurableRunner requires):
   same store), each with per-event commits (``commits="per_event"``) and
   with barrier commits (the default, docs/runs.md): ledger row, claim, lease
   heartbeat task, fenced appends, finish;
-* ADK's Runner with InMemorySessionService (the floor: no durability at all);
+* ADK's Runner with InMemorySessionService (the floor: no durability at all),
+  and the same with sync tools on ADK's tool thread pool, as DurableRunner runs
+  them (``RunConfig.tool_thread_pool_config``): what that choice costs ADK alone;
 * ADK's Runner with DatabaseSessionService on the same database kind
   (``sqlite+aiosqlite`` / ``postgresql+asyncpg``).
 
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
@@ -183,10 +186,17 @@ class Contender:
 class AdkContender(Contender):
     durable = False
 
-    def __init__(self, name: str, backend: str, service: BaseSessionService) -> None:
+    def __init__(
+        self,
+        name: str,
+        backend: str,
+        service: BaseSessionService,
+        run_config: RunConfig | None = None,
+    ) -> None:
         self.name = name
         self.backend = backend
         self.service = service
+        self.run_config = run_config
         self.runner = Runner(app=make_app(), session_service=service)
 
     async def run_once(self) -> int:
@@ -194,7 +204,7 @@ class AdkContender(Contender):
         self.last_session = session.id
         n = 0
         async for _ in self.runner.run_async(
-            user_id=USER, session_id=session.id, new_message=_message()
+            user_id=USER, session_id=session.id, new_message=_message(), run_config=self.run_config
         ):
             n += 1
         return n
@@ -277,6 +287,7 @@ class UnitsReplayContender(Contender):
 
 
 IN_MEMORY = "ADK Runner + InMemorySessionService"
+IN_MEMORY_POOL = "ADK Runner + InMemorySessionService, sync tools on ADK's thread pool"
 COMMITS_LABEL: dict[CommitMode, str] = {"per_event": "per-event", "barrier": "barrier"}
 WRITE_QUERIES = frozenset(name for name, q in load_queries("sqlite").items() if q.writes)
 """The store's units that write (a commit each): what a run's commits are counted from."""
@@ -303,6 +314,13 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
         ]
         contenders += [
             AdkContender(IN_MEMORY, "memory", InMemorySessionService()),
+            # What DurableRunner's choice to run sync tools off the loop costs ADK alone.
+            AdkContender(
+                IN_MEMORY_POOL,
+                "memory",
+                InMemorySessionService(),
+                RunConfig(tool_thread_pool_config=ToolThreadPoolConfig()),
+            ),
             AdkContender("ADK Runner + DatabaseSessionService (sqlite)", "sqlite", adk_sqlite),
             AdkContender("ADK Runner + DatabaseSessionService (postgresql)", "postgresql", adk_pg),
         ]
@@ -656,7 +674,7 @@ async def run(quick: bool = False) -> str:
     out.append(
         "One run = a new session, the user's message, the model calls a Python tool, the tool "
         "answers, the model answers with text: a ScriptedModel of two steps (a script spans "
-        "the session, so one model serves every new session). All seven contenders drive the "
+        "the session, so one model serves every new session). All eight contenders drive the "
         "same App (same agent, tool and script, ADK resumability on, as DurableRunner "
         "requires), each with its own database file (SQLite, same directory) or database "
         "(same PostgreSQL server). Timed: all a caller does for one run on a new session: "
