@@ -302,9 +302,8 @@ def write_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
             "BENCHMARKS.md, which holds this run's figures.\n\n"
             + "\n".join(p.strip() + "\n" for p in profiles)
         )
-        seen = iter(range(len(profiles)))
         link = f"Profiles of this run: [{where}]({where}).\n"
-        body = _DETAILS.sub(lambda _: link if next(seen) == 0 else "", body)
+        body = _DETAILS.sub("", _DETAILS.sub(link, body, count=1))  # the link where the first was
     block = f"{begin}\n{body.strip()}\n{end}"
     text = path.read_text() if path.exists() else ""
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)

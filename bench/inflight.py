@@ -839,20 +839,23 @@ def workers_table(results: list[dict[str, Any]]) -> str:
     )
 
 
-def heartbeats_ok(r: dict[str, Any], lease: float) -> bool:
-    """At most one heartbeat statement per renewal interval (a third of the lease).
+def most_heartbeats(r: dict[str, Any], lease: float) -> int:
+    """The most heartbeat statements a window may hold at one per renewal interval.
 
-    A window of ``k`` intervals holds ``k`` renewals, or one more when they
-    fall at both its ends: the bound is the number of intervals that fit in
-    it, rounded up (plus the one at its start).
+    A window of ``k`` whole intervals (and a part of one) holds ``k``
+    renewals, or one more when a renewal falls at its very start.
     """
-    return int(r["heartbeats"]) <= math.floor(r["wall"] / (lease / 3)) + 1
+    return math.floor(r["wall"] / (lease / 3)) + 1
+
+
+def heartbeats_ok(r: dict[str, Any], lease: float) -> bool:
+    """At most one heartbeat statement per renewal interval (a third of the lease)."""
+    return int(r["heartbeats"]) <= most_heartbeats(r, lease)
 
 
 def heartbeats_seen(r: dict[str, Any], lease: float) -> str:
-    interval = lease / 3
-    most = math.floor(r["wall"] / interval) + 1
-    return f"{r['heartbeats']} in {r['wall']:.1f} s (at most {most}, one per {interval:g} s)"
+    most = most_heartbeats(r, lease)
+    return f"{r['heartbeats']} in {r['wall']:.1f} s (at most {most}, one per {lease / 3:g} s)"
 
 
 def target_table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:

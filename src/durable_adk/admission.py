@@ -164,12 +164,13 @@ class Admission:
         if not self.adaptive:
             return
         cap = math.inf if self.max_active is None else float(self.max_active)
-        if _median_of_last(self._recent, CUT_SAMPLES) > self.lag_target:
+        overload = _median_of_last(self._recent, CUT_SAMPLES)
+        if overload > self.lag_target:
             if now - self._last_cut >= 5 * self.interval:
                 self._last_cut = now
                 cut = max(float(self.min_active), self.limit * 0.75)
                 if cut < self.limit:
-                    logger.debug("overloaded (%.0f ms): admission limit %d", lag * 1e3, cut)
+                    logger.debug("overloaded (%.0f ms): admission limit %d", overload * 1e3, cut)
                 self.limit = cut
         elif (
             max(self._recent) < self.lag_target and self.waiting and self.active >= int(self.limit)
