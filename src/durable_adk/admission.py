@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import math
 from collections.abc import Callable
@@ -194,8 +195,9 @@ class Admission:
         if not self.adaptive or self.active + self.waiting < self.min_active:
             return
         if self._sampler is None or self._sampler.done():
+            # Started by a drive: in a context of its own, not that drive's.
             self._sampler = asyncio.get_running_loop().create_task(
-                self._sample(), name="durable-adk-admission"
+                self._sample(), name="durable-adk-admission", context=contextvars.Context()
             )
 
     async def _sample(self) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -117,7 +118,12 @@ class LeaseKeeper:
         loop = asyncio.get_running_loop()
         task = self._task
         if task is None or task.done() or task.get_loop() is not loop:
-            self._task = loop.create_task(self._run(), name=f"durable-adk-leases-{self.owner}")
+            # Started by whichever drive holds a lease first: in a context of
+            # its own, not that drive's (whose run, fence and spans it would
+            # otherwise keep alive, and carry, for as long as it runs).
+            self._task = loop.create_task(
+                self._run(), name=f"durable-adk-leases-{self.owner}", context=contextvars.Context()
+            )
         self.watchdog.watch(loop)
         return holding
 
@@ -169,7 +175,11 @@ class LeaseKeeper:
             if fence.lost is None and time.monotonic() >= fence.trusted_until:
                 self._lose(holding, "the lease's local deadline passed before a renewal succeeded")
 
-        holding._timer = loop.call_at(holding.fence.trusted_until, expire)
+        # A cancelled timer stays in the loop's queue until its time, with its
+        # context: the drive's would keep the ended drive alive until then.
+        holding._timer = loop.call_at(
+            holding.fence.trusted_until, expire, context=contextvars.Context()
+        )
 
     def _lose(self, holding: Holding, reason: str) -> None:
         self.drop(holding)
@@ -310,12 +320,12 @@ class LeaseWatchdog:
             self._seen = time.monotonic()
             if self.keeper.held() and not self._stop.is_set():
                 assert self._main is not None
-                self._tick = self._main.call_later(self.every, tick)
+                self._tick = self._main.call_later(self.every, tick, context=contextvars.Context())
             else:
                 self._tick = None
 
         assert self._main is not None
-        self._tick = self._main.call_later(self.every, tick)
+        self._tick = self._main.call_later(self.every, tick, context=contextvars.Context())
 
     def _thread_main(self, url: str) -> None:
         try:

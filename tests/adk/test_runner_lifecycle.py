@@ -12,6 +12,8 @@ import gc
 import logging
 import time
 import warnings
+import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from google.adk.agents import LlmAgent
 from google.adk.apps import App, ResumabilityConfig
 
 from durable_adk import (
+    Admission,
     Background,
     BackgroundSettings,
     DurableRunner,
@@ -30,7 +33,7 @@ from durable_adk import (
 from durable_adk.metrics import Metrics
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.service.worker import Worker
-from durable_adk.store import Store
+from durable_adk.store import Store, open_store
 from durable_adk.sweeps import sweepers_seen
 from durable_adk.testing import Call, Say, ScriptedModel
 
@@ -204,6 +207,54 @@ async def test_the_worker_runs_the_same_loops(store: Store, store_url: str) -> N
         assert worker.runner.background is worker.background and worker.background.running
         await until_status(store, run_id, RunStatus.DONE)
     assert worker.runner.background is None and loop_tasks() == []
+
+
+async def test_a_finished_drive_is_freed_at_once_without_the_garbage_collector(
+    tmp_path: Path,
+) -> None:
+    """A drive holds events, a queue, a lock, its fence and its task: once its
+    run has ended nothing of ours keeps it, neither a reference cycle (left to
+    the cyclic collector, which at hundreds of runs in flight would keep every
+    ended drive until a full collection) nor a task or timer started inside it
+    (the lease keeper, the lease's deadline, the watchdog's tick and the
+    admission sampler run in contexts of their own, not the drive's).
+
+    SQLite only: on PostgreSQL, asyncpg's own timers of the drive's last
+    statements (its command and acquire timeouts) keep their context until
+    they fall due, seconds after the drive, outside our code.
+    """
+    GATE.clear()
+    async with open_store(f"sqlite:///{tmp_path}/freed.db") as store:
+        # min_active=1: the admission sampler starts with the first drive too.
+        durable = runner(store, background=False, admission=Admission(min_active=1))
+        driver = durable.path.driver
+        drives: list[weakref.ref[Any]] = []
+        new_drive = driver.new_drive
+
+        def watched(run: Any) -> Any:
+            drive = new_drive(run)
+            drives.append(weakref.ref(drive))
+            return drive
+
+        driver.new_drive = watched  # type: ignore[method-assign]
+        gc.collect()
+        gc.disable()
+        try:
+            for session in ("first", "second"):  # the first starts the keeper and sampler
+                events = [
+                    e async for e in durable.run(user_id="u", session_id=session, message="lamps?")
+                ]
+                assert any(
+                    e.content and e.content.parts and e.content.parts[0].text for e in events
+                )
+            for _ in range(5):  # the drives' tasks hand their ends over and finish
+                await asyncio.sleep(0)
+            assert len(drives) == 2
+            assert [d() for d in drives] == [None, None]
+        finally:
+            gc.enable()
+        await durable.keeper.aclose()
+        await durable.admission.aclose()
 
 
 def test_bad_background_settings_are_refused() -> None:

@@ -326,6 +326,9 @@ class Driver:
             path.sessions.distrust(key)
             if drive.holding is not None:
                 path.keeper.drop(drive.holding)
+                # Its callbacks refer to the drive: kept, they would make the
+                # drive a cycle that only the garbage collector frees.
+                drive.holding = None
             if drive.stopper is not None:
                 drive.stopper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
