@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -457,7 +458,11 @@ class PostgresStore(Store):
         """Enough takers waiting for a connection for the waiting units (a group each)."""
         while self._takers_waiting * self._group.group_max < len(self._group):
             self._takers_waiting += 1
-            taker = asyncio.create_task(self._take_group(), name="durable-adk-group")
+            # It writes the units of many runs: in a context of its own, not
+            # that of the run whose unit happened to start it.
+            taker = asyncio.create_task(
+                self._take_group(), name="durable-adk-group", context=contextvars.Context()
+            )
             self._takers.add(taker)
             taker.add_done_callback(self._taker_done)
 
