@@ -389,29 +389,75 @@ async def record_store_calls(
     return calls
 
 
-async def replay_store_calls(store: Any, calls: Units) -> None:
-    """Sends recorded calls again, every id in them fresh (so each replay is a new run).
+PlacedUnits = list[tuple[str, dict[str, Any], int]]
+"""A run's store calls in order, each with how many events had been appended before it."""
+
+
+async def record_store_calls_at(
+    store: Any, service: Any, action: Callable[[], Awaitable[Any]]
+) -> PlacedUnits:
+    """As :func:`record_store_calls`, each call placed by the events appended before it.
+
+    ``service`` is the session service the run appends through; partial
+    events (never stored) are not counted.
+    """
+    placed: PlacedUnits = []
+    appended = 0
+    inner_fetch, inner_append = store.fetch, service.append_event
+
+    async def fetch(query: str, params: Any = None) -> Any:
+        placed.append((query, dict(params or {}), appended))
+        return await inner_fetch(query, params)
+
+    async def append_event(session: Any, event: Any) -> Any:
+        nonlocal appended
+        out = await inner_append(session, event)
+        if not event.partial:
+            appended += 1
+        return out
+
+    store.fetch, service.append_event = fetch, append_event
+    try:
+        await action()
+    finally:
+        store.fetch, service.append_event = inner_fetch, inner_append
+    return placed
+
+
+class Replay:
+    """One replay of recorded calls, every id in them fresh (so each replay is a new run).
 
     Ids (UUIDs, with or without dashes) are swapped consistently within the
     replay; the session's primary key is the one the replay's ``run_start``
     created.
     """
-    fresh: dict[str, str] = {}
 
-    def swap(value: Any) -> Any:
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._fresh: dict[str, str] = {}
+        self._session_pk: Any = None
+
+    def _swap(self, value: Any) -> Any:
         if not isinstance(value, str):
             return value
-        return _ID.sub(lambda m: fresh.setdefault(m.group(), _fresh_like(m.group())), value)
+        return _ID.sub(lambda m: self._fresh.setdefault(m.group(), _fresh_like(m.group())), value)
 
-    session_pk: Any = None
-    for query, params in calls:
-        args = {k: swap(v) for k, v in params.items()}
-        if session_pk is not None and "session_pk" in args:
-            args["session_pk"] = session_pk
-        rows = await store.fetch(query, args)
+    async def send(self, query: str, params: dict[str, Any]) -> None:
+        """Sends one recorded call; raises if a replayed append was refused."""
+        args = {k: self._swap(v) for k, v in params.items()}
+        if self._session_pk is not None and "session_pk" in args:
+            args["session_pk"] = self._session_pk
+        rows = await self.store.fetch(query, args)
         status = rows[0]["status"] if query.startswith("append_") and rows else "ok"
         if status != "ok":
             # A refused unit costs less than a written one: the bound would lie.
             raise RuntimeError(f"replayed {query!r} was refused ({status}): {args}")
         if query == "run_start" and rows:
-            session_pk = rows[0]["created_session_pk"]
+            self._session_pk = rows[0]["created_session_pk"]
+
+
+async def replay_store_calls(store: Any, calls: Units) -> None:
+    """Sends recorded calls again, as one new run (see :class:`Replay`)."""
+    replay = Replay(store)
+    for query, params in calls:
+        await replay.send(query, params)

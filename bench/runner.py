@@ -20,7 +20,12 @@ resumability on, as DurableRunner requires):
   and the same with sync tools on ADK's tool thread pool, as DurableRunner runs
   them (``RunConfig.tool_thread_pool_config``): what that choice costs ADK alone;
 * ADK's Runner with DatabaseSessionService on the same database kind
-  (``sqlite+aiosqlite`` / ``postgresql+asyncpg``).
+  (``sqlite+aiosqlite`` / ``postgresql+asyncpg``);
+* the bounds, per backend: as many raw commits as a run makes; the run's own
+  store calls replayed apart (a loop of units, no runner); and the bound the
+  targets are judged against, ADK's in-memory Runner making the run's own
+  units inline at the points where DurableRunner makes them
+  (:class:`UnitsAtTheirPoints`): a runner whose only cost is its units.
 
 Timed: everything a caller does for one run on a new session. ADK's Runner
 needs the session to exist (``create_session``, then ``run_async`` drained);
@@ -60,6 +65,8 @@ from google.genai import types
 
 from bench.common import (
     OtherLoad,
+    PlacedUnits,
+    Replay,
     Units,
     bench_main,
     fmt_ms,
@@ -71,6 +78,7 @@ from bench.common import (
     profile_async,
     quiet,
     record_store_calls,
+    record_store_calls_at,
     replay_store_calls,
     rotate,
     server_version,
@@ -286,6 +294,61 @@ class UnitsReplayContender(Contender):
         return 0
 
 
+class UnitsAtTheirPoints(InMemorySessionService):
+    """ADK's in-memory session service, making a DurableRunner run's units as it goes.
+
+    Each unit the recorded run wrote is sent again (fresh ids,
+    :class:`bench.common.Replay`) at the point of ADK's run where the
+    recorded one wrote it: after as many appended events. This is a runner
+    whose only cost is its units, made inline as DurableRunner makes them:
+    ADK's own work then runs between commits (their syscalls, the database's
+    pages in the caches), which the units replayed apart do not measure.
+    """
+
+    def __init__(self, store: Store, units: PlacedUnits) -> None:
+        super().__init__()
+        self.store = store
+        self.units = units
+        self._replay: Replay | None = None
+        self._appended = 0
+
+    async def _send_at(self, appended: int) -> None:
+        assert self._replay is not None
+        for query, params, at in self.units:
+            if at == appended:
+                await self._replay.send(query, params)
+
+    async def create_session(self, **kwargs: Any) -> Any:
+        session = await super().create_session(**kwargs)
+        self._replay, self._appended = Replay(self.store), 0
+        await self._send_at(0)
+        return session
+
+    async def append_event(self, session: Any, event: Any) -> Any:
+        out = await super().append_event(session, event)
+        if not event.partial:
+            self._appended += 1
+            await self._send_at(self._appended)
+        return out
+
+
+class UnitsInterleavedContender(AdkContender):
+    """ADK's in-memory Runner with a DurableRunner run's units at their points (the bound)."""
+
+    def __init__(self, of: DurableContender, units: PlacedUnits) -> None:
+        super().__init__(
+            f"floor: in-memory, its {len(units)} store calls at their points ({of.backend})",
+            of.backend,
+            UnitsAtTheirPoints(of.store, units),
+        )
+        self.of = of.name
+
+    @staticmethod
+    async def record(c: DurableContender) -> PlacedUnits:
+        """The store calls of one run of ``c``, each placed by the events appended before it."""
+        return await record_store_calls_at(c.store, c.runner.sessions, c.run_once)
+
+
 IN_MEMORY = "ADK Runner + InMemorySessionService"
 IN_MEMORY_POOL = "ADK Runner + InMemorySessionService, sync tools on ADK's thread pool"
 COMMITS_LABEL: dict[CommitMode, str] = {"per_event": "per-event", "barrier": "barrier"}
@@ -343,6 +406,11 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
         contenders += [RawCommitsContender(b, raws[b], n) for b, n in floors]
         contenders += [
             UnitsReplayContender(c, await UnitsReplayContender.record(c))
+            for c in list(contenders)
+            if isinstance(c, DurableContender) and c.commits == "barrier"
+        ]
+        contenders += [
+            UnitsInterleavedContender(c, await UnitsInterleavedContender.record(c))
             for c in list(contenders)
             if isinstance(c, DurableContender) and c.commits == "barrier"
         ]
@@ -539,7 +607,13 @@ def target_rows(
         if not isinstance(c, DurableContender):
             continue
         backend, ours = c.backend, c.name
-        adk = next(a for a in contenders if isinstance(a, AdkContender) and a.backend == backend)
+        adk = next(
+            a
+            for a in contenders
+            if isinstance(a, AdkContender)
+            and not isinstance(a, UnitsInterleavedContender)
+            and a.backend == backend
+        )
         raw = next(
             r
             for r in contenders
@@ -552,6 +626,10 @@ def target_rows(
             (u for u in contenders if isinstance(u, UnitsReplayContender) and u.of == ours), None
         )
         units = [IN_MEMORY, replay.name] if replay is not None else None
+        inline = next(
+            (u for u in contenders if isinstance(u, UnitsInterleavedContender) and u.of == ours),
+            None,
+        )
         for label, target, at_least, bound in (
             (
                 "DurableRunner / in-memory",
@@ -596,6 +674,17 @@ def target_rows(
                             if not at_least
                             else r.round_ratio(adk.name, units)
                         )
+                    )
+                    + (
+                        ""
+                        if inline is None
+                        else "; **its own units at their points in ADK's run: "
+                        + fmt_ratio(
+                            r.round_ratio(inline.name, IN_MEMORY)
+                            if not at_least
+                            else r.round_ratio(adk.name, inline.name)
+                        )
+                        + "**"
                     ),
                 ]
             )

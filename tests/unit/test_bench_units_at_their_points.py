@@ -1,0 +1,73 @@
+"""The bench bound "a runner whose only cost is its units" (bench/runner.py).
+
+A DurableRunner run's store calls are recorded with the number of events
+appended before each; ADK's in-memory Runner then makes the same units (fresh
+ids) at the same points of its own run. The bound is only honest if every
+replayed unit is written (a refused one costs less), at the point where the
+DurableRunner wrote it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bench.common import Replay, record_store_calls_at
+from bench.runner import (
+    DurableContender,
+    UnitsAtTheirPoints,
+    UnitsInterleavedContender,
+)
+
+from durable_adk.store import open_store
+
+
+async def test_the_units_are_placed_where_the_run_wrote_them_and_replayed_there(
+    tmp_path: Path,
+) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'bench.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()  # the first run also checks once for a sweeper
+        placed = await UnitsInterleavedContender.record(ours)
+        # The run's start before any event; the user's message and the model's
+        # call before the tool runs; the tool's answer before the second model
+        # call; the last events (the answer and the agent's end) with the
+        # run's finish.
+        assert [(query, at) for query, _params, at in placed] == [
+            ("run_start", 0),
+            ("append_events", 2),
+            ("append_event", 3),
+            ("append_events_finish", 5),
+        ]
+        bound = UnitsInterleavedContender(ours, placed)
+        service = bound.service
+        assert isinstance(service, UnitsAtTheirPoints)
+        sent: list[tuple[str, int]] = []
+        inner = store.fetch
+
+        async def fetch(query: str, params: object = None) -> object:
+            sent.append((query, service._appended))
+            return await inner(query, params)  # type: ignore[arg-type]
+
+        store.fetch = fetch  # type: ignore[method-assign]
+        try:
+            for _ in range(2):  # fresh ids each time: never refused as a duplicate
+                sent.clear()
+                assert await bound.run_once() > 0
+                assert sent == [(query, at) for query, _params, at in placed]
+        finally:
+            store.fetch = inner  # type: ignore[method-assign]
+
+
+async def test_a_refused_replayed_append_fails_the_bench(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'bench.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()
+        placed = await record_store_calls_at(store, ours.runner.sessions, ours.run_once)
+        assert [query for query, _params, _at in placed][:2] == ["run_start", "append_events"]
+        replay = Replay(store)
+        for query, params, _at in placed[:2]:
+            await replay.send(query, params)
+        query, params, _at = placed[1]  # the same events again: a duplicate, refused
+        with pytest.raises(RuntimeError, match="refused"):
+            await replay.send(query, params)
