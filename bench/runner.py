@@ -299,36 +299,40 @@ class UnitsAtTheirPoints(InMemorySessionService):
 
     Each unit the recorded run wrote is sent again (fresh ids,
     :class:`bench.common.Replay`) at the point of ADK's run where the
-    recorded one wrote it: after as many appended events. This is a runner
-    whose only cost is its units, made inline as DurableRunner makes them:
-    ADK's own work then runs between commits (their syscalls, the database's
-    pages in the caches), which the units replayed apart do not measure.
+    recorded one wrote it: after as many events of the invocation appended
+    (the units placed before any, the run's start, go with its first event).
+    This is a runner whose only cost is its units, made inline as
+    DurableRunner makes them: ADK's own work then runs between commits (their
+    syscalls, the database's pages in the caches), which the units replayed
+    apart do not measure. Invocations are kept apart, so many may run at once.
     """
 
     def __init__(self, store: Store, units: PlacedUnits) -> None:
         super().__init__()
         self.store = store
         self.units = units
-        self._replay: Replay | None = None
-        self._appended = 0
+        self._last = max((at for _q, _p, at in units), default=0)
+        self._runs: dict[str, tuple[Replay, int]] = {}  # by invocation: its replay, events
 
-    async def _send_at(self, appended: int) -> None:
-        assert self._replay is not None
+    async def _send_at(self, replay: Replay, appended: int) -> None:
         for query, params, at in self.units:
             if at == appended:
-                await self._replay.send(query, params)
-
-    async def create_session(self, **kwargs: Any) -> Any:
-        session = await super().create_session(**kwargs)
-        self._replay, self._appended = Replay(self.store), 0
-        await self._send_at(0)
-        return session
+                await replay.send(query, params)
 
     async def append_event(self, session: Any, event: Any) -> Any:
+        if event.partial:
+            return await super().append_event(session, event)
+        invocation = event.invocation_id
+        if invocation not in self._runs:
+            self._runs[invocation] = (Replay(self.store), 0)
+            await self._send_at(self._runs[invocation][0], 0)
         out = await super().append_event(session, event)
-        if not event.partial:
-            self._appended += 1
-            await self._send_at(self._appended)
+        replay, appended = self._runs[invocation]
+        appended += 1
+        self._runs[invocation] = (replay, appended)
+        await self._send_at(replay, appended)
+        if appended >= self._last:
+            del self._runs[invocation]  # every unit sent: later events add none
         return out
 
 

@@ -43,20 +43,28 @@ async def test_the_units_are_placed_where_the_run_wrote_them_and_replayed_there(
         service = bound.service
         assert isinstance(service, UnitsAtTheirPoints)
         sent: list[tuple[str, int]] = []
-        inner = store.fetch
+        send_at = service._send_at
 
-        async def fetch(query: str, params: object = None) -> object:
-            sent.append((query, service._appended))
-            return await inner(query, params)  # type: ignore[arg-type]
+        async def noted(replay: Replay, appended: int) -> None:
+            queries: list[str] = []
+            inner = store.fetch
 
-        store.fetch = fetch  # type: ignore[method-assign]
-        try:
-            for _ in range(2):  # fresh ids each time: never refused as a duplicate
-                sent.clear()
-                assert await bound.run_once() > 0
-                assert sent == [(query, at) for query, _params, at in placed]
-        finally:
-            store.fetch = inner  # type: ignore[method-assign]
+            async def fetch(query: str, params: object = None) -> object:
+                queries.append(query)
+                return await inner(query, params)  # type: ignore[arg-type]
+
+            store.fetch = fetch  # type: ignore[method-assign]
+            try:
+                await send_at(replay, appended)
+            finally:
+                store.fetch = inner  # type: ignore[method-assign]
+            sent.extend((query, appended) for query in queries)
+
+        service._send_at = noted  # type: ignore[method-assign]
+        for _ in range(2):  # fresh ids each time: never refused as a duplicate
+            sent.clear()
+            assert await bound.run_once() > 0
+            assert sent == [(query, at) for query, _params, at in placed]
 
 
 async def test_a_refused_replayed_append_fails_the_bench(tmp_path: Path) -> None:
