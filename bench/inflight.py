@@ -262,7 +262,7 @@ class Driver:
         self.done_total = 0  # since the slots started: the drained count
         self._stack = contextlib.AsyncExitStack()
         self.durable = contender.startswith("durable")
-        self.store = None
+        self.store: Any = None
 
     def commits(self) -> int:
         """Write transactions our store committed so far (0 for ADK's services: not counted)."""
@@ -277,7 +277,7 @@ class Driver:
             store = await self._stack.enter_async_context(
                 open_store(self.url, group_commit=group_commit(self.contender))
             )
-            self.store: Any = store
+            self.store = store
             self.statements.wrap_store(store)
             from durable_adk.admission import Admission
 
