@@ -32,7 +32,13 @@ between runs by more than the gaps measured):
   ``durable_adk/store/groups.py``), side by side;
 * ADK's Runner on InMemorySessionService (the floor: nothing durable);
 * ADK's Runner on DatabaseSessionService (``sqlite+aiosqlite`` and
-  ``postgresql+asyncpg``, as shipped).
+  ``postgresql+asyncpg``, as shipped);
+* the bound (``inline-sqlite``, ``inline-postgresql``): ADK's Runner on
+  InMemorySessionService making a DurableRunner run's own units (recorded
+  before the window, fresh ids) inline at the points where DurableRunner
+  makes them, as many runs in flight: a runner whose only cost is its units.
+  The durable children also replay their units apart after the window (the
+  older bound, which misses how each commit slows ADK's work between them).
 
 Reported per contender and size: runs/s; p50/p99 latency *added per event*
 (from the moment the model's answer or the tool's result is ready to the
