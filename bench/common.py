@@ -373,20 +373,8 @@ async def record_store_calls(
     store: Any, action: Callable[[], Awaitable[Any]], *, skip: frozenset[str] = frozenset()
 ) -> Units:
     """The calls ``action`` makes through ``store.fetch``, in order (``skip``: names left out)."""
-    calls: Units = []
-    inner = store.fetch
-
-    async def fetch(query: str, params: Any = None) -> Any:
-        if query not in skip:
-            calls.append((query, dict(params or {})))
-        return await inner(query, params)
-
-    store.fetch = fetch
-    try:
-        await action()
-    finally:
-        store.fetch = inner
-    return calls
+    placed = await record_store_calls_at(store, action, skip=skip)
+    return [(query, params) for query, params, _at in placed]
 
 
 PlacedUnits = list[tuple[str, dict[str, Any], int]]
@@ -394,33 +382,45 @@ PlacedUnits = list[tuple[str, dict[str, Any], int]]
 
 
 async def record_store_calls_at(
-    store: Any, service: Any, action: Callable[[], Awaitable[Any]]
+    store: Any,
+    action: Callable[[], Awaitable[Any]],
+    service: Any = None,
+    *,
+    skip: frozenset[str] = frozenset(),
 ) -> PlacedUnits:
-    """As :func:`record_store_calls`, each call placed by the events appended before it.
+    """The calls ``action`` makes through ``store.fetch``, in order, each placed by the
+    events appended before it (``skip``: names left out).
 
-    ``service`` is the session service the run appends through; partial
-    events (never stored) are not counted.
+    ``service`` is the session service the run appends through (None: every
+    call is placed at 0); partial events (never stored) are not counted.
     """
     placed: PlacedUnits = []
     appended = 0
-    inner_fetch, inner_append = store.fetch, service.append_event
+    inner_fetch = store.fetch
+    inner_append = service.append_event if service is not None else None
 
     async def fetch(query: str, params: Any = None) -> Any:
-        placed.append((query, dict(params or {}), appended))
+        if query not in skip:
+            placed.append((query, dict(params or {}), appended))
         return await inner_fetch(query, params)
 
     async def append_event(session: Any, event: Any) -> Any:
         nonlocal appended
+        assert inner_append is not None
         out = await inner_append(session, event)
         if not event.partial:
             appended += 1
         return out
 
-    store.fetch, service.append_event = fetch, append_event
+    store.fetch = fetch
+    if service is not None:
+        service.append_event = append_event
     try:
         await action()
     finally:
-        store.fetch, service.append_event = inner_fetch, inner_append
+        store.fetch = inner_fetch
+        if service is not None:
+            service.append_event = inner_append
     return placed
 
 

@@ -326,7 +326,7 @@ class Driver:
             self.runner = Runner(app=app, session_service=service)
 
     async def _units_inline(self, app: Any) -> Any:
-        """ADK's in-memory service making our run's units inline (the bound).
+        """ADK's in-memory service making our run's units inline (a reference).
 
         One DurableRunner run on this contender's store is recorded first (not
         timed), each unit placed by the events appended before it; each run
@@ -353,8 +353,7 @@ class Driver:
                     pass
 
         await one()  # warm: the first run also checks once for a sweeper
-        placed = await record_store_calls_at(store, durable.sessions, one)
-        placed = [(q, p, at) for q, p, at in placed if q not in HEARTBEATS]
+        placed = await record_store_calls_at(store, one, durable.sessions, skip=HEARTBEATS)
         return UnitsAtTheirPoints(store, placed)
 
     async def close(self) -> None:

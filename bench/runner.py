@@ -77,7 +77,6 @@ from bench.common import (
     percentile,
     profile_async,
     quiet,
-    record_store_calls,
     record_store_calls_at,
     replay_store_calls,
     rotate,
@@ -284,11 +283,6 @@ class UnitsReplayContender(Contender):
         self.of = of.name
         self.units = units
 
-    @staticmethod
-    async def record(c: DurableContender) -> Units:
-        """The store calls of one run of ``c``, in order."""
-        return await record_store_calls(c.store, c.run_once)
-
     async def run_once(self) -> int:
         await replay_store_calls(self.store, self.units)
         return 0
@@ -350,7 +344,7 @@ class UnitsInterleavedContender(AdkContender):
     @staticmethod
     async def record(c: DurableContender) -> PlacedUnits:
         """The store calls of one run of ``c``, each placed by the events appended before it."""
-        return await record_store_calls_at(c.store, c.runner.sessions, c.run_once)
+        return await record_store_calls_at(c.store, c.run_once, c.runner.sessions)
 
 
 IN_MEMORY = "ADK Runner + InMemorySessionService"
@@ -408,16 +402,13 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
             {(c.backend, c.commits_per_run) for c in contenders if isinstance(c, DurableContender)}
         )
         contenders += [RawCommitsContender(b, raws[b], n) for b, n in floors]
-        contenders += [
-            UnitsReplayContender(c, await UnitsReplayContender.record(c))
-            for c in list(contenders)
-            if isinstance(c, DurableContender) and c.commits == "barrier"
-        ]
-        contenders += [
-            UnitsInterleavedContender(c, await UnitsInterleavedContender.record(c))
-            for c in list(contenders)
-            if isinstance(c, DurableContender) and c.commits == "barrier"
-        ]
+        # One recorded run per barrier contender serves both bounds: its units
+        # replayed apart, and made inline at their points in ADK's run.
+        for c in [c for c in contenders if isinstance(c, DurableContender)]:
+            if c.commits == "barrier":
+                placed = await UnitsInterleavedContender.record(c)
+                units = [(query, params) for query, params, _at in placed]
+                contenders += [UnitsReplayContender(c, units), UnitsInterleavedContender(c, placed)]
         yield contenders
 
 

@@ -71,7 +71,7 @@ async def test_a_refused_replayed_append_fails_the_bench(tmp_path: Path) -> None
     async with open_store(f"sqlite:///{tmp_path / 'bench.db'}") as store:
         ours = DurableContender("sqlite", store, "barrier")
         await ours.run_once()
-        placed = await record_store_calls_at(store, ours.runner.sessions, ours.run_once)
+        placed = await record_store_calls_at(store, ours.run_once, ours.runner.sessions)
         assert [query for query, _params, _at in placed][:2] == ["run_start", "append_events"]
         replay = Replay(store)
         for query, params, _at in placed[:2]:
