@@ -104,6 +104,8 @@ async def _stopped_within(seconds: float, stop: asyncio.Event | None) -> bool:
     if stop is None:
         await asyncio.sleep(seconds)
         return False
+    if seconds <= 0:  # no wait: the pass runs in this turn of the loop
+        return stop.is_set()
     if not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), seconds)

@@ -96,6 +96,24 @@ async def test_many_openers_of_an_empty_database(
     assert set(await asyncio.gather(*(opener() for _ in range(4)))) == {latest_version(backend)}
 
 
+async def test_an_opener_waits_for_a_writer_holding_a_new_sqlite_file(tmp_path: object) -> None:
+    # A second connection's write transaction on a fresh (rollback-journal) file:
+    # SQLite refuses the switch to WAL at once, without its busy handler; the
+    # store tries again within its busy timeout instead of failing the open.
+    import sqlite3
+    import threading
+
+    path = f"{tmp_path}/held.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    started = time.monotonic()
+    async with open_store(f"sqlite:///{path}") as store:
+        assert await store.schema_version() == latest_version("sqlite")
+    assert time.monotonic() - started >= 0.25  # it waited for the writer
+    other.close()
+
+
 async def test_unreachable_sqlite_folder_is_store_unavailable(tmp_path: object) -> None:
     blocker = f"{tmp_path}/file"
     with open(blocker, "w") as handle:

@@ -40,6 +40,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -138,6 +139,30 @@ def _settle(group: list[Pending], done: asyncio.Future[Any]) -> None:
         _fail(group, done.exception() or Exception())
     else:
         _hand_out(group, done.result())
+
+
+def _journal_in_wal(conn: sqlite3.Connection, patience: float) -> None:
+    """Puts the file in WAL mode, waiting up to ``patience`` seconds for other openers.
+
+    Switching a new file to WAL takes an exclusive lock, and SQLite answers
+    SQLITE_BUSY at once, without its busy handler, to a connection that asks
+    while another opener of the same empty file holds the lock for its own
+    switch. So the pragma is tried again until the file is in WAL (set by
+    whichever opener won) or the patience runs out.
+    """
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
@@ -284,7 +309,7 @@ class SqliteStore(Store):
             )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         if self.mode != "ro":  # a reader takes the file's journal mode as it is
-            conn.execute("PRAGMA journal_mode = WAL")
+            _journal_in_wal(conn, self._busy_timeout_ms / 1000)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.create_function("dadk_merge", 2, merge_json, deterministic=True)
