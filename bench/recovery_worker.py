@@ -30,6 +30,10 @@ line, ``exit``), what bounds a recovery:
   same number of runs at a time as the sweeper (a run whose invocation left
   nothing stored starts afresh, as recovery starts it). It checks each session ends
   with the run's final text exactly once and every call answered once.
+* ``--mode inline --reads R``: the same, over :class:`RoundTripsInline`,
+  which makes a recovery's round trips as the floor's bare statements, each
+  where the durable run makes its unit: a runner whose only cost is its round
+  trips, measured as a runner.
 * ``--mode floor`` (:func:`commit_floor`): a worker whose only cost is its
   round trips: per run, as many single-row autocommit INSERTs (an event-sized
   row) and single-row SELECTs as a recovery makes writing and reading
@@ -226,9 +230,50 @@ def _finished_once(events: Sequence[Event], order_id: str) -> bool:
     return finals == 1 and bool(calls) and all(answers[c] == 1 for c in calls)
 
 
-async def in_memory_copies(orphans: Sequence[tuple[Run, list[Event]]]) -> Runner:
+class RoundTripsInline(InMemorySessionService):
+    """ADK's in-memory sessions making a recovery's round trips at their points.
+
+    Before a run: the claim (one INSERT) and the session read (``reads``
+    SELECTs); then one INSERT when a function call is appended (a recovery
+    commits the call, with the events before it, before the tool runs), one
+    when a function's answer is, and one when the run has ended (its last
+    events and its finish): the units a recovery commits, as the bare
+    statements of the floor (:func:`commit_floor`), each awaited where the
+    durable run awaits it. The pass's own statements (its beat, its cancel
+    look-up: about 0.1 per run) are left out. ``pool`` is None until
+    :func:`floor_pool` opened it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: Any = None
+        self.payload = ""
+        self.first = 0
+        self.writes = 0
+        self.reads = 0
+
+    async def insert(self) -> None:
+        if self.pool is not None:
+            self.writes += 1
+            await self.pool.execute("INSERT INTO floor_rows (x) VALUES ($1)", self.payload)
+
+    async def select(self) -> None:
+        if self.pool is not None:
+            self.reads += 1
+            await self.pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", self.first)
+
+    async def append_event(self, session: Any, event: Event) -> Event:
+        out = await super().append_event(session, event)
+        if not event.partial and (event.get_function_calls() or event.get_function_responses()):
+            await self.insert()
+        return out
+
+
+async def in_memory_copies(
+    orphans: Sequence[tuple[Run, list[Event]]], service: InMemorySessionService | None = None
+) -> Runner:
     """ADK's Runner over an InMemorySessionService holding a copy of each orphan's session."""
-    service = InMemorySessionService()
+    service = service if service is not None else InMemorySessionService()
     runner = Runner(app=adk_app(), session_service=service)
     for run, events in orphans:
         session = await service.create_session(
@@ -240,21 +285,31 @@ async def in_memory_copies(orphans: Sequence[tuple[Run, list[Event]]]) -> Runner
 
 
 async def finish_in_memory(
-    runner: Runner, orphans: Sequence[tuple[Run, list[Event]]], concurrency: int
+    runner: Runner,
+    orphans: Sequence[tuple[Run, list[Event]]],
+    concurrency: int,
+    reads: float = 0.0,
 ) -> None:
     """Finishes each orphan's remaining work with ADK's Runner, ``concurrency`` at a time.
 
     The call a recovery's re-drive makes: the run's stored message, under the
     run's invocation id when the session holds events of it (a resume); a run
     whose invocation left nothing stored starts afresh, as recovery starts a
-    NOT_STARTED run.
+    NOT_STARTED run. Over :class:`RoundTripsInline`, each run first makes its
+    claim and ``reads`` (a mean, spread over the runs) session reads.
     """
     slots = asyncio.Semaphore(concurrency)
+    service = runner.session_service
+    inline = service if isinstance(service, RoundTripsInline) else None
 
-    async def finish(run: Run, events: list[Event]) -> None:
+    async def finish(index: int, run: Run, events: list[Event]) -> None:
         message = types.Content.model_validate_json(run.request)
         started = any(e.invocation_id == run.invocation_id for e in events)
         async with slots:
+            if inline is not None:
+                await inline.insert()
+                for _ in range(_spread(reads, index)):
+                    await inline.select()
             async for _ in runner.run_async(
                 user_id=run.user_id,
                 session_id=run.session_id,
@@ -262,8 +317,10 @@ async def finish_in_memory(
                 new_message=message,
             ):
                 pass
+            if inline is not None:
+                await inline.insert()  # the run's last events and its finish
 
-    await asyncio.gather(*(finish(run, events) for run, events in orphans))
+    await asyncio.gather(*(finish(i, run, events) for i, (run, events) in enumerate(orphans)))
 
 
 async def finished_once(runner: Runner, runs: Sequence[Run]) -> int:
@@ -278,10 +335,17 @@ async def finished_once(runner: Runner, runs: Sequence[Run]) -> int:
     return checked
 
 
-async def adk_baseline(url: str, worker_id: str, concurrency: int) -> None:
-    """ADK's Runner + InMemorySessionService finishing each orphan's remaining work."""
+async def adk_baseline(
+    url: str, worker_id: str, concurrency: int, inline: bool = False, reads: float = 0.0
+) -> None:
+    """ADK's Runner + InMemorySessionService finishing each orphan's remaining work.
+
+    ``inline``: over :class:`RoundTripsInline`, making a recovery's round
+    trips (``reads`` session reads per run) to the database at ``url``.
+    """
     orphans = await read_orphans(url)  # the store is closed again: the timed part has none
-    runner = await in_memory_copies(orphans)
+    service = RoundTripsInline() if inline else InMemorySessionService()
+    runner = await in_memory_copies(orphans, service)
     runs = [run for run, _ in orphans]
     # Warm-up: imports, ADK's first-run caches.
     await runner.session_service.create_session(
@@ -290,15 +354,35 @@ async def adk_baseline(url: str, worker_id: str, concurrency: int) -> None:
     warm = types.Content(role="user", parts=[types.Part(text=request_text("W_adk"))])
     async for _ in runner.run_async(user_id=WARMUP_USER, session_id="warmup", new_message=warm):
         pass
-    if not await _wait_for_go():
-        return
-    start = time.time()
-    cpu0 = time.process_time()
-    await finish_in_memory(runner, orphans, concurrency)
-    cpu = time.process_time() - cpu0
-    end = time.time()
-    _report(worker_id, len(runs), start, end, cpu, checked=await finished_once(runner, runs))
-    sys.stdin.readline()  # "exit"
+    pool = await floor_pool(url) if inline else None
+    try:
+        if isinstance(service, RoundTripsInline) and pool is not None:
+            service.pool, service.payload, service.first = pool
+        if not await _wait_for_go():
+            return
+        start = time.time()
+        cpu0 = time.process_time()
+        await finish_in_memory(runner, orphans, concurrency, reads)
+        cpu = time.process_time() - cpu0
+        end = time.time()
+        statements = (
+            {"writes": service.writes, "reads": service.reads}
+            if isinstance(service, RoundTripsInline)
+            else None
+        )
+        _report(
+            worker_id,
+            len(runs),
+            start,
+            end,
+            cpu,
+            checked=await finished_once(runner, runs),
+            statements=statements,
+        )
+        sys.stdin.readline()  # "exit"
+    finally:
+        if pool is not None:
+            await pool[0].close()
 
 
 def _spread(per_run: float, index: int) -> int:
@@ -306,29 +390,38 @@ def _spread(per_run: float, index: int) -> int:
     return math.floor((index + 1) * per_run) - math.floor(index * per_run)
 
 
-async def commit_floor(
-    url: str, worker_id: str, runs: int, writes: float, reads: float, concurrency: int
-) -> None:
-    """Only the round trips of ``runs`` recoveries: autocommit INSERTs and SELECTs."""
+async def floor_pool(url: str) -> tuple[Any, str, int]:
+    """An asyncpg pool opened as PostgresStore opens it, with the floor's table, warmed up.
+
+    Returns the pool, an event-sized row and the id of a row to read.
+    """
     import asyncpg  # the floor talks to PostgreSQL as PostgresStore does, without our layers
 
     async def no_reset(connection: Any) -> None:
         return None  # as PostgresStore: no second round trip per pool call
 
     pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset)
+    await pool.execute(
+        "CREATE TABLE IF NOT EXISTS floor_rows (id bigserial PRIMARY KEY, x text NOT NULL)"
+    )
+    payload = Event(
+        invocation_id="e-floor",
+        author=AGENT,
+        content=types.Content(role="model", parts=[types.Part(text=final_text("A00000"))]),
+    ).model_dump_json(exclude_none=True)
+    first = await pool.fetchval("INSERT INTO floor_rows (x) VALUES ($1) RETURNING id", payload)
+    for _ in range(20):  # warm-up: connections, prepared statements
+        await pool.execute("INSERT INTO floor_rows (x) VALUES ($1)", payload)
+        await pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", first)
+    return pool, payload, first
+
+
+async def commit_floor(
+    url: str, worker_id: str, runs: int, writes: float, reads: float, concurrency: int
+) -> None:
+    """Only the round trips of ``runs`` recoveries: autocommit INSERTs and SELECTs."""
+    pool, payload, first = await floor_pool(url)
     try:
-        await pool.execute(
-            "CREATE TABLE IF NOT EXISTS floor_rows (id bigserial PRIMARY KEY, x text NOT NULL)"
-        )
-        payload = Event(
-            invocation_id="e-floor",
-            author=AGENT,
-            content=types.Content(role="model", parts=[types.Part(text=final_text("A00000"))]),
-        ).model_dump_json(exclude_none=True)
-        first = await pool.fetchval("INSERT INTO floor_rows (x) VALUES ($1) RETURNING id", payload)
-        for _ in range(20):  # warm-up: connections, prepared statements
-            await pool.execute("INSERT INTO floor_rows (x) VALUES ($1)", payload)
-            await pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", first)
         if not await _wait_for_go():
             return
         slots = asyncio.Semaphore(concurrency)
@@ -461,7 +554,7 @@ async def serve(
 
 USAGE = (
     "usage: python -m bench.recovery_worker URL WORKER_ID [--batch N] "
-    "[--mode recover|steps|adk|floor] [--runs N --writes W --reads R] [--concurrency N]"
+    "[--mode recover|steps|adk|inline|floor] [--runs N --writes W --reads R] [--concurrency N]"
 )
 
 
@@ -485,13 +578,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     writes = float(_option(args, "--writes", "0"))
     reads = float(_option(args, "--reads", "0"))
     concurrency = int(_option(args, "--concurrency", str(CONCURRENCY)))
-    if len(args) != 2 or mode not in ("recover", "steps", "adk", "floor"):
+    if len(args) != 2 or mode not in ("recover", "steps", "adk", "inline", "floor"):
         raise SystemExit(USAGE)
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     url, worker_id = args
-    if mode == "adk":
-        asyncio.run(adk_baseline(url, worker_id, concurrency))
+    if mode in ("adk", "inline"):
+        asyncio.run(adk_baseline(url, worker_id, concurrency, mode == "inline", reads))
     elif mode == "floor":
         asyncio.run(commit_floor(url, worker_id, runs, writes, reads, concurrency))
     else:

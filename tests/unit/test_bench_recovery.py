@@ -10,9 +10,12 @@ baselines do not rot between runs.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +26,18 @@ from bench.recovery_worker import (
     finish_in_memory,
     finished_once,
     in_memory_copies,
+    make_runner,
     read_orphans,
 )
+from bench.runner import StoreCalls
+
+from durable_adk.adk.recovery import Sweeper
+from durable_adk.store import open_store
+from durable_adk.testing.pg_cluster import TempPostgres
 
 ROOT = Path(__file__).resolve().parents[2]
 ORPHANS = 10  # every place a fixture's worker dies, three times over, and one more
+_databases = itertools.count()
 
 
 async def _fixture(url: str) -> None:
@@ -80,10 +90,18 @@ async def test_the_adk_and_steps_modes_report_every_orphan(store_url: str) -> No
     assert split["drive"] > 0 and split["claim"] > 0
 
 
-def test_the_floor_mode_makes_its_statements(backend: str, store_url: str) -> None:
-    if backend != "postgresql":
-        pytest.skip("the floor talks to PostgreSQL only")
-    report = _worker(store_url, "--mode", "floor", "--runs", "7", "--writes", "2.5")
+@pytest.fixture
+def pg_url(pg_cluster: TempPostgres) -> Iterator[str]:
+    """A fresh PostgreSQL database (the floor and the inline runner talk to PostgreSQL only)."""
+    name = f"bench_rec_{os.getpid()}_{next(_databases)}"
+    try:
+        yield pg_cluster.create_database(name)
+    finally:
+        pg_cluster.drop_database(name)
+
+
+def test_the_floor_mode_makes_its_statements(pg_url: str) -> None:
+    report = _worker(pg_url, "--mode", "floor", "--runs", "7", "--writes", "2.5")
 
     assert report["recovered"] == report["checked"] == 7
 
@@ -99,3 +117,24 @@ def test_a_fractional_mean_of_statements_is_spread_evenly() -> None:
 def test_reads_and_writes_are_told_apart_by_query_name() -> None:
     assert is_read("load_session_tail") and is_read("run_get")
     assert not is_read("run_claim_expired") and not is_read("append_events_finish")
+
+
+async def test_the_inline_mode_makes_a_recoverys_statements_where_it_makes_them(
+    pg_url: str,
+) -> None:
+    # The CPU bound's runner: ADK finishing each orphan while making, at the
+    # points of a recovery's units, as many bare statements as the recovery
+    # writes and reads (counted here on the same orphans, afterwards).
+    store_url = pg_url
+    await _fixture(store_url)
+    report = await asyncio.to_thread(_worker, store_url, "--mode", "inline", "--reads", "1")
+    assert report["recovered"] == report["checked"] == ORPHANS
+
+    async with open_store(store_url) as store:
+        sweeper = Sweeper(make_runner(store, "counter"), batch=ORPHANS, concurrency=1)
+        with StoreCalls(store) as calls:
+            assert len(await sweeper.recover_once()) == ORPHANS
+    per_pass = {"run_cancel_expired", "sweeper_beat"}  # the inline runner has no passes
+    writes = sum(n for q, n in calls.calls.items() if not is_read(q) and q not in per_pass)
+    reads = sum(n for q, n in calls.calls.items() if is_read(q))
+    assert report["statements"] == {"writes": writes, "reads": reads}
