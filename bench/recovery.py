@@ -790,6 +790,8 @@ async def run(quick: bool = False) -> str:
     w2_cpu, s2_cpu = cpu_per_run(results, 2)
     cores = os.cpu_count() or 2
     cpu_bound = cores / (w2_cpu + s2_cpu)  # runs/s if every core did nothing but this
+    if v_speedup == "MISS" and cpu_bound / one_rate < TWO_WORKERS_TARGET:
+        v_speedup = "MISS, forbidden"  # the machine's cores cannot give two workers more
     headline = [
         (
             "1 worker: runs/s",
