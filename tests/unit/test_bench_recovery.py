@@ -125,12 +125,11 @@ async def test_the_inline_mode_makes_a_recoverys_statements_where_it_makes_them(
     # The CPU bound's runner: ADK finishing each orphan while making, at the
     # points of a recovery's units, as many bare statements as the recovery
     # writes and reads (counted here on the same orphans, afterwards).
-    store_url = pg_url
-    await _fixture(store_url)
-    report = await asyncio.to_thread(_worker, store_url, "--mode", "inline", "--reads", "1")
+    await _fixture(pg_url)
+    report = await asyncio.to_thread(_worker, pg_url, "--mode", "inline", "--reads", "1")
     assert report["recovered"] == report["checked"] == ORPHANS
 
-    async with open_store(store_url) as store:
+    async with open_store(pg_url) as store:
         sweeper = Sweeper(make_runner(store, "counter"), batch=ORPHANS, concurrency=1)
         with StoreCalls(store) as calls:
             assert len(await sweeper.recover_once()) == ORPHANS

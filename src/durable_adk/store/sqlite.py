@@ -86,6 +86,12 @@ def merge_json(state: str | None, delta: str | None) -> str | None:
     return json.dumps(merged, separators=(",", ":"))
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused for another connection's lock: SQLITE_BUSY or SQLITE_LOCKED."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code in _BUSY_CODES or code & 0xFF in {5, 6})
+
+
 def translate(exc: sqlite3.Error) -> errors.StoreError:
     """Maps a sqlite3 error to ours by its extended result code.
 
@@ -101,7 +107,7 @@ def translate(exc: sqlite3.Error) -> errors.StoreError:
         return errors.UniqueViolation(message)
     if code == _FOREIGN_KEY_CODE:
         return errors.ForeignKeyViolation(message)
-    if code is not None and (code in _BUSY_CODES or code & 0xFF in {5, 6}):
+    if _busy(exc):
         return errors.DatabaseBusy(message)
     if code is not None and code & 0xFF in _UNAVAILABLE_PRIMARY:
         return errors.StoreUnavailable(message)
@@ -145,10 +151,10 @@ def _journal_in_wal(conn: sqlite3.Connection, patience: float) -> None:
     """Puts the file in WAL mode, waiting up to ``patience`` seconds for other openers.
 
     Switching a new file to WAL takes an exclusive lock, and SQLite answers
-    SQLITE_BUSY at once, without its busy handler, to a connection that asks
-    while another opener of the same empty file holds the lock for its own
-    switch. So the pragma is tried again until the file is in WAL (set by
-    whichever opener won) or the patience runs out.
+    SQLITE_BUSY at once, without its busy handler, while another connection
+    holds a write lock on the file (another opener switching it, say). So the
+    pragma is tried again until the file is in WAL (set by whichever opener
+    won) or the patience runs out.
     """
     deadline = time.monotonic() + patience
     pause = 0.001
@@ -157,7 +163,7 @@ def _journal_in_wal(conn: sqlite3.Connection, patience: float) -> None:
             conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            if not _busy(exc):
                 raise
             if time.monotonic() + pause > deadline:
                 raise
