@@ -25,9 +25,10 @@ from durable_adk.cron import Cron
 from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.loops import BackgroundSettings
 from durable_adk.schedule_table import ScheduleTable
-from durable_adk.schedules import Schedule, TickState
+from durable_adk.schedules import Plan, Schedule, TickState
 from durable_adk.store import Store, open_store
 from durable_adk.testing import Call, Say, ScriptedModel
+from durable_adk.testing.harness import clear_of_a_tick
 
 APP = "sched"
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -213,6 +214,40 @@ async def test_missed_ticks_follow_the_catch_up_policy(
     assert row.missed == missed
     assert row.next_tick_at == schedule.next_tick(now) and row.next_tick_at > now
     assert len(await runs_of(store)) == fired
+    await runner.aclose()
+
+
+@pytest.mark.parametrize("overlap", ["skip", "allow"])
+async def test_a_recorded_tick_fires_though_a_newer_one_came_due_first(
+    store: Store, overlap: str
+) -> None:
+    # A worker recorded a tick and died before submitting it; by the time a fresh
+    # claim looks, the next tick is due too. "latest" picks among ticks not yet
+    # recorded: the recorded one is owed and fires, the newer one follows the
+    # overlap policy.
+    schedule = every_minute(overlap=overlap)
+    runner = runner_for(store, [schedule], "w1")
+    sched = poller(runner)
+    await sched.sync()
+    now = await clear_of_a_tick(store, schedule, margin=15)  # no third tick comes due
+    older, newer = _ticks_before(schedule, now, span=180)[-2:]
+    await sched.table.rewind("report", next_tick_at=older, next_fire_at=older)
+    (claimed,) = await sched.table.claim("dead", lease=5.0, batch=1)
+    assert await sched.table.record(claimed, Plan((older,), 0, newer))  # then it died
+    await sched.table.rewind("report", next_tick_at=newer, next_fire_at=newer)  # lease gone
+    fired = await sched.poll_once(wait=True)
+    second = TickState.SKIPPED if overlap == "skip" else TickState.SUBMITTED
+    assert [f.state for f in fired] == [TickState.SUBMITTED, second]
+    ticks = await sched.table.recent_ticks("report")
+    assert sorted((t.tick_at, t.state) for t in ticks) == [
+        (older, TickState.SUBMITTED),
+        (newer, second),
+    ]
+    runs = await runs_of(store)
+    assert {r.status for r in runs} == {RunStatus.DONE}
+    assert len(runs) == (1 if overlap == "skip" else 2)
+    (row,) = await sched.table.list_schedules()
+    assert row.next_tick_at == newer + 60 and row.missed == 0
     await runner.aclose()
 
 

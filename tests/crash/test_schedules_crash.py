@@ -30,6 +30,7 @@ from durable_adk.schedule_table import ScheduleTable
 from durable_adk.schedules import TickState
 from durable_adk.store import open_store
 from durable_adk.testing.crash import EXIT_CODE, arm
+from durable_adk.testing.harness import clear_of_a_tick
 from durable_adk.testing.services import FakeService
 
 WORKER = Path(__file__).with_name("schedule_worker.py")
@@ -79,7 +80,7 @@ async def test_a_tick_killed_mid_fire_runs_once_after_a_fresh_process(
     async with open_store(store_url) as store:
         table = ScheduleTable(store, worker.APP)
         await table.sync([schedule])
-        now = await store.now()
+        now = await clear_of_a_tick(store, schedule)
         due = schedule.next_tick(now - 3600)  # the hour's tick, already due
         await table.rewind(schedule.name, next_tick_at=due, next_fire_at=due)
 
@@ -137,7 +138,7 @@ async def test_three_worker_processes_racing_for_one_tick_start_one_run(
     async with open_store(store_url) as store:
         table = ScheduleTable(store, worker.APP)
         await table.sync([schedule])
-        due = schedule.next_tick(await store.now() - 3600)
+        due = schedule.next_tick(await clear_of_a_tick(store, schedule) - 3600)
         await table.rewind(schedule.name, next_tick_at=due, next_fire_at=due)
     go = tmp_path / "go"
     children = []

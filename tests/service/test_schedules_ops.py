@@ -22,6 +22,7 @@ from durable_adk.cli import app as cli_app
 from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.schedule_table import ScheduleTable
 from durable_adk.store import open_store
+from durable_adk.testing.harness import clear_of_a_tick
 
 APP = "root"
 SERVED = {"app": root_agent, "services": AppServices(schedules=tuple(durable_adk_schedules))}
@@ -184,7 +185,7 @@ async def heartbeat_due(url: str) -> None:
         table = ScheduleTable(store, APP)
         await table.sync(durable_adk_schedules)
         heartbeat = (await table.get("heartbeat")).schedule
-        due = heartbeat.next_tick(await store.now() - 3600)
+        due = heartbeat.next_tick(await clear_of_a_tick(store, heartbeat) - 3600)
         await table.rewind("heartbeat", next_tick_at=due, next_fire_at=due)
 
 

@@ -4,15 +4,20 @@ A test (or the demo) kills a worker with ``os._exit(137)``; a new process then
 calls :func:`sweep_as_fresh_worker`. Instead of waiting out the dead worker's
 lease it moves that lease back in the database (the database clock still
 decides), runs one recovery pass and reports what it found and did.
+:func:`clear_of_a_tick` keeps a test that makes a schedule's tick due away
+from the next one.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from durable_adk.adk.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.ledger import RunStatus
+from durable_adk.schedules import Schedule
+from durable_adk.store import Store
 
 
 async def sweep_as_fresh_worker(runner: DurableRunner, *, batch: int = 50) -> list[dict[str, Any]]:
@@ -45,3 +50,19 @@ async def sweep_as_fresh_worker(runner: DurableRunner, *, batch: int = 50) -> li
             }
         )
     return report
+
+
+async def clear_of_a_tick(store: Store, schedule: Schedule, margin: float = 90.0) -> float:
+    """Now on the database clock, at least ``margin`` seconds before ``schedule``'s next tick.
+
+    A test that makes the current tick due expects that tick alone; if the
+    next one fell due while the test ran (the hour turning), the catch-up
+    policy would rightly fire that one instead. Closer than ``margin`` to a
+    tick, this waits until the tick has passed.
+    """
+    now = await store.now()
+    ahead = schedule.next_tick(now) - now
+    if ahead < margin:
+        await asyncio.sleep(ahead + 1.0)
+        now = await store.now()
+    return now
