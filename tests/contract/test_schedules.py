@@ -81,8 +81,9 @@ def every_minute(name: str = "report", **kw: Any) -> Schedule:
 
 
 async def rewind_to_now(table: ScheduleTable, name: str, schedule: Schedule) -> float:
-    """Puts the schedule's next tick at the last tick at or before now (database clock)."""
-    now = await table.store.now()
+    """Puts the schedule's next tick at the last tick at or before now (database clock),
+    away from the next one (which, once due, the catch-up policy would fire instead)."""
+    now = await clear_of_a_tick(table.store, schedule, margin=15)
     tick = max(t for t in _ticks_before(schedule, now))
     await table.rewind(name, next_tick_at=tick, next_fire_at=tick)
     return tick
@@ -167,7 +168,7 @@ async def test_three_workers_racing_for_due_ticks_start_one_run_each(store_url: 
         runners = [runner_for(s, [schedule], f"w{i}") for i, s in enumerate((s1, s2, s3))]
         pollers = [poller(r) for r in runners]
         await pollers[0].sync()
-        now = await s1.now()
+        now = await clear_of_a_tick(s1, schedule, margin=15)
         first = max(_ticks_before(schedule, now)) - 4 * 60  # five ticks due
         await pollers[0].table.rewind("report", next_tick_at=first, next_fire_at=first)
         for _ in range(3):  # a few rounds: whoever claims it, each tick fires once
