@@ -354,10 +354,11 @@ async def adk_baseline(
     warm = types.Content(role="user", parts=[types.Part(text=request_text("W_adk"))])
     async for _ in runner.run_async(user_id=WARMUP_USER, session_id="warmup", new_message=warm):
         pass
-    pool = await floor_pool(url) if inline else None
+    pool = None
+    if isinstance(service, RoundTripsInline):  # after the warm-up: it makes no statements
+        pool = await floor_pool(url)
+        service.pool, service.payload, service.first = pool
     try:
-        if isinstance(service, RoundTripsInline) and pool is not None:
-            service.pool, service.payload, service.first = pool
         if not await _wait_for_go():
             return
         start = time.time()
