@@ -406,7 +406,16 @@ async def test_a_parallel_root_killed_after_an_act_finishes_with_each_act_once(
     app.run(crash_at="journal.after_act", after=after)
     recovered = [(a, s) for _, a, s in app.recover()]
     assert recovered == [("redrive", "DONE")], app.last_report
-    assert sorted(k or "" for _, k in app.acts()) == ["invoice:P-N", "invoice:P-S"]
+    # On failure, say who sent each create, when, and what it came to (a rare CI
+    # failure saw P-S twice, without these).
+    log = [
+        (r.seq, r.caller.get("worker"), r.key, r.outcome, r.received_at, r.answered_at)
+        for r in app.billing.requests("invoices")
+    ]
+    assert sorted(k or "" for _, k in app.acts()) == ["invoice:P-N", "invoice:P-S"], (
+        log,
+        app.last_report,
+    )
     seen = await app.facts()
     assert seen["status"] == [DONE]
     assert sorted(seen["texts"]) == ["North invoiced.", "South invoiced."]
