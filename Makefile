@@ -39,7 +39,7 @@ lint: $(STAMP)
 # are parked for drift) and, as root, a network partition; prints the verdict
 # table and fails on any violation. CHAOS_ARGS adds options (--seed 7).
 chaos: $(STAMP)
-	$(BIN)/python -m durable_adk.testing.chaos --duration 600 --workers 3 --runs 400 \
+	$(BIN)/python -m durable_adk.chaos --duration 600 --workers 3 --runs 400 \
 		--tool-seconds 1.0 --settle 180 --rollout alternate \
 		--drop-approvals-from 3 $(CHAOS_ARGS)
 

@@ -286,7 +286,7 @@ class Driver:
             )
             self.store = store
             self.statements.wrap_store(store)
-            from durable_adk.admission import Admission
+            from durable_adk.adk.runs.admission import Admission
 
             runner = DurableRunner(
                 app=app,

@@ -101,10 +101,10 @@ from bench.recovery_worker import (
     request_text,
 )
 from bench.runner import StoreCalls
-from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.loops.recovery import Sweeper
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing.pg_cluster import TempPostgres
 
 PER_WORKER_TARGET = 100.0  # runs/s, at least

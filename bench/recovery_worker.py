@@ -73,11 +73,11 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import Run, RunLedger, RunStatus
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Turn
 
 APP = "bench_recovery"

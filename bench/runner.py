@@ -89,7 +89,7 @@ from bench.sessions import (
     RawSqliteAppender,
     conversation_event,
 )
-from durable_adk.adk.barrier import CommitMode
+from durable_adk.adk.commits.barrier import CommitMode
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.store import Store, open_store
 from durable_adk.store.queries import load_queries

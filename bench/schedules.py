@@ -7,7 +7,7 @@ Run from the repository root::
 On each backend (SQLite, a file; PostgreSQL, a private TempPostgres cluster)
 two apps are set up side by side: one with no schedule, one with 1,000
 (hourly crons whose minutes are spread over the hour, none due). Their
-pollers (:class:`~durable_adk.adk.scheduler.Scheduler`, each on its own
+pollers (:class:`~durable_adk.adk.loops.scheduler.Scheduler`, each on its own
 store, as separate workers would be) poll in interleaved blocks, the order
 rotated each round. Reported per app: statements per poll (every named query
 the store ran, counted by wrapping ``store.fetch``) and the median and p95
@@ -47,8 +47,8 @@ from bench.common import (
     rotate,
     verdict,
 )
+from durable_adk.adk.loops.scheduler import Scheduler
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.scheduler import Scheduler
 from durable_adk.schedules import Schedule
 from durable_adk.store import Store, connect, open_store
 from durable_adk.store.queries import load_queries

@@ -66,7 +66,7 @@ from bench.common import (
     server_version,
     verdict,
 )
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
 from durable_adk.testing.pg_cluster import TempPostgres
 

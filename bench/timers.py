@@ -8,7 +8,7 @@ Run from the repository root::
 On each backend (SQLite, and PostgreSQL in a private TempPostgres cluster,
 fsync on), side by side in one run:
 
-1. **Poll cost.** A waker's poll (:meth:`durable_adk.adk.sleep.Waker.wake_due`,
+1. **Poll cost.** A waker's poll (:meth:`durable_adk.adk.loops.sleep.Waker.wake_due`,
    the statement every worker runs once per poll interval) against a store
    with 0 sleeping timers, then against the same store holding ``N`` timers
    due later. Reported: store statements per poll (counted by name, by
@@ -35,9 +35,9 @@ from tempfile import TemporaryDirectory
 
 from bench.common import bench_main, fmt_ms, fmt_ratio, md_table, quiet, verdict
 from bench.runner import StoreCalls
-from durable_adk.adk.sleep import Waker
-from durable_adk.jobs import JobTable
+from durable_adk.adk.loops.sleep import Waker
 from durable_adk.store import Store, open_store
+from durable_adk.tables.jobs import JobTable
 from durable_adk.testing.pg_cluster import TempPostgres
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from durable_adk.adk.saga_agent import SagaStage
+from durable_adk.adk.tools.saga_agent import SagaStage
 from durable_adk.testing.services import ResourceClient, ServiceError
 
 

@@ -341,7 +341,8 @@ async def q11_workflow_nodes() -> None:
     from google.adk.workflow import FunctionNode, Workflow
     from google.adk.workflow._node_status import NodeStatus
 
-    from durable_adk.adk import classify, workflow_nodes
+    from durable_adk.adk.eventlog import classify
+    from durable_adk.adk.tools import workflow_nodes
 
     seen: dict[str, Any] = {}
 
@@ -382,7 +383,7 @@ async def q11_lost_call_answered_first(include_contents: Literal["default", "non
     """Crash a Workflow agent node mid-call, answer the call first, re-drive; the tool runs."""
     from google.adk.workflow import Workflow
 
-    from durable_adk.adk.workflow_nodes import answer_lost_calls
+    from durable_adk.adk.tools.workflow_nodes import answer_lost_calls
 
     m = ScriptedModel({"b": [Call("charge", {"amount": 1}, id="c1"), Say("B")]})
     b = LlmAgent(name="b", model=m, tools=[charge], include_contents=include_contents)
@@ -427,7 +428,7 @@ def q9_static_children() -> None:
     from google.adk.tools.agent_tool import AgentTool
     from google.adk.workflow import Workflow
 
-    from durable_adk.adk import agent_tree
+    from durable_adk.adk.shapes import agent_tree
 
     m = ScriptedModel([Say("ok")])
     child = LlmAgent(name="child", model=m, tools=[approve])
@@ -476,7 +477,7 @@ async def q6_error_event() -> None:
     )
 
     # Shown the invocation without that error event (a plugin's before_run_callback,
-    # as durable_adk.adk.recovery does), the same re-drive replays the call.
+    # as durable_adk.adk.loops.recovery does), the same re-drive replays the call.
     class HideErrors(BasePlugin):
         async def before_run_callback(self, *, invocation_context: InvocationContext) -> None:
             session = invocation_context.session

@@ -21,7 +21,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from durable_adk import _moved
+
 __version__ = "0.1.0"
+
+_moved.install()  # the old import paths of moved modules (durable_adk._moved)
 
 # name -> "module" that defines it, or "module:attribute" where the public
 # name differs from the defining one. Core modules first (no ADK import), then the
@@ -33,22 +37,22 @@ _EXPORTS: dict[str, str] = {
     "Store": "durable_adk.store",
     "DEFAULT_URL": "durable_adk.store",
     # run ledger
-    "RunLedger": "durable_adk.ledger",
-    "Run": "durable_adk.ledger",
-    "RunStatus": "durable_adk.ledger",
-    "DeadLetter": "durable_adk.ledger",
+    "RunLedger": "durable_adk.tables.ledger",
+    "Run": "durable_adk.tables.ledger",
+    "RunStatus": "durable_adk.tables.ledger",
+    "DeadLetter": "durable_adk.tables.ledger",
     # journal
-    "Journal": "durable_adk.journal",
-    "JournalEntry": "durable_adk.journal",
-    "OutcomeUnknown": "durable_adk.journal",
+    "Journal": "durable_adk.tables.journal",
+    "JournalEntry": "durable_adk.tables.journal",
+    "OutcomeUnknown": "durable_adk.tables.journal",
     # jobs
-    "JobTable": "durable_adk.jobs",
-    "Job": "durable_adk.jobs",
-    "JobState": "durable_adk.jobs",
-    "JobNotFound": "durable_adk.jobs",
+    "JobTable": "durable_adk.tables.jobs",
+    "Job": "durable_adk.tables.jobs",
+    "JobState": "durable_adk.tables.jobs",
+    "JobNotFound": "durable_adk.tables.jobs",
     # sagas (ledger half)
-    "SagaLedger": "durable_adk.sagas",
-    "SagaStatus": "durable_adk.sagas",
+    "SagaLedger": "durable_adk.tables.sagas",
+    "SagaStatus": "durable_adk.tables.sagas",
     # webhooks
     "webhooks": "durable_adk.webhooks",
     "handle_job_webhook": "durable_adk.webhooks",
@@ -66,7 +70,7 @@ _EXPORTS: dict[str, str] = {
     "Fenced": "durable_adk.errors",
     "FenceRefused": "durable_adk.errors",
     "RunCancelled": "durable_adk.errors",
-    "RunDrifted": "durable_adk.adk.drift",
+    "RunDrifted": "durable_adk.adk.runs.drift",
     "RunInterrupted": "durable_adk.errors",
     "LookupUnavailable": "durable_adk.errors",
     "NotFound": "durable_adk.errors",
@@ -74,59 +78,59 @@ _EXPORTS: dict[str, str] = {
     "Draining": "durable_adk.errors",
     "InvocationCancelled": "durable_adk.errors",
     # fencing
-    "check_lease": "durable_adk.fence",
-    "RunFence": "durable_adk.fence",
-    "current_fence": "durable_adk.fence",
-    "fence_headers": "durable_adk.fence",
-    "FenceToken": "durable_adk.fence",
+    "check_lease": "durable_adk.fencing.fence",
+    "RunFence": "durable_adk.fencing.fence",
+    "current_fence": "durable_adk.fencing.fence",
+    "fence_headers": "durable_adk.fencing.fence",
+    "FenceToken": "durable_adk.fencing.fence",
     # ADK layer (imports google.adk on first use)
     "DurableRunner": "durable_adk.adk.runner",
-    "RunPolicy": "durable_adk.adk.policy",
-    "RetryPolicy": "durable_adk.adk.policy",
-    "AppServices": "durable_adk.adk.app_services",
-    "Admission": "durable_adk.admission",
-    "Background": "durable_adk.adk.background",
-    "BackgroundSettings": "durable_adk.loops",
+    "RunPolicy": "durable_adk.adk.runs.policy",
+    "RetryPolicy": "durable_adk.adk.runs.policy",
+    "AppServices": "durable_adk.adk.services.app_services",
+    "Admission": "durable_adk.adk.runs.admission",
+    "Background": "durable_adk.adk.loops.background",
+    "BackgroundSettings": "durable_adk.adk.loops.every",
     "configure_logging": "durable_adk.runlog:configure",
-    "DurableSessionService": "durable_adk.adk.session_service",
-    "DurableArtifactService": "durable_adk.adk.artifact_service",
-    "ArtifactInputError": "durable_adk.adk.artifact_service",
-    "journaled": "durable_adk.adk.tools",
-    "journaled_node": "durable_adk.adk.workflow_nodes",
-    "idempotent": "durable_adk.adk.marks",
-    "attempt_of": "durable_adk.adk.tools",
-    "attempt_in": "durable_adk.adk.tools",
-    "long_running_tool": "durable_adk.adk.long_running",
-    "DurableLongRunningTool": "durable_adk.adk.long_running",
-    "sleep_tool": "durable_adk.adk.sleep",
-    "DurableSleepTool": "durable_adk.adk.sleep",
-    "Waker": "durable_adk.adk.sleep",
-    "sleep_node": "durable_adk.adk.sleep",
-    "reattach_open_calls": "durable_adk.adk.resume",
-    "register_session_uris": "durable_adk.adk.service_uri:register",
-    "DurableRunsPlugin": "durable_adk.adk.server",
-    "ServerSettings": "durable_adk.adk.server",
-    "SagaSequence": "durable_adk.adk.saga_agent",
-    "SagaStage": "durable_adk.adk.saga_agent",
-    "SagaSweeper": "durable_adk.adk.saga_agent",
-    "SagaFailed": "durable_adk.adk.saga_agent",
-    "SagaAborted": "durable_adk.adk.saga_agent",
-    "Sweeper": "durable_adk.adk.recovery",
-    "Recovery": "durable_adk.adk.recovery",
-    "OrphanClass": "durable_adk.adk.classify",
-    "Resumer": "durable_adk.adk.resume",
-    "ProgressSender": "durable_adk.adk.resume",
-    "ExpirySweeper": "durable_adk.adk.resume",
-    "Submitter": "durable_adk.adk.resume",
+    "DurableSessionService": "durable_adk.adk.services.sessions",
+    "DurableArtifactService": "durable_adk.adk.services.artifacts",
+    "ArtifactInputError": "durable_adk.adk.services.artifacts",
+    "journaled": "durable_adk.adk.tools.journaling",
+    "journaled_node": "durable_adk.adk.tools.workflow_nodes",
+    "idempotent": "durable_adk.adk.shapes.marks",
+    "attempt_of": "durable_adk.adk.tools.journaling",
+    "attempt_in": "durable_adk.adk.tools.journaling",
+    "long_running_tool": "durable_adk.adk.tools.long_running",
+    "DurableLongRunningTool": "durable_adk.adk.tools.long_running",
+    "sleep_tool": "durable_adk.adk.loops.sleep",
+    "DurableSleepTool": "durable_adk.adk.loops.sleep",
+    "Waker": "durable_adk.adk.loops.sleep",
+    "sleep_node": "durable_adk.adk.loops.sleep",
+    "reattach_open_calls": "durable_adk.adk.loops.resume",
+    "register_session_uris": "durable_adk.adk.servers.uri:register",
+    "DurableRunsPlugin": "durable_adk.adk.servers.plugin",
+    "ServerSettings": "durable_adk.adk.servers.plugin",
+    "SagaSequence": "durable_adk.adk.tools.saga_agent",
+    "SagaStage": "durable_adk.adk.tools.saga_agent",
+    "SagaSweeper": "durable_adk.adk.tools.saga_agent",
+    "SagaFailed": "durable_adk.adk.tools.saga_agent",
+    "SagaAborted": "durable_adk.adk.tools.saga_agent",
+    "Sweeper": "durable_adk.adk.loops.recovery",
+    "Recovery": "durable_adk.adk.loops.recovery",
+    "OrphanClass": "durable_adk.adk.eventlog.classify",
+    "Resumer": "durable_adk.adk.loops.resume",
+    "ProgressSender": "durable_adk.adk.loops.resume",
+    "ExpirySweeper": "durable_adk.adk.loops.resume",
+    "Submitter": "durable_adk.adk.loops.resume",
     # the interrupts inbox
-    "Interrupt": "durable_adk.interrupts",
-    "InterruptTable": "durable_adk.interrupts",
-    "answer_interrupt": "durable_adk.adk.inbox",
-    "InterruptSweeper": "durable_adk.adk.inbox",
+    "Interrupt": "durable_adk.tables.interrupts",
+    "InterruptTable": "durable_adk.tables.interrupts",
+    "answer_interrupt": "durable_adk.adk.runs.inbox",
+    "InterruptSweeper": "durable_adk.adk.runs.inbox",
     # schedules
     "Schedule": "durable_adk.schedules",
-    "ScheduleTable": "durable_adk.schedule_table",
-    "Scheduler": "durable_adk.adk.scheduler",
+    "ScheduleTable": "durable_adk.tables.schedules",
+    "Scheduler": "durable_adk.adk.loops.scheduler",
 }
 
 # Literal, so linters and type checkers read it; kept equal to _EXPORTS by a test.
@@ -241,36 +245,36 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads these
     from durable_adk import errors, webhooks
-    from durable_adk.adk.app_services import AppServices
-    from durable_adk.adk.artifact_service import ArtifactInputError, DurableArtifactService
-    from durable_adk.adk.classify import OrphanClass
-    from durable_adk.adk.drift import RunDrifted
-    from durable_adk.adk.inbox import InterruptSweeper, answer_interrupt
-    from durable_adk.adk.long_running import DurableLongRunningTool, long_running_tool
-    from durable_adk.adk.marks import idempotent
-    from durable_adk.adk.policy import RetryPolicy, RunPolicy
-    from durable_adk.adk.recovery import Recovery, Sweeper
-    from durable_adk.adk.resume import (
+    from durable_adk.adk.eventlog.classify import OrphanClass
+    from durable_adk.adk.loops.recovery import Recovery, Sweeper
+    from durable_adk.adk.loops.resume import (
         ExpirySweeper,
         ProgressSender,
         Resumer,
         Submitter,
         reattach_open_calls,
     )
+    from durable_adk.adk.loops.sleep import DurableSleepTool, Waker, sleep_node, sleep_tool
     from durable_adk.adk.runner import DurableRunner
-    from durable_adk.adk.saga_agent import (
+    from durable_adk.adk.runs.drift import RunDrifted
+    from durable_adk.adk.runs.inbox import InterruptSweeper, answer_interrupt
+    from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy
+    from durable_adk.adk.servers.plugin import DurableRunsPlugin, ServerSettings
+    from durable_adk.adk.servers.uri import register as register_session_uris
+    from durable_adk.adk.services.app_services import AppServices
+    from durable_adk.adk.services.artifacts import ArtifactInputError, DurableArtifactService
+    from durable_adk.adk.services.sessions import DurableSessionService
+    from durable_adk.adk.shapes.marks import idempotent
+    from durable_adk.adk.tools.journaling import attempt_in, attempt_of, journaled
+    from durable_adk.adk.tools.long_running import DurableLongRunningTool, long_running_tool
+    from durable_adk.adk.tools.saga_agent import (
         SagaAborted,
         SagaFailed,
         SagaSequence,
         SagaStage,
         SagaSweeper,
     )
-    from durable_adk.adk.server import DurableRunsPlugin, ServerSettings
-    from durable_adk.adk.service_uri import register as register_session_uris
-    from durable_adk.adk.session_service import DurableSessionService
-    from durable_adk.adk.sleep import DurableSleepTool, Waker, sleep_node, sleep_tool
-    from durable_adk.adk.tools import attempt_in, attempt_of, journaled
-    from durable_adk.adk.workflow_nodes import journaled_node
+    from durable_adk.adk.tools.workflow_nodes import journaled_node
     from durable_adk.errors import (
         Conflict,
         DatabaseBusy,
@@ -290,11 +294,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         StoreUnavailable,
         UnsupportedUrl,
     )
-    from durable_adk.fence import FenceToken, RunFence, check_lease, current_fence, fence_headers
-    from durable_adk.interrupts import Interrupt, InterruptTable
-    from durable_adk.jobs import Job, JobNotFound, JobState, JobTable
-    from durable_adk.journal import Journal, JournalEntry, OutcomeUnknown
-    from durable_adk.ledger import DeadLetter, Run, RunLedger, RunStatus
-    from durable_adk.sagas import SagaLedger, SagaStatus
+    from durable_adk.fencing.fence import (
+        FenceToken,
+        RunFence,
+        check_lease,
+        current_fence,
+        fence_headers,
+    )
     from durable_adk.store import DEFAULT_URL, Store, open_store
+    from durable_adk.tables.interrupts import Interrupt, InterruptTable
+    from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
+    from durable_adk.tables.journal import Journal, JournalEntry, OutcomeUnknown
+    from durable_adk.tables.ledger import DeadLetter, Run, RunLedger, RunStatus
+    from durable_adk.tables.sagas import SagaLedger, SagaStatus
     from durable_adk.webhooks import WebhookError, handle_job_webhook

@@ -4,8 +4,8 @@ An app declares :class:`Schedule` values (a cron expression in a time zone,
 or an interval; the message, the user, one session or a new session per
 tick; the overlap and catch-up policies). This module holds the declaration,
 its ticks and the catch-up plan (:func:`plan`), and the records of the two
-tables; :class:`~durable_adk.schedule_table.ScheduleTable` keeps them in the
-store and :mod:`durable_adk.adk.scheduler` is the poller that submits the
+tables; :class:`~durable_adk.tables.schedules.ScheduleTable` keeps them in the
+store and :mod:`durable_adk.adk.loops.scheduler` is the poller that submits the
 runs. Framework-agnostic: no ADK import here.
 
 What it guarantees:

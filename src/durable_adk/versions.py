@@ -3,7 +3,7 @@
 Every run records the version of the app it was started under: the version
 string the app declares (``DurableRunner(version="1.4.0")``, ``durable-adk serve
 --app-version``) and a fingerprint of its definition
-(:mod:`durable_adk.adk.fingerprint`). A continuation (an answer, a job
+(:mod:`durable_adk.adk.runs.fingerprint`). A continuation (an answer, a job
 result, a resume) keeps the version of the invocation it continues, whoever
 submits it. A worker serves its own version and the earlier versions its app
 declares it can continue (``compatible_versions``); a run of any other

@@ -13,7 +13,7 @@ Guarantees:
 * A bad or missing signature (401), a stale timestamp (401), a malformed body
   (400) or an unknown job (404) raises before anything is written, and the
   error's message says which.
-* A valid completion goes through :meth:`~durable_adk.jobs.JobTable.complete`:
+* A valid completion goes through :meth:`~durable_adk.tables.jobs.JobTable.complete`:
   a duplicate or late delivery is answered 200 like the first, and changes
   nothing.
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_adk import errors
-from durable_adk.jobs import COMPLETION_STATES, JobNotFound, JobState, JobTable
 from durable_adk.metrics import Metrics
+from durable_adk.tables.jobs import COMPLETION_STATES, JobNotFound, JobState, JobTable
 
 SIGNATURE_HEADER = "X-Durable-Signature"
 TIMESTAMP_HEADER = "X-Durable-Timestamp"

@@ -21,11 +21,11 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
 from durable_adk import DurableRunner, RunStatus, errors, journaled
-from durable_adk.adk.inbox import answer_interrupt
-from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import Run
+from durable_adk.adk.loops.recovery import Sweeper
+from durable_adk.adk.runs.inbox import answer_interrupt
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store
+from durable_adk.tables.ledger import Run
 from durable_adk.testing import Call, Say, ScriptedModel
 
 

@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from durable_adk import DurableArtifactService, errors
-from durable_adk.adk.artifact_service import MAX_FILENAME_BYTES, MAX_ID_BYTES
+from durable_adk.adk.services.artifacts import MAX_FILENAME_BYTES, MAX_ID_BYTES
 from durable_adk.store import Store
 
 APP, USER, OTHER_USER, OTHER_APP = "parity", "alice", "bob", "elsewhere"

@@ -24,10 +24,10 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
 from durable_adk import DurableRunner, RunStatus, errors
-from durable_adk.adk.barrier import EventBatch, may_look_ahead, using_batch
-from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.ledger import RunLedger
+from durable_adk.adk.commits.barrier import EventBatch, may_look_ahead, using_batch
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 
 APP = "barriers"

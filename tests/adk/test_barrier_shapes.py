@@ -18,8 +18,8 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import DurableRunner, RunStatus
-from durable_adk.adk.drive import BarrierPlugin
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.commits.drive import BarrierPlugin
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.scripted_model import Turn

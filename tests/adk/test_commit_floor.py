@@ -33,10 +33,10 @@ from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 
 from durable_adk import DurableRunner, RunStatus, errors
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.demo import recovery_demo as demo
-from durable_adk.ledger import RunLedger
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from refusals import refuse

@@ -16,7 +16,7 @@ import sys
 from google.adk.runners import Runner
 from google.genai import types
 
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.demo import quickstart
 from durable_adk.store import open_store
 from durable_adk.testing import arm

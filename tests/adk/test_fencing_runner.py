@@ -26,12 +26,12 @@ from google.genai import types
 from prometheus_client import CollectorRegistry
 
 from durable_adk import errors
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner, RetryPolicy
-from durable_adk.fence import RunFence, current_fence
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.fencing.fence import RunFence, current_fence
 from durable_adk.metrics import Metrics
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import Call, Fail, Say, ScriptedModel
 
 APP = "fencing"

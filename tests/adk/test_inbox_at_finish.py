@@ -28,14 +28,14 @@ from google.genai import types
 from test_barrier_commits import CountingStore
 
 from durable_adk import DurableRunner, errors
-from durable_adk.adk.classify import classify
-from durable_adk.adk.inbox import inbox_at_finish
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.eventlog.classify import classify
+from durable_adk.adk.runs.inbox import inbox_at_finish
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.demo.approvals_app import APP_NAME
 from durable_adk.demo.approvals_app import app as approvals_app
-from durable_adk.interrupts import InterruptKind, InterruptStatus, InterruptTable
-from durable_adk.ledger import Lease, RunLedger, RunStatus
 from durable_adk.store import Store
+from durable_adk.tables.interrupts import InterruptKind, InterruptStatus, InterruptTable
+from durable_adk.tables.ledger import Lease, RunLedger, RunStatus
 from durable_adk.testing import Say, ScriptedModel
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from refusals import refuse

@@ -26,12 +26,12 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from durable_adk.adk.long_running import long_running_tool
-from durable_adk.adk.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
+from durable_adk.adk.loops.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.jobs import JobState, JobTable
-from durable_adk.ledger import RunStatus
+from durable_adk.adk.tools.long_running import long_running_tool
 from durable_adk.store import Store, open_store
+from durable_adk.tables.jobs import JobState, JobTable
+from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 DONE = {"status": "done", "url": "https://r/q3.xlsx", "row_count": 7}

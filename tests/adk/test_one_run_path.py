@@ -22,15 +22,15 @@ from test_cancel import Gate
 from test_jobs_resume import DONE, Recorder
 
 from durable_adk import errors
-from durable_adk.adk.inbox import answer_interrupt
-from durable_adk.adk.operators import cancel_run
-from durable_adk.adk.resume import Resumer
+from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.tools import journaled
-from durable_adk.interrupts import InterruptStatus, InterruptTable
-from durable_adk.jobs import JobState, JobTable
-from durable_adk.ledger import Run, RunStatus
+from durable_adk.adk.runs.inbox import answer_interrupt
+from durable_adk.adk.runs.operators import cancel_run
+from durable_adk.adk.tools.journaling import journaled
 from durable_adk.store import Store
+from durable_adk.tables.interrupts import InterruptStatus, InterruptTable
+from durable_adk.tables.jobs import JobState, JobTable
+from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.scripted_model import Turn
 from durable_adk.testing.services import FakeService, ResourceClient
@@ -229,7 +229,7 @@ async def _drain(events: Any) -> None:
 
 async def _settle(runner: DurableRunner, store: Store) -> None:
     """Drives whatever the race left queued or claimable, until nothing moves."""
-    from durable_adk.adk.recovery import Sweeper
+    from durable_adk.adk.loops.recovery import Sweeper
 
     for _ in range(5):
         await Resumer(runner, gather=0.0).resume_once()
@@ -265,7 +265,7 @@ async def test_cancel_racing_a_continuation_has_one_outcome(
                 await answer_interrupt(store, call.id or "", by="alice", payload=DONE)
             else:
                 await table.backdate(call.id or "", 7200)
-                from durable_adk.adk.inbox import InterruptSweeper
+                from durable_adk.adk.runs.inbox import InterruptSweeper
 
                 await InterruptSweeper(store, app_name=APP, owner="sweeper").expire_once()
         except errors.Conflict:
@@ -294,7 +294,7 @@ async def test_cancel_racing_a_takeover_has_one_outcome(
     store: Store, payments: FakeService
 ) -> None:
     """A run whose owner died, cancelled while a sweeper takes it over: CANCELLED, once."""
-    from durable_adk.adk.recovery import Sweeper
+    from durable_adk.adk.loops.recovery import Sweeper
 
     runner = runner_for(store, agent(payments, Recorder()))
     run, _ = await runner.submit(user_id=USER, session_id="t", message="go")
@@ -317,7 +317,7 @@ async def test_cancel_racing_a_takeover_has_one_outcome(
 async def test_a_recovered_answer_run_says_it_delivered_its_answer(
     store: Store, payments: FakeService, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from durable_adk.adk.recovery import Sweeper
+    from durable_adk.adk.loops.recovery import Sweeper
 
     runner = runner_for(store, agent(payments, Recorder()))
     run, call = await paused(runner)

@@ -34,7 +34,7 @@ from durable_adk.metrics import Metrics
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.service.worker import Worker
 from durable_adk.store import Store, open_store
-from durable_adk.sweeps import sweepers_seen
+from durable_adk.tables.sweeps import sweepers_seen
 from durable_adk.testing import Call, Say, ScriptedModel
 
 APP = "lifecycle"

@@ -29,7 +29,7 @@ from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
 from durable_adk import DurableRunner, RunStatus, errors
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
 

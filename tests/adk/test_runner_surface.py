@@ -18,7 +18,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from durable_adk import DurableRunner, RunStatus, Sweeper, errors, idempotent
-from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
 

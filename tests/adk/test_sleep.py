@@ -17,14 +17,14 @@ from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.genai import types
 
-from durable_adk.adk.background import Background
-from durable_adk.adk.resume import Resumer
+from durable_adk.adk.loops.background import Background
+from durable_adk.adk.loops.resume import Resumer
+from durable_adk.adk.loops.sleep import Waker, parse_sleep, sleep_tool
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.sleep import Waker, parse_sleep, sleep_tool
 from durable_adk.errors import InvalidArgument
-from durable_adk.jobs import Job, JobState, JobTable
-from durable_adk.ledger import RunStatus
 from durable_adk.store import Store, open_store
+from durable_adk.tables.jobs import Job, JobState, JobTable
+from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 
@@ -212,7 +212,7 @@ async def test_a_workflow_sleep_node_pauses_the_graph_and_outputs_its_wake_up(
 ) -> None:
     from google.adk.workflow import Workflow
 
-    from durable_adk.adk.sleep import sleep_node
+    from durable_adk.adk.loops.sleep import sleep_node
 
     def after(node_input: Any) -> dict[str, Any]:
         """Runs once the sleep is over."""
@@ -239,7 +239,7 @@ async def test_a_workflow_sleep_node_pauses_the_graph_and_outputs_its_wake_up(
 
 
 def test_a_sleep_node_with_both_or_bad_arguments_is_refused() -> None:
-    from durable_adk.adk.sleep import sleep_node
+    from durable_adk.adk.loops.sleep import sleep_node
 
     with pytest.raises(InvalidArgument):
         sleep_node(seconds=5, until="2026-12-07T09:00:00Z")
@@ -265,7 +265,7 @@ async def test_operators_see_when_a_sleeping_run_wakes(store: Store) -> None:
 
 
 async def test_a_runners_background_loops_wake_a_due_timer_within_a_poll(store: Store) -> None:
-    from durable_adk.loops import BackgroundSettings
+    from durable_adk.adk.loops.every import BackgroundSettings
 
     settings = BackgroundSettings(resume_interval=0.05)
     durable = DurableRunner(

@@ -15,8 +15,8 @@ from google.adk.events.event import Event
 from google.genai import types
 
 from durable_adk import DurableRunner, RunLedger, RunStatus, Sweeper, idempotent
-from durable_adk.adk.live import Stored
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.eventlog.live import Stored
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store
 from durable_adk.testing import Call, Say, ScriptedModel
 

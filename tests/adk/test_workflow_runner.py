@@ -22,11 +22,11 @@ from google.adk.workflow import Workflow
 from google.genai import types
 
 from durable_adk import errors, idempotent, journaled, journaled_node
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import RunStatus
 from durable_adk.service.ops import Operations
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 

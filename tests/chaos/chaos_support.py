@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from durable_adk.testing.chaos import (
+from durable_adk.chaos.check import Request, Verdict, claim_times, judge
+from durable_adk.chaos.soak import (
     AUTH,
     install_observer,
     read_log,
@@ -25,7 +26,6 @@ from durable_adk.testing.chaos import (
     wait_listening,
     worker_env,
 )
-from durable_adk.testing.chaos_check import Request, Verdict, claim_times, judge
 from durable_adk.testing.services import FakeService
 
 LEASE = 3.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from durable_adk.testing.chaos_check import (
+from durable_adk.chaos.check import (
     Claim,
     EventRow,
     Request,

@@ -1,6 +1,6 @@
 """The short chaos soak (about two minutes): every violation count must be 0.
 
-The same soak as ``make chaos`` (see :mod:`durable_adk.testing.chaos`), bounded:
+The same soak as ``make chaos`` (see :mod:`durable_adk.chaos.soak`), bounded:
 three ``durable-adk serve`` workers on a private PostgreSQL, a minute of runs
 and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts, a rolling
 deploy step to a new app version and, as root, network partitions: the soak
@@ -39,7 +39,7 @@ ARGS = [
 def test_the_short_chaos_soak_finds_no_violation() -> None:
     postgres_or_skip()
     soak = subprocess.run(
-        [sys.executable, "-m", "durable_adk.testing.chaos", *ARGS, "--seed", str(SEED)],
+        [sys.executable, "-m", "durable_adk.chaos.soak", *ARGS, "--seed", str(SEED)],
         capture_output=True,
         text=True,
         timeout=600,

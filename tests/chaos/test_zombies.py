@@ -9,9 +9,9 @@ effect acted once.
 
 Evidence comes from outside the workers: the fake services log every request on
 arrival, with the ``X-Caller-Run`` and ``X-Caller-Epoch`` its sender put on it
-(:mod:`durable_adk.testing.chaos_app`), and the soak's observer trigger logs,
+(:mod:`durable_adk.chaos.app`), and the soak's observer trigger logs,
 with the database clock, when each epoch of each run was claimed. Each test
-also runs the soak's whole verdict (:func:`durable_adk.testing.chaos_check.judge`).
+also runs the soak's whole verdict (:func:`durable_adk.chaos.check.judge`).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from chaos_support import (
     wait_until,
 )
 
-from durable_adk.testing.chaos import read_log, restart_postgres
-from durable_adk.testing.chaos_check import TERMINAL
-from durable_adk.testing.chaos_net import Namespace, partitions_available
+from durable_adk.chaos.check import TERMINAL
+from durable_adk.chaos.net import Namespace, partitions_available
+from durable_adk.chaos.soak import read_log, restart_postgres
 from durable_adk.testing.pg_cluster import TempPostgres
 from postgres_required import postgres_or_skip
 

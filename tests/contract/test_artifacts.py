@@ -20,7 +20,7 @@ from google.adk.errors.input_validation_error import InputValidationError
 from google.genai import types
 
 from durable_adk import DurableArtifactService, RunLedger, errors, open_store
-from durable_adk.fence import RunFence, using_fence
+from durable_adk.fencing.fence import RunFence, using_fence
 from durable_adk.store import Store
 
 APP, USER = "reports", "u1"

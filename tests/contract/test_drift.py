@@ -19,14 +19,14 @@ from google.adk.events.event import Event, NodeInfo
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
-from durable_adk.adk.drift import RecordedStep, RunDrifted, drift, node_names
-from durable_adk.adk.fingerprint import Known
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.saga_agent import SagaSequence, SagaStage
-from durable_adk.ledger import RunStatus
-from durable_adk.sagas import SagaLedger
+from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift, node_names
+from durable_adk.adk.runs.fingerprint import Known
+from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunStatus
+from durable_adk.tables.sagas import SagaLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 
 
@@ -228,9 +228,9 @@ async def test_a_workflow_waking_in_a_node_the_new_code_renamed_is_parked(store:
     """A 1.0 graph asleep in node 'sleep'; 1.1 calls it 'nap': its wake-up is never run there."""
     from google.adk.workflow import Workflow
 
-    from durable_adk.adk.background import Background
-    from durable_adk.adk.sleep import sleep_node
-    from durable_adk.jobs import JobTable
+    from durable_adk.adk.loops.background import Background
+    from durable_adk.adk.loops.sleep import sleep_node
+    from durable_adk.tables.jobs import JobTable
 
     outputs: list[Any] = []
 

@@ -25,10 +25,10 @@ from google.adk.agents import LlmAgent
 
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.fence import RunFence, current_fence
-from durable_adk.leases import LeaseKeeper
-from durable_adk.ledger import RenewResult, Run, RunLedger, RunStatus
+from durable_adk.fencing.fence import RunFence, current_fence
+from durable_adk.fencing.leases import LeaseKeeper
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 APP = "inflight"
@@ -260,7 +260,7 @@ async def test_a_queued_run_is_taken_as_lost_when_its_lease_is(store: Store) -> 
 
 CHILD = """
 import asyncio, sys
-from durable_adk.ledger import Lease, RunLedger, RunStatus
+from durable_adk.tables.ledger import Lease, RunLedger, RunStatus
 from durable_adk.store import open_store
 
 async def main(url, run_id, owner, epoch):
@@ -446,7 +446,7 @@ async def test_a_leases_local_deadline_counts_from_when_its_claim_was_sent(
     """A claim whose answer comes late (a long wait for a connection, a slow round
     trip) is trusted from when it was sent: the database's lease began before the
     answer arrived, so trusting it from the answer would outlive it."""
-    from durable_adk.leases import trust_from
+    from durable_adk.fencing.leases import trust_from
 
     late = 2.0
     real_fetch = store.fetch
@@ -637,7 +637,7 @@ async def test_a_run_cancelled_while_it_waits_for_admission_ends_without_running
 
 
 async def test_a_pinned_session_stays_cached_beyond_the_cache_size(store: Store) -> None:
-    from durable_adk.adk.session_service import DurableSessionService
+    from durable_adk.adk.services.sessions import DurableSessionService
 
     sessions = DurableSessionService(store, cache_sessions=2)
     keys = [(APP, "u", f"c{i}") for i in range(5)]
@@ -663,7 +663,7 @@ async def test_a_burst_of_runs_keeps_every_claimed_session_cached_until_its_driv
     session is pinned from the moment its run is claimed, so no drive reads its log
     back from the store (a run's own session is never evicted under it)."""
     from durable_adk import Admission
-    from durable_adk.adk.session_service import DurableSessionService
+    from durable_adk.adk.services.sessions import DurableSessionService
 
     counted = Counted(store, monkeypatch)
     gate, seen = asyncio.Event(), {"now": 0, "most": 0, "calls": 0}
@@ -725,7 +725,7 @@ async def queued_behind_a_held_drive(store: Store) -> tuple[Any, ...]:
 async def test_the_last_pin_of_a_session_wakes_the_runs_queued_behind_it(store: Store) -> None:
     """However many holders pinned it (the caller of ``run`` and its drive), the
     queued runs behind it are woken when the last one lets go, not before."""
-    from durable_adk.adk.session_service import DurableSessionService
+    from durable_adk.adk.services.sessions import DurableSessionService
     from durable_adk.store.wakeups import session_key
 
     sessions = DurableSessionService(store)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from durable_adk.interrupts import InterruptKind, InterruptStatus, InterruptTable
-from durable_adk.ledger import RunLedger
 from durable_adk.store import Store
+from durable_adk.tables.interrupts import InterruptKind, InterruptStatus, InterruptTable
+from durable_adk.tables.ledger import RunLedger
 
 
 async def test_an_open_interrupt_indexed_with_an_old_kind_takes_the_new_one(store: Store) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from durable_adk import errors
-from durable_adk.journal import Attempt, Journal, JournalStatus, OutcomeUnknown
-from durable_adk.ledger import RunLedger
 from durable_adk.store import Store
+from durable_adk.tables.journal import Attempt, Journal, JournalStatus, OutcomeUnknown
+from durable_adk.tables.ledger import RunLedger
 
 
 class Outside:

@@ -38,9 +38,9 @@ from test_journal_owners import (
 )
 
 from durable_adk import errors
-from durable_adk.journal import WAIT_SECONDS, Journal, JournalBusy, JournalStatus
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import Store
+from durable_adk.tables.journal import WAIT_SECONDS, Journal, JournalBusy, JournalStatus
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing.services import FakeService
 
 

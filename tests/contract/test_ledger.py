@@ -15,12 +15,12 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.recovery import Recovery, Sweeper
+from durable_adk.adk.loops.recovery import Recovery, Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.demo import recovery_demo as demo
-from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from durable_adk.ledger import Lease, Run, RunLedger, RunStatus
 from durable_adk.store import Store
+from durable_adk.tables.ledger import Lease, Run, RunLedger, RunStatus
 
 
 async def running(ledger: RunLedger, session: str = "s", owner: str = "w1") -> Run:

@@ -19,9 +19,9 @@ from google.genai import types
 
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunLedger, RunStatus, Started
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunLedger, RunStatus, Started
 from durable_adk.testing import Say, ScriptedModel
 
 REQUEST = {"role": "user", "parts": [{"text": "hello"}]}

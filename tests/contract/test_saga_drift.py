@@ -24,14 +24,21 @@ from google.adk.agents import LlmAgent
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
-from durable_adk.adk.drift import RecordedStep, RunDrifted, drift
-from durable_adk.adk.fingerprint import Known
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.saga_agent import SagaSequence, SagaStage, SagaSweeper
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunStatus
-from durable_adk.sagas import Compensation, SagaDrifted, SagaLedger, SagaStatus, StepStatus, Undo
+from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift
+from durable_adk.adk.runs.fingerprint import Known
+from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage, SagaSweeper
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunStatus
+from durable_adk.tables.sagas import (
+    Compensation,
+    SagaDrifted,
+    SagaLedger,
+    SagaStatus,
+    StepStatus,
+    Undo,
+)
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import FakeService, ResourceClient
 from durable_adk.versions import Serving

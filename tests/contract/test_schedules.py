@@ -18,15 +18,15 @@ import pytest
 from google.adk.agents import LlmAgent
 
 from durable_adk import errors
-from durable_adk.adk.background import Background
+from durable_adk.adk.loops.background import Background
+from durable_adk.adk.loops.every import BackgroundSettings
+from durable_adk.adk.loops.scheduler import Scheduler
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.scheduler import Scheduler
 from durable_adk.cron import Cron
-from durable_adk.ledger import Run, RunLedger, RunStatus
-from durable_adk.loops import BackgroundSettings
-from durable_adk.schedule_table import ScheduleTable
 from durable_adk.schedules import Plan, Schedule, TickState
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import Run, RunLedger, RunStatus
+from durable_adk.tables.schedules import ScheduleTable
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.harness import clear_of_a_tick
 
@@ -541,7 +541,7 @@ async def test_a_process_that_declares_no_schedules_leaves_them_alone(store: Sto
 
 async def test_a_worker_of_a_drained_version_leaves_due_ticks_to_the_others(store: Store) -> None:
     """Draining 1.0 stops its workers starting scheduled runs; a 1.1 worker fires the tick."""
-    from durable_adk.version_table import VersionTable
+    from durable_adk.tables.versions import VersionTable
 
     schedule = every_minute()
 

@@ -21,7 +21,7 @@ from google.adk.sessions.base_session_service import BaseSessionService, GetSess
 from google.adk.sessions.database_session_service import DatabaseSessionService
 from google.genai import types
 
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
 
 IMPLEMENTATIONS = ["durable-sqlite", "durable-postgresql", "adk-database"]

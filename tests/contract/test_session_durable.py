@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from durable_adk import errors
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store
 
 
@@ -386,8 +386,8 @@ async def test_ids_are_checked_on_every_method(store: Store) -> None:
 
 
 async def test_replayed_event_of_a_finished_run_is_a_no_op(store: Store) -> None:
-    from durable_adk.adk.session_service import RUN_METADATA_KEY
-    from durable_adk.ledger import RunLedger, RunStatus
+    from durable_adk.adk.services.sessions import RUN_METADATA_KEY
+    from durable_adk.tables.ledger import RunLedger, RunStatus
 
     ledger = RunLedger(store)
     svc = DurableSessionService(store)

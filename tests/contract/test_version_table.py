@@ -12,13 +12,13 @@ import pytest
 from google.adk.agents import LlmAgent
 
 from durable_adk import errors
-from durable_adk.adk import runpath
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.runs import path as runpath
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunLedger, RunStatus
+from durable_adk.tables.versions import NO_VERSION, VersionTable
 from durable_adk.testing import Say, ScriptedModel
-from durable_adk.version_table import NO_VERSION, VersionTable
 from durable_adk.versions import Serving
 
 

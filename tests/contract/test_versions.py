@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from durable_adk import errors
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.versions import Serving
 
 
@@ -152,9 +152,9 @@ def test_a_bad_declaration_is_refused_clearly(
 
 
 async def test_sagas_jobs_and_interrupts_record_the_version_of_their_run(store: Store) -> None:
-    from durable_adk.interrupts import InterruptKind, InterruptTable
-    from durable_adk.jobs import JobTable
-    from durable_adk.sagas import SagaLedger
+    from durable_adk.tables.interrupts import InterruptKind, InterruptTable
+    from durable_adk.tables.jobs import JobTable
+    from durable_adk.tables.sagas import SagaLedger
 
     v1 = ledger(store, "1.0.0")
     run = await v1.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")

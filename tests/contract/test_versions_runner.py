@@ -9,11 +9,11 @@ import pytest
 from google.adk.agents import LlmAgent
 
 from durable_adk import errors
-from durable_adk.adk.fingerprint import fingerprint
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import RunStatus
+from durable_adk.adk.runs.fingerprint import fingerprint
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Say, ScriptedModel
 
 

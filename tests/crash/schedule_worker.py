@@ -23,7 +23,7 @@ from pathlib import Path
 from examples.shipment_checker.app import APP_NAME, build_agent, durable_adk_schedules, hourly_check
 from google.adk.apps import App
 
-from durable_adk.adk.background import Background, BackgroundSettings
+from durable_adk.adk.loops.background import Background, BackgroundSettings
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.store import Store, open_store
 

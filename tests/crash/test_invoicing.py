@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from durable_adk.adk.operators import resolve_run
-from durable_adk.journal import Journal, JournalStatus
-from durable_adk.ledger import RunLedger, RunStatus
+from children import run_module
+from durable_adk.adk.runs.operators import resolve_run
 from durable_adk.store import open_store
+from durable_adk.tables.journal import Journal, JournalStatus
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
-from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService, RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,11 +31,11 @@ from examples.sales_report.app import (
 from examples.sales_report.app import texts as texts_of
 from google.adk.events.event import Event
 
-from durable_adk.adk.resume import Resumer, Submitter
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.jobs import JobState, JobTable
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.loops.resume import Resumer, Submitter
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
+from durable_adk.tables.jobs import JobState, JobTable
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient
 from durable_adk.testing.webhook_receiver import WebhookReceiver

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from durable_adk.adk.session_service import DurableSessionService
+from children import run_module
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.demo import recovery_demo as demo
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
-from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService
 
 DEMO = "durable_adk.demo.recovery_demo"

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from durable_adk.adk.operators import cancel_run
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunLedger
-from durable_adk.sagas import SagaLedger, SagaStatus
+from children import run_module
+from durable_adk.adk.runs.operators import cancel_run
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger
+from durable_adk.tables.sagas import SagaLedger, SagaStatus
 from durable_adk.testing import arm
-from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,11 +24,11 @@ from types import ModuleType
 
 import pytest
 
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunLedger, RunStatus
-from durable_adk.schedule_table import ScheduleTable
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.schedules import TickState
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
+from durable_adk.tables.schedules import ScheduleTable
 from durable_adk.testing.crash import EXIT_CODE, arm
 from durable_adk.testing.harness import clear_of_a_tick
 from durable_adk.testing.services import FakeService

@@ -23,10 +23,10 @@ import pytest
 from examples.reminders.app import APP_NAME, REMINDER, SESSION_ID, USER_ID, texts
 from google.adk.events.event import Event
 
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.jobs import Job, JobState, JobTable
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
+from durable_adk.tables.jobs import Job, JobState, JobTable
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,10 +24,10 @@ from types import ModuleType
 
 import pytest
 
-from durable_adk.adk.recovery import Sweeper
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.loops.recovery import Sweeper
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient
 from durable_adk.testing.services import FakeService, RequestRecord

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from examples.approvals.app import APP_NAME, USER_ID, make_runner
 
-from durable_adk.adk.classify import OrphanClass
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunLedger, RunStatus
+from children import run_module
+from durable_adk.adk.eventlog.classify import OrphanClass
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
-from durable_adk.testing.children import run_module
 from durable_adk.testing.services import FakeService
 
 ROOT = Path(__file__).resolve().parents[2]

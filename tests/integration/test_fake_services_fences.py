@@ -2,7 +2,7 @@
 
 Each request goes over real HTTP to a service in its own process; what the
 service did is read back from its items and its request log. The fence headers
-are built by :class:`durable_adk.fence.FenceToken` (as a tool's
+are built by :class:`durable_adk.fencing.fence.FenceToken` (as a tool's
 ``fence_headers()`` would), so a stale one can be made without waiting: a
 valid-until in the past is exactly what a request the network held past the
 sender's lease looks like on arrival.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from durable_adk import errors
-from durable_adk.fence import (
+from durable_adk.fencing.fence import (
     FENCE_EPOCH_HEADER,
     FENCE_RUN_HEADER,
     FENCE_VALID_UNTIL_HEADER,

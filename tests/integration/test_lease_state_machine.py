@@ -20,8 +20,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from durable_adk.ledger import Lease, RunLedger, RunStatus
 from durable_adk.store import SqliteStore, check_schema
+from durable_adk.tables.ledger import Lease, RunLedger, RunStatus
 
 SESSIONS = ["s1", "s2"]
 WORKERS = ["w1", "w2", "w3"]

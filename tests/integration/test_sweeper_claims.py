@@ -26,10 +26,10 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import Run, RunLedger, RunStatus
 from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 SESSIONS = [f"s{i}" for i in range(5)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from google.adk.events.event import Event
 from google.genai import types
 
-from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.ledger import Run, RunLedger
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import Store
+from durable_adk.tables.ledger import Run, RunLedger
 
 APP = "stock_assistant"
 

@@ -33,8 +33,8 @@ from google.adk.memory import InMemoryMemoryService
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
-from durable_adk.adk.app_services import AppServices
-from durable_adk.adk.marks import idempotent
+from durable_adk.adk.services.app_services import AppServices
+from durable_adk.adk.shapes.marks import idempotent
 from durable_adk.faults import crash_point
 from durable_adk.testing import Call, Say, ScriptedModel
 

@@ -18,10 +18,10 @@ from svc_support import TOKEN, settings_for, threaded_worker
 from typer.testing import CliRunner
 
 from durable_adk import errors
-from durable_adk.adk import operators
+from durable_adk.adk.runs import operators
 from durable_adk.cli import app
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 
 runner = CliRunner()
 

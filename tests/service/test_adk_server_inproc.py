@@ -30,8 +30,8 @@ from durable_adk import (
     ServerSettings,
     open_store,
 )
-from durable_adk.adk.service_uri import DurableUriSessionService
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.servers.uri import DurableUriSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 
 AGENT = """
 from google.adk.agents import LlmAgent
@@ -275,7 +275,7 @@ async def test_an_operators_cancel_aborts_the_invocation_adks_runner_drives(
     # The renewal that sees the cancel stops new acts and, the fence idle,
     # aborts ADK's invocation through its InvocationContext. The run ends
     # CANCELLED, not DONE, and is never re-driven.
-    from durable_adk.adk.operators import cancel_run
+    from durable_adk.adk.runs.operators import cancel_run
 
     held = HeldTurn(store_url)
     service = held.service

@@ -34,7 +34,7 @@ from google.adk.apps import App, ResumabilityConfig
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.workflow import FunctionNode, Workflow
 
-from durable_adk.adk.marks import idempotent
+from durable_adk.adk.shapes.marks import idempotent
 from durable_adk.testing import Say, ScriptedModel
 
 SEEN = []

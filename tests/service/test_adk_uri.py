@@ -24,8 +24,8 @@ from google.adk.events.event_actions import EventActions
 from google.adk.sessions.database_session_service import DatabaseSessionService
 
 from durable_adk import errors
-from durable_adk.adk.service_uri import DurableUriSessionService, register, store_url
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.servers.uri import DurableUriSessionService, register, store_url
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
 
 AGENT = """
@@ -34,14 +34,14 @@ from durable_adk.testing import Say, ScriptedModel
 
 root_agent = LlmAgent(name="shop", model=ScriptedModel([Say("hello from shop")] * 10))
 """
-SERVICES_PY = "from durable_adk.adk.service_uri import register\n\nregister()\n"
+SERVICES_PY = "from durable_adk.adk.servers.uri import register\n\nregister()\n"
 SERVICES_YAML = """services:
   - scheme: durable+sqlite
     type: session
-    class: durable_adk.adk.service_uri.DurableUriSessionService
+    class: durable_adk.adk.servers.uri.DurableUriSessionService
   - scheme: durable+postgresql
     type: session
-    class: durable_adk.adk.service_uri.DurableUriSessionService
+    class: durable_adk.adk.servers.uri.DurableUriSessionService
 """
 
 

@@ -15,8 +15,8 @@ from google.genai import types
 from op_support import APP
 from svc_support import Service
 
-from durable_adk.adk.session_service import RUN_METADATA_KEY
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY
+from durable_adk.tables.ledger import RunLedger, RunStatus
 
 
 async def pause_on_a_long_running_call(service: Service, session: str) -> tuple[str, str]:

@@ -38,12 +38,12 @@ from svc_support import AUTH, TOKEN, wait_ready
 from test_adk_server_runs import AdkServer
 from typer.testing import CliRunner
 
-from durable_adk.adk.app_services import SERVICES_FACTORY, AppServices, load_services
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.app_services import SERVICES_FACTORY, AppServices, load_services
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
 from durable_adk.errors import InvalidArgument
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 
 HERE = Path(__file__).parent

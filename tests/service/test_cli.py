@@ -11,11 +11,11 @@ import pytest
 from svc_support import TOKEN, settings_for, threaded_worker
 from typer.testing import CliRunner
 
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app
-from durable_adk.jobs import JobTable
-from durable_adk.ledger import RunLedger
 from durable_adk.store import open_store
+from durable_adk.tables.jobs import JobTable
+from durable_adk.tables.ledger import RunLedger
 
 runner = CliRunner()
 

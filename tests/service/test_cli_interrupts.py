@@ -14,13 +14,13 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.cli import app
 from durable_adk.demo.approvals_app import APP_NAME
 from durable_adk.demo.approvals_app import app as approvals_app
-from durable_adk.ledger import RunStatus
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunStatus
 
 runner = CliRunner()
 

@@ -14,8 +14,8 @@ from svc_support import TOKEN, settings_for, threaded_worker
 from typer.testing import CliRunner
 
 from durable_adk.cli import app
-from durable_adk.ledger import Run, RunLedger
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import Run, RunLedger
 
 runner = CliRunner()
 

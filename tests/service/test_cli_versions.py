@@ -8,11 +8,11 @@ import json
 from google.adk.agents import LlmAgent
 from typer.testing import CliRunner
 
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.cli import app
-from durable_adk.ledger import RunLedger
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Say, ScriptedModel
 from durable_adk.versions import Serving
 

@@ -21,9 +21,9 @@ import pytest
 import wf_support
 from svc_support import TOKEN, ThreadedWorker, settings_for, threaded_worker
 
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import RunLedger
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger
 
 CHROMIUM_ARGS = [
     "--headless",

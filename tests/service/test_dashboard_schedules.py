@@ -9,7 +9,7 @@ from schedules_app import durable_adk_schedules, root_agent
 from svc_support import TOKEN, settings_for, threaded_worker
 from test_dashboard import CHROMIUM_ARGS, chromium
 
-from durable_adk.adk.app_services import AppServices
+from durable_adk.adk.services.app_services import AppServices
 
 
 def test_dashboard_pauses_resumes_and_triggers_a_schedule(tmp_path: Path) -> None:

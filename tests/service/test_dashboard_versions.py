@@ -14,9 +14,9 @@ from op_support import APP
 from svc_support import TOKEN, settings_for, threaded_worker
 from test_dashboard import CHROMIUM_ARGS, chromium
 
-from durable_adk.adk import runpath
-from durable_adk.ledger import RunLedger
+from durable_adk.adk.runs import path as runpath
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger
 from durable_adk.versions import Serving
 
 

@@ -28,9 +28,9 @@ from schemathesis.checks import (
 from schemathesis.generation import GenerationMode
 from svc_support import AUTH, ThreadedWorker, settings_for, threaded_worker
 
-from durable_adk.ledger import RunLedger
 from durable_adk.service.schemas import AbandonIn, ResolveIn
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger
 
 ROUTES = ["/v1/runs/{run_id}/resolve", "/v1/runs/{run_id}/abandon", "/v1/runs/{run_id}/cancel"]
 

@@ -17,10 +17,10 @@ from op_support import APP
 from svc_support import Service
 from test_operator import wait_status
 
-from durable_adk.adk.session_service import RUN_METADATA_KEY
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.demo.approvals_app import app as approvals_app
-from durable_adk.interrupts import InterruptTable
-from durable_adk.ledger import RunLedger
+from durable_adk.tables.interrupts import InterruptTable
+from durable_adk.tables.ledger import RunLedger
 
 APPROVALS = {"app": approvals_app()}
 approvals = pytest.mark.parametrize("service", [APPROVALS], indirect=True)

@@ -15,7 +15,7 @@ from google.adk.models.llm_request import LlmRequest
 from svc_support import AUTH, parse_sse, settings_for
 
 from durable_adk import webhooks
-from durable_adk.adk.long_running import long_running_tool
+from durable_adk.adk.tools.long_running import long_running_tool
 from durable_adk.service import Worker, create_app
 from durable_adk.store import open_store
 from durable_adk.testing import Call, Say, ScriptedModel

@@ -16,10 +16,10 @@ from op_support import APP, park_in_store
 from svc_support import Service, settings_for
 
 from durable_adk.demo.service_app import app as stock_app
-from durable_adk.ledger import Run, RunLedger
 from durable_adk.service import Worker
 from durable_adk.service.ops import Operations
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import Run, RunLedger
 
 
 async def wait_status(service: Service, run_id: str, *statuses: str) -> dict[str, Any]:

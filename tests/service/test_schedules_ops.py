@@ -17,11 +17,11 @@ from svc_support import Service
 from typer.testing import CliRunner
 
 from durable_adk import errors
-from durable_adk.adk.app_services import AppServices, load_services
+from durable_adk.adk.services.app_services import AppServices, load_services
 from durable_adk.cli import app as cli_app
-from durable_adk.ledger import RunLedger, RunStatus
-from durable_adk.schedule_table import ScheduleTable
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
+from durable_adk.tables.schedules import ScheduleTable
 from durable_adk.testing.harness import clear_of_a_tick
 
 APP = "root"

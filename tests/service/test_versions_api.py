@@ -10,13 +10,13 @@ from svc_support import Service
 from test_api import start, wait_status
 
 from durable_adk import errors
-from durable_adk.adk import runpath
-from durable_adk.adk.classify import classify
-from durable_adk.adk.inbox import inbox_at_finish
-from durable_adk.adk.recovery import Sweeper
-from durable_adk.interrupts import InterruptTable
-from durable_adk.ledger import RunLedger, RunStatus
+from durable_adk.adk.eventlog.classify import classify
+from durable_adk.adk.loops.recovery import Sweeper
+from durable_adk.adk.runs import path as runpath
+from durable_adk.adk.runs.inbox import inbox_at_finish
 from durable_adk.service.settings import ServiceSettings
+from durable_adk.tables.interrupts import InterruptTable
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.versions import Serving
 
 

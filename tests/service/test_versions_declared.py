@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from durable_adk.adk.app_services import AppServices, load_services
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.app_services import AppServices, load_services
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
 from durable_adk.errors import InvalidArgument, InvalidVersion
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.service.worker import declared_with
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.versions import Serving
 
 APP = "greeter"

@@ -8,10 +8,10 @@ from typing import Any
 
 from google.adk.agents import LlmAgent
 
-from durable_adk.ledger import RunLedger, RunStatus
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.service.worker import Worker
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 
 

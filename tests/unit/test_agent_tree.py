@@ -11,7 +11,7 @@ from google.adk.tools.base_toolset import BaseToolset
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.workflow import Workflow
 
-from durable_adk.adk import agent_tree
+from durable_adk.adk.shapes import agent_tree
 from durable_adk.testing import Say, ScriptedModel
 
 # SequentialAgent is deprecated in ADK 2.x, but apps still build with it.

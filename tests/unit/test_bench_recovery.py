@@ -31,7 +31,7 @@ from bench.recovery_worker import (
 )
 from bench.runner import StoreCalls
 
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.store import open_store
 from durable_adk.testing.pg_cluster import TempPostgres
 

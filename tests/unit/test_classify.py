@@ -33,7 +33,7 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_adk.adk.classify import (
+from durable_adk.adk.eventlog.classify import (
     ABORT_ERROR_CODE,
     Classification,
     OrphanClass,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from durable_adk import errors
-from durable_adk.fence import (
+from durable_adk.fencing.fence import (
     FENCE_EPOCH_HEADER,
     FENCE_EXPIRED,
     FENCE_HEADERS,

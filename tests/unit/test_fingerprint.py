@@ -13,10 +13,10 @@ from google.adk.agents import LlmAgent, SequentialAgent
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.workflow import Workflow
 
-from durable_adk.adk.fingerprint import Known, definition, fingerprint
-from durable_adk.adk.long_running import long_running_tool
-from durable_adk.adk.saga_agent import SagaSequence, SagaStage
-from durable_adk.adk.tools import journaled
+from durable_adk.adk.runs.fingerprint import Known, definition, fingerprint
+from durable_adk.adk.tools.journaling import journaled
+from durable_adk.adk.tools.long_running import long_running_tool
+from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage
 from durable_adk.testing import ScriptedModel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ _CHILD = (
     "import sys; sys.path.insert(0, sys.argv[1]);"
     "from examples.order_saga.app import build_saga;"
     "from examples.approvals.app import build_workflow;"
-    "from durable_adk.adk.fingerprint import fingerprint;"
+    "from durable_adk.adk.runs.fingerprint import fingerprint;"
     "u = 'http://127.0.0.1:1';"
     "urls = {k: u for k in ('inventory', 'payments', 'carrier', 'notifications')};"
     "print(fingerprint(build_saga(urls)), fingerprint(build_workflow(u, u)))"

@@ -7,7 +7,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from durable_adk.fold import fold, is_snapshot_seq, merged_view, snapshots_of, split_delta
+from durable_adk.adk.services.fold import (
+    fold,
+    is_snapshot_seq,
+    merged_view,
+    snapshots_of,
+    split_delta,
+)
 
 values = st.one_of(
     st.none(), st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=3)

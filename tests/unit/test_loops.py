@@ -1,4 +1,4 @@
-"""durable_adk.loops: periodic passes that survive failures and stop when told."""
+"""durable_adk.adk.loops.every: periodic passes that survive failures and stop when told."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from durable_adk import errors
-from durable_adk.loops import every, periodically
+from durable_adk.adk.loops.every import every, periodically
 
 
 async def test_a_failing_pass_is_logged_and_the_next_one_runs(

@@ -52,7 +52,7 @@ def test_without_a2a_the_adk_module_is_marked_missing_once() -> None:
             imported_before = False
         present_before = name in sys.modules
 
-        from durable_adk.adk import optional_imports
+        from durable_adk.adk.shapes import optional_imports
 
         first = optional_imports.remember_missing()
         marked_none = name in sys.modules and sys.modules[name] is None
@@ -105,7 +105,7 @@ def test_remember_missing_is_idempotent() -> None:
         """
         import importlib.util, json, sys
 
-        from durable_adk.adk.optional_imports import remember_missing
+        from durable_adk.adk.shapes.optional_imports import remember_missing
 
         name = "google.adk.agents.remote_a2a_agent"
         first, second = remember_missing(), remember_missing()
@@ -156,7 +156,7 @@ def test_nothing_is_marked_when_a2a_can_be_found(tmp_path: Path) -> None:
         """
         import importlib.util, json, sys
 
-        from durable_adk.adk.optional_imports import remember_missing
+        from durable_adk.adk.shapes.optional_imports import remember_missing
 
         name = "google.adk.agents.remote_a2a_agent"
         found = importlib.util.find_spec("a2a") is not None

@@ -31,9 +31,9 @@ from google.adk.sessions.session import Session
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.session_service import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.ledger import RunLedger
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import SqliteStore, check_schema, connect, open_store
+from durable_adk.tables.ledger import RunLedger
 
 # Holds the write lock of the database named in argv[1] until stdin is closed
 # (or argv[2] seconds have passed), then commits.

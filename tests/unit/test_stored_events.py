@@ -19,8 +19,8 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_adk.adk import stored_events
-from durable_adk.adk.stored_events import load_event, same_model
+from durable_adk.adk.eventlog import stored as stored_events
+from durable_adk.adk.eventlog.stored import load_event, same_model
 
 
 def _content(*parts: types.Part, role: str = "model") -> types.Content:

@@ -19,8 +19,13 @@ from google.adk.workflow import FunctionNode, JoinNode, Workflow
 from google.genai import types
 
 from durable_adk import errors, idempotent, journaled, journaled_node
-from durable_adk.adk.classify import NodeKind, OrphanClass, classify
-from durable_adk.adk.workflow_nodes import GUARD_MARK, guard_function_nodes, kind_of, node_kinds
+from durable_adk.adk.eventlog.classify import NodeKind, OrphanClass, classify
+from durable_adk.adk.tools.workflow_nodes import (
+    GUARD_MARK,
+    guard_function_nodes,
+    kind_of,
+    node_kinds,
+)
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel
 
 INV = "inv-1"

@@ -5,20 +5,20 @@ What it guarantees (each part lives in one place, named here):
 * A run is on the ledger (with its request and the invocation id we chose)
   before ADK is called, so a crash at any instant leaves a row the sweeper
   finds; a continuation of a cancelled invocation is refused, and each pause
-  takes one answer (:meth:`durable_adk.adk.runpath.RunPath.submit`).
+  takes one answer (:meth:`durable_adk.adk.runs.path.RunPath.submit`).
 * One run per session drives at a time across every worker; a second run for
   a busy session waits ``QUEUED``, in order, woken when the run ahead ends
-  (:meth:`~durable_adk.adk.runpath.RunPath.wait_for_turn`).
+  (:meth:`~durable_adk.adk.runs.path.RunPath.wait_for_turn`).
 * A drive runs in a task of its own and hands its events to the caller
   lock-step, under a lease the worker's one heartbeat renews; with barrier
   commits nothing reaches the caller before it is stored; a lost lease
   cancels the drive and the caller gets :class:`~durable_adk.errors.Fenced`
-  (:mod:`durable_adk.adk.driver`).
+  (:mod:`durable_adk.adk.runs.driver`).
 * A caller that stops reading detaches from the drive: the run goes on to its
   end in this process; :meth:`DurableRunner.aclose` waits for it.
 * Every ending (DONE, PAUSED, handed back, PARKED, FAILED, CANCELLED) is
   decided by one pure function and recorded, with its bookkeeping, by one
-  function (:mod:`durable_adk.adk.ending`).
+  function (:mod:`durable_adk.adk.runs.ending`).
 
 The public surface is ADK's Runner's (``app=`` or ``agent=``,
 ``session_service``, ``artifact_service``, ``memory_service``,
@@ -56,30 +56,31 @@ from google.adk.workflow import BaseNode
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk import operators, optional_imports
-from durable_adk.adk.background import Background
-from durable_adk.adk.barrier import CommitMode
-from durable_adk.adk.classify import INTERIM_KEY as INTERIM_KEY
-from durable_adk.adk.classify import Classification
-from durable_adk.adk.ending import LAST_EVENTS_KEPT as LAST_EVENTS_KEPT
-from durable_adk.adk.live import LiveEvents
-from durable_adk.adk.policy import DEFAULT_POLICY, causes
-from durable_adk.adk.policy import TRANSIENT_ERRORS as TRANSIENT_ERRORS
-from durable_adk.adk.policy import RetryPolicy as RetryPolicy
-from durable_adk.adk.policy import RunPolicy as RunPolicy
-from durable_adk.adk.policy import model_error_is_retryable as model_error_is_retryable
-from durable_adk.adk.runpath import RunPath, only_answers
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.admission import Admission
+from durable_adk.adk.commits.barrier import CommitMode
+from durable_adk.adk.eventlog.classify import INTERIM_KEY as INTERIM_KEY
+from durable_adk.adk.eventlog.classify import Classification
+from durable_adk.adk.eventlog.live import LiveEvents
+from durable_adk.adk.loops.background import Background
+from durable_adk.adk.loops.every import BackgroundSettings
+from durable_adk.adk.runs import operators
+from durable_adk.adk.runs.admission import Admission
+from durable_adk.adk.runs.ending import LAST_EVENTS_KEPT as LAST_EVENTS_KEPT
+from durable_adk.adk.runs.path import RunPath, only_answers
+from durable_adk.adk.runs.policy import DEFAULT_POLICY, causes
+from durable_adk.adk.runs.policy import TRANSIENT_ERRORS as TRANSIENT_ERRORS
+from durable_adk.adk.runs.policy import RetryPolicy as RetryPolicy
+from durable_adk.adk.runs.policy import RunPolicy as RunPolicy
+from durable_adk.adk.runs.policy import model_error_is_retryable as model_error_is_retryable
+from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.adk.shapes import optional_imports
 from durable_adk.faults import crash_point
-from durable_adk.fence import RunFence
-from durable_adk.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
-from durable_adk.leases import LeaseKeeper
-from durable_adk.ledger import Run, RunLedger, RunStatus
-from durable_adk.loops import BackgroundSettings
+from durable_adk.fencing.fence import RunFence
+from durable_adk.fencing.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
+from durable_adk.fencing.leases import LeaseKeeper
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.schedules import Schedule
-from durable_adk.sweeps import sweepers_seen
+from durable_adk.tables.ledger import Run, RunLedger, RunStatus
+from durable_adk.tables.sweeps import sweepers_seen
 
 logger = logging.getLogger("durable_adk.runner")
 

@@ -25,7 +25,7 @@ from google.adk.runners import Runner
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
-from durable_adk.adk.session_service import DurableSessionService
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
 

@@ -30,11 +30,11 @@ from google.adk.apps import App, ResumabilityConfig
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 
-from durable_adk.adk.barrier import CommitMode
+from durable_adk.adk.commits.barrier import CommitMode
+from durable_adk.adk.loops.every import BackgroundSettings
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import RunStatus
-from durable_adk.loops import BackgroundSettings
 from durable_adk.store import open_store
+from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel, crash_point
 from durable_adk.testing.harness import sweep_as_fresh_worker
 from durable_adk.testing.scripted_model import Turn

@@ -23,8 +23,7 @@ from pydantic import ValidationError
 
 import durable_adk
 from durable_adk import errors
-from durable_adk.adk.classify import check_answers
-from durable_adk.ledger import RunStatus
+from durable_adk.adk.eventlog.classify import check_answers
 from durable_adk.service import dashboard, features, schedule_routes, version_routes
 from durable_adk.service.follow import follow, sse
 from durable_adk.service.guards import (
@@ -66,6 +65,7 @@ from durable_adk.service.schemas import (
     run_out,
 )
 from durable_adk.service.worker import Worker
+from durable_adk.tables.ledger import RunStatus
 
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
 SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]

@@ -1,8 +1,8 @@
 """The operations and routes of long-running jobs and sagas, and the job webhook.
 
-Jobs (:mod:`durable_adk.jobs`) and sagas (:mod:`durable_adk.sagas`) keep their
+Jobs (:mod:`durable_adk.tables.jobs`) and sagas (:mod:`durable_adk.tables.sagas`) keep their
 own ledgers; this module only reads them for operators and passes a job's
-completion to :meth:`~durable_adk.jobs.JobTable.complete`, whose conditional
+completion to :meth:`~durable_adk.tables.jobs.JobTable.complete`, whose conditional
 update makes the first terminal result win (a duplicate or late completion
 changes nothing and is still answered 200).
 
@@ -24,13 +24,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from durable_adk import errors, webhooks
-from durable_adk.jobs import JobNotFound, JobState, JobTable
 from durable_adk.metrics import Metrics
-from durable_adk.sagas import SagaLedger, SagaStatus
 from durable_adk.service.guards import error_response
 from durable_adk.service.ops import MAX_PAGE
 from durable_adk.service.schemas import ErrorOut, ListOut
 from durable_adk.store.base import Store
+from durable_adk.tables.jobs import JobNotFound, JobState, JobTable
+from durable_adk.tables.sagas import SagaLedger, SagaStatus
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,255}$"
 """Job ids the API accepts (business identities such as ``report:2026-Q3:EMEA``)."""

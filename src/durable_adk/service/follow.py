@@ -15,7 +15,7 @@ number to reconnect from.
 :func:`sse` renders the items as Server-Sent Events: ``id`` is the sequence
 number, so a browser's ``Last-Event-ID`` resumes the stream.
 
-Token streaming: with a live subscription (:mod:`durable_adk.adk.live`) the
+Token streaming: with a live subscription (:mod:`durable_adk.adk.eventlog.live`) the
 stream also carries the partial events of the session's drives in this
 worker, marked ``partial`` and without a sequence number; they are never
 stored, so a reconnect (or a follower on another worker) gets the stored
@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from durable_adk.adk.live import LiveItem, Stored, Subscription
+from durable_adk.adk.eventlog.live import LiveItem, Stored, Subscription
 from durable_adk.service.ops import Operations, SeqEvent, SessionKey, is_settled
 
 BATCH = 500

@@ -4,8 +4,8 @@ Every answer is read from the durable store, never from a worker's memory, so
 any worker (or the CLI with ``--db``) gives the same answer about any run,
 including one in progress on another worker. Reads return frozen records;
 the writes are the operator's actions (cancel, resolve, abandon, retry, see
-:mod:`durable_adk.adk.operators`; answering an interrupt, see
-:mod:`durable_adk.adk.inbox`), each one conditional unit of work that also
+:mod:`durable_adk.adk.runs.operators`; answering an interrupt, see
+:mod:`durable_adk.adk.runs.inbox`), each one conditional unit of work that also
 writes its line in the audit trail.
 
 Several apps may share one database: listings take an ``app_name`` filter,
@@ -21,15 +21,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_adk import errors
-from durable_adk.adk import operators
-from durable_adk.adk.classify import NodeKind, classify
-from durable_adk.adk.inbox import InboxAnswer, answer_interrupt
-from durable_adk.adk.session_service import RUN_METADATA_KEY
-from durable_adk.adk.stored_events import load_event
-from durable_adk.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
-from durable_adk.jobs import JobTable
-from durable_adk.ledger import TERMINAL, DeadLetter, OperatorAction, Run, RunLedger, RunStatus
+from durable_adk.adk.eventlog.classify import NodeKind, classify
+from durable_adk.adk.eventlog.stored import load_event
+from durable_adk.adk.runs import operators
+from durable_adk.adk.runs.inbox import InboxAnswer, answer_interrupt
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.store.base import Store
+from durable_adk.tables.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
+from durable_adk.tables.jobs import JobTable
+from durable_adk.tables.ledger import (
+    TERMINAL,
+    DeadLetter,
+    OperatorAction,
+    Run,
+    RunLedger,
+    RunStatus,
+)
 
 MAX_PAGE = 1000
 """Most records one listing returns."""
@@ -310,11 +317,11 @@ class Operations:
         return (await operators.retry_run(self.ledger, run_id, by=by, reason=reason)).run
 
     async def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> operators.Outcome:
-        """Cancels a run (see :func:`durable_adk.adk.operators.cancel_run`)."""
+        """Cancels a run (see :func:`durable_adk.adk.runs.operators.cancel_run`)."""
         return await operators.cancel_run(self.ledger, run_id, by=by, reason=reason)
 
     async def abandon(self, run_id: str, *, by: str, reason: str) -> operators.Outcome:
-        """Abandons a parked run (see :func:`durable_adk.adk.operators.abandon_run`)."""
+        """Abandons a parked run (see :func:`durable_adk.adk.runs.operators.abandon_run`)."""
         return await operators.abandon_run(self.ledger, run_id, by=by, reason=reason)
 
     async def resolve(
@@ -326,7 +333,7 @@ class Operations:
         result: Any = None,
         results: dict[str, Any] | None = None,
     ) -> operators.Outcome:
-        """Resolves a parked run (see :func:`durable_adk.adk.operators.resolve_run`)."""
+        """Resolves a parked run (see :func:`durable_adk.adk.runs.operators.resolve_run`)."""
         return await operators.resolve_run(
             self.ledger, run_id, by=by, reason=reason, result=result, results=results
         )
@@ -370,7 +377,7 @@ class Operations:
         owner: str | None = None,
         lease: float = 0.0,
     ) -> InboxAnswer:
-        """Answers an interrupt once (see :func:`durable_adk.adk.inbox.answer_interrupt`).
+        """Answers an interrupt once (see :func:`durable_adk.adk.runs.inbox.answer_interrupt`).
 
         ``owner`` (this worker) holds the continuation of its own app's
         interrupts; another app's waits for a worker of that app.

@@ -10,7 +10,7 @@ would read it as a dot segment and drop it. The server decodes the path once
 (``/v1/interrupts/{call_id:path}``), so a call id with ``/`` in it is found
 whether the ``/`` was encoded or sent plain.
 
-The same encoding is used by :class:`~durable_adk.service.client.HttpOps` (the
+The same encoding is used by :class:`~durable_adk.cli.client.HttpOps` (the
 CLI's ``--url``), the dashboard (``encodeURIComponent``, whose result is the
 same for every id but ``.`` and ``..``: browsers drop those as dot segments
 whatever their encoding) and the ``events_url`` a new run's answer carries.

@@ -15,10 +15,10 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from durable_adk.ids import ID_PATTERN
-from durable_adk.schedule_table import ScheduleTable
 from durable_adk.schedules import Tick
 from durable_adk.service.schemas import ErrorOut, Reason, Who
 from durable_adk.store.base import Store
+from durable_adk.tables.schedules import ScheduleTable
 
 ScheduleName = Annotated[str, Path(pattern=ID_PATTERN, description="The schedule.")]
 

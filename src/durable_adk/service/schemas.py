@@ -18,12 +18,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from durable_adk.adk.inbox import guarded_call
-from durable_adk.adk.operators import MAX_REASON_CHARS, Outcome
+from durable_adk.adk.runs.inbox import guarded_call
+from durable_adk.adk.runs.operators import MAX_REASON_CHARS, Outcome
 from durable_adk.ids import ID_PATTERN as ID_PATTERN  # the library's rule, for the routes
-from durable_adk.interrupts import Interrupt
-from durable_adk.ledger import DeadLetter, OperatorAction, Run
 from durable_adk.service.ops import RunDetail, SeqEvent
+from durable_adk.tables.interrupts import Interrupt
+from durable_adk.tables.ledger import DeadLetter, OperatorAction, Run
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 

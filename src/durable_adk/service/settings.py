@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from durable_adk import errors
-from durable_adk.adk.policy import DEFAULT_POLICY
-from durable_adk.loops import require_positive
+from durable_adk.adk.loops.every import require_positive
+from durable_adk.adk.runs.policy import DEFAULT_POLICY
 
 if TYPE_CHECKING:
-    from durable_adk.adk.app_services import AppServices
+    from durable_adk.adk.services.app_services import AppServices
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 """Requests with a larger body are refused with 413 (1 MiB)."""
@@ -66,7 +66,7 @@ class ServiceSettings:
         services: The app's artifact, memory and credential services, used by
             every run the worker drives, recovered ones included (None: none
             but the default durable artifact service). ``durable-adk serve``
-            loads them with :func:`durable_adk.adk.app_services.load_services`.
+            loads them with :func:`durable_adk.adk.services.app_services.load_services`.
         app_version: The app's version (PEP 440), recorded on every run this
             worker starts; it claims only runs it serves (None: unversioned;
             see ``DurableRunner(version=...)`` and docs/deploying.md).
@@ -105,7 +105,9 @@ class ServiceSettings:
 
         Serving.declare(self.app_version, compatible=self.compatible_versions)
         if self.services is not None:
-            from durable_adk.adk.app_services import AppServices  # imports ADK: only when given
+            from durable_adk.adk.services.app_services import (
+                AppServices,  # imports ADK: only when given
+            )
 
             if not isinstance(self.services, AppServices):
                 raise errors.InvalidArgument(

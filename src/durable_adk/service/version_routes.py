@@ -1,6 +1,6 @@
 """The versions' routes: the app's versions with their runs and workers; drain, undrain.
 
-Each action goes through :class:`~durable_adk.version_table.VersionTable`,
+Each action goes through :class:`~durable_adk.tables.versions.VersionTable`,
 whose one unit of work writes the change and its line in the operators' audit
 trail (``operator_actions``, subject ``version:<version>``); a bad version
 (422) changes nothing. The routes serve the worker's own app.
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_adk.service.schemas import ErrorOut, Reason, Who
 from durable_adk.store.base import Store
-from durable_adk.version_table import VersionTable
+from durable_adk.tables.versions import VersionTable
 
 VersionName = Annotated[
     str, Path(min_length=1, max_length=128, description="The version (PEP 440).")

@@ -39,16 +39,16 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk import errors
-from durable_adk.adk.app_services import AppServices
-from durable_adk.adk.background import Background, BackgroundSettings
-from durable_adk.adk.background import sagas_of as sagas_of
+from durable_adk.adk.loops.background import Background, BackgroundSettings
+from durable_adk.adk.loops.background import sagas_of as sagas_of
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.session_service import DurableSessionService
-from durable_adk.ledger import Run
+from durable_adk.adk.services.app_services import AppServices
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.metrics import Metrics
 from durable_adk.service.ops import Operations
 from durable_adk.service.settings import ServiceSettings
 from durable_adk.store.base import Store
+from durable_adk.tables.ledger import Run
 
 logger = logging.getLogger("durable_adk.service")
 
@@ -177,7 +177,7 @@ class Worker:
     async def running(self) -> AsyncIterator[Worker]:
         """Runs the background loops; drains and hands back leases on exit.
 
-        The loops (:class:`~durable_adk.adk.background.Background`, as in
+        The loops (:class:`~durable_adk.adk.loops.background.Background`, as in
         ``async with DurableRunner``): the recovery sweeper, the job submitter
         (retries submissions not accepted yet), the job resumer (answers the
         calls of finished jobs), the job deadline sweep, the progress sender,

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from durable_adk.store.queries import Query
 from durable_adk.store.wakeups import Wakeups
 
 _sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
@@ -41,6 +42,25 @@ class Store(abc.ABC):
     """Write transactions committed so far: a unit alone counts one, a group
     of units (:mod:`durable_adk.store.groups`) one in all. For tests and
     benches; a unit whose commit failed is not counted."""
+
+    _queries: dict[str, Query]
+    """The named queries this store runs: the packaged ones, loaded at open."""
+
+    def add_queries(self, queries: Mapping[str, Query]) -> None:
+        """Adds named queries of a package's own SQL (the chaos soak's) to this store's.
+
+        The library's own queries are packaged under ``sql/<dialect>/`` and
+        loaded at open; a package that ships SQL of its own (its queries
+        parsed with :func:`~durable_adk.store.queries.parse_queries`) adds
+        them here, so none of it rides along in the production files.
+
+        Raises:
+            ValueError: A name is already taken (nothing added).
+        """
+        taken = sorted(set(queries) & set(self._queries))
+        if taken:
+            raise ValueError(f"queries already defined: {', '.join(taken)}")
+        self._queries.update(queries)
 
     @property
     def wakeups(self) -> Wakeups:
@@ -113,7 +133,7 @@ class Store(abc.ABC):
     def take_pressure(self) -> float:
         """The longest a statement waited for a connection since the last call (seconds).
 
-        Admission (:mod:`durable_adk.admission`) reads it as a second sign of
+        Admission (:mod:`durable_adk.adk.runs.admission`) reads it as a second sign of
         overload beside the event loop's lag: a pool whose connections are
         all busy makes statements wait without the loop lagging. A store
         with no pool to wait for says 0.

@@ -23,7 +23,7 @@ small lease pool (``lease_pool_size``, default 2) for the units marked
 ``lease`` in the SQL (a heartbeat's batched renewal, claims). Claims may hold
 all but one of the lease pool's connections, so a heartbeat never waits
 behind them either. A worker's heartbeat is one statement per renewal
-interval for all its runs (:class:`~durable_adk.leases.LeaseKeeper`), so two
+interval for all its runs (:class:`~durable_adk.fencing.leases.LeaseKeeper`), so two
 connections are plenty; the lease pool costs the server ``lease_pool_size``
 more connections per worker. In the main pool, units that take new work in
 (``intake``: a run submitted) get a connection only when no other unit

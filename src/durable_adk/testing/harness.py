@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from durable_adk.adk.recovery import Sweeper
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.ledger import RunStatus
 from durable_adk.schedules import Schedule
 from durable_adk.store import Store
+from durable_adk.tables.ledger import RunStatus
 
 
 async def sweep_as_fresh_worker(runner: DurableRunner, *, batch: int = 50) -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ Guarantees:
 * **Fenced requests are checked before anything is done.** A request to a
   collection that carries the fence headers of a durable run
   (``Durable-Fence-Run``, ``Durable-Fence-Epoch``,
-  ``Durable-Fence-Valid-Until``: :func:`durable_adk.fence.fence_headers`) is
+  ``Durable-Fence-Valid-Until``: :func:`durable_adk.fencing.fence.fence_headers`) is
   refused with 412 (``reason`` ``fence_expired`` or ``fence_superseded``,
   logged with the outcome ``fenced``) when its valid-until has passed by the
   service's clock, or when the service has already admitted a request with

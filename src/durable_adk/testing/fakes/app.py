@@ -4,7 +4,7 @@ Every request is logged (:mod:`.request_log`) before it is handled, and its
 outcome after; only the log's own reader, ``GET /_requests``, is not logged.
 
 A request to a collection that carries fence headers
-(:data:`durable_adk.fence.FENCE_HEADERS`) is admitted by the store before it
+(:data:`durable_adk.fencing.fence.FENCE_HEADERS`) is admitted by the store before it
 does anything: refused with 412 (outcome ``fenced``, reason ``fence_expired``
 or ``fence_superseded``) when its valid-until has passed or a later epoch of
 its run has been seen. Incomplete or malformed fence headers are a 400.
@@ -24,7 +24,7 @@ from email.message import Message
 from typing import Any
 
 from durable_adk import errors
-from durable_adk.fence import FENCE_REFUSED_STATUS, FenceToken
+from durable_adk.fencing.fence import FENCE_REFUSED_STATUS, FenceToken
 from durable_adk.testing.fakes.protocol import (
     REQUESTS_PATH,
     FailMode,

@@ -2,7 +2,7 @@
 
 Synchronous ``urllib``, short timeouts, never through a proxy. Inside a
 durable run, every request of a :class:`ResourceClient` (and so of the typed
-clients) carries the run's fence headers (:func:`durable_adk.fence.fence_headers`,
+clients) carries the run's fence headers (:func:`durable_adk.fencing.fence.fence_headers`,
 which also refuses to send once the lease is not trusted), and a refusal of
 the service's fence check is :class:`ServiceFenced`, a
 :class:`durable_adk.errors.FenceRefused`: the journal knows it did not act.
@@ -20,7 +20,7 @@ from email.message import Message
 from typing import Any
 
 from durable_adk import errors
-from durable_adk.fence import FENCE_REFUSED_STATUS, fence_headers
+from durable_adk.fencing.fence import FENCE_REFUSED_STATUS, fence_headers
 from durable_adk.testing.fakes.protocol import (
     MAX_LOG_PAGE,
     REQUESTS_PATH,
@@ -197,7 +197,7 @@ class ResourceClient:
         caller: Tags every request with ``X-Caller-<name>`` headers, which the
             service's request log records (see :data:`Caller`).
         fenced: Send the current durable run's fence headers with every
-            request (:func:`durable_adk.fence.fence_headers`: none outside a
+            request (:func:`durable_adk.fencing.fence.fence_headers`: none outside a
             run; :class:`durable_adk.errors.Fenced` instead of sending once
             the run's lease is not trusted). False sends none (a caller that
             does not fence, for tests).

@@ -104,7 +104,7 @@ def caller_headers(caller: Mapping[str, str]) -> dict[str, str]:
     return headers
 
 
-FENCE_PREFIX: Final = "Durable-Fence-"  # durable_adk.fence's headers share it
+FENCE_PREFIX: Final = "Durable-Fence-"  # durable_adk.fencing.fence's headers share it
 
 
 def fence_of(headers: Message) -> dict[str, str]:
@@ -160,7 +160,7 @@ class RequestRecord:
         caller: Its ``X-Caller-*`` headers, names lower-cased without the
             prefix (``X-Caller-Worker: w1`` is ``{"worker": "w1"}``).
         fence: Its fence headers (``Durable-Fence-*``, see
-            :func:`durable_adk.fence.fence_headers`) as sent, by short name
+            :func:`durable_adk.fencing.fence.fence_headers`) as sent, by short name
             (``run``, ``epoch``, ``valid-until``); empty if it had none.
         outcome: What it came to (see :data:`Outcome`); None if it was never answered.
         status: The HTTP status answered, or None.

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from durable_adk.fence import FenceToken
+from durable_adk.fencing.fence import FenceToken
 from durable_adk.testing.fakes.protocol import JsonObject, utc_now
 
 __all__ = ["FencedOff", "NotFound", "Store", "StoreClosed", "StoreError"]
@@ -39,7 +39,7 @@ class FencedOff(Exception):
 
     Attributes:
         reason: ``fence_expired`` or ``fence_superseded``
-            (:meth:`durable_adk.fence.FenceToken.refusal`).
+            (:meth:`durable_adk.fencing.fence.FenceToken.refusal`).
         highest_epoch: The highest epoch seen for the run, if any.
     """
 

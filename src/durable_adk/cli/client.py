@@ -1,0 +1,382 @@
+"""One operations interface, two ways to reach it: the database, or a running worker.
+
+The CLI's ``--db URL`` uses :class:`StoreOps` (reads the store directly, no
+worker needed); ``--url http://...`` uses :class:`HttpOps` (the worker's
+guarded API, with its bearer token). Both return the same JSON-shaped dicts
+(the HTTP API's response models), so the CLI renders them one way. HTTP errors
+come back as the library's errors, chosen by the response's error code.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+import httpx
+
+from durable_adk import errors
+from durable_adk.service import features
+from durable_adk.service.ops import Operations
+from durable_adk.service.paths import segment
+from durable_adk.service.schemas import (
+    AnswerOut,
+    action_out,
+    detail_out,
+    interrupt_out,
+    letter_out,
+    outcome_out,
+    run_out,
+)
+from durable_adk.store.base import Store
+from durable_adk.tables.ledger import RunStatus
+
+JSON = dict[str, Any]
+
+_ERROR_BY_CODE: dict[str, type[errors.DurableError]] = {
+    "not_found": errors.NotFound,
+    "conflict": errors.Conflict,
+    "unauthorized": errors.Unauthorized,
+    "draining": errors.Draining,
+    "invalid_argument": errors.InvalidArgument,
+    "invalid_request": errors.InvalidArgument,
+    "fenced": errors.Fenced,
+    "version_elsewhere": errors.VersionElsewhere,
+    "store_unavailable": errors.StoreUnavailable,
+    "store_busy": errors.DatabaseBusy,
+}
+
+
+class OpsSource(Protocol):
+    """What the CLI's operations commands need."""
+
+    async def list_runs(
+        self, status: RunStatus | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        """Runs, newest first."""
+        ...
+
+    async def run_detail(self, run_id: str) -> JSON:
+        """One run with its finding, events, dead letters and operator actions."""
+        ...
+
+    async def retry(self, run_id: str, by: str = "cli", reason: str | None = None) -> JSON:
+        """Retries a parked run."""
+        ...
+
+    async def cancel(self, run_id: str, by: str, reason: str | None) -> JSON:
+        """Cancels a run (an outcome: ``run``, ``changed``, ``message``)."""
+        ...
+
+    async def abandon(self, run_id: str, by: str, reason: str) -> JSON:
+        """Abandons a parked run (an outcome)."""
+        ...
+
+    async def resolve(
+        self,
+        run_id: str,
+        by: str,
+        reason: str | None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> JSON:
+        """Resolves a parked run with the result of its unanswered call(s) (an outcome)."""
+        ...
+
+    async def actions(self, run_id: str | None, app_name: str | None, limit: int) -> list[JSON]:
+        """The operators' audit trail, newest first."""
+        ...
+
+    async def dead_letters(
+        self, run_id: str | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        """Dead letters, newest first."""
+        ...
+
+    async def jobs(self, state: str | None, limit: int) -> JSON:
+        """Jobs (``available``, ``note``, ``items``)."""
+        ...
+
+    async def complete_job(self, job_id: str, state: str, result: Any) -> JSON:
+        """Records a job's result (the first terminal result wins)."""
+        ...
+
+    async def sagas(self, status: str | None, limit: int) -> JSON:
+        """Sagas (``available``, ``note``, ``items``)."""
+        ...
+
+    async def interrupts(
+        self,
+        status: str | None,
+        app_name: str | None,
+        session_id: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[JSON]:
+        """The interrupts inbox, oldest first."""
+        ...
+
+    async def answer(
+        self,
+        call_id: str,
+        by: str,
+        decision: str | None,
+        payload: Any,
+        reason: str | None,
+        session_id: str | None,
+    ) -> JSON:
+        """Answers an interrupt once (``interrupt``, ``run``, ``message``)."""
+        ...
+
+
+class StoreOps:
+    """Operations straight on the store (no worker needed)."""
+
+    def __init__(self, store: Store) -> None:
+        """Creates the source over an open store."""
+        self.store = store
+        self.ops = Operations(store)
+
+    async def list_runs(
+        self, status: RunStatus | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        runs = await self.ops.list_runs(status=status, limit=limit, app_name=app_name)
+        return [run_out(r).model_dump() for r in runs]
+
+    async def run_detail(self, run_id: str) -> JSON:
+        return detail_out(await self.ops.run_detail(run_id)).model_dump()
+
+    async def retry(self, run_id: str, by: str = "cli", reason: str | None = None) -> JSON:
+        return run_out(await self.ops.retry(run_id, by=by, reason=reason)).model_dump()
+
+    async def cancel(self, run_id: str, by: str, reason: str | None) -> JSON:
+        return outcome_out(await self.ops.cancel(run_id, by=by, reason=reason)).model_dump()
+
+    async def abandon(self, run_id: str, by: str, reason: str) -> JSON:
+        return outcome_out(await self.ops.abandon(run_id, by=by, reason=reason)).model_dump()
+
+    async def resolve(
+        self,
+        run_id: str,
+        by: str,
+        reason: str | None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> JSON:
+        outcome = await self.ops.resolve(
+            run_id, by=by, reason=reason, result=result, results=results
+        )
+        return outcome_out(outcome).model_dump()
+
+    async def actions(self, run_id: str | None, app_name: str | None, limit: int) -> list[JSON]:
+        found = await self.ops.actions(run_id=run_id, app_name=app_name, limit=limit)
+        return [action_out(a).model_dump() for a in found]
+
+    async def dead_letters(
+        self, run_id: str | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        letters = await self.ops.dead_letters(run_id=run_id, limit=limit, app_name=app_name)
+        return [letter_out(d).model_dump() for d in letters]
+
+    async def jobs(self, state: str | None, limit: int) -> JSON:
+        return (await features.list_jobs(self.store, state=state, limit=limit)).model_dump()
+
+    async def complete_job(self, job_id: str, state: str, result: Any) -> JSON:
+        return await features.complete_job(self.store, job_id, state=state, result=result)
+
+    async def sagas(self, status: str | None, limit: int) -> JSON:
+        return (await features.list_sagas(self.store, status=status, limit=limit)).model_dump()
+
+    async def interrupts(
+        self,
+        status: str | None,
+        app_name: str | None,
+        session_id: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[JSON]:
+        found = await self.ops.interrupts(
+            status=status, app_name=app_name, session_id=session_id, kind=kind, limit=limit
+        )
+        return [interrupt_out(i).model_dump() for i in found]
+
+    async def answer(
+        self,
+        call_id: str,
+        by: str,
+        decision: str | None,
+        payload: Any,
+        reason: str | None,
+        session_id: str | None,
+    ) -> JSON:
+        # No worker here: the continuation waits for the next sweep of one serving the app.
+        answered = await self.ops.answer(
+            call_id,
+            by=by,
+            decision=decision,
+            payload=payload,
+            reason=reason,
+            session_id=session_id,
+        )
+        return AnswerOut(
+            interrupt=interrupt_out(answered.interrupt),
+            run=run_out(answered.run),
+            message=answered.message,
+        ).model_dump()
+
+
+class HttpOps:
+    """Operations through a running worker's HTTP API."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        """Creates the source.
+
+        Args:
+            client: An httpx client whose ``base_url`` is the worker and whose
+                headers carry ``Authorization: Bearer <token>``.
+        """
+        self.client = client
+
+    @classmethod
+    def connect(cls, url: str, token: str, *, timeout: float = 30.0) -> HttpOps:
+        """A source for the worker at ``url`` (close it with :meth:`aclose`)."""
+        return cls(
+            httpx.AsyncClient(
+                base_url=url.rstrip("/"),
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=timeout,
+            )
+        )
+
+    async def aclose(self) -> None:
+        """Closes the HTTP client."""
+        await self.client.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> JSON:
+        try:
+            response = await self.client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(f"cannot reach the worker: {exc}") from exc
+        try:
+            body: JSON = response.json()
+        except json.JSONDecodeError:
+            body = {}
+        if response.is_success:
+            return body
+        error = body.get("error") or {}
+        kind = _ERROR_BY_CODE.get(str(error.get("code")), errors.DurableError)
+        raise kind(error.get("message") or f"HTTP {response.status_code}")
+
+    async def list_runs(
+        self, status: RunStatus | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status.value
+        if app_name is not None:
+            params["app_name"] = app_name
+        runs: list[JSON] = (await self._call("GET", "/v1/runs", params=params))["runs"]
+        return runs
+
+    async def run_detail(self, run_id: str) -> JSON:
+        return await self._call("GET", f"/v1/runs/{_segment(run_id)}")
+
+    async def retry(self, run_id: str, by: str = "cli", reason: str | None = None) -> JSON:
+        return await self._call(
+            "POST", f"/v1/runs/{_segment(run_id)}/retry", json=_body(by=by, reason=reason)
+        )
+
+    async def cancel(self, run_id: str, by: str, reason: str | None) -> JSON:
+        return await self._call(
+            "POST", f"/v1/runs/{_segment(run_id)}/cancel", json=_body(by=by, reason=reason)
+        )
+
+    async def abandon(self, run_id: str, by: str, reason: str) -> JSON:
+        return await self._call(
+            "POST", f"/v1/runs/{_segment(run_id)}/abandon", json=_body(by=by, reason=reason)
+        )
+
+    async def resolve(
+        self,
+        run_id: str,
+        by: str,
+        reason: str | None,
+        result: Any = None,
+        results: dict[str, Any] | None = None,
+    ) -> JSON:
+        body = _body(by=by, reason=reason, result=result, results=results)
+        return await self._call("POST", f"/v1/runs/{_segment(run_id)}/resolve", json=body)
+
+    async def actions(self, run_id: str | None, app_name: str | None, limit: int) -> list[JSON]:
+        params = _body(run_id=run_id, app_name=app_name, limit=limit)
+        found: list[JSON] = (await self._call("GET", "/v1/actions", params=params))["actions"]
+        return found
+
+    async def dead_letters(
+        self, run_id: str | None, limit: int, app_name: str | None = None
+    ) -> list[JSON]:
+        params: dict[str, Any] = {"limit": limit}
+        if run_id is not None:
+            params["run_id"] = run_id
+        if app_name is not None:
+            params["app_name"] = app_name
+        letters: list[JSON] = (await self._call("GET", "/v1/dead-letters", params=params))[
+            "dead_letters"
+        ]
+        return letters
+
+    async def jobs(self, state: str | None, limit: int) -> JSON:
+        params: dict[str, Any] = {"limit": limit}
+        if state is not None:
+            params["state"] = state
+        return await self._call("GET", "/v1/jobs", params=params)
+
+    async def complete_job(self, job_id: str, state: str, result: Any) -> JSON:
+        return await self._call(
+            "POST",
+            f"/v1/jobs/{_segment(job_id)}/complete",
+            json={"state": state, "result": result},
+        )
+
+    async def sagas(self, status: str | None, limit: int) -> JSON:
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        return await self._call("GET", "/v1/sagas", params=params)
+
+    async def interrupts(
+        self,
+        status: str | None,
+        app_name: str | None,
+        session_id: str | None,
+        kind: str | None,
+        limit: int,
+    ) -> list[JSON]:
+        params = _body(
+            status=status, app_name=app_name, session_id=session_id, kind=kind, limit=limit
+        )
+        found: list[JSON] = (await self._call("GET", "/v1/interrupts", params=params))["interrupts"]
+        return found
+
+    async def answer(
+        self,
+        call_id: str,
+        by: str,
+        decision: str | None,
+        payload: Any,
+        reason: str | None,
+        session_id: str | None,
+    ) -> JSON:
+        body = _body(
+            by=by, decision=decision, payload=payload, reason=reason, session_id=session_id
+        )
+        return await self._call("POST", f"/v1/interrupts/{_segment(call_id)}", json=body)
+
+
+def _segment(value: str) -> str:
+    """An id as one percent-encoded path segment (:func:`durable_adk.service.paths.segment`)."""
+    return segment(value)
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    """The fields that are given (None left out)."""
+    return {name: value for name, value in fields.items() if value is not None}

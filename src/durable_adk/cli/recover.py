@@ -1,0 +1,219 @@
+"""``durable-adk recover MODULE:APP``: one recovery pass over a database, then exit.
+
+The same passes a worker's background loops make
+(:class:`~durable_adk.adk.loops.background.Background`), each once: runs asked to
+stop whose owner died are cancelled, expired runs are claimed, classified and
+finished (re-driven, marked done or paused, or parked), job submissions not
+accepted yet are retried, jobs past their deadline are expired, finished jobs'
+calls are answered, stuck sagas are finished, the app's due schedule ticks
+are fired (their runs driven to their end). For a cron job, a deploy hook,
+or a look after an incident. Runs whose lease has not expired yet are left to
+their holder.
+
+Exit codes: 0 when every run the pass took ended DONE, PAUSED or CANCELLED
+(or there was nothing to do); 1 when one ended PARKED or FAILED (a person
+must look: ``durable-adk runs list --status PARKED``) or the store failed; 3
+when none did but a re-drive met a transient fault and is back on the ledger
+for a later pass; 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from durable_adk import errors
+from durable_adk.cli.ops import (
+    DbOpt,
+    JsonOpt,
+    LogLevelOpt,
+    ServicesOpt,
+    _fail,
+    _short,
+    _table,
+    console,
+    load_app_and_services,
+    require_database,
+)
+from durable_adk.runlog import configure
+from durable_adk.store import DEFAULT_URL
+from durable_adk.store.migrate import redact
+
+if TYPE_CHECKING:
+    from durable_adk.adk.loops.background import PassReport
+
+EXIT_NEEDS_A_PERSON = 1
+"""A run the pass took ended PARKED or FAILED."""
+
+EXIT_LEFT_FOR_LATER = 3
+"""A re-drive met a transient fault: the run is back on the ledger for a later pass."""
+
+
+def register(app: typer.Typer) -> None:
+    """Adds ``recover`` to the CLI."""
+    app.command("recover")(recover)
+
+
+def recover(
+    app_spec: Annotated[
+        str, typer.Argument(metavar="MODULE:APP", help="An ADK App, root agent or factory of one.")
+    ],
+    db: DbOpt = None,
+    idempotent_tool: Annotated[
+        list[str] | None, typer.Option(help="A tool safe to re-run after a crash (repeatable).")
+    ] = None,
+    worker_id: Annotated[
+        str | None, typer.Option(help="The name this pass claims under (default host:pid:random).")
+    ] = None,
+    lease: Annotated[
+        float, typer.Option(min=0.1, help="Lease of the runs it re-drives, s.")
+    ] = 30.0,
+    max_attempts: Annotated[int, typer.Option(min=1, help="Claims before a run is parked.")] = 3,
+    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Most runs recovered.")] = 100,
+    as_json: JsonOpt = False,
+    services: ServicesOpt = None,
+    app_version: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_APP_VERSION",
+            help="The app's version (PEP 440), as serve's: the pass claims only runs it serves "
+            "(default: the module's durable_adk_version, if any).",
+        ),
+    ] = None,
+    compatible_version: Annotated[
+        list[str] | None,
+        typer.Option(help="An earlier version whose runs this code continues (repeatable)."),
+    ] = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Runs one recovery pass (sweeper, jobs, sagas, schedules) for an app and exits with what
+    it left."""
+    try:
+        configure(log_level)
+        agent, app_services = load_app_and_services(app_spec, services)
+        app_services = app_services.declared_as(app_version, compatible_version or ())
+    except errors.DurableError as exc:
+        _fail(str(exc))
+    where = db or DEFAULT_URL
+    require_database(where)
+
+    async def go() -> tuple[str, PassReport, dict[str, str]]:
+        from durable_adk.adk.loops.background import Background, BackgroundSettings
+        from durable_adk.adk.runner import DurableRunner
+        from durable_adk.store import open_store
+
+        async with open_store(where, create_if_empty=False) as store:
+            runner = DurableRunner(
+                app=agent,
+                store=store,
+                worker_id=worker_id,
+                lease=lease,
+                max_attempts=max_attempts,
+                idempotent_tools=tuple(idempotent_tool or ()),
+                background=False,
+                **app_services.runner_kwargs(),
+            )
+            settings = BackgroundSettings(sweep_batch=batch, sweep_concurrency=min(batch, 4))
+            try:
+                report = await Background(runner, settings, one_off=True).once()
+            finally:
+                await runner.aclose()
+            sessions = {}
+            for done in report.recoveries:
+                row = await runner.ledger.get(done.run_id)
+                sessions[done.run_id] = row.session_id if row else "?"
+            return runner.app_name, report, sessions
+
+    try:
+        app_name, report, sessions = asyncio.run(go())
+    except errors.DurableError as exc:
+        _fail(str(exc), 1)
+    summary = _summary(app_name, report, sessions)
+    if as_json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        _print(summary, where)
+    raise typer.Exit(summary["exit_code"])
+
+
+def _summary(app_name: str, report: PassReport, sessions: dict[str, str]) -> dict[str, Any]:
+    """The pass as JSON-ready data, with its exit code."""
+    counts: dict[str, int] = {}
+    for done in report.recoveries:
+        counts[done.status.value] = counts.get(done.status.value, 0) + 1
+    if report.need_a_person:
+        code = EXIT_NEEDS_A_PERSON
+    elif report.left_for_later:
+        code = EXIT_LEFT_FOR_LATER
+    else:
+        code = 0
+    return {
+        "app": app_name,
+        "runs": [
+            {
+                "run": r.run_id,
+                "session": sessions.get(r.run_id, "?"),
+                "found": r.found.value,
+                "action": r.action,
+                "status": r.status.value,
+                "reason": r.reason,
+                "reattached": list(r.reattached),
+            }
+            for r in report.recoveries
+        ],
+        "by_status": counts,
+        "cancelled": report.cancelled,
+        "jobs_submitted": [j.job_id for j in report.submitted],
+        "jobs_expired": [j.job_id for j in report.expired],
+        "timers_woken": [j.job_id for j in report.woken],
+        "resumed": [r.run_id for r in report.resumed],
+        "sagas": [s.saga_id for s in report.sagas],
+        "ticks": [
+            {"schedule": t.schedule, "tick": t.tick_key, "run": t.run_id, "state": str(t.state)}
+            for t in report.ticks
+        ],
+        "need_a_person": [r.run_id for r in report.need_a_person],
+        "left_for_later": [r.run_id for r in report.left_for_later],
+        "exit_code": code,
+    }
+
+
+def _print(summary: dict[str, Any], where: str) -> None:
+    runs = summary["runs"]
+    if runs:
+        rows = [
+            [r["run"], r["session"], r["found"], r["action"], r["status"], _short(r["reason"], 60)]
+            for r in runs
+        ]
+        console.print(
+            _table(
+                f"recovery of app {summary['app']!r} on {redact(where)}",
+                ["run", "session", "class found", "action", "status", "reason"],
+                rows,
+            )
+        )
+    by_status = ", ".join(f"{n} {status}" for status, n in sorted(summary["by_status"].items()))
+    console.print(
+        f"{len(runs)} run(s) recovered"
+        + (f" ({by_status})" if by_status else "")
+        + f"; {len(summary['cancelled'])} cancelled, {len(summary['jobs_submitted'])} job "
+        f"submission(s), {len(summary['jobs_expired'])} job(s) expired, "
+        f"{len(summary['resumed'])} resume run(s), {len(summary['sagas'])} saga(s) finished, "
+        f"{len(summary['ticks'])} schedule tick(s) fired",
+        highlight=False,
+    )
+    if summary["need_a_person"]:
+        console.print(
+            f"[red]{len(summary['need_a_person'])} run(s) need a person[/red]: "
+            "durable-adk runs list --status PARKED (or FAILED), then runs show RUN",
+            highlight=False,
+        )
+    elif summary["left_for_later"]:
+        console.print(
+            f"{len(summary['left_for_later'])} run(s) met a transient fault and wait for a "
+            "later pass",
+            highlight=False,
+        )
