@@ -15,6 +15,7 @@ from durable_adk import errors
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs import path as runpath
+from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.store import Store
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.tables.versions import NO_VERSION, VersionTable
@@ -185,15 +186,15 @@ async def test_abandoning_a_versions_open_runs_cancels_each(store: Store) -> Non
     running = await orphan(gone, "r")
     table = VersionTable(store, "shop")
     with pytest.raises(errors.InvalidArgument, match="needs a reason"):
-        await table.abandon("2.0", by="ana", reason=" ")
+        await abandon_version(table, "2.0", by="ana", reason=" ")
     assert await gone.ledger.actions(app_name="shop") == []
-    cancelled = await table.abandon("2.0", by="ana", reason="2.0 was a bad release")
+    cancelled = await abandon_version(table, "2.0", by="ana", reason="2.0 was a bad release")
     assert cancelled == [queued, running]
     assert (await gone.ledger.get(queued)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
     # The running one's owner is dead: any worker's sweeper ends it (whatever its version).
     other = runner(store, "w-3", "3.0")
     await Sweeper(other).recover_once()
     assert (await gone.ledger.get(running)).status is RunStatus.CANCELLED  # type: ignore[union-attr]
-    assert await table.abandon("2.0", by="ana", reason="again") == []
+    assert await abandon_version(table, "2.0", by="ana", reason="again") == []
     actions = [(a.run_id, a.action) for a in await gone.ledger.actions(app_name="shop")]
     assert sorted(actions) == sorted([(queued, "cancel"), (running, "cancel")])

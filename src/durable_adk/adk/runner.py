@@ -39,7 +39,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from google.adk.agents import BaseAgent
 from google.adk.agents.run_config import RunConfig
@@ -402,7 +402,7 @@ class DurableRunner:
     @property
     def background(self) -> Background | None:
         """The background loops running over this runner, if any."""
-        return self.path.background
+        return cast("Background | None", self.path.background)
 
     @property
     def detached_runs(self) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.cli.ops import (
     ByOpt,
     DbOpt,
@@ -158,7 +159,9 @@ def versions_abandon(
 ) -> None:
     """Cancels every open run of a retired version (each audited as an operator's cancel)."""
     who = _who(by)
-    cancelled = _run(db, app_name, lambda table: table.abandon(version, by=who, reason=reason))
+    cancelled = _run(
+        db, app_name, lambda table: abandon_version(table, version, by=who, reason=reason)
+    )
     if as_json:
         print(json.dumps({"version": version, "cancelled": cancelled}, indent=2))
         return

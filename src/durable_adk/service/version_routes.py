@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.service.schemas import ErrorOut, Reason, Who
 from durable_adk.store.base import Store
 from durable_adk.tables.versions import VersionTable
@@ -148,5 +149,5 @@ def add_routes(router: APIRouter, store: Store, app_name: str) -> None:
     )
     async def abandon(version: VersionName, body: AbandonIn) -> AbandonOut:
         """Cancels every open run of a retired version, each as an audited operator cancel."""
-        cancelled = await table.abandon(version, by=body.by, reason=body.reason)
+        cancelled = await abandon_version(table, version, by=body.by, reason=body.reason)
         return AbandonOut(version=version, cancelled=cancelled)

@@ -209,37 +209,17 @@ class VersionTable:
         )
         return int(row["moved"] or 0) if row else 0
 
-    async def abandon(self, version: str, *, by: str, reason: str) -> list[str]:
-        """Cancels every open run of ``version`` as an operator's cancel; returns their ids.
-
-        A QUEUED, PAUSED or PARKED run ends CANCELLED at once (its
-        invocation's open jobs, timers and interrupts with it); a RUNNING one
-        is stopped by its owner, or ended by any worker's sweeper if its owner
-        is gone. Each cancel is audited. Safe to call twice.
+    async def open_runs(self, version: str) -> list[str]:
+        """The ids of ``version``'s runs that have not ended (what abandoning it cancels).
 
         Raises:
-            InvalidVersion: Not a version string (nothing written).
-            InvalidArgument: A bad ``by`` or an empty ``reason`` (nothing written).
+            InvalidVersion: Not a version string.
         """
-        from durable_adk.adk.runs.operators import cancel_run  # the ADK layer, only when asked
-        from durable_adk.tables.ledger import RunLedger
-
         parse_version(version)
-        check_id("by", by)
-        if not isinstance(reason, str) or not reason.strip():
-            raise errors.InvalidArgument("abandoning a version's runs needs a reason")
         rows = await self.store.fetch(
             "version_open_runs", {"app_name": self.app_name, "app_version": version}
         )
-        ledger = RunLedger(self.store)
-        done = []
-        for row in rows:
-            outcome = await cancel_run(
-                ledger, str(row["run_id"]), by=by, reason=f"version {version} abandoned: {reason}"
-            )
-            if outcome.changed:
-                done.append(outcome.run.run_id)
-        return done
+        return [str(row["run_id"]) for row in rows]
 
     async def _set(self, version: str, query: str, *, by: str, reason: str | None) -> bool:
         parse_version(version)

@@ -24,32 +24,80 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.errors import StaleSessionError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
+from google.adk.runners import Runner
 from google.genai import types
 
 from durable_adk import errors
-from durable_adk.adk.commits.barrier import EventBatch, using_batch
+from durable_adk.adk.commits.barrier import CommitMode, EventBatch, using_batch
 from durable_adk.adk.commits.drive import Drive, trust_from, using_drive
 from durable_adk.adk.eventlog.classify import INTERIM_KEY, Classification
+from durable_adk.adk.runs.admission import Admission
 from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift
-from durable_adk.adk.runs.ending import FINISHING, Ending, EndKind, Outcome, decide, record
-from durable_adk.adk.runs.policy import causes
+from durable_adk.adk.runs.ending import (
+    FINISHING,
+    Ending,
+    EndKind,
+    Outcome,
+    Recording,
+    decide,
+    record,
+)
+from durable_adk.adk.runs.fingerprint import Known
+from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy, causes
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.adk.tools.workflow_nodes import answer_lost_calls
 from durable_adk.faults import crash_point
 from durable_adk.fencing.fence import RunFence, using_fence
-from durable_adk.fencing.leases import Holding
+from durable_adk.fencing.leases import Holding, LeaseKeeper
 from durable_adk.runlog import run_event
+from durable_adk.store.base import Store
 from durable_adk.tables.ledger import RenewResult, Run
+from durable_adk.versions import Serving
 
-if TYPE_CHECKING:
-    from durable_adk.adk.runs.path import RunPath
+
+class PathParts(Recording, Protocol):
+    """What a driver uses of the run path that owns it.
+
+    :class:`~durable_adk.adk.runs.path.RunPath` is the one implementation: it
+    makes its driver with ``Driver(self)``. Declared here, beside its user, so
+    the driver never imports the path it serves (no circle, not even for types).
+    """
+
+    store: Store
+    policy: RunPolicy
+    retry_policy: RetryPolicy
+    serving: Serving
+    keeper: LeaseKeeper
+    run_config: RunConfig
+    commits: CommitMode
+    admission: Admission
+    look_ahead: bool
+
+    @property
+    def adk(self) -> Runner:
+        """ADK's Runner the path drives through."""
+
+    @property
+    def known(self) -> Known:
+        """The app's definition, as the drift check reads it."""
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a lease lasts."""
+
+    def classify(self, events: Sequence[Event], invocation_id: str | None) -> Classification:
+        """What the events say about an invocation (the app's facts applied)."""
+
+    async def refuse_if_cancelled(self, user_id: str, session_id: str, invocation_id: str) -> None:
+        """Raises if the invocation was cancelled."""
+
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -137,7 +185,7 @@ def off_the_loop(config: RunConfig) -> RunConfig:
 class Driver:
     """Drives the claimed runs of one run path (one per path)."""
 
-    def __init__(self, path: RunPath) -> None:
+    def __init__(self, path: PathParts) -> None:
         self.path = path
         self._drives: dict[tuple[str, int], Drive] = {}
         self._detached: set[Drive] = set()

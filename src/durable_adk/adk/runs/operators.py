@@ -25,6 +25,8 @@ second call changes nothing and its :class:`Outcome` says where the run stands.
   resolved or driven again.
 * :func:`retry_run`: a PARKED run (or a FAILED one not abandoned) re-enters its
   session's queue as it is.
+* :func:`abandon_version`: every open run of a version is cancelled as above,
+  each cancel audited.
 
 A crash inside :func:`resolve_run` loses nothing: before the answer is
 written the run is RUNNING under the operator's lease, which runs out, and
@@ -53,6 +55,8 @@ from durable_adk.ids import check_id
 from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.journal import Journal, JournalEntry, JournalStatus
 from durable_adk.tables.ledger import OperatorAction, Run, RunLedger, RunStatus
+from durable_adk.tables.versions import VersionTable
+from durable_adk.versions import parse_version
 
 OPERATOR_METADATA_KEY = "durable_adk_operator"
 """The ``Event.custom_metadata`` key naming who wrote an operator's answer, and why."""
@@ -456,3 +460,30 @@ __all__ = [
     "resolve_run",
     "retry_run",
 ]
+
+
+async def abandon_version(table: VersionTable, version: str, *, by: str, reason: str) -> list[str]:
+    """Cancels every open run of ``version`` as an operator's cancel; returns their ids.
+
+    A QUEUED, PAUSED or PARKED run ends CANCELLED at once (its invocation's
+    open jobs, timers and interrupts with it); a RUNNING one is stopped by its
+    owner, or ended by any worker's sweeper if its owner is gone. Each cancel
+    is audited. Safe to call twice.
+
+    Raises:
+        InvalidVersion: Not a version string (nothing written).
+        InvalidArgument: A bad ``by`` or an empty ``reason`` (nothing written).
+    """
+    parse_version(version)
+    check_id("by", by)
+    if not isinstance(reason, str) or not reason.strip():
+        raise errors.InvalidArgument("abandoning a version's runs needs a reason")
+    ledger = RunLedger(table.store)
+    done = []
+    for run_id in await table.open_runs(version):
+        outcome = await cancel_run(
+            ledger, run_id, by=by, reason=f"version {version} abandoned: {reason}"
+        )
+        if outcome.changed:
+            done.append(outcome.run.run_id)
+    return done

@@ -32,7 +32,7 @@ import logging
 import time
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -75,9 +75,6 @@ from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.tables.versions import VersionTable
 from durable_adk.versions import Serving
-
-if TYPE_CHECKING:
-    from durable_adk.adk.loops.background import Background
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -165,6 +162,18 @@ def only_answers(message: types.Content) -> bool:
     """Whether ``message`` is made only of function responses (the answers to paused calls)."""
     parts = message.parts or []
     return bool(parts) and all(p.function_response for p in parts)
+
+
+class RunningLoops(Protocol):
+    """The background loops over a path, as the path knows them: running, and stoppable.
+
+    :class:`~durable_adk.adk.loops.background.Background` puts itself on
+    :attr:`RunPath.background` while it runs. The loops sit above the path and
+    import it; the path names them by this protocol, never by import.
+    """
+
+    async def stop(self) -> None:
+        """Stops the loops."""
 
 
 class HasRunPath(Protocol):
@@ -265,8 +274,9 @@ class RunPath:
         self.schedules = None if schedules is None else tuple(schedules)
         """The app's schedules (fired by the background loops' poller); None: this
         process declares none and leaves the app's schedules to the processes that do."""
-        self.background: Background | None = None
-        """The background loops running over this path, if any (set by Background)."""
+        self.background: RunningLoops | None = None
+        """The background loops running over this path, if any (set by
+        :class:`~durable_adk.adk.loops.background.Background`)."""
 
     @property
     def path(self) -> RunPath:
