@@ -1,7 +1,7 @@
 """The ``durable-adk`` command, a module per command group.
 
 :mod:`.main` is the root command (``demo``, ``db``) and the entry point;
-:mod:`.ops` holds ``serve`` and the operations groups (runs, jobs, sagas,
+:mod:`.options` holds ``serve`` and the operations groups (runs, jobs, sagas,
 dead letters, interrupts) with the options every group shares;
 :mod:`.recover`, :mod:`.schedules` and :mod:`.versions` one group each, and
 :mod:`.client` how a command reaches a running worker.

@@ -1,5 +1,5 @@
 """The ``durable-adk`` command: demo, database upgrades, and (from
-:mod:`durable_adk.cli.ops` and :mod:`durable_adk.cli.recover`) serve,
+:mod:`durable_adk.cli.options` and :mod:`durable_adk.cli.recover`) serve,
 recover, runs, jobs, sagas and dead letters.
 
 Every command is a thin wrapper: it parses arguments, calls the public async
@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from durable_adk import errors
-from durable_adk.cli.ops import register as register_service_commands
+from durable_adk.cli.options import register as register_service_commands
 from durable_adk.cli.recover import register as register_recover
 from durable_adk.cli.schedules import register as register_schedules
 from durable_adk.cli.versions import register as register_versions

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from durable_adk import errors
-from durable_adk.cli.ops import (
+from durable_adk.cli.options import (
     DbOpt,
     JsonOpt,
     LogLevelOpt,

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from durable_adk.cli.ops import (
+from durable_adk.cli.options import (
     ByOpt,
     DbOpt,
     JsonOpt,
