@@ -39,7 +39,6 @@ MOVED: dict[str, str] = {
     "durable_adk.fold": "durable_adk.adk.services.fold",
     "durable_adk.loops": "durable_adk.adk.loops.every",
     "durable_adk.admission": "durable_adk.adk.runs.admission",
-    "durable_adk.cli_ops": "durable_adk.cli.options",
     "durable_adk.cli_recover": "durable_adk.cli.recover",
     "durable_adk.cli_schedules": "durable_adk.cli.schedules",
     "durable_adk.cli_versions": "durable_adk.cli.versions",

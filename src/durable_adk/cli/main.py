@@ -1,6 +1,6 @@
-"""The ``durable-adk`` command: demo, database upgrades, and (from
-:mod:`durable_adk.cli.options` and :mod:`durable_adk.cli.recover`) serve,
-recover, runs, jobs, sagas and dead letters.
+"""The ``durable-adk`` command: demo and database upgrades here, and every other
+command group from a module of its own in :mod:`durable_adk.cli` (serve, runs,
+jobs, sagas, dead letters, interrupts, recover, schedules, versions).
 
 Every command is a thin wrapper: it parses arguments, calls the public async
 API under ``asyncio.run`` and prints with Rich. Bad arguments exit with code 2
@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from durable_adk import errors
-from durable_adk.cli.options import register as register_service_commands
+from durable_adk.cli import dead_letters, interrupts, jobs, runs, sagas, serve
 from durable_adk.cli.recover import register as register_recover
 from durable_adk.cli.schedules import register as register_schedules
 from durable_adk.cli.versions import register as register_versions
@@ -105,7 +105,8 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
         _fail(str(exc))
 
 
-register_service_commands(app)
+for group in (serve, runs, jobs, sagas, dead_letters, interrupts):
+    group.register(app)
 register_recover(app)
 register_schedules(app)
 register_versions(app)

@@ -35,9 +35,9 @@ from durable_adk.cli.options import (
     _short,
     _table,
     console,
-    load_app_and_services,
     require_database,
 )
+from durable_adk.cli.serve import load_app_and_services
 from durable_adk.runlog import configure
 from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact

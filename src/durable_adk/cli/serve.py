@@ -1,0 +1,171 @@
+"""``durable-adk serve MODULE:APP``: a worker with its HTTP API, dashboard, runner and sweepers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+
+from durable_adk import errors
+from durable_adk.store import DEFAULT_URL
+from durable_adk.store.migrate import redact
+
+if TYPE_CHECKING:
+    from google.adk.agents import BaseAgent
+    from google.adk.apps import App
+
+    from durable_adk.adk.services.app_services import AppServices
+    from durable_adk.service.server import WorkerServer
+
+from durable_adk.cli.options import (
+    LogLevelOpt,
+    ServicesOpt,
+    _fail,
+)
+
+T = TypeVar("T")
+
+
+def load_app_and_services(
+    app_spec: str, services_spec: str | None
+) -> tuple[App | BaseAgent, AppServices]:
+    """The app ``MODULE:APP`` names and its services (``serve`` and ``recover``).
+
+    The services come from ``--services MODULE:FUNCTION`` when given, else
+    from ``durable_adk_services()`` in the app's module, else there are none
+    (:func:`durable_adk.adk.services.app_services.load_services`).
+
+    Raises:
+        durable_adk.errors.InvalidArgument: Either cannot be loaded.
+    """
+    from durable_adk.adk.services.app_services import load_services
+    from durable_adk.service.server import load_app
+
+    agent = load_app(app_spec)
+    return agent, load_services(services_spec, modules=[app_spec.partition(":")[0]])
+
+
+def serve(
+    app_spec: Annotated[
+        str, typer.Argument(metavar="MODULE:APP", help="An ADK App, root agent or factory of one.")
+    ],
+    db: Annotated[
+        str,
+        typer.Option("--db", envvar="DURABLE_ADK_DB", help="sqlite:///path or postgresql://..."),
+    ] = DEFAULT_URL,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="DURABLE_ADK_TOKEN", help="Bearer token (default: a random one)."),
+    ] = None,
+    worker_id: Annotated[str | None, typer.Option(help="This worker's name on the ledger.")] = None,
+    lease: Annotated[float, typer.Option(min=0.1, help="Run lease, seconds.")] = 30.0,
+    max_attempts: Annotated[
+        int, typer.Option(min=1, help="Recovery claims of a run before it is parked.")
+    ] = 3,
+    idempotent_tool: Annotated[
+        list[str] | None, typer.Option(help="A tool safe to re-run after a crash (repeatable).")
+    ] = None,
+    sweep_interval: Annotated[float, typer.Option(min=0.05, help="Seconds between sweeps.")] = 5.0,
+    drain_seconds: Annotated[
+        float, typer.Option(min=0, help="On SIGTERM, seconds runs get to finish.")
+    ] = 10.0,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Larger bodies get 413.")] = 1 << 20,
+    max_message_chars: Annotated[
+        int, typer.Option(min=1, help="Longest user message text a run accepts (else 422).")
+    ] = 100_000,
+    webhook_secret: Annotated[
+        str | None,
+        typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
+    ] = None,
+    interrupt_deadline: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="TOOL=SECONDS: an interrupt of TOOL ('*': any) gets its default outcome "
+            "(deny) after SECONDS without an answer (repeatable)."
+        ),
+    ] = None,
+    streaming: Annotated[
+        bool,
+        typer.Option(help="Stream model text as partial events on the event stream (SSE)."),
+    ] = False,
+    services: ServicesOpt = None,
+    app_version: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_APP_VERSION",
+            help="The app's version (PEP 440, e.g. 1.4.0): recorded on its runs; this worker "
+            "claims only runs it serves (docs/deploying.md).",
+        ),
+    ] = None,
+    compatible_version: Annotated[
+        list[str] | None,
+        typer.Option(help="An earlier version whose runs this code continues (repeatable)."),
+    ] = None,
+    log_level: LogLevelOpt = None,
+    http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
+) -> None:
+    """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
+    from durable_adk.runlog import configure
+    from durable_adk.service.server import serve as run_worker
+    from durable_adk.service.settings import ServiceSettings, new_token
+
+    generated = token is None
+    deadlines: list[tuple[str, float]] = []
+    for spec in interrupt_deadline or ():
+        tool, _, seconds = spec.partition("=")
+        try:
+            deadlines.append((tool.strip(), float(seconds)))
+        except ValueError:
+            _fail(f"--interrupt-deadline takes TOOL=SECONDS, not {spec!r}")
+    try:
+        settings = ServiceSettings(
+            db=db,
+            host=host,
+            port=port,
+            token=token or new_token(),
+            worker_id=worker_id,
+            lease=lease,
+            max_attempts=max_attempts,
+            idempotent_tools=tuple(idempotent_tool or ()),
+            sweep_interval=sweep_interval,
+            drain_seconds=drain_seconds,
+            max_body_bytes=max_body_bytes,
+            max_message_chars=max_message_chars,
+            webhook_secret=webhook_secret,
+            interrupt_deadlines=tuple(deadlines),
+            streaming=streaming,
+            app_version=app_version,
+            compatible_versions=tuple(compatible_version or ()),
+        )
+        configure(log_level)
+        agent, app_services = load_app_and_services(app_spec, services)
+        settings = dataclasses.replace(settings, services=app_services)
+    except errors.DurableError as exc:
+        _fail(str(exc))
+
+    def ready(server: WorkerServer) -> None:
+        base = f"http://{settings.host}:{server.bound_port()}"
+        fragment = f"#token={settings.token}" if generated else ""
+        print(
+            f"durable-adk worker {server.worker.worker_id} serving app "
+            f"{server.worker.app_name!r} on {redact(settings.db)}\n"
+            f"listening on {base}\n"
+            f"dashboard: {base}/dashboard/{fragment}",
+            flush=True,
+        )
+        if generated:
+            print(f"bearer token (generated): {settings.token}", flush=True)
+
+    try:
+        asyncio.run(run_worker(agent, settings, on_ready=ready, log_level=http_log_level))
+    except errors.DurableError as exc:
+        _fail(str(exc), 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds ``serve``."""
+    app.command("serve")(serve)
