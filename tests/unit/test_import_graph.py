@@ -1,8 +1,13 @@
-"""The package's import graph: no circle, and no production module leans on the test kit.
+"""The package's import graph: no circle, imports only go down, each room in its bounds.
 
 Read from the source with :mod:`ast` (nothing is imported): every ``import``
-and ``from ... import`` of a ``durable_adk`` module counts, at module level or
-inside a function, except those under ``if TYPE_CHECKING:`` (they never run).
+and ``from ... import`` of a ``durable_adk`` module counts, at module level,
+inside a function or under ``if TYPE_CHECKING:`` (a circle of type imports is
+still a circle a reader has to untangle). Checked: no circle between modules;
+no circle between packages (a top-level module counts as a package of its
+own); the layer rule (the core never imports the ADK layer, the service, the
+CLI or the kits; only the ADK layer imports ``google.adk``); the order of the
+ADK layer's packages; and no folder past the size a reader takes in at once.
 """
 
 from __future__ import annotations
@@ -27,22 +32,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _under_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return True
-    return False
-
-
 def _imports(path: Path, modules: set[str]) -> set[str]:
     tree = ast.parse(path.read_text())
-    parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
     me = _module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or _under_type_checking(node, parents):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -116,6 +112,120 @@ def test_the_package_has_no_import_circle() -> None:
     assert _cycles(trimmed) == []
 
 
+def _room(module: str) -> str:
+    """The package a module lives in; a module at the top of durable_adk is a room of its own."""
+    if _is_package_init(module):
+        return module
+    parent = module.rpartition(".")[0]
+    return module if parent == "durable_adk" else parent
+
+
+def _rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import arrows between rooms (a package's __init__ re-exporting its children left out)."""
+    rooms: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        here = rooms.setdefault(_room(module), set())
+        for dep in deps:
+            if _is_package_init(module) and dep.startswith(module + "."):
+                continue
+            if _room(dep) != _room(module):
+                here.add(_room(dep))
+    return rooms
+
+
+def test_no_circle_between_packages() -> None:
+    assert _cycles(_rooms(_graph())) == []
+
+
+# The ADK layer's rooms, bottom first: each imports only rooms before it.
+ADK_FLOORS = [
+    "durable_adk.adk.shapes",
+    "durable_adk.adk.eventlog",
+    "durable_adk.adk.commits",
+    "durable_adk.adk.services",
+    "durable_adk.adk.tools",
+    "durable_adk.adk.runs",
+    "durable_adk.adk.loops",
+    "durable_adk.adk",  # runner.py: DurableRunner, the facade
+    "durable_adk.adk.servers",
+]
+
+# Everything above the core: the core imports none of it.
+ABOVE_THE_CORE = (
+    "durable_adk.adk",
+    "durable_adk.service",
+    "durable_adk.cli",
+    "durable_adk.testing",
+    "durable_adk.chaos",
+    "durable_adk.demo",
+)
+
+
+def test_the_adk_layer_imports_only_down() -> None:
+    rooms = _rooms(_graph())
+    assert {r for r in rooms if r.startswith("durable_adk.adk")} == set(ADK_FLOORS)
+    upward = sorted(
+        f"{room} imports {dep}"
+        for room in ADK_FLOORS
+        for dep in rooms[room]
+        if dep in ADK_FLOORS and ADK_FLOORS.index(dep) > ADK_FLOORS.index(room)
+    )
+    assert upward == []
+
+
+def _imports_google_adk(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(
+            a.name.startswith("google.adk") for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("google.adk"):
+            return True
+    return False
+
+
+def test_the_core_imports_neither_adk_nor_anything_above_it() -> None:
+    core = [
+        p
+        for p in sorted(ROOT.rglob("*.py"))
+        if _module_name(p) != "durable_adk" and not _module_name(p).startswith(ABOVE_THE_CORE)
+    ]
+    assert any(_module_name(p) == "durable_adk.tables.ledger" for p in core)
+    graph = _graph()
+    offenders = sorted(
+        f"{_module_name(p)} imports {dep}"
+        for p in core
+        for dep in graph[_module_name(p)]
+        if dep.startswith(ABOVE_THE_CORE)
+    )
+    offenders += sorted(
+        f"{_module_name(p)} imports google.adk" for p in core if _imports_google_adk(p)
+    )
+    assert offenders == []
+
+
+def test_no_folder_is_past_what_a_reader_takes_in_at_once() -> None:
+    # "About a dozen modules or 4,000 lines" (STYLE.md), with a little slack.
+    too_big = []
+    for folder in sorted({p.parent for p in ROOT.rglob("*.py")}):
+        modules = [p for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        lines = sum(len(p.read_text().splitlines()) for p in modules)
+        if len(modules) > 13 or lines > 4400:
+            too_big.append(
+                f"{folder.relative_to(ROOT.parent)}: {len(modules)} modules, {lines} lines"
+            )
+    assert too_big == []
+
+
+def test_every_package_says_what_it_holds() -> None:
+    silent = sorted(
+        _module_name(init)
+        for init in ROOT.rglob("__init__.py")
+        if not (ast.get_docstring(ast.parse(init.read_text())) or "").strip()
+    )
+    assert silent == []
+
+
 def test_no_production_module_imports_the_testing_kit() -> None:
     offenders = sorted(
         f"{module} imports {dep}"
@@ -131,4 +241,26 @@ def test_the_reader_sees_a_known_circle_and_a_known_import() -> None:
     # The checks above must be able to fail: the reader finds real edges.
     graph = _graph()
     assert "durable_adk.faults" in graph["durable_adk.tables.journal"]
+    # an import under ``if TYPE_CHECKING:`` counts too
+    assert "durable_adk.adk.services.app_services" in graph["durable_adk.service.settings"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_module_of_the_test_kit_is_for_users() -> None:
+    # durable_adk.testing ships in the wheel as the kit users test their apps
+    # with: each module is named in the docs or used by a shipped module (the
+    # project's own test helpers live under tests/).
+    documented = "".join(p.read_text() for p in (ROOT.parent.parent / "docs").glob("*.md"))
+    graph = _graph()
+    users: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        for dep in deps:
+            users.setdefault(dep, set()).add(module)
+    unused = sorted(
+        m
+        for m in graph
+        if m.startswith("durable_adk.testing.")
+        and m not in documented
+        and not (users.get(m, set()) - {"durable_adk.testing"})
+    )
+    assert unused == []

@@ -92,6 +92,23 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
     ):
         assert needed in names, needed
     assert any(n.startswith("durable_adk/service/static/") for n in names)
+    # The wheel holds the source tree's package, no more and no less: no
+    # module whose only caller is the project's own test suite (those live
+    # under tests/), and the chaos soak's SQL beside the soak, not among the
+    # library's queries and migrations.
+    package = ROOT / "src" / "durable_adk"
+    source = {
+        str(p.relative_to(package.parent))
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+    assert {n for n in names if n.startswith("durable_adk/")} == source
+    assert [n for n in names if n.startswith("durable_adk/sql/") and "chaos" in n] == []
+    for soak_sql in ("chaos_observer.sql", "queries_chaos.sql"):
+        for dialect in ("sqlite", "postgresql"):
+            assert f"durable_adk/chaos/sql/{dialect}/{soak_sql}" in names
+    for internal in ("children.py", "preload.py"):
+        assert not any(n.endswith("/" + internal) for n in names), internal
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "License-Expression: Apache-2.0" in text
