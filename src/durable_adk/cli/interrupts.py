@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-
-if TYPE_CHECKING:
-    pass
 
 from durable_adk.cli.options import (
     AppOpt,
@@ -28,8 +25,6 @@ from durable_adk.cli.options import (
     _who,
     console,
 )
-
-T = TypeVar("T")
 
 interrupts_app = typer.Typer(
     no_args_is_help=True,

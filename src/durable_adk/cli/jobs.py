@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated
 
 import typer
-
-if TYPE_CHECKING:
-    pass
 
 from durable_adk.cli.options import (
     DbOpt,
@@ -22,8 +19,6 @@ from durable_adk.cli.options import (
     _print_json,
     console,
 )
-
-T = TypeVar("T")
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Long-running jobs: list, complete.")
 

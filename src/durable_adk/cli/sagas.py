@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated
 
 import typer
-
-if TYPE_CHECKING:
-    pass
 
 from durable_adk.cli.options import (
     DbOpt,
@@ -18,8 +15,6 @@ from durable_adk.cli.options import (
     _call,
     _listing,
 )
-
-T = TypeVar("T")
 
 sagas_app = typer.Typer(no_args_is_help=True, help="Sagas: list.")
 

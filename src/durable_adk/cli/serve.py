@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from durable_adk import errors
+from durable_adk.cli.options import (
+    LogLevelOpt,
+    ServicesOpt,
+    _fail,
+)
 from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact
 
@@ -18,14 +23,6 @@ if TYPE_CHECKING:
 
     from durable_adk.adk.services.app_services import AppServices
     from durable_adk.service.server import WorkerServer
-
-from durable_adk.cli.options import (
-    LogLevelOpt,
-    ServicesOpt,
-    _fail,
-)
-
-T = TypeVar("T")
 
 
 def load_app_and_services(
