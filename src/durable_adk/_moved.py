@@ -82,6 +82,11 @@ MOVED: dict[str, str] = {
 """Old module path -> new module path."""
 
 
+def moved_note(old: str, new: str) -> str:
+    """The deprecation warning's text for a name or module that moved."""
+    return f"{old} moved to {new}; the old path goes in durable-adk 0.3"
+
+
 class _Alias(importlib.abc.Loader):
     """Loads an old path as the module of its new path."""
 
@@ -90,11 +95,7 @@ class _Alias(importlib.abc.Loader):
         self._spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(
-            f"{spec.name} moved to {self.new}; the old path goes in durable-adk 0.3",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warnings.warn(moved_note(spec.name, self.new), DeprecationWarning, stacklevel=2)
         module = importlib.import_module(self.new)
         self._spec = module.__spec__
         return module
@@ -106,10 +107,9 @@ class _Alias(importlib.abc.Loader):
 
     def get_code(self, fullname: str) -> CodeType:
         """What ``python -m OLD_PATH`` runs: the new module as ``__main__``."""
-        note = f"{fullname} moved to {self.new}; the old path goes in durable-adk 0.3"
         source = (
             "import runpy, warnings\n"
-            f"warnings.warn({note!r}, DeprecationWarning)\n"
+            f"warnings.warn({moved_note(fullname, self.new)!r}, DeprecationWarning)\n"
             f"runpy.run_module({self.new!r}, run_name='__main__', alter_sys=True)\n"
         )
         return compile(source, f"<moved to {self.new}>", "exec")

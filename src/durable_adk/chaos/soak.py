@@ -72,7 +72,6 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +92,7 @@ from durable_adk.chaos.check import (
 )
 from durable_adk.chaos.net import Namespace, partitions_available, relay_main
 from durable_adk.store import open_store
-from durable_adk.store.queries import parse_queries
+from durable_adk.store.queries import load_queries, load_sql_file
 from durable_adk.testing.pg_cluster import TempPostgres
 from durable_adk.testing.services import FakeService
 
@@ -901,14 +900,15 @@ class Soak:
         )
 
 
-def _chaos_sql(dialect: str, name: str) -> str:
-    """A file of the soak's own SQL (``chaos/sql/<dialect>/``), not the library's."""
-    return resources.files("durable_adk.chaos").joinpath("sql", dialect, name).read_text()
+SQL_PACKAGE = "durable_adk.chaos"
+"""Whose ``sql/<dialect>/`` holds the soak's own SQL (not the library's)."""
 
 
 async def _install_observer(db: str) -> None:
     async with open_store(db) as store:
-        await store.run_script(_chaos_sql(store.dialect, "chaos_observer.sql"))
+        await store.run_script(
+            load_sql_file(store.dialect, "chaos_observer.sql", package=SQL_PACKAGE)
+        )
 
 
 async def install_observer(db: str) -> None:
@@ -919,9 +919,7 @@ async def install_observer(db: str) -> None:
 async def read_store(db: str, app_name: str = chaos_app.APP_NAME) -> dict[str, Any]:
     """The ledger's runs, the observer's claims and the sessions' events of ``app_name``."""
     async with open_store(db) as store:
-        store.add_queries(
-            parse_queries(_chaos_sql(store.dialect, "queries_chaos.sql"), store.dialect)
-        )
+        store.add_queries(load_queries(store.dialect, package=SQL_PACKAGE))
         runs = await store.fetch("chaos_runs", {"app_name": app_name})
         claims = await store.fetch("chaos_claims")
         events = await store.fetch("chaos_events", {"app_name": app_name})

@@ -51,7 +51,7 @@ class Store(abc.ABC):
 
         The library's own queries are packaged under ``sql/<dialect>/`` and
         loaded at open; a package that ships SQL of its own (its queries
-        parsed with :func:`~durable_adk.store.queries.parse_queries`) adds
+        loaded with :func:`~durable_adk.store.queries.load_queries`) adds
         them here, so none of it rides along in the production files.
 
         Raises:

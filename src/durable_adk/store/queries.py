@@ -286,19 +286,22 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
     return queries
 
 
-def _sql_root(dialect: str) -> Traversable:
+def _sql_root(dialect: str, package: str = "durable_adk") -> Traversable:
     if dialect not in ("sqlite", "postgresql"):
         raise ValueError(f"unknown SQL dialect {dialect!r}")
-    return resources.files("durable_adk").joinpath("sql").joinpath(dialect)
+    return resources.files(package).joinpath("sql").joinpath(dialect)
 
 
-def load_queries(dialect: str) -> dict[str, Query]:
+def load_queries(dialect: str, package: str = "durable_adk") -> dict[str, Query]:
     """Loads the packaged queries of a dialect: ``queries.sql`` and every ``queries_*.sql``.
 
     Each feature keeps its queries in a file of its own; a name defined in two
-    files is an error.
+    files is an error. ``package`` names whose ``sql/<dialect>/`` folder is
+    read: the library's by default; a package that ships SQL of its own (the
+    chaos soak) loads it the same way and adds it with
+    :meth:`~durable_adk.store.base.Store.add_queries`.
     """
-    root = _sql_root(dialect)
+    root = _sql_root(dialect, package)
     files = sorted(
         (
             entry
@@ -404,9 +407,9 @@ def _compose(unit: Query, queries: dict[str, Query]) -> Query:
     )
 
 
-def load_sql_file(dialect: str, *parts: str) -> str:
-    """Reads a packaged SQL file such as ``schema.sql``."""
-    node = _sql_root(dialect)
+def load_sql_file(dialect: str, *parts: str, package: str = "durable_adk") -> str:
+    """Reads a packaged SQL file such as ``schema.sql`` (of ``package``'s ``sql/<dialect>/``)."""
+    node = _sql_root(dialect, package)
     for part in parts:
         node = node.joinpath(part)
     return node.read_text()

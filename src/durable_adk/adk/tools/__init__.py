@@ -21,6 +21,8 @@ import importlib
 import warnings
 from typing import Any
 
+from durable_adk._moved import moved_note
+
 _OLD_NAMES = frozenset(
     {
         "JOURNALED_MARK",
@@ -42,8 +44,7 @@ def __getattr__(name: str) -> Any:
     if name not in _OLD_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(
-        f"durable_adk.adk.tools.{name} moved to durable_adk.adk.tools.journaling.{name}; "
-        "the old path goes in durable-adk 0.3",
+        moved_note(f"{__name__}.{name}", f"{__name__}.journaling.{name}"),
         DeprecationWarning,
         stacklevel=2,
     )
