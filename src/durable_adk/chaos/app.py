@@ -203,6 +203,19 @@ def _tag_call(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext) -
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
 
+def _request_timeout() -> float:
+    """Seconds a request may wait for its connection and answer.
+
+    Long enough for a connection the soak's partition holds to be delivered
+    when it heals (the services refuse it then, if its fence is stale). A
+    gated tool's request is held on purpose until a takeover and the
+    rescuer's own charge are over, which can take longer than the SYN
+    retransmit at 15 s on a loaded machine: the next ones go at 31 and 63 s,
+    so the gated request waits for those rather than giving up at 30 s.
+    """
+    return 120.0 if os.environ.get(GATE_ENV) else 30.0
+
+
 def _request(
     method: str, url: str, *, payload: dict[str, Any] | None = None, key: str | None = None
 ) -> tuple[int, Any]:
@@ -218,9 +231,7 @@ def _request(
         headers["Idempotency-Key"] = key
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        # Long enough for a connection the soak's partition holds to be delivered
-        # when it heals (the services refuse it then, if its fence is stale).
-        with _OPENER.open(request, timeout=30) as answer:
+        with _OPENER.open(request, timeout=_request_timeout()) as answer:
             return int(answer.status), json.loads(answer.read() or b"null")
     except urllib.error.HTTPError as err:
         with err:
