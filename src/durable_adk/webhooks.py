@@ -82,16 +82,24 @@ class WebhookResult:
         state: The job's state now (the first terminal result's).
         changed: Whether this delivery ended the job (False for a duplicate
             or a late result).
+        result: The result the job kept (the first terminal result's): a
+            sender whose delivery lost learns what won.
     """
 
     status: int
     job_id: str
     state: JobState
     changed: bool
+    result: Any = None
 
     def body(self) -> dict[str, Any]:
         """The JSON answer for the sender."""
-        return {"job_id": self.job_id, "state": self.state.value, "changed": self.changed}
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "changed": self.changed,
+            "result": self.result,
+        }
 
 
 def signature(secret: str | bytes, timestamp: str, body: bytes) -> str:
@@ -218,4 +226,10 @@ async def handle_job_webhook(
     if metrics is not None:
         same = done.job.state is state and done.job.result == result
         metrics.job_completion("applied" if done.changed else "duplicate" if same else "late")
-    return WebhookResult(status=200, job_id=job_id, state=done.job.state, changed=done.changed)
+    return WebhookResult(
+        status=200,
+        job_id=job_id,
+        state=done.job.state,
+        changed=done.changed,
+        result=done.job.result,
+    )

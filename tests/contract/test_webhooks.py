@@ -56,7 +56,10 @@ async def test_a_signed_completion_completes_and_its_duplicate_changes_nothing(
     assert (first.status, first.changed, first.state) == (200, True, JobState.SUCCEEDED)
     assert (again.status, again.changed) == (200, False)
     assert (last.status, last.changed, last.state) == (200, False, JobState.SUCCEEDED)
-    assert first.body() == {"job_id": JOB, "state": "SUCCEEDED", "changed": True}
+    kept = {"url": "https://r/1"}
+    assert first.body() == {"job_id": JOB, "state": "SUCCEEDED", "changed": True, "result": kept}
+    # The late sender is told what the job kept, not its own result.
+    assert last.body() == {"job_id": JOB, "state": "SUCCEEDED", "changed": False, "result": kept}
     job = await jobs.get(JOB)
     assert job is not None and job.result == {"url": "https://r/1"}
 

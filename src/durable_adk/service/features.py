@@ -56,11 +56,17 @@ class CompleteJobIn(BaseModel):
 
 
 class CompletionOut(BaseModel):
-    """What a completion did: ``changed`` is false for a duplicate or late result."""
+    """What a completion did: ``changed`` is false for a duplicate or late result.
+
+    ``state`` and ``result`` are what the job kept: the first terminal
+    result's, whichever completion that was, so the loser of a race learns
+    what won.
+    """
 
     job_id: str
     state: str
     changed: bool
+    result: Any = None
 
 
 def _plain(record: Any) -> dict[str, Any]:
@@ -97,7 +103,12 @@ async def complete_job(
         raise errors.NotFound(str(exc)) from exc
     if metrics is not None:
         metrics.job_completion(completion_outcome(done.changed, done.job.state))
-    return {"job_id": job_id, "state": done.job.state.value, "changed": done.changed}
+    return {
+        "job_id": job_id,
+        "state": done.job.state.value,
+        "changed": done.changed,
+        "result": done.job.result,
+    }
 
 
 async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut:

@@ -517,7 +517,24 @@ class JobTable:
         )
         if row is None:
             raise JobNotFound(f"no job {job_id!r}")
-        return Completion(job=Job.from_row(row), changed=row["outcome"] == "changed")
+        job = Job.from_row(row)
+        if row["outcome"] == "changed" or job.state is not JobState.STARTED:
+            return Completion(job=job, changed=row["outcome"] == "changed")
+        # The update found the row no longer STARTED, yet the statement's own
+        # read of it says STARTED: on PostgreSQL the update waited for a
+        # concurrent completion and saw its committed row, while the fallback
+        # read of the same statement sees the row as the statement began. That
+        # completion has committed, so a new statement reads what it kept (a
+        # job never goes back to STARTED).
+        now = await self.get(job_id)
+        if now is None:
+            raise JobNotFound(f"no job {job_id!r}")
+        if now.state is JobState.STARTED:
+            raise errors.StoreError(
+                f"job {job_id!r}: its completion was refused but the job reads STARTED; "
+                "send the completion again"
+            )
+        return Completion(job=now, changed=False)
 
     async def progress(self, job_id: str, progress: Mapping[str, Any]) -> bool:
         """Records an open job's progress; True only when it changed.

@@ -205,15 +205,12 @@ async def retry_run(
     reason = _check_reason(reason)
     run = await _get(ledger, run_id)
     if run.status is RunStatus.FAILED:
-        abandoned = await _abandoned(ledger, run_id)
-        if abandoned is not None:
-            raise errors.Conflict(
-                f"run {run_id!r} was abandoned by {abandoned.actor} at "
-                f"{_when(abandoned.created_at)}: abandon is final, it is not retried "
-                "(nothing changed)"
-            )
+        await _refuse_if_abandoned(ledger, run_id)
     done = await ledger.retry_recorded(run_id, by=by, reason=reason)
     if not done.changed:
+        if done.run.status is RunStatus.FAILED:
+            # An abandon that raced this retry and won.
+            await _refuse_if_abandoned(ledger, run_id)
         raise errors.Conflict(
             f"run {run_id!r} is {done.run.status.value}, not PARKED or FAILED: "
             "only a parked or failed run is retried (nothing changed)"
@@ -221,6 +218,17 @@ async def retry_run(
     return Outcome(
         done.run, True, f"run {run_id} is QUEUED: the next sweep of a worker recovers it"
     )
+
+
+async def _refuse_if_abandoned(ledger: RunLedger, run_id: str) -> None:
+    """Raises Conflict (abandon is final) when the run was abandoned."""
+    abandoned = await _abandoned(ledger, run_id)
+    if abandoned is not None:
+        raise errors.Conflict(
+            f"run {run_id!r} was abandoned by {abandoned.actor} at "
+            f"{_when(abandoned.created_at)}: abandon is final, it is not retried; "
+            "it is FAILED (nothing changed)"
+        )
 
 
 async def _abandoned(ledger: RunLedger, run_id: str) -> OperatorAction | None:

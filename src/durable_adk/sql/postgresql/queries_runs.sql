@@ -233,8 +233,7 @@ UPDATE runs
        lease_until = 0, last_error = NULL, finished_at = NULL,
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND status IN ('PARKED', 'FAILED')
-   AND NOT EXISTS (SELECT 1 FROM operator_actions a WHERE a.run_id = :run_id::text
-                                                  AND a.action = 'abandon')
+   AND abandoned_at IS NULL
 RETURNING *;
 
 -- name: run_get
@@ -344,8 +343,7 @@ UPDATE runs
        lease_until = extract(epoch FROM clock_timestamp()) + :lease::double precision,
        updated_at = extract(epoch FROM clock_timestamp())
  WHERE run_id = :run_id::text AND epoch = :epoch::bigint AND status IN ('PARKED', 'FAILED')
-   AND NOT EXISTS (SELECT 1 FROM operator_actions a
-                    WHERE a.run_id = :run_id::text AND a.action = 'abandon')
+   AND abandoned_at IS NULL
 RETURNING *;
 
 -- name: run_operator_release
@@ -382,18 +380,21 @@ SELECT u.* FROM u;
 -- name: run_abandon
 -- An operator closes a PARKED run (or a FAILED one not yet abandoned) as
 -- FAILED with their reason; the error it had is kept in the action's detail.
+-- "Not abandoned" is the row's own abandoned_at: a second abandon (or a retry)
+-- that waited for this one's lock re-checks the row it waited for, while a
+-- subquery on operator_actions would still read the statement's snapshot.
 WITH cur AS (
     SELECT r.pk, r.run_id, r.app_name, r.status, r.epoch, r.last_error
       FROM runs r
      WHERE r.run_id = :run_id::text
        AND (r.status = 'PARKED'
             OR (r.status = 'FAILED'
-                AND NOT EXISTS (SELECT 1 FROM operator_actions a
-                                 WHERE a.run_id = :run_id::text AND a.action = 'abandon')))
+                AND r.abandoned_at IS NULL))
        FOR UPDATE
 ), u AS (
     UPDATE runs
        SET status = 'FAILED', last_error = 'abandoned by ' || :actor::text || ': ' || :reason::text,
+           abandoned_at = extract(epoch FROM clock_timestamp()),
            finished_at = COALESCE(runs.finished_at, extract(epoch FROM clock_timestamp())),
            updated_at = extract(epoch FROM clock_timestamp())
       FROM cur
@@ -417,8 +418,7 @@ WITH cur AS (
     SELECT r.pk, r.run_id, r.app_name, r.status, r.epoch, r.last_error
       FROM runs r
      WHERE r.run_id = :run_id::text AND r.status IN ('PARKED', 'FAILED')
-       AND NOT EXISTS (SELECT 1 FROM operator_actions a
-                        WHERE a.run_id = :run_id::text AND a.action = 'abandon')
+       AND r.abandoned_at IS NULL
        FOR UPDATE
 ), u AS (
     UPDATE runs

@@ -346,6 +346,7 @@ SELECT run_id, app_name, 'abandon', :actor, :reason, status, 'FAILED', epoch,
   FROM runs WHERE run_id = :run_id;
 UPDATE runs
    SET status = 'FAILED', last_error = 'abandoned by ' || :actor || ': ' || :reason,
+       abandoned_at = (julianday('now') - 2440587.5) * 86400.0,
        finished_at = COALESCE(finished_at, (julianday('now') - 2440587.5) * 86400.0),
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE run_id = :run_id;
