@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import httpx
 
 from durable_adk import errors
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
 from durable_adk.service.paths import segment
@@ -127,6 +128,23 @@ class OpsSource(Protocol):
         """Answers an interrupt once (``interrupt``, ``run``, ``message``)."""
         ...
 
+    async def session_repairs(self, app_name: str, user_id: str, session_id: str) -> JSON:
+        """A session's unreadable events and its repairs (``unreadable``, ``repairs``)."""
+        ...
+
+    async def repair_event(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        event_id: str,
+        by: str,
+        reason: str,
+        replacement: dict[str, Any] | None,
+    ) -> JSON:
+        """Repairs an unreadable event (``repair``, ``message``)."""
+        ...
+
 
 class StoreOps:
     """Operations straight on the store (no worker needed)."""
@@ -222,6 +240,35 @@ class StoreOps:
             run=run_out(answered.run),
             message=answered.message,
         ).model_dump()
+
+    async def session_repairs(self, app_name: str, user_id: str, session_id: str) -> JSON:
+        return await features.session_repairs(
+            DurableSessionService(self.store),
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+        )
+
+    async def repair_event(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        event_id: str,
+        by: str,
+        reason: str,
+        replacement: dict[str, Any] | None,
+    ) -> JSON:
+        return await features.repair_session_event(
+            DurableSessionService(self.store),
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+            event_id=event_id,
+            by=by,
+            reason=reason,
+            replacement=replacement,
+        )
 
 
 class HttpOps:
@@ -370,6 +417,37 @@ class HttpOps:
             by=by, decision=decision, payload=payload, reason=reason, session_id=session_id
         )
         return await self._call("POST", f"/v1/interrupts/{_segment(call_id)}", json=body)
+
+    def _session_path(self, user_id: str, session_id: str) -> str:
+        return f"/v1/users/{_segment(user_id)}/sessions/{_segment(session_id)}"
+
+    async def _of_app(self, app_name: str, found: JSON) -> JSON:
+        if found.get("app_name", app_name) != app_name:
+            raise errors.InvalidArgument(
+                f"the worker serves app {found['app_name']!r}, not {app_name!r}: "
+                "ask a worker of that app, or use --db"
+            )
+        return found
+
+    async def session_repairs(self, app_name: str, user_id: str, session_id: str) -> JSON:
+        path = f"{self._session_path(user_id, session_id)}/unreadable"
+        return await self._of_app(app_name, await self._call("GET", path))
+
+    async def repair_event(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        event_id: str,
+        by: str,
+        reason: str,
+        replacement: dict[str, Any] | None,
+    ) -> JSON:
+        # The worker repairs its own app's sessions: make sure that is the one meant.
+        await self.session_repairs(app_name, user_id, session_id)
+        path = f"{self._session_path(user_id, session_id)}/events/{_segment(event_id)}/repair"
+        body = _body(by=by, reason=reason, replacement=replacement)
+        return await self._call("POST", path, json=body)
 
 
 def _segment(value: str) -> str:

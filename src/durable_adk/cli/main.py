@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from durable_adk import errors
-from durable_adk.cli import dead_letters, interrupts, jobs, runs, sagas, serve
+from durable_adk.cli import dead_letters, interrupts, jobs, runs, sagas, serve, sessions
 from durable_adk.cli.recover import register as register_recover
 from durable_adk.cli.schedules import register as register_schedules
 from durable_adk.cli.versions import register as register_versions
@@ -105,7 +105,7 @@ def demo(db: DbOption = DEFAULT_URL) -> None:
         _fail(str(exc))
 
 
-for group in (serve, runs, jobs, sagas, dead_letters, interrupts):
+for group in (serve, runs, jobs, sagas, dead_letters, interrupts, sessions):
     group.register(app)
 register_recover(app)
 register_schedules(app)

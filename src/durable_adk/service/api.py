@@ -588,6 +588,7 @@ def create_app(worker: Worker) -> FastAPI:
         return StatsOut.model_validate(await ops.stats(), from_attributes=True)
 
     features.add_routes(guarded, worker.store, worker.metrics)
+    features.add_repair_routes(guarded, worker.sessions, worker.app_name)
     schedule_routes.add_routes(guarded, worker.store, worker.app_name)
     version_routes.add_routes(guarded, worker.store, worker.app_name)
     app.include_router(guarded)

@@ -1,10 +1,14 @@
-"""The operations and routes of long-running jobs and sagas, and the job webhook.
+"""The operations and routes of long-running jobs, sagas and event repairs, and the job webhook.
 
 Jobs (:mod:`durable_adk.tables.jobs`) and sagas (:mod:`durable_adk.tables.sagas`) keep their
 own ledgers; this module only reads them for operators and passes a job's
 completion to :meth:`~durable_adk.tables.jobs.JobTable.complete`, whose conditional
 update makes the first terminal result win (a duplicate or late completion
 changes nothing and is still answered 200).
+
+A session's unreadable events (stored rows the reader cannot parse, see
+:mod:`durable_adk.adk.eventlog.unreadable`) are listed with their past
+repairs, and an operator repairs one (:mod:`durable_adk.adk.services.repairs`).
 
 The webhook (``POST /webhooks/jobs``) is authenticated by its HMAC signature
 (:mod:`durable_adk.webhooks`), not by the bearer token, and exists only when
@@ -14,6 +18,7 @@ timestamp, malformed body, unknown job) happens before anything is written.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 from enum import StrEnum
@@ -24,10 +29,17 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from durable_adk import errors, webhooks
+from durable_adk.adk.services.repairs import (
+    EventRepair,
+    repair_event,
+    repairs_of,
+    unreadable_events,
+)
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.metrics import Metrics
 from durable_adk.service.guards import error_response
 from durable_adk.service.ops import MAX_PAGE
-from durable_adk.service.schemas import ErrorOut, ListOut
+from durable_adk.service.schemas import ID_PATTERN, ErrorOut, ListOut, Reason, Who
 from durable_adk.store.base import Store
 from durable_adk.tables.jobs import JobNotFound, JobState, JobTable
 from durable_adk.tables.sagas import SagaLedger, SagaStatus
@@ -37,6 +49,9 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,255}$"
 
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Most records returned.")]
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job.")]
+UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
+SessionPath = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
+EventPath = Annotated[str, Path(min_length=1, max_length=256, description="The event's id.")]
 
 _WEBHOOK_CODES: tuple[tuple[type[webhooks.WebhookError], str], ...] = (
     (webhooks.BadSignature, "bad_signature"),
@@ -109,6 +124,170 @@ async def complete_job(
         "changed": done.changed,
         "result": done.job.result,
     }
+
+
+class UnreadableOut(BaseModel):
+    """A stored event the reader cannot parse (kept in the log as it was stored)."""
+
+    seq: int
+    event_id: str
+    invocation_id: str
+    author: str
+    reason: str
+
+
+class RepairOut(BaseModel):
+    """A repair of a stored event, as audited (``original`` is kept in the store)."""
+
+    seq: int
+    event_id: str
+    action: str
+    actor: str
+    reason: str | None
+    replacement: dict[str, Any]
+    original_chars: int
+    created_at: float
+
+
+class SessionRepairsOut(BaseModel):
+    """A session's unreadable events and the repairs of its events, newest first."""
+
+    app_name: str
+    user_id: str
+    session_id: str
+    unreadable: list[UnreadableOut]
+    repairs: list[RepairOut]
+
+
+class RepairIn(BaseModel):
+    """Repair an unreadable event: drop its content (the default) or replace it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason
+    replacement: dict[str, Any] | None = None
+
+
+class RepairDoneOut(BaseModel):
+    """What a repair did."""
+
+    repair: RepairOut
+    message: str
+
+
+def _repair_out(done: EventRepair) -> RepairOut:
+    return RepairOut(
+        seq=done.seq,
+        event_id=done.event_id,
+        action=done.action,
+        actor=done.actor,
+        reason=done.reason,
+        replacement=json.loads(done.replacement),
+        original_chars=len(done.original),
+        created_at=done.created_at,
+    )
+
+
+async def session_repairs(
+    sessions: DurableSessionService, *, app_name: str, user_id: str, session_id: str
+) -> dict[str, Any]:
+    """A session's unreadable events and its repairs (``SessionRepairsOut`` as JSON).
+
+    Raises:
+        NotFound: No such session.
+    """
+    key = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
+    found = await unreadable_events(sessions, **key)
+    done = await repairs_of(sessions, **key, limit=MAX_PAGE)
+    return SessionRepairsOut(
+        **key,
+        unreadable=[UnreadableOut.model_validate(u, from_attributes=True) for u in found],
+        repairs=[_repair_out(r) for r in done],
+    ).model_dump()
+
+
+async def repair_session_event(
+    sessions: DurableSessionService,
+    *,
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    event_id: str,
+    by: str,
+    reason: str,
+    replacement: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Repairs an unreadable event (``RepairDoneOut`` as JSON); see :func:`repair_event`."""
+    done = await repair_event(
+        sessions,
+        app_name=app_name,
+        user_id=user_id,
+        session_id=session_id,
+        event_id=event_id,
+        by=by,
+        reason=reason,
+        replacement=replacement,
+    )
+    what = "dropped its unreadable content" if done.action == "drop" else "replaced it"
+    return RepairDoneOut(
+        repair=_repair_out(done),
+        message=(
+            f"event {event_id} (#{done.seq}) of session {session_id}: {what}; the original is "
+            "kept in the audit trail. Retry the runs parked on it (durable-adk runs retry)"
+        ),
+    ).model_dump()
+
+
+def add_repair_routes(router: APIRouter, sessions: DurableSessionService, app_name: str) -> None:
+    """Adds the routes that list and repair a session's unreadable events."""
+
+    @router.get(
+        "/users/{user_id}/sessions/{session_id}/unreadable",
+        response_model=SessionRepairsOut,
+        tags=["sessions"],
+        responses={404: {"model": ErrorOut, "description": "Unknown session."}},
+    )
+    async def unreadable_route(user_id: UserPath, session_id: SessionPath) -> SessionRepairsOut:
+        """The session's events the reader cannot parse, and the repairs of its events."""
+        found = await session_repairs(
+            sessions, app_name=app_name, user_id=user_id, session_id=session_id
+        )
+        return SessionRepairsOut.model_validate(found)
+
+    @router.post(
+        "/users/{user_id}/sessions/{session_id}/events/{event_id}/repair",
+        response_model=RepairDoneOut,
+        tags=["sessions"],
+        responses={
+            404: {"model": ErrorOut, "description": "Unknown session or event."},
+            409: {
+                "model": ErrorOut,
+                "description": "The event is readable, or was repaired meanwhile; nothing changed.",
+            },
+        },
+    )
+    async def repair_route(
+        user_id: UserPath, session_id: SessionPath, event_id: EventPath, body: RepairIn
+    ) -> RepairDoneOut:
+        """Writes a readable stand-in over an unreadable event, audited (the original is kept).
+
+        Without ``replacement`` the content is dropped: the calls and answers
+        it held are kept by id and name, each answer an error. With it, the
+        given event (its id, invocation, author and timestamp are the stored
+        ones; its session state delta must be the stored one) is written.
+        """
+        done = await repair_session_event(
+            sessions,
+            app_name=app_name,
+            user_id=user_id,
+            session_id=session_id,
+            event_id=event_id,
+            by=body.by,
+            reason=body.reason,
+            replacement=body.replacement,
+        )
+        return RepairDoneOut.model_validate(done)
 
 
 async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut:

@@ -15,14 +15,21 @@ run is shown with its events and a note saying why it is not classified).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
+from google.adk.events.event import Event
+
 from durable_adk import errors
 from durable_adk.adk.eventlog.classify import NodeKind, classify
 from durable_adk.adk.eventlog.stored import load_event
+from durable_adk.adk.eventlog.unreadable import (
+    READ_ERRORS,
+    placeholder,
+    reason_of,
+)
 from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
@@ -74,9 +81,28 @@ class SeqEvent:
     data: str
 
     def as_dict(self) -> dict[str, Any]:
-        """The event as a JSON object."""
-        parsed: dict[str, Any] = json.loads(self.data)
+        """The event as a JSON object; an unreadable row as its stand-in.
+
+        Parsed by the parser the session reader uses: a row it cannot parse
+        (nested too deep, damaged) is shown as the session shows it, the
+        stand-in naming it and the reason
+        (:mod:`durable_adk.adk.eventlog.unreadable`), never as a value the
+        response could not be written with.
+        """
+        try:
+            parsed: dict[str, Any] = pydantic_core.from_json(self.data)
+        except ValueError as exc:
+            stand_in = placeholder(seq=self.seq, data=self.data, reason=f"Invalid JSON: {exc}")
+            shown: dict[str, Any] = stand_in.model_dump(mode="json", exclude_none=True)
+            return shown
         return parsed
+
+    def as_event(self) -> Event:
+        """The ADK event; an unreadable row as its stand-in (``eventlog.unreadable``)."""
+        try:
+            return load_event(self.data)
+        except READ_ERRORS as exc:
+            return placeholder(seq=self.seq, data=self.data, reason=reason_of(exc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +307,7 @@ class Operations:
             )
         else:
             found = classify(
-                [load_event(e.data) for e in events],
+                [e.as_event() for e in events],
                 run.invocation_id,
                 root_agent_name=self.root_agent_name,
                 owner_speaks_first=self.owner_speaks_first,

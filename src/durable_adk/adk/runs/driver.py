@@ -38,6 +38,7 @@ from durable_adk import errors
 from durable_adk.adk.commits.barrier import CommitMode, EventBatch, using_batch
 from durable_adk.adk.commits.drive import Drive, trust_from, using_drive
 from durable_adk.adk.eventlog.classify import INTERIM_KEY, Classification
+from durable_adk.adk.eventlog.unreadable import UNREADABLE, unreadable_in, unreadable_note
 from durable_adk.adk.runs.admission import Admission
 from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift
 from durable_adk.adk.runs.ending import (
@@ -58,6 +59,7 @@ from durable_adk.fencing.fence import RunFence, using_fence
 from durable_adk.fencing.leases import Holding, LeaseKeeper
 from durable_adk.runlog import run_event
 from durable_adk.store.base import Store
+from durable_adk.tables.journal import OutcomeUnknown
 from durable_adk.tables.ledger import RenewResult, Run
 from durable_adk.versions import Serving
 
@@ -168,6 +170,15 @@ def unanswered(
         return message.model_copy(update={"parts": kept})
     stored_by_me = any(p.function_response and p.function_response.id in own for p in parts)
     return None if stored_by_me else _ALREADY_ANSWERED
+
+
+class UnreadableLog(OutcomeUnknown):
+    """The session's log holds an event the reader cannot parse: the run is parked.
+
+    What the log says there is unknown, so no one can tell what the model
+    would be shown: the run waits for an operator's repair
+    (:mod:`durable_adk.adk.services.repairs`), then a retry.
+    """
 
 
 def off_the_loop(config: RunConfig) -> RunConfig:
@@ -346,6 +357,18 @@ class Driver:
         key = (run.app_name, run.user_id, run.session_id)
         seen: list[Event] = []
         error: BaseException | None = None
+        unreadable = await self._unreadable(drive)
+        if unreadable is not None:
+            # Before ADK has the invocation: the model never sees a history
+            # with a hole in it, and nothing acts.
+            drive.fence.lose("the session holds an unreadable event")
+            ending = Ending(
+                EndKind.PARKED,
+                unreadable,
+                UnreadableLog(f"run {run.run_id}: {unreadable}"),
+                UNREADABLE,
+            )
+            return await record(path, run, ending, classification=found)
         new_message = await self._message_for(drive, message, resume=resume)
         if resume and (missing := await self._drifted(drive)):
             # Before ADK has the invocation: no model call, no tool, nothing acts.
@@ -517,6 +540,25 @@ class Driver:
             run.invocation_id,
             path.known,
             [RecordedStep.from_row(row) for row in steps],
+        )
+
+    async def _unreadable(self, drive: Drive) -> str | None:
+        """Why the run is parked on its session's unreadable events, or None (the usual case).
+
+        The read is the one ADK would make next: once done, ADK's is
+        answered from the cache (:meth:`trust_next_read`).
+        """
+        path, run = self.path, drive.run
+        key = (run.app_name, run.user_id, run.session_id)
+        session = await path.sessions.get_session(
+            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+        )
+        path.sessions.trust_next_read(key)
+        found = unreadable_in(session.events) if session is not None else []
+        if not found:
+            return None
+        return unreadable_note(
+            found, app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
 
     async def _message_for(

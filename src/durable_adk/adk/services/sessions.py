@@ -57,7 +57,8 @@ from durable_adk import errors
 from durable_adk.adk.commits.barrier import EventBatch, Pending, current_batch
 from durable_adk.adk.eventlog.events import open_invocation_id
 from durable_adk.adk.eventlog.live import LiveEvents, Stored
-from durable_adk.adk.eventlog.stored import load_events
+from durable_adk.adk.eventlog.stored import load_event, load_events
+from durable_adk.adk.eventlog.unreadable import READ_ERRORS, placeholder, reason_of
 from durable_adk.adk.services.fold import (
     fold,
     is_snapshot_seq,
@@ -78,7 +79,9 @@ class _Cached:
 
     ``app_state``, ``user_state`` and ``update_time`` are as last read or
     written; ``trusted`` lets the next read serve this entry without a round
-    trip (see :meth:`DurableSessionService.trust_next_read`).
+    trip (see :meth:`DurableSessionService.trust_next_read`); ``repairs`` is
+    the session row's count of repaired events when read (a repair rewrites an
+    event in place, so an entry read before it is dropped).
     """
 
     pk: int
@@ -89,6 +92,7 @@ class _Cached:
     user_state: str | None = None
     update_time: float = 0.0
     trusted: bool = False
+    repairs: int = 0
 
 
 _EVENT_COLUMNS = ("seq", "event_id", "invocation_id", "author", "timestamp", "delta", "data")
@@ -232,6 +236,10 @@ class DurableSessionService(BaseSessionService):
 
     def _forget(self, key: _Key) -> None:
         self._cache.pop(key, None)
+
+    def forget(self, key: _Key) -> None:
+        """Drops this process's cached copy of a session (the next read reads it whole)."""
+        self._forget(key)
 
     def pin(self, key: _Key) -> None:
         """Keeps ``key`` cached while a run of this process holds it (calls nest).
@@ -450,13 +458,17 @@ class DurableSessionService(BaseSessionService):
             return None
         head = rows[0]
         pk, last_seq = int(head["pk"]), int(head["last_seq"])
-        if cached is not None and (cached.pk != pk or last_seq < since):
-            # The session was deleted and created again since we cached it.
+        repairs = int(head["repairs"] or 0)
+        if cached is not None and (
+            cached.pk != pk or last_seq < since or cached.repairs != repairs
+        ):
+            # The session was deleted and created again since we cached it, or
+            # an operator repaired one of its events (rewritten in place).
             self._forget(key)
             return await self.get_session(
                 app_name=app_name, user_id=user_id, session_id=session_id, config=config
             )
-        tail = load_events((r["data"] for r in rows if r["seq"] is not None), count=len(rows))
+        tail = await self._events_of(pk, [r for r in rows if r["seq"] is not None])
         if base is not None and not tail and cached is not None and cached.seq == since:
             entry = cached
         else:
@@ -466,6 +478,7 @@ class DurableSessionService(BaseSessionService):
                 seq=int(rows[-1]["seq"]) if tail else since,
                 events=events + tail,
                 state=fold(state, (split_delta(e.actions.state_delta)[0] for e in tail)),
+                repairs=repairs,
             )
         entry.app_state, entry.user_state = head["app_state"], head["user_state"]
         entry.update_time = float(head["update_time"])
@@ -487,6 +500,34 @@ class DurableSessionService(BaseSessionService):
             user_state=_loads_state(head["user_state"]),
             update_time=float(head["update_time"]),
         )
+
+    async def _events_of(self, pk: int, rows: Sequence[Row]) -> list[Event]:
+        """The events of stored rows (``seq``, ``data``); an unreadable row as its stand-in.
+
+        A row ``Event`` cannot be parsed from (nested deeper than the JSON
+        parser goes, say: written before the library bounded what it stores)
+        is left in the store as it is and comes back as a placeholder without
+        content that names it and the reason
+        (:mod:`durable_adk.adk.eventlog.unreadable`): the session loads, and
+        a run that meets it parks instead of failing.
+        """
+        try:
+            return load_events((r["data"] for r in rows), count=len(rows))
+        except READ_ERRORS:
+            pass  # one at a time, to find the unreadable ones
+        events: list[Event] = []
+        for row in rows:
+            try:
+                events.append(load_event(row["data"]))
+            except READ_ERRORS as exc:
+                seq = int(row["seq"])
+                columns = await self.store.fetchrow(
+                    "load_event_row", {"session_pk": pk, "seq": seq}
+                )
+                events.append(
+                    placeholder(seq=seq, data=row["data"], reason=reason_of(exc), columns=columns)
+                )
+        return events
 
     async def _get_partial(self, key: _Key, config: GetSessionConfig) -> Session | None:
         """A cold read of part of the log: the newest snapshot, the tail after it, the window."""
@@ -510,7 +551,7 @@ class DurableSessionService(BaseSessionService):
                 "after_ts": config.after_timestamp or None,
             },
         )
-        loaded = load_events((r["data"] for r in rows), count=len(rows))
+        loaded = await self._events_of(pk, rows)
         fetched = [(int(r["seq"]), event) for r, event in zip(rows, loaded, strict=True)]
         base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
         state = fold(

@@ -41,7 +41,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM ins) THEN 'ok' ELSE 'exists' END AS statu
 
 -- name: load_session_tail
 -- The session row, shared state, and every event after :since_seq, in one round trip.
-SELECT s.pk, s.last_seq, s.initial_state, s.update_time,
+SELECT s.pk, s.last_seq, s.initial_state, s.update_time, s.repairs,
        (SELECT state::text FROM app_state WHERE app_name = :app_name::text) AS app_state,
        (SELECT state::text FROM user_state
          WHERE app_name = :app_name::text AND user_id = :user_id::text) AS user_state,
@@ -89,6 +89,12 @@ SELECT seq, delta FROM events
 
 -- name: load_snapshots
 SELECT seq, state FROM state_snapshots WHERE session_pk = :session_pk::bigint ORDER BY seq;
+
+-- name: load_event_row
+-- One stored event's own columns, by sequence number: what an unreadable row's
+-- stand-in keeps (read only when the row's JSON cannot be parsed).
+SELECT seq, event_id, invocation_id, author, timestamp, delta, data FROM events
+ WHERE session_pk = :session_pk::bigint AND seq = :seq::bigint;
 
 -- name: load_event_data
 -- One stored event of a session, by id: a re-append of that id is compared with it.

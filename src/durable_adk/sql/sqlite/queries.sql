@@ -33,7 +33,7 @@ SELECT 'ok' AS status, s.pk, s.create_time,
 
 -- name: load_session_tail
 -- The session row, shared state, and every event after :since_seq, in one read.
-SELECT s.pk, s.last_seq, s.initial_state, s.update_time,
+SELECT s.pk, s.last_seq, s.initial_state, s.update_time, s.repairs,
        (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
        (SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id) AS user_state,
        e.seq, e.data
@@ -76,6 +76,12 @@ SELECT seq, delta FROM events
 
 -- name: load_snapshots
 SELECT seq, state FROM state_snapshots WHERE session_pk = :session_pk ORDER BY seq;
+
+-- name: load_event_row
+-- One stored event's own columns, by sequence number: what an unreadable row's
+-- stand-in keeps (read only when the row's JSON cannot be parsed).
+SELECT seq, event_id, invocation_id, author, timestamp, delta, data FROM events
+ WHERE session_pk = :session_pk AND seq = :seq;
 
 -- name: load_event_data
 -- One stored event of a session, by id: a re-append of that id is compared with it.
