@@ -23,18 +23,25 @@ from typing import Any
 
 import asyncpg
 import pytest
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.flows.llm_flows.context._contents import _get_contents
+from google.adk.runners import Runner
 from google.genai import types
 from svc_support import Service
 from typer.testing import CliRunner
 
+from durable_adk import DurableRunsPlugin, RunStatus
 from durable_adk.adk.eventlog.unreadable import UNREADABLE_KEY, unreadable_in
+from durable_adk.adk.runs.driver import UnreadableLog
+from durable_adk.adk.servers.uri import DurableUriSessionService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
 from durable_adk.demo.service_app import APP_NAME
 from durable_adk.store import Store, open_store
 from durable_adk.tables.ledger import RunLedger
+from durable_adk.testing import Say, ScriptedModel
 
 DEPTH = 250
 
@@ -86,11 +93,13 @@ BUMP_PG = (
 )
 
 
-async def write_row(store_url: str, session_id: str, event: Event, data: str) -> None:
+async def write_row(
+    store_url: str, session_id: str, event: Event, data: str, app_name: str = APP_NAME
+) -> None:
     """Appends a row with SQL, as an older version (or a damaged disk) left it."""
     delta = json.dumps(event.actions.state_delta) if event.actions.state_delta else None
     values = (event.id, event.invocation_id, event.author, event.timestamp, delta, data)
-    key = (APP_NAME, "u1", session_id)
+    key = (app_name, "u1", session_id)
     if store_url.startswith("sqlite"):
         conn = sqlite3.connect(store_url.removeprefix("sqlite:///"), isolation_level=None)
         try:
@@ -110,12 +119,12 @@ async def write_row(store_url: str, session_id: str, event: Event, data: str) ->
         await pg.close()
 
 
-async def poisoned_session(store_url: str, session_id: str) -> Event:
+async def poisoned_session(store_url: str, session_id: str, app_name: str = APP_NAME) -> Event:
     """A session whose earlier turn holds the deep answer; returns that event."""
     async with open_store(store_url) as store:
         sessions = DurableSessionService(store)
         session = await sessions.create_session(
-            app_name=APP_NAME, user_id="u1", session_id=session_id
+            app_name=app_name, user_id="u1", session_id=session_id
         )
         for event in (
             Event(
@@ -140,7 +149,8 @@ async def poisoned_session(store_url: str, session_id: str) -> Event:
         ):
             await sessions.append_event(session, event)
     poison = deep_answer("e-old")
-    await write_row(store_url, session_id, poison, poison.model_dump_json(exclude_none=True))
+    data = poison.model_dump_json(exclude_none=True)
+    await write_row(store_url, session_id, poison, data, app_name=app_name)
     return poison
 
 
@@ -439,3 +449,30 @@ def test_the_stand_in_keeps_the_row_when_only_the_text_is_known(depth: int) -> N
     )
     assert stand_in.actions.state_delta == {"last_report": "ready"}
     assert stand_in.custom_metadata == {UNREADABLE_KEY: {"seq": 7, "reason": "too deep"}}
+
+
+async def test_adks_own_runner_under_the_plugin_parks_before_the_model(store_url: str) -> None:
+    poison = await poisoned_session(store_url, "s5", app_name="greeter")
+    service = DurableUriSessionService(f"durable+{store_url}")
+    model = ScriptedModel([Say("hello")])
+    runner = Runner(
+        app=App(
+            name="greeter",
+            root_agent=LlmAgent(name="greeter", model=model),
+            plugins=[DurableRunsPlugin()],
+        ),
+        session_service=service,
+    )
+    message = types.Content(role="user", parts=[types.Part(text="hello")])
+    try:
+        # ADK wraps a plugin's error in a RuntimeError naming the plugin.
+        with pytest.raises(RuntimeError) as caught:
+            async for _ in runner.run_async(user_id="u1", session_id="s5", new_message=message):
+                pass
+        assert isinstance(caught.value.__cause__, UnreadableLog)
+        (run,) = await RunLedger(service.store).list_runs()
+        assert run.status is RunStatus.PARKED and poison.id in (run.last_error or "")
+        assert model.calls == []  # the model was never asked
+    finally:
+        await service.durable_runs.aclose()
+        await service.store.close()

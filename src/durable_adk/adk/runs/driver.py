@@ -181,6 +181,21 @@ class UnreadableLog(OutcomeUnknown):
     """
 
 
+def unreadable_ending(run: Run, events: Sequence[Event]) -> Ending | None:
+    """The PARKED ending of a run whose session holds unreadable events, or None.
+
+    Decided before ADK is called, by every way a run is driven (the driver,
+    ADK's own Runner under the api_server plugin).
+    """
+    found = unreadable_in(events)
+    if not found:
+        return None
+    note = unreadable_note(
+        found, app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+    )
+    return Ending(EndKind.PARKED, note, UnreadableLog(f"run {run.run_id}: {note}"), UNREADABLE)
+
+
 def off_the_loop(config: RunConfig) -> RunConfig:
     """``config`` with sync tools and FunctionNodes run on ADK's tool thread pool.
 
@@ -362,13 +377,7 @@ class Driver:
             # Before ADK has the invocation: the model never sees a history
             # with a hole in it, and nothing acts.
             drive.fence.lose("the session holds an unreadable event")
-            ending = Ending(
-                EndKind.PARKED,
-                unreadable,
-                UnreadableLog(f"run {run.run_id}: {unreadable}"),
-                UNREADABLE,
-            )
-            return await record(path, run, ending, classification=found)
+            return await record(path, run, unreadable, classification=found)
         new_message = await self._message_for(drive, message, resume=resume)
         if resume and (missing := await self._drifted(drive)):
             # Before ADK has the invocation: no model call, no tool, nothing acts.
@@ -542,8 +551,8 @@ class Driver:
             [RecordedStep.from_row(row) for row in steps],
         )
 
-    async def _unreadable(self, drive: Drive) -> str | None:
-        """Why the run is parked on its session's unreadable events, or None (the usual case).
+    async def _unreadable(self, drive: Drive) -> Ending | None:
+        """The run parked on its session's unreadable events, or None (the usual case).
 
         The read is the one ADK would make next: once done, ADK's is
         answered from the cache (:meth:`trust_next_read`).
@@ -554,12 +563,7 @@ class Driver:
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
         path.sessions.trust_next_read(key)
-        found = unreadable_in(session.events) if session is not None else []
-        if not found:
-            return None
-        return unreadable_note(
-            found, app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-        )
+        return unreadable_ending(run, session.events if session is not None else [])
 
     async def _message_for(
         self, drive: Drive, message: types.Content, *, resume: bool

@@ -70,6 +70,7 @@ from durable_adk import errors
 from durable_adk.adk.commits.drive import Drive
 from durable_adk.adk.loops.background import Background, BackgroundSettings
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.runs.driver import unreadable_ending
 from durable_adk.adk.runs.ending import decide, record
 from durable_adk.adk.runs.policy import DEFAULT_POLICY
 from durable_adk.adk.services.app_services import AppServices, load_services
@@ -463,6 +464,12 @@ class DurableRunsPlugin(BasePlugin):
             ending = decide(exc, None, retry_policy=runner.retry_policy)
             await record(runner.path, run, ending)
             raise
+        unreadable = unreadable_ending(run, session.events)
+        if unreadable is not None:
+            # Parked before ADK's model sees a history with a hole in it.
+            await record(runner.path, run, unreadable)
+            assert unreadable.error is not None
+            raise unreadable.error
         stamp = {"run_id": run.run_id, "epoch": run.epoch}
         config = ic.run_config or RunConfig()
         # Set on the invocation's own RunConfig: ADK merges it into every event
