@@ -159,6 +159,8 @@ async def test_an_inbox_answer_and_a_run_api_answer_at_the_same_instant_one_is_t
     refused = [o for o in outcomes if isinstance(o, BaseException)]
     assert len(taken) == 1 and len(refused) == 1, outcomes
     assert isinstance(refused[0], errors.Conflict) and "already answered" in str(refused[0])
+    # Whichever path lost is told the run that carries the winning answer (issue 47).
+    assert taken[0].run_id in str(refused[0]), refused[0]
     monkeypatch.undo()
     await drive_all(runner)
     assert acts == ["pay:I-1"]

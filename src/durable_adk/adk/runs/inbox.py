@@ -417,9 +417,21 @@ async def _record_answer(
         )
     except errors.UniqueViolation:
         # The pause's answer claim is taken: a run carrying an answer sent
-        # through the run API at the same instant got it first.
+        # through the run API at the same instant got it first. The loser is
+        # told which run carries the answer, and where it stands.
+        held = await RunLedger(table.store).claim_holders(
+            app_name=interrupt.app_name,
+            user_id=interrupt.user_id,
+            session_id=interrupt.session_id,
+            invocation_id=interrupt.invocation_id,
+            claims=[(interrupt.call_id, ask)],
+        )
+        holder = "".join(
+            f" (run {run_id}, {status.value if status else 'gone'})" for _, run_id, status in held
+        )
         raise errors.Conflict(
-            f"interrupt {interrupt.call_id!r} was already answered by another run (nothing changed)"
+            f"interrupt {interrupt.call_id!r} was already answered by another run{holder} "
+            "(nothing changed)"
         ) from None
     if run is None:
         again, now = await find_interrupt(table, interrupt.call_id, session_id=interrupt.session_id)
