@@ -23,7 +23,13 @@ from tests.service.op_support import park_in_store
 
 from durable_adk import DurableRunner, RunStatus, errors
 from durable_adk.adk.runs.inbox import answer_interrupt
-from durable_adk.adk.runs.operators import Outcome, abandon_run, cancel_run, retry_run
+from durable_adk.adk.runs.operators import (
+    Outcome,
+    abandon_run,
+    cancel_run,
+    resolve_run,
+    retry_run,
+)
 from durable_adk.service.features import complete_job
 from durable_adk.store import Store, open_store
 from durable_adk.tables.interrupts import InterruptTable
@@ -153,3 +159,25 @@ async def test_an_answer_race_tells_the_loser_who_answered(
         assert isinstance(refused[0], errors.Conflict)
         assert f"already answered by {kept.answered_by}" in str(refused[0]), refused[0]
         assert taken[0].interrupt.answered_by == kept.answered_by
+
+
+async def test_a_resolve_race_tells_the_loser_who_resolved(
+    two: tuple[Store, Store, Store],
+) -> None:
+    a, b, judge = two
+    for n in range(ROUNDS):
+        run, call_id = await park_in_store(judge, f"s{n}")
+        answers = await asyncio.gather(
+            resolve_run(RunLedger(a), run.run_id, by="ops-a", result={"in_stock": 1}),
+            resolve_run(RunLedger(b), run.run_id, by="ops-b", result={"in_stock": 2}),
+            return_exceptions=True,
+        )
+        changed = [x for x in answers if isinstance(x, Outcome) and x.changed]
+        assert len(changed) == 1, answers
+        (action,) = [x for x in await RunLedger(judge).actions(run_id=run.run_id)]
+        assert action.action == "resolve"
+        loser = answers[1 - answers.index(changed[0])]
+        assert action.actor in str(loser if isinstance(loser, BaseException) else loser.message), (
+            f"round {n}: {loser!r} does not name {action.actor}"
+        )
+        assert action.detail is not None and call_id in str(action.detail)

@@ -322,6 +322,10 @@ async def resolve_run(
     found = classify(session.events, run.invocation_id, root_agent_name=run.app_name)
     open_calls = dict(found.unanswered_calls)
     if not open_calls:
+        now = await _get(ledger, run_id)
+        if (now.status, now.epoch) != (run.status, run.epoch):
+            # Another operator answered the calls since the run was read here.
+            raise errors.Conflict(await _changed_meanwhile(ledger, run_id))
         raise errors.Conflict(
             f"run {run_id!r} has no unanswered call to resolve (its events read "
             f"{found.cls.value}: {found.reason}); retry or abandon it instead"
@@ -360,9 +364,7 @@ async def resolve_run(
     owner = f"operator:{by}"[:500]
     claimed = await ledger.operator_claim(run, owner)
     if claimed is None:
-        raise errors.Conflict(
-            f"run {run_id!r} changed while being resolved (or was abandoned); look again"
-        )
+        raise errors.Conflict(await _changed_meanwhile(ledger, run_id))
     try:
         # A journaled effect's result goes in the journal: the re-drive's call
         # of the tool answers from there and the outside system gets no act.
@@ -437,6 +439,23 @@ async def resolve_run(
         True,
         f"run {run_id} resolved: the result of {names} was recorded{where}; it is QUEUED and "
         f"the next sweep of a worker serving app {run.app_name!r} drives it on",
+    )
+
+
+async def _changed_meanwhile(ledger: RunLedger, run_id: str) -> str:
+    """What a resolve that lost its claim tells the operator: where the run stands, and who won."""
+    now = await _get(ledger, run_id)
+    owner = now.owner or ""
+    if now.status is RunStatus.RUNNING and owner.startswith("operator:"):
+        return (
+            f"run {run_id!r} is being resolved by {owner.removeprefix('operator:')} "
+            "(nothing changed here)"
+        )
+    last = next(iter(await ledger.actions(run_id=run_id, limit=1)), None)
+    by = f"; last action: {last.action} by {last.actor} at {_when(last.created_at)}" if last else ""
+    return (
+        f"run {run_id!r} changed while being resolved: it is {now.status.value}{by} "
+        "(nothing changed here)"
     )
 
 
