@@ -143,6 +143,8 @@ GUARDED = [
     ("GET", "/v1/users/u1/sessions/s1/events"),
     ("GET", "/v1/users/u1/sessions/s1/stream"),
     ("GET", "/v1/users/u1/sessions/s1/runs"),
+    ("GET", "/v1/users/u1/sessions/s1/unreadable"),
+    ("POST", "/v1/users/u1/sessions/s1/events/event-x/repair"),
     ("GET", "/v1/schedules"),
     ("GET", "/v1/schedules/sched-x/ticks"),
     ("POST", "/v1/schedules/sched-x/pause"),
@@ -414,6 +416,7 @@ async def test_signed_webhook_completes_a_job_once(service: Service) -> None:
         "job_id": "report:2026-Q3",
         "state": "SUCCEEDED",
         "changed": False,
+        "result": {"url": "r.pdf"},  # the late sender learns what the job kept
     }
     metrics = (await service.client.get("/metrics")).text
     assert 'durable_adk_job_completions_total{outcome="applied"} 1.0' in metrics
