@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -29,7 +31,7 @@ from google.adk.events.event import Event
 from google.adk.flows.llm_flows.context._contents import _get_contents
 from google.adk.runners import Runner
 from google.genai import types
-from svc_support import Service
+from svc_support import AUTH, Service, launch_serve, wait_ready
 from typer.testing import CliRunner
 
 from durable_adk import DurableRunsPlugin, RunStatus
@@ -476,3 +478,42 @@ async def test_adks_own_runner_under_the_plugin_parks_before_the_model(store_url
     finally:
         await service.durable_runs.aclose()
         await service.store.close()
+
+
+def test_a_fresh_serve_process_parks_hello_and_the_repair_lets_the_next_one_finish(
+    store_url: str,
+) -> None:
+    # The report, end to end: `durable-adk serve` (a process of its
+    # own, nothing cached) on a database an older version poisoned.
+    poison = asyncio.run(poisoned_session(store_url, "s6"))
+    process = launch_serve(store_url, worker_id="fresh-worker")
+    try:
+        served = wait_ready(process)
+        with httpx.Client(base_url=served.base_url, headers=AUTH, timeout=30) as client:
+
+            def hello() -> dict[str, Any]:
+                started = client.post("/v1/users/u1/sessions/s6/runs", json={"message": "hello"})
+                assert started.status_code == 202, started.text
+                run_id = started.json()["run"]["run_id"]
+                deadline = time.monotonic() + 60
+                while True:
+                    run: dict[str, Any] = client.get(f"/v1/runs/{run_id}").json()["run"]
+                    if run["status"] in ("DONE", "FAILED", "PARKED"):
+                        return run
+                    assert time.monotonic() < deadline, run
+                    time.sleep(0.05)
+
+            parked = hello()
+            assert parked["status"] == "PARKED" and poison.id in parked["last_error"], parked
+            repaired = client.post(
+                f"/v1/users/u1/sessions/s6/events/{poison.id}/repair",
+                json={"by": "ops", "reason": "nested too deep"},
+            )
+            assert repaired.status_code == 200, repaired.text
+            assert hello()["status"] == "DONE"
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
