@@ -235,6 +235,9 @@ class ScheduleRow:
         last_run_id: The run of the last tick submitted.
         missed: Ticks the catch-up policy did not fire.
         db_now: The database clock when the row was read (None if not asked).
+        app_version: The app version whose code last synced it (declared it,
+            or orphaned it); None: an unversioned app, or synced before
+            schema version 18.
     """
 
     pk: int
@@ -251,6 +254,7 @@ class ScheduleRow:
     last_run_id: str | None
     missed: int
     db_now: float | None = None
+    app_version: str | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> ScheduleRow:
@@ -273,6 +277,7 @@ class ScheduleRow:
             last_run_id=row["last_run_id"],
             missed=int(row["missed"]),
             db_now=None if now is None else float(now),
+            app_version=row.get("app_version"),
         )
 
     @property
@@ -302,6 +307,7 @@ class ScheduleRow:
             "user_id": s.user_id,
             "session_id": s.session_id,
             "orphaned_at": self.orphaned_at,
+            "app_version": self.app_version,
         }
 
 

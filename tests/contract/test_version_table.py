@@ -1,7 +1,7 @@
 """An app's versions on the store, both backends: the report, waiting runs, drain and undrain.
 
-Workers are DurableRunners whose recovery sweepers beat (one pass each); leases
-move back in the database, never by sleeping.
+Workers are DurableRunners whose background loops beat as servers (one beat
+each); leases move back in the database, never by sleeping.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from google.adk.agents import LlmAgent
 
 from durable_adk import errors
+from durable_adk.adk.loops.background import Background
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs import path as runpath
@@ -52,7 +53,7 @@ async def test_the_report_counts_runs_by_version_and_names_who_serves_each(store
     assert await v2.claim_queued(orphan.run_id, "x") is not None
     await v2.backdate(orphan.run_id, 3600)
     for worker in (old, new):
-        await Sweeper(worker).recover_once()  # its beat: a live worker, with what it serves
+        await Background(worker).beat()  # its beat: a live worker, with what it serves
 
     report = await VersionTable(store, "shop").report()
     assert [v.version for v in report] == ["2.0", "1.1", "1.0"]  # newest first
@@ -69,7 +70,7 @@ async def test_the_report_counts_runs_by_version_and_names_who_serves_each(store
 async def test_runs_without_a_version_are_listed_as_none(store: Store) -> None:
     plain = runner(store, "w", None)
     await one_run(plain, "a")
-    await Sweeper(plain).recover_once()
+    await Background(plain).beat()
     (line,) = await VersionTable(store, "shop").report()
     assert line.version == NO_VERSION and line.runs == {"DONE": 1} and line.served
 

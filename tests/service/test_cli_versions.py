@@ -8,7 +8,7 @@ import json
 from google.adk.agents import LlmAgent
 from typer.testing import CliRunner
 
-from durable_adk.adk.loops.recovery import Sweeper
+from durable_adk.adk.loops.background import Background
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.cli import app
 from durable_adk.store import open_store
@@ -25,7 +25,7 @@ def cli(*args: str) -> tuple[int, str]:
 
 
 async def two_versions(url: str) -> None:
-    """A run of 1.0 and one of 1.1 (which continues 1.0), each worker's sweeper beating."""
+    """A run of 1.0 and one of 1.1 (which continues 1.0), each worker beating as a server."""
     async with open_store(url) as store:
         for worker, version, compatible in (("w-old", "1.0", ()), ("w-new", "1.1", ("1.0",))):
             agent = LlmAgent(name="assistant", model=ScriptedModel({"assistant": [Say("hi")]}))
@@ -40,7 +40,7 @@ async def two_versions(url: str) -> None:
             )
             async for _ in durable.run(user_id="u", session_id=f"s-{worker}", message="hello"):
                 pass
-            await Sweeper(durable).recover_once()
+            await Background(durable).beat()  # it serves its version
             await durable.aclose()
 
 

@@ -17,7 +17,9 @@ def test_dashboard_pauses_resumes_and_triggers_a_schedule(tmp_path: Path) -> Non
     from playwright.sync_api import expect, sync_playwright
 
     url = f"sqlite:///{tmp_path}/schedules.db"
-    settings = settings_for(url, services=AppServices(schedules=tuple(durable_adk_schedules)))
+    settings = settings_for(
+        url, services=AppServices(schedules=tuple(durable_adk_schedules)), app_version="3.1"
+    )
     with threaded_worker(settings, app=root_agent) as worker, sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
@@ -28,6 +30,7 @@ def test_dashboard_pauses_resumes_and_triggers_a_schedule(tmp_path: Path) -> Non
             expect(rows).to_have_count(2)
             weekly = page.locator("#schedules tbody tr", has_text="weekly-report")
             expect(weekly).to_contain_text("0 9 * * FRI (Europe/Berlin)")
+            expect(weekly.locator("td.version")).to_have_text("3.1")  # the version declaring it
             message = page.locator("#schedule-message")
 
             weekly.locator("button.pause").click()

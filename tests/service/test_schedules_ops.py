@@ -70,6 +70,7 @@ async def test_pause_resume_trigger_over_http(service: Service) -> None:
     assert set(schedules) == {"weekly-report", "heartbeat"}
     weekly = schedules["weekly-report"]
     assert weekly["state"] == "active" and weekly["timezone"] == "Europe/Berlin"
+    assert weekly["app_version"] is None  # an unversioned app's worker synced it
     assert weekly["next_tick"].endswith(":00:00Z") and weekly["next_tick_at"] > time.time() - 5
 
     before = await service.stats()
@@ -157,6 +158,7 @@ def test_schedule_commands_on_the_database(store_url: str) -> None:
     assert [s["name"] for s in json.loads(out)] == ["heartbeat", "weekly-report"]
     code, out = cli("schedules", "list", *db)
     assert code == 0 and "weekly-report" in out and "0 9 * * FRI" in out
+    assert "version" in out  # a column of its own
 
     code, out = cli("schedules", "pause", "nope", *db)
     assert code == 1 and "no schedule 'nope'" in out

@@ -67,13 +67,15 @@ def schedules_list(app_name: AppArg, db: DbOpt = None, as_json: JsonOpt = False)
     if as_json:
         print(json.dumps(listed, indent=2, default=str))
         return
+    header = ["name", "state", "version", "when", "next tick (UTC)", "last run", "missed"]
     table = _table(
         f"schedules of app {app_name!r}",
-        ["name", "state", "when", "next tick (UTC)", "last run", "missed", "overlap", "catch-up"],
+        [*header, "overlap", "catch-up"],
         [
             [
                 d["name"],
                 d["state"],
+                d["app_version"] or "-",
                 d["cron"] or f"every {d['every_seconds']:g} s",
                 d["next_tick"],
                 _short(d["last_run_id"], 40),

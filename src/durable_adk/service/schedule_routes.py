@@ -65,6 +65,10 @@ class ScheduleOut(BaseModel):
     user_id: str
     session_id: str | None
     orphaned_at: float | None
+    app_version: str | None = Field(
+        default=None,
+        description="The app version whose code declared it (or orphaned it); null: unversioned.",
+    )
 
 
 class ScheduleListOut(BaseModel):

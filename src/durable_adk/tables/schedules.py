@@ -7,10 +7,13 @@ submits the runs is :mod:`durable_adk.adk.loops.scheduler`).
 What it guarantees:
 
 * A schedule's row holds its definition as last synced from code
-  (:meth:`ScheduleTable.sync`), its next tick and when a worker should next
-  look at it (``next_fire_at``), so the next tick survives the restart of
-  every worker and of the database. A schedule removed from the code is
-  orphaned by the next sync: never claimed, still listed.
+  (:meth:`ScheduleTable.sync`), the app version whose code synced it, its
+  next tick and when a worker should next look at it (``next_fire_at``), so
+  the next tick survives the restart of every worker and of the database. A
+  schedule removed from the code is orphaned by the next sync: never
+  claimed, still listed. A sync is one unit of work over the whole set,
+  refused if another sync came since the caller looked (the set's epoch in
+  ``schedule_sets``); a claim takes only the schedules its version synced.
 * Time is the database's clock: a claim takes only schedules due by it and
   hands its time back; ticks are computed against that time, never a
   worker's, so a worker with a skewed clock fires nothing early.
@@ -32,11 +35,13 @@ What it guarantees:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from durable_adk import errors
 from durable_adk.ids import check_id
@@ -56,48 +61,86 @@ class ScheduleTable:
 
     # -------------------------------------------------------------- sync
 
-    async def sync(self, schedules: Iterable[Schedule]) -> list[ScheduleRow]:
-        """Makes the rows match the schedules declared in code.
+    async def in_force(self) -> ScheduleSet | None:
+        """Which version's set is the app's (one read); None: never synced since schema 18."""
+        row = await self.store.fetchrow("schedule_set_get", {"app_name": self.app_name})
+        if row is None:
+            return None
+        return ScheduleSet(row["app_version"], str(row["digest"]), int(row["epoch"]))
+
+    async def sync(
+        self,
+        schedules: Iterable[Schedule],
+        *,
+        version: str | None = None,
+        by: str | None = None,
+        seen: ScheduleSet | Literal["read"] | None = "read",
+    ) -> list[ScheduleRow]:
+        """Makes the app's schedules the set ``version``'s code declares, in one unit of work.
 
         A new schedule's next tick is its first after now (database clock):
         nothing fires for the time before it was declared. A schedule whose
         timing changed starts again from its first tick after now; one whose
         other fields changed keeps its next tick. Schedules of the app no
-        longer declared are orphaned. One read, one write per changed
-        schedule, one orphaning statement.
+        longer declared are orphaned. Every row is stamped with ``version``.
+        Who may sync is the caller's rule (the poller's: the newest serving
+        version); this table only makes two syncs never interleave.
+
+        Args:
+            schedules: The declared set.
+            version: The app version whose code declares it (None: unversioned).
+            by: The syncing worker (recorded with the set).
+            seen: The set in force the caller decided on (:meth:`in_force`):
+                the sync is refused if another came since. ``"read"``: read it now.
 
         Raises:
             InvalidArgument: Two schedules share a name (nothing written).
+            Conflict: Another sync came after ``seen`` (nothing written).
         """
         declared = list(schedules)
         names = [s.name for s in declared]
         if len(set(names)) != len(names):
             dupes = sorted({n for n in names if names.count(n) > 1})
             raise errors.InvalidArgument(f"schedule names must be unique: {', '.join(dupes)}")
+        if seen == "read":
+            seen = await self.in_force()
         rows = await self.store.fetch("schedule_list_of_app", {"app_name": self.app_name})
         now = float(rows[0]["db_now"]) if rows else await self.store.now()
         stored = {row["name"]: row for row in rows}
+        fresh: list[dict[str, Any]] = []
+        changed: list[dict[str, Any]] = []
         for schedule in declared:
-            spec = schedule.to_spec()
-            row = stored.get(schedule.name)
+            spec, row = schedule.to_spec(), stored.pop(schedule.name, None)
             if row is not None and row["spec"] == spec and row["orphaned_at"] is None:
+                stored[schedule.name] = row  # unchanged: only stamped
                 continue
-            reset = row is None or Schedule.from_spec(row["spec"]).timing != schedule.timing
             first = schedule.next_tick(now)
-            await self.store.execute(
-                "schedule_upsert",
-                {
-                    "app_name": self.app_name,
-                    "name": schedule.name,
-                    "spec": spec,
-                    "next_tick_at": first,
-                    "next_fire_at": schedule.fire_at(first),
-                    "reset": int(reset),
-                },
+            item = {"name": schedule.name, "spec": spec, "next_tick_at": first}
+            item["next_fire_at"] = schedule.fire_at(first)
+            timing_kept = row is not None and (
+                Schedule.from_spec(row["spec"]).timing == schedule.timing
             )
-        await self.store.execute(
-            "schedule_orphan", {"app_name": self.app_name, "names": json.dumps(names)}
+            (changed if timing_kept else fresh).append(item)
+        orphan = [n for n, row in stored.items() if n not in names and row["orphaned_at"] is None]
+        restamp = [n for n, row in stored.items() if n not in orphan]
+        result = await self.store.fetchrow(
+            "schedule_sync",
+            {
+                "app_name": self.app_name,
+                "app_version": version,
+                "seen": 0 if seen is None else seen.epoch,
+                "digest": digest_of(declared),
+                "synced_by": by,
+                "fresh": json.dumps(fresh),
+                "changed": json.dumps(changed),
+                "orphan": json.dumps(orphan),
+                "restamp": json.dumps(restamp),
+            },
         )
+        if result is None or result["status"] != "ok":
+            raise errors.Conflict(
+                f"the schedules of app {self.app_name!r} were synced meanwhile: nothing changed"
+            )
         return await self.list_schedules()
 
     # ------------------------------------------------------------ reading
@@ -136,16 +179,16 @@ class ScheduleTable:
 
     # ------------------------------------------------------- the poller's
 
-    async def claim(self, owner: str, *, lease: float, batch: int) -> list[ScheduleRow]:
-        """The poller's one statement: due schedules, held for ``lease`` seconds.
+    async def claim(
+        self, owner: str, *, lease: float, batch: int, version: str | None = None
+    ) -> list[ScheduleRow]:
+        """The poller's one statement: due schedules ``version`` synced, held for ``lease`` s.
 
         A row whose stored definition this code cannot read is logged and
         left out (its claim runs out; the code that wrote it fires it).
         """
-        rows = await self.store.fetch(
-            "schedule_claim",
-            {"app_name": self.app_name, "owner": owner, "lease": lease, "batch": batch},
-        )
+        params = {"app_name": self.app_name, "owner": owner, "lease": lease, "batch": batch}
+        rows = await self.store.fetch("schedule_claim", {**params, "app_version": version})
         claimed: list[ScheduleRow] = []
         for row in rows:
             try:
@@ -306,6 +349,27 @@ class ScheduleTable:
                 "next_fire_at": next_fire_at,
             },
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSet:
+    """The set of schedules in force for an app (``schedule_sets``).
+
+    Attributes:
+        version: The app version whose code declared it (None: unversioned).
+        digest: :func:`digest_of` the declared schedules.
+        epoch: Bumped by every sync (a sync is refused if it moved since read).
+    """
+
+    version: str | None
+    digest: str
+    epoch: int
+
+
+def digest_of(schedules: Iterable[Schedule]) -> str:
+    """16 hex characters over the definitions (by name): equal sets, equal digests."""
+    specs = sorted((s.name, s.to_spec()) for s in schedules)
+    return hashlib.sha256(json.dumps(specs).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

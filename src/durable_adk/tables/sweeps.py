@@ -12,7 +12,16 @@ would stay RUNNING for ever, and it says so in the log
 A periodic sweeper counts as live while its last beat is within three of its
 intervals (plus :data:`GRACE`); a one-off pass (``interval`` None) counts for
 :data:`ONE_OFF_WINDOW`, the cadence a cron job running ``durable-adk recover``
-would typically keep. Framework-agnostic: no ADK import.
+would typically keep.
+
+Who *serves* an app (what ``durable-adk versions`` lists) is stricter: a
+process that runs the background loops (a worker, ``async with
+DurableRunner``, one under ``adk api_server``) beats in the ``workers`` table
+every few seconds (:func:`record_beat`) and says goodbye when it stops
+(:func:`record_leave`); it is listed while its last beat is younger than
+:data:`SERVING_WINDOW` of its beat periods, so a killed one drops out after
+one missed beat. A one-off pass never beats there: it serves nothing.
+Framework-agnostic: no ADK import.
 """
 
 from __future__ import annotations
@@ -30,6 +39,10 @@ BEAT_EVERY = 10.0
 
 ONE_OFF_WINDOW = 900.0
 """Seconds a one-off recovery pass (``durable-adk recover``) counts as a live sweeper."""
+
+SERVING_WINDOW = 2.0
+"""A serving process is listed while its last beat is younger than this many of its
+beat periods: the beat after the last one is due, and missed, by then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +107,26 @@ async def sweepers_seen(store: Store, *, app_name: str) -> SweepersSeen:
         last_sweep_at=None if last is None else float(last),
         now=float(row["now"]),
     )
+
+
+async def record_beat(
+    store: Store, *, app_name: str, worker_id: str, every: float, serving: Serving = UNVERSIONED
+) -> None:
+    """Stamps a serving process's beat (database clock), with the versions it serves.
+
+    Args:
+        store: The open store.
+        app_name: The app it serves.
+        worker_id: The process.
+        every: Seconds until its next beat.
+        serving: The app version it runs and those it continues.
+    """
+    await store.execute(
+        "worker_beat",
+        {"app_name": app_name, "worker_id": worker_id, "beat_s": every, **serving.params()},
+    )
+
+
+async def record_leave(store: Store, *, app_name: str, worker_id: str) -> None:
+    """A serving process's goodbye: it is no longer listed as serving."""
+    await store.execute("worker_leave", {"app_name": app_name, "worker_id": worker_id})

@@ -22,8 +22,10 @@ version**: QUEUED, or RUNNING with an expired lease, while no live worker
 serves it. Those are never parked for it: they wait until a worker of their
 version (or one declaring it compatible) runs again.
 
-Live workers are those whose recovery sweeper beat recently
-(:mod:`durable_adk.tables.sweeps`), the same rule that warns when no sweeper runs.
+Live workers are the processes serving the app now: they run its
+background loops, beat every few seconds and have not said goodbye
+(:func:`durable_adk.tables.sweeps.record_beat`); a killed one drops out after
+one missed beat, a one-off ``durable-adk recover`` pass is never one.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.store import Store
-from durable_adk.tables.sweeps import GRACE, ONE_OFF_WINDOW
+from durable_adk.tables.sweeps import SERVING_WINDOW
 from durable_adk.versions import is_newer, parse_version
 
 NO_VERSION = "(none)"
@@ -100,9 +102,7 @@ class VersionTable:
         """Every version with runs, a live worker or a drain, newest first (none last)."""
         where = {"app_name": self.app_name}
         runs = await self.store.fetch("versions_runs", where)
-        workers = await self.store.fetch(
-            "versions_workers", {**where, "grace": GRACE, "one_off_window": ONE_OFF_WINDOW}
-        )
+        workers = await self.store.fetch("versions_workers", {**where, "window": SERVING_WINDOW})
         drained = await self.store.fetch("versions_drained", where)
         counts: dict[str, dict[str, int]] = {}
         unheld: dict[str, int] = {}

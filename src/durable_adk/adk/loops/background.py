@@ -18,7 +18,9 @@ What it guarantees:
   the middle of a recovery detaches that drive, which goes on to its end (the
   runner's ``aclose`` waits for it). No task outlives ``stop`` but those.
 * While the loops run, the runner knows (``runner.background``), so it does
-  not warn that no sweeper runs.
+  not warn that no sweeper runs, and the process beats as a server of its
+  version (``durable-adk versions`` lists it); :meth:`stop` says goodbye. A
+  one-off pass (:meth:`once`) serves nothing and never syncs the schedules.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from durable_adk import errors
 from durable_adk.adk.loops import every as loops
 from durable_adk.adk.loops.every import BackgroundSettings as BackgroundSettings
 from durable_adk.adk.loops.recovery import Recovery, Sweeper
@@ -48,8 +51,16 @@ from durable_adk.metrics import Metrics
 from durable_adk.tables.jobs import Job, JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.tables.sagas import Saga
+from durable_adk.tables.sweeps import record_beat, record_leave
 
 logger = logging.getLogger("durable_adk.background")
+
+MIN_BEAT = 1.0
+"""Seconds between a serving process's beats at least (however fast it sweeps)."""
+
+MAX_BEAT = 5.0
+"""Seconds between a serving process's beats at most: a killed one drops out
+of ``durable-adk versions`` within two of them."""
 
 
 def sagas_of(root: object) -> list[SagaSequence]:
@@ -116,7 +127,9 @@ class Background:
             before_sweep: Called at the start of each recovery pass (the
                 worker stops the runs an operator cancelled).
             one_off: These passes run once (``durable-adk recover``): the
-                sweeper's beat says so (:mod:`durable_adk.tables.sweeps`).
+                sweeper's beat says so (:mod:`durable_adk.tables.sweeps`), the
+                process is never listed as serving, and the schedule poller
+                never syncs the schedules.
         """
         runner = runner.path
         self.runner = runner
@@ -162,6 +175,7 @@ class Background:
             runner.schedules,
             interval=s.schedule_interval,
             lease=s.schedule_lease,
+            sync=not one_off,  # a one-off pass fires due ticks, never rewrites the schedules
         )
         self.before_sweep = before_sweep
         self._tasks: list[asyncio.Task[None]] = []
@@ -223,6 +237,7 @@ class Background:
             return
         s = self.settings
         passes: list[tuple[str, float, Callable[[], Awaitable[object]]]] = [
+            ("presence", self.beat_every, self.beat),
             ("sweeper", s.sweep_interval, self.sweep_once),
             ("submitter", s.resume_interval, self.submitter.submit_once),
             ("resumer", s.resume_interval, self.resumer.resume_once),
@@ -254,12 +269,35 @@ class Background:
             len(self.saga_sweepers),
         )
 
+    @property
+    def beat_every(self) -> float:
+        """Seconds between this process's beats as a server: its sweep interval, 1 to 5 s."""
+        return min(MAX_BEAT, max(MIN_BEAT, self.settings.sweep_interval))
+
+    async def beat(self) -> None:
+        """Stamps this process's beat: it serves its version (``durable-adk versions``)."""
+        path = self.runner
+        await record_beat(
+            path.store,
+            app_name=path.app_name,
+            worker_id=path.worker_id,
+            every=self.beat_every,
+            serving=path.serving,
+        )
+
     async def stop(self) -> None:
-        """Cancels every loop and waits for them (a pass in progress is cancelled too)."""
+        """Cancels every loop and waits for them (a pass in progress is cancelled too);
+        then says goodbye: the process is no longer listed as serving."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            path = self.runner
+            try:
+                await record_leave(path.store, app_name=path.app_name, worker_id=path.worker_id)
+            except errors.StoreError as exc:  # it drops out after one missed beat anyway
+                logger.warning("could not record that worker %s left: %s", path.worker_id, exc)
         await self.scheduler.stop()
         if self.runner.background is self:
             self.runner.background = None

@@ -5,16 +5,20 @@ A :class:`Scheduler` is one of the background loops
 DurableRunner``, ``durable-adk serve`` and ``durable-adk recover`` (one
 pass) all fire due ticks. Each poll:
 
-1. syncs the app's declared schedules into the store (first poll only);
-2. claims the due schedules in one statement
+1. does nothing if an operator drained the worker's version;
+2. syncs the app's declared schedules into the store when the set in force
+   is not this code's and this version may take it over (:func:`takes_over`:
+   the newest version that is not drained owns the schedules), looked at at
+   most every :data:`SET_CHECK_EVERY` seconds; a one-off pass never syncs;
+3. claims the due schedules its version synced in one statement
    (:meth:`~durable_adk.tables.schedules.ScheduleTable.claim`), by the database clock
    (again at once while a claim returns a full batch);
-3. for each, records the due ticks the catch-up policy fires, each with its
+4. for each, records the due ticks the catch-up policy fires, each with its
    run id chosen in advance, and advances the schedule, in one unit of work;
-4. submits each PENDING tick's run through :meth:`RunPath.submit` under that
+5. submits each PENDING tick's run through :meth:`RunPath.submit` under that
    id (a second submit of the id records nothing), unless the overlap policy
    skips it or makes it wait for the previous run; marks it SUBMITTED;
-5. releases the schedule until its next tick (or until the next poll, when a
+6. releases the schedule until its next tick (or until the next poll, when a
    tick waits for the previous run), and drives the submitted runs.
 
 A crash anywhere leaves either a claim whose lease runs out (the schedule is
@@ -27,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from google.genai import types
 
@@ -37,7 +43,8 @@ from durable_adk.adk.runs.path import HasRunPath
 from durable_adk.faults import crash_point
 from durable_adk.schedules import Overlap, Schedule, ScheduleRow, Tick, TickState, plan
 from durable_adk.tables.ledger import Run, RunStatus
-from durable_adk.tables.schedules import ScheduleTable
+from durable_adk.tables.schedules import ScheduleSet, ScheduleTable, digest_of
+from durable_adk.versions import is_newer
 
 logger = logging.getLogger("durable_adk.schedules")
 
@@ -48,6 +55,11 @@ per poll interval)."""
 
 ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 """The statuses of a previous run that the overlap policy waits for or skips against."""
+
+SET_CHECK_EVERY = 2.0
+"""Seconds a poller trusts what it read of the set of schedules in force (one
+indexed read) before reading it again: a set another version synced is taken
+back within this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +90,7 @@ class Scheduler:
         interval: float = 1.0,
         lease: float = 30.0,
         batch: int = 100,
+        sync: bool = True,
     ) -> None:
         """Creates the poller (nothing runs until :meth:`poll_once`).
 
@@ -90,6 +103,9 @@ class Scheduler:
             lease: Seconds a claim holds a schedule (a worker dying with it
                 leaves it due again after this).
             batch: Most schedules one claim takes.
+            sync: Whether this process may sync the declared schedules into
+                the store; False for a one-off pass (``durable-adk recover``),
+                which fires the due ticks of its version's schedules as stored.
         """
         self.path = runner.path
         self.schedules = None if schedules is None else tuple(schedules)
@@ -97,14 +113,67 @@ class Scheduler:
         self.interval = interval
         self.lease = lease
         self.batch = batch
-        self._synced = False
+        self.may_sync = sync
+        self.version = self.path.serving.version
+        self._synced = False  # this process made its set the app's at least once
+        self._checked_at: float | None = None
+        self._warned = False
         self._drives: set[asyncio.Task[None]] = set()
 
-    async def sync(self) -> list[ScheduleRow]:
-        """Syncs the declared schedules into the store (new, changed, orphaned)."""
-        rows = await self.table.sync(self.schedules or ())
+    async def sync(self, seen: ScheduleSet | Literal["read"] | None = "read") -> list[ScheduleRow]:
+        """Makes the declared schedules the app's, stamped with this worker's version.
+
+        Raises:
+            Conflict: Another sync came after ``seen`` (nothing written).
+        """
+        rows = await self.table.sync(
+            self.schedules or (), version=self.version, by=self.path.worker_id, seen=seen
+        )
         self._synced = True
         return rows
+
+    async def sync_if_due(self) -> bool:
+        """Syncs when the set in force is not this code's and this version may take it over.
+
+        Read at most every :data:`SET_CHECK_EVERY` seconds. Returns whether it synced.
+        """
+        now = time.monotonic()
+        if self._checked_at is not None and now - self._checked_at < SET_CHECK_EVERY:
+            return False
+        self._checked_at = now
+        current = await self.table.in_force()
+        if current is not None and current.version == self.version:
+            if current.digest == digest_of(self.schedules or ()):
+                return False  # in force already
+            if self._synced:
+                # The same version with other schedules (a version string deployed
+                # twice with different code): the process that synced last wins.
+                if not self._warned:
+                    logger.warning(
+                        "schedules of app %r: another process of version %s synced other "
+                        "schedules; they stay in force",
+                        self.path.app_name,
+                        self.version or "(none)",
+                    )
+                    self._warned = True
+                return False
+        elif current is not None and not await self._takes_over(current.version):
+            return False
+        try:
+            await self.sync(current)
+        except errors.Conflict:
+            self._checked_at = None  # another sync came first: look again next poll
+            return False
+        logger.info(
+            "schedules of app %r: %s synced them (took them over from %s)",
+            self.path.app_name,
+            self.version or "unversioned",
+            "nobody" if current is None else (current.version or "unversioned"),
+        )
+        return True
+
+    async def _takes_over(self, theirs: str | None) -> bool:
+        return await takes_over(self.version, theirs, drained=self.path.versions.is_drained)
 
     async def poll_once(self, *, wait: bool = False) -> list[Fired]:
         """One poll: claim the due schedules, record and submit their ticks.
@@ -115,15 +184,19 @@ class Scheduler:
         """
         if self.schedules is None:
             return []  # this process has no say on the app's schedules
-        if not self._synced:
-            await self.sync()
         try:
             await self.path.refuse_if_drained()
         except errors.Draining:
-            return []  # a drained version starts no run: the other workers take the ticks
+            # A drained version starts no run and never touches the schedules:
+            # a worker of the version in force takes the ticks.
+            return []
+        if self.may_sync:
+            await self.sync_if_due()
         fired: list[Fired] = []
         for _ in range(MAX_CLAIMS_PER_POLL):
-            rows = await self.table.claim(self.path.worker_id, lease=self.lease, batch=self.batch)
+            rows = await self.table.claim(
+                self.path.worker_id, lease=self.lease, batch=self.batch, version=self.version
+            )
             if not rows:
                 break
             crash_point("schedule.after_claim")
@@ -236,6 +309,29 @@ class Scheduler:
         for task in drives:
             task.cancel()
         await asyncio.gather(*drives, return_exceptions=True)
+
+
+async def takes_over(
+    mine: str | None, theirs: str | None, *, drained: Callable[[str], Awaitable[bool]]
+) -> bool:
+    """Whether a worker of version ``mine`` (not drained) may take over the schedules
+    that version ``theirs`` synced.
+
+    The schedules belong to the newest version that is not drained: ``mine``
+    takes them when it is newer (PEP 440 order; unversioned is older than any
+    version), or when ``theirs`` was drained (a rollback: the operator drained
+    the newer version). An older worker never rewrites a newer version's
+    schedules while that version takes runs.
+    """
+    if theirs is None:
+        return True
+    if mine is not None:
+        try:
+            if is_newer(mine, theirs):
+                return True
+        except errors.InvalidVersion:
+            return True  # not a version this code can order: never written by a check
+    return await drained(theirs)
 
 
 def _with_last_run(row: ScheduleRow, run_id: str) -> ScheduleRow:

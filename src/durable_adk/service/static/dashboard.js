@@ -215,6 +215,7 @@ function renderSchedules(schedules) {
     return el("tr", { "data-schedule": item.name },
       el("td", { class: "id" }, item.name),
       el("td", { class: item.state === "active" ? "" : "muted" }, item.state),
+      el("td", { class: "version" }, item.app_version || "-"),
       el("td", {}, item.cron ? item.cron + " (" + item.timezone + ")" : "every " + item.every_seconds + " s"),
       el("td", {}, item.next_tick),
       el("td", { class: "id" }, short(item.last_run_id || "", 24)),

@@ -9,36 +9,69 @@ SELECT s.*, extract(epoch FROM clock_timestamp()) AS db_now
 SELECT s.*, extract(epoch FROM clock_timestamp()) AS db_now
   FROM schedules s WHERE s.app_name = :app_name AND s.name = :name;
 
--- name: schedule_upsert
--- A schedule as declared in code: made if new; else its definition is
--- replaced, it is no longer orphaned, and (:reset = 1: its timing changed) its
--- next tick is the one given. Every change bumps the epoch, fencing a claim
--- that read the old definition.
-INSERT INTO schedules (app_name, name, spec, next_tick_at, next_fire_at, created_at, updated_at)
-VALUES (:app_name, :name, :spec, :next_tick_at::float8, :next_fire_at::float8,
-        extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()))
-ON CONFLICT (app_name, name) DO UPDATE
-   SET spec = excluded.spec, orphaned_at = NULL, epoch = schedules.epoch + 1,
-       next_tick_at = CASE WHEN :reset::int = 1 THEN excluded.next_tick_at
-                           ELSE schedules.next_tick_at END,
-       next_fire_at = CASE WHEN :reset::int = 1 THEN excluded.next_fire_at
-                           ELSE schedules.next_fire_at END,
-       updated_at = excluded.updated_at
-RETURNING *;
+-- name: schedule_set_get
+-- Which version's set of schedules is in force for the app, its digest and
+-- epoch (no row: never synced since schema version 18).
+SELECT app_version, digest, epoch FROM schedule_sets WHERE app_name = :app_name;
 
--- name: schedule_orphan
--- The app's schedules no longer in its code (:names, a JSON list) are orphaned:
--- never claimed again, still listed.
-UPDATE schedules
-   SET orphaned_at = extract(epoch FROM clock_timestamp()), epoch = epoch + 1,
-       updated_at = extract(epoch FROM clock_timestamp())
- WHERE app_name = :app_name AND orphaned_at IS NULL
-   AND name NOT IN (SELECT jsonb_array_elements_text(:names::jsonb))
-RETURNING name;
+-- name: schedule_sync
+-- A version's declared set made the app's, in one statement, refused
+-- ('fenced') when another sync came first (the set's epoch is no longer
+-- :seen, 0 for none): the set's row is taken first, under its row lock, and
+-- every other change reads from it, so a sync that lost writes nothing.
+-- :fresh (JSON [{name, spec, next_tick_at, next_fire_at}]) are new, or their
+-- timing changed: they start from the next tick given. :changed (same shape)
+-- keep their next tick. Both are no longer orphaned and bump their epoch,
+-- fencing a claim that read the old definition. :orphan (JSON names) are no
+-- longer declared: never claimed again, still listed. Every other row of the
+-- app is stamped with the version (:restamp). The sets are disjoint.
+WITH won AS (
+    INSERT INTO schedule_sets (app_name, app_version, digest, epoch, synced_by, synced_at)
+    VALUES (:app_name, :app_version::text, :digest, :seen::bigint + 1, :synced_by::text,
+            extract(epoch FROM clock_timestamp()))
+    ON CONFLICT (app_name) DO UPDATE
+       SET app_version = excluded.app_version, digest = excluded.digest,
+           epoch = excluded.epoch, synced_by = excluded.synced_by,
+           synced_at = excluded.synced_at
+     WHERE schedule_sets.epoch = :seen::bigint
+    RETURNING epoch
+), fresh AS (
+    INSERT INTO schedules (app_name, name, spec, next_tick_at, next_fire_at, app_version,
+                           created_at, updated_at)
+    SELECT :app_name, t->>'name', t->>'spec', (t->>'next_tick_at')::float8,
+           (t->>'next_fire_at')::float8, :app_version::text,
+           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+      FROM jsonb_array_elements(:fresh::jsonb) AS t, won
+    ON CONFLICT (app_name, name) DO UPDATE
+       SET spec = excluded.spec, orphaned_at = NULL, epoch = schedules.epoch + 1,
+           next_tick_at = excluded.next_tick_at, next_fire_at = excluded.next_fire_at,
+           app_version = excluded.app_version, updated_at = excluded.updated_at
+    RETURNING 1
+), changed AS (
+    UPDATE schedules s
+       SET spec = t->>'spec', orphaned_at = NULL, epoch = s.epoch + 1,
+           app_version = :app_version::text, updated_at = extract(epoch FROM clock_timestamp())
+      FROM jsonb_array_elements(:changed::jsonb) AS t, won
+     WHERE s.app_name = :app_name AND s.name = t->>'name'
+    RETURNING 1
+), orphaned AS (
+    UPDATE schedules s
+       SET orphaned_at = extract(epoch FROM clock_timestamp()), epoch = s.epoch + 1,
+           app_version = :app_version::text, updated_at = extract(epoch FROM clock_timestamp())
+      FROM jsonb_array_elements_text(:orphan::jsonb) AS t(name), won
+     WHERE s.app_name = :app_name AND s.name = t.name
+    RETURNING 1
+), restamped AS (
+    UPDATE schedules s SET app_version = :app_version::text
+      FROM jsonb_array_elements_text(:restamp::jsonb) AS t(name), won
+     WHERE s.app_name = :app_name AND s.name = t.name
+    RETURNING 1
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM won) THEN 'ok' ELSE 'fenced' END AS status;
 
 -- name: schedule_claim lease claim
 -- The poller's one statement per poll: due schedules of the app (not paused,
--- not orphaned), oldest first, each held for :lease seconds (its next look is
+-- not orphaned) that the claiming worker's version (:app_version) synced, oldest first, each held for :lease seconds (its next look is
 -- pushed past the lease, so a worker that dies holding it leaves it due again)
 -- with its epoch bumped. SKIP LOCKED: two workers never claim one schedule.
 -- The clock is read once, in a scalar subquery, so that it bounds the index
@@ -48,6 +81,7 @@ WITH due AS (
     SELECT pk FROM schedules
      WHERE app_name = :app_name AND paused = 0 AND orphaned_at IS NULL
        AND next_fire_at <= (SELECT extract(epoch FROM clock_timestamp()))
+       AND app_version IS NOT DISTINCT FROM :app_version::text
      ORDER BY next_fire_at LIMIT :batch::int
        FOR UPDATE SKIP LOCKED
 )

@@ -9,12 +9,13 @@ SELECT app_version, status, COUNT(*) AS n,
   FROM runs WHERE app_name = :app_name GROUP BY app_version, status;
 
 -- name: versions_workers
--- The live sweepers of the app (as sweeper_seen counts them) and what each serves.
-SELECT worker_id, app_version, serves, last_sweep_at
-  FROM sweepers
- WHERE app_name = :app_name
-   AND last_sweep_at >= extract(epoch FROM clock_timestamp())
-       - COALESCE(3 * interval_s + :grace::float8, :one_off_window::float8)
+-- The processes that serve the app now and what each serves: they beat
+-- (workers, not a one-off pass), have not said goodbye, and their last beat is
+-- younger than :window of their beat periods (one missed beat and they are gone).
+SELECT worker_id, app_version, serves, last_beat_at
+  FROM workers
+ WHERE app_name = :app_name AND left_at IS NULL
+   AND last_beat_at >= extract(epoch FROM clock_timestamp()) - :window::float8 * beat_s
  ORDER BY worker_id;
 
 -- name: versions_drained

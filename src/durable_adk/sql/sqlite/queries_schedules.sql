@@ -9,34 +9,58 @@ SELECT s.*, (julianday('now') - 2440587.5) * 86400.0 AS db_now
 SELECT s.*, (julianday('now') - 2440587.5) * 86400.0 AS db_now
   FROM schedules s WHERE s.app_name = :app_name AND s.name = :name;
 
--- name: schedule_upsert
--- A schedule as declared in code: made if new; else its definition is
--- replaced, it is no longer orphaned, and (:reset = 1: its timing changed) its
--- next tick is the one given. Every change bumps the epoch, fencing a claim
--- that read the old definition.
-INSERT INTO schedules (app_name, name, spec, next_tick_at, next_fire_at, created_at, updated_at)
-VALUES (:app_name, :name, :spec, :next_tick_at, :next_fire_at,
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+-- name: schedule_set_get
+-- Which version's set of schedules is in force for the app, its digest and
+-- epoch (no row: never synced since schema version 18).
+SELECT app_version, digest, epoch FROM schedule_sets WHERE app_name = :app_name;
+
+-- name: schedule_sync guarded
+-- A version's declared set made the app's, in one unit, refused ('fenced')
+-- when another sync came first (the set's epoch is no longer :seen, 0 for
+-- none). :fresh (JSON [{name, spec, next_tick_at, next_fire_at}]) are new, or
+-- their timing changed: they start from the next tick given. :changed (same
+-- shape) keep their next tick. Both are no longer orphaned and bump their
+-- epoch, fencing a claim that read the old definition. :orphan (JSON names)
+-- are no longer declared: never claimed again, still listed. Every other row
+-- of the app is stamped with the version (:restamp). The set records the
+-- version, its digest and who synced it.
+SELECT CASE WHEN COALESCE((SELECT epoch FROM schedule_sets WHERE app_name = :app_name), 0) = :seen
+            THEN 'ok' ELSE 'fenced' END AS status;
+INSERT INTO schedules (app_name, name, spec, next_tick_at, next_fire_at, app_version,
+                       created_at, updated_at)
+SELECT :app_name, json_extract(t.value, '$.name'), json_extract(t.value, '$.spec'),
+       json_extract(t.value, '$.next_tick_at'), json_extract(t.value, '$.next_fire_at'),
+       :app_version, (julianday('now') - 2440587.5) * 86400.0,
+       (julianday('now') - 2440587.5) * 86400.0
+  FROM json_each(:fresh) AS t WHERE true
 ON CONFLICT (app_name, name) DO UPDATE
    SET spec = excluded.spec, orphaned_at = NULL, epoch = schedules.epoch + 1,
-       next_tick_at = CASE WHEN :reset = 1 THEN excluded.next_tick_at ELSE schedules.next_tick_at END,
-       next_fire_at = CASE WHEN :reset = 1 THEN excluded.next_fire_at ELSE schedules.next_fire_at END,
-       updated_at = excluded.updated_at
-RETURNING *;
-
--- name: schedule_orphan
--- The app's schedules no longer in its code (:names, a JSON list) are orphaned:
--- never claimed again, still listed.
+       next_tick_at = excluded.next_tick_at, next_fire_at = excluded.next_fire_at,
+       app_version = excluded.app_version, updated_at = excluded.updated_at;
+UPDATE schedules
+   SET spec = (SELECT json_extract(t.value, '$.spec') FROM json_each(:changed) AS t
+                WHERE json_extract(t.value, '$.name') = schedules.name),
+       orphaned_at = NULL, epoch = epoch + 1, app_version = :app_version,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name
+   AND name IN (SELECT json_extract(t.value, '$.name') FROM json_each(:changed) AS t);
 UPDATE schedules
    SET orphaned_at = (julianday('now') - 2440587.5) * 86400.0, epoch = epoch + 1,
-       updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE app_name = :app_name AND orphaned_at IS NULL
-   AND name NOT IN (SELECT value FROM json_each(:names))
-RETURNING name;
+       app_version = :app_version, updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND name IN (SELECT value FROM json_each(:orphan));
+UPDATE schedules SET app_version = :app_version
+ WHERE app_name = :app_name AND name IN (SELECT value FROM json_each(:restamp));
+INSERT INTO schedule_sets (app_name, app_version, digest, epoch, synced_by, synced_at)
+VALUES (:app_name, :app_version, :digest, :seen + 1, :synced_by,
+        (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (app_name) DO UPDATE
+   SET app_version = excluded.app_version, digest = excluded.digest, epoch = excluded.epoch,
+       synced_by = excluded.synced_by, synced_at = excluded.synced_at;
+SELECT 'ok' AS status;
 
 -- name: schedule_claim lease claim
 -- The poller's one statement per poll: due schedules of the app (not paused,
--- not orphaned), oldest first, each held for :lease seconds (its next look is
+-- not orphaned) that the claiming worker's version (:app_version) synced, oldest first, each held for :lease seconds (its next look is
 -- pushed past the lease, so a worker that dies holding it leaves it due again)
 -- with its epoch bumped. The write lock makes the claim exclusive.
 UPDATE schedules
@@ -46,6 +70,7 @@ UPDATE schedules
  WHERE pk IN (SELECT pk FROM schedules
                WHERE app_name = :app_name AND paused = 0 AND orphaned_at IS NULL
                  AND next_fire_at <= (julianday('now') - 2440587.5) * 86400.0
+                 AND app_version IS :app_version
                ORDER BY next_fire_at LIMIT :batch)
 RETURNING *, (julianday('now') - 2440587.5) * 86400.0 AS db_now;
 

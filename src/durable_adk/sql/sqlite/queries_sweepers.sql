@@ -25,3 +25,23 @@ SELECT (SELECT COUNT(*) FROM sweepers
                - COALESCE(3 * interval_s + :grace, :one_off_window)) AS alive,
        (SELECT MAX(last_sweep_at) FROM sweepers WHERE app_name = :app_name) AS last_sweep_at,
        (julianday('now') - 2440587.5) * 86400.0 AS now;
+
+-- name: worker_beat
+-- A serving process's beat (database clock) and what it serves; it is serving
+-- again if it had left. Rows of processes silent for a day are dropped.
+INSERT INTO workers (app_name, worker_id, app_version, app_fingerprint, serves, beat_s,
+                     last_beat_at, started_at)
+VALUES (:app_name, :worker_id, :app_version, :app_fingerprint, :serves, :beat_s,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (app_name, worker_id) DO UPDATE
+   SET app_version = excluded.app_version, app_fingerprint = excluded.app_fingerprint,
+       serves = excluded.serves, beat_s = excluded.beat_s,
+       last_beat_at = excluded.last_beat_at, left_at = NULL;
+DELETE FROM workers
+ WHERE app_name = :app_name AND worker_id <> :worker_id
+   AND last_beat_at < (julianday('now') - 2440587.5) * 86400.0 - 86400.0;
+
+-- name: worker_leave
+-- A serving process's goodbye: no longer listed as serving.
+UPDATE workers SET left_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND worker_id = :worker_id AND left_at IS NULL;

@@ -9,12 +9,13 @@ SELECT app_version, status, COUNT(*) AS n,
   FROM runs WHERE app_name = :app_name GROUP BY app_version, status;
 
 -- name: versions_workers
--- The live sweepers of the app (as sweeper_seen counts them) and what each serves.
-SELECT worker_id, app_version, serves, last_sweep_at
-  FROM sweepers
- WHERE app_name = :app_name
-   AND last_sweep_at >= (julianday('now') - 2440587.5) * 86400.0
-       - COALESCE(3 * interval_s + :grace, :one_off_window)
+-- The processes that serve the app now and what each serves: they beat
+-- (workers, not a one-off pass), have not said goodbye, and their last beat is
+-- younger than :window of their beat periods (one missed beat and they are gone).
+SELECT worker_id, app_version, serves, last_beat_at
+  FROM workers
+ WHERE app_name = :app_name AND left_at IS NULL
+   AND last_beat_at >= (julianday('now') - 2440587.5) * 86400.0 - :window * beat_s
  ORDER BY worker_id;
 
 -- name: versions_drained
