@@ -451,3 +451,27 @@ def test_a_report_answered_once_by_its_job_is_no_violation_and_twice_is() -> Non
     assert "report r answered 2x" in twice
     (never,) = verdict(events=report_log(0))["reports not resumed once"]
     assert "report r answered 0x" in never
+
+
+def tick_started(t: TickRow, version: str) -> EventRow:
+    """The user event a tick's run starts with, naming the version whose definition fired."""
+    text = f"Please charge order ORD-tick and tell the customer. Tick schedule of {version}."
+    data = {"author": "user", "content": {"role": "user", "parts": [{"text": text}]}}
+    return EventRow("chaos", t.session_id, 1, t.run_id, "user", data)
+
+
+def old_definitions(fired: list[tuple[float, str]]) -> list[str]:
+    ticks = [tick(at) for at, _ in fired]
+    events = [tick_started(t, version) for t, (_, version) in zip(ticks, fired, strict=True)]
+    return judge(
+        runs=tick_runs(*ticks), accepted=[], claims=[], events=events, requests=[], ticks=ticks
+    ).findings["ticks fired with an old definition"]
+
+
+def test_a_tick_fired_with_an_older_versions_definition_after_a_newer_one_is_found() -> None:
+    # A rollout: 1.0's definition, then 1.1's (1.10 after 1.9: versions are compared as numbers).
+    assert old_definitions([(100, "1.0"), (105, "1.1"), (110, "1.9"), (115, "1.10")]) == []
+    found = old_definitions([(100, "1.0"), (105, "1.1"), (110, "1.0"), (115, "1.1")])
+    assert found == [
+        "tick at:110 fired with the definition of 1.0 after tick at:105 fired a newer one's"
+    ]

@@ -72,6 +72,9 @@ Environment (set by the soak for each worker it starts):
 * ``DURABLE_ADK_CHAOS_TOOL_SECONDS``: how long each tool works before its
   outside call (default 0.2), so that faults land inside tools;
 * ``DURABLE_ADK_CHAOS_TICK_EVERY``: if set, the ``tick`` schedule's interval;
+* ``DURABLE_ADK_CHAOS_TICK_OF``: the app version whose code this is; the
+  ``tick`` schedule's message names it (``Tick schedule of 1.2.``), so the
+  soak sees which version's definition fired each tick;
 * ``DURABLE_ADK_CHAOS_NEWER``: if set, the agent has one more tool (``audit``,
   never called), so its definition, and the fingerprint a worker records and
   compares, differs from the plain app's: the soak's deploys start newer
@@ -137,6 +140,7 @@ NEWER_ENV = "DURABLE_ADK_CHAOS_NEWER"
 DROP_ENV = "DURABLE_ADK_CHAOS_DROP"
 TICK_SCHEDULE = "tick"
 TICK_ORDER = "ORD-tick"
+TICK_OF_ENV = "DURABLE_ADK_CHAOS_TICK_OF"
 
 CALLER_WORKER = "X-Caller-Worker"
 CALLER_RUN = "X-Caller-Run"
@@ -612,10 +616,12 @@ def durable_adk_schedules() -> list[Schedule]:
     every = os.environ.get(TICK_EVERY_ENV)
     if not every:
         return []
+    version = os.environ.get(TICK_OF_ENV)
+    of = f" Tick schedule of {version}." if version else ""
     return [
         Schedule(
             name=TICK_SCHEDULE,
-            message=f"Please charge order {TICK_ORDER} and tell the customer.",
+            message=f"Please charge order {TICK_ORDER} and tell the customer.{of}",
             user_id="chaos",
             every=timedelta(seconds=float(every)),
             overlap="allow",

@@ -68,6 +68,9 @@ The checks, each a count of violations with the evidence kept:
   not on the ledger, that is left PENDING or was SKIPPED (the soak's schedule
   allows overlap), a session of a tick with a run other than the tick's, or a
   gap in the ticks' times (a tick lost between two that fired);
+* **ticks fired with an old definition**: a tick whose run started with an
+  older app version's definition of the schedule than an earlier tick's (an
+  old worker, restarting mid-rollout, rewrote the newer version's schedule);
 * **claims by an older version**: a worker that drove (claimed RUNNING at an
   epoch: started, took over or continued) a run recorded under a newer app
   version than its own;
@@ -82,6 +85,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -254,6 +258,7 @@ VIOLATIONS = (
     "reports not resumed once",
     "sagas not finished once",
     "ticks not fired once",
+    "ticks fired with an old definition",
     "claims by an older version",
     "claims of a version not served",
 )
@@ -840,6 +845,7 @@ def judge(
     verdict.findings["sagas not finished once"] = sagas_not_finished_once(sagas, events, requests)
     verdict.ticks = len(ticks)
     verdict.findings["ticks not fired once"] = ticks_not_fired_once(ticks, runs, tick_every)
+    verdict.findings["ticks fired with an old definition"] = ticks_of_old_definitions(ticks, events)
     for run in runs:
         label = run.app_version or "none"
         verdict.versions[label] = verdict.versions.get(label, 0) + 1
@@ -851,6 +857,40 @@ def judge(
     )
     verdict.across_versions = len(drives_by_newer_versions(claims, runs, versions or {}))
     return verdict
+
+
+TICK_OF_RE = re.compile(r"\bTick schedule of (\d+)\.(\d+)\.")
+
+
+def ticks_of_old_definitions(ticks: Sequence[TickRow], events: Sequence[EventRow]) -> list[str]:
+    """Ticks fired with an older version's definition after a newer one's fired.
+
+    The chaos app's ``tick`` message names the version whose code declared
+    it. Versions only move forward in the soak, so once a tick fired with
+    version ``1.k``'s definition, a later tick carrying an earlier version's
+    means an old worker rewrote the newer version's schedule.
+    """
+    first_text: dict[str, str] = {}
+    for event in sorted(events, key=lambda e: (e.session_id, e.seq)):
+        if event.author == "user" and event.session_id not in first_text:
+            texts = [str(p["text"]) for p in event.parts() if p.get("text")]
+            if texts:
+                first_text[event.session_id] = texts[0]
+    found: list[str] = []
+    newest: tuple[tuple[int, int], str] | None = None
+    for tick in sorted(ticks, key=lambda t: t.tick_at):
+        match = TICK_OF_RE.search(first_text.get(tick.session_id, ""))
+        if tick.kind != "tick" or match is None:
+            continue
+        version = (int(match.group(1)), int(match.group(2)))
+        if newest is not None and version < newest[0]:
+            found.append(
+                f"tick {tick.tick_key} fired with the definition of {version[0]}.{version[1]} "
+                f"after tick {newest[1]} fired a newer one's"
+            )
+        elif newest is None or version > newest[0]:
+            newest = (version, tick.tick_key)
+    return found
 
 
 def event_row(row: Mapping[str, Any]) -> EventRow:

@@ -23,7 +23,11 @@ random, from a seeded generator whose choices are printed as they happen:
 * ``kill``: SIGKILL a worker, then start it again;
 * ``stop``: SIGSTOP a worker for 1.5 to 3 leases, then SIGCONT;
 * ``deploy``: a rolling deploy step: the worker on the oldest app version is
-  stopped with SIGTERM (it drains) and started on the newest version, which
+  stopped with SIGTERM (it drains) and started on the newest version
+  (then, once it is up, a worker still on an older version is SIGKILLed and
+  started again on its old version: an old worker restarting mid-rollout,
+  which must not rewrite the newer version's schedule; each version's
+  ``tick`` schedule names its version in its message), which
   declares every earlier one compatible (``--app-version 1.<k>
   --compatible-version 1.0 ...``) and with one more tool, so its definition
   differs and every run it continues from 1.0 goes through the drift check
@@ -236,6 +240,7 @@ def worker_env(
     tick_every: float = 0.0,
     newer: bool = False,
     drop: bool = False,
+    tick_of: str | None = None,
 ) -> dict[str, str]:
     """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
 
@@ -243,7 +248,8 @@ def worker_env(
     before it calls out (see :mod:`durable_adk.chaos.app`);
     ``tick_every`` above 0 declares the app's ``tick`` schedule; ``newer``
     gives the app its newer definition (one more tool: another fingerprint);
-    ``drop`` takes its approval tool away (drift for older paused runs).
+    ``drop`` takes its approval tool away (drift for older paused runs);
+    ``tick_of`` names the app version in the ``tick`` schedule's message.
     """
     env = {
         **os.environ,
@@ -259,8 +265,11 @@ def worker_env(
         env[chaos_app.DROP_ENV] = "1"
     if newer:
         env[chaos_app.NEWER_ENV] = "1"
+    env.pop(chaos_app.TICK_OF_ENV, None)
     if tick_every > 0:
         env[chaos_app.TICK_EVERY_ENV] = str(tick_every)
+        if tick_of is not None:
+            env[chaos_app.TICK_OF_ENV] = tick_of
     if marker_dir is not None:
         env[chaos_app.MARKER_DIR_ENV] = str(marker_dir)
         if gate:
@@ -321,6 +330,8 @@ class Soak:
     _approver_stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _restarts: list[threading.Thread] = field(default_factory=list)
+    _old_restarts: random.Random = field(default_factory=random.Random)
+    """Which old worker restarts mid-rollout (seeded in setup: its own stream)."""
     _started: float = field(default_factory=time.monotonic)
 
     # ------------------------------------------------------------ setup
@@ -330,6 +341,7 @@ class Soak:
 
     def setup(self) -> None:
         cfg = self.config
+        self._old_restarts = random.Random(f"{cfg.seed}-old-restarts")
         self.folder = cfg.folder or Path(tempfile.mkdtemp(prefix="dadk-chaos-"))
         self.folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder, 0o755)  # the PostgreSQL server's OS user walks through it
@@ -387,6 +399,7 @@ class Soak:
             tick_every=cfg.tick_every,
             newer=version > 0,  # a deployed version's definition differs: drift is checked
             drop=self.dropped(version),
+            tick_of=version_name(version),
         )
         log = self.folder / f"{worker_id}.log"
         process = start_logged(command, env, log)
@@ -671,9 +684,41 @@ class Soak:
         except subprocess.TimeoutExpired:
             victim.process.kill()
             victim.process.wait()
-        thread = threading.Thread(target=self._restart, args=(victim, newest), daemon=True)
+        thread = threading.Thread(target=self._deploy_step, args=(victim, newest), daemon=True)
         thread.start()
         self._restarts.append(thread)
+
+    def _deploy_step(self, victim: WorkerProc, newest: int) -> None:
+        """Starts ``victim`` on the newest version, then restarts an old worker mid-rollout."""
+        self._restart(victim, newest)
+        time.sleep(2.0)  # the new version's worker has taken the schedules over by now
+        self._restart_an_old_worker(newest)
+
+    def _restart_an_old_worker(self, newest: int) -> None:
+        """SIGKILLs a worker still on an older version and starts it again on that version.
+
+        An old worker restarting mid-rollout (drained or not) must leave the
+        newer version's schedules alone: a lost tick or a tick fired with the
+        old definition is a violation ("ticks not fired once", "ticks fired
+        with an old definition").
+        """
+        with self._lock:
+            old = [
+                w
+                for w in self.workers
+                if w.alive() and w.url and not w.frozen and w.version < newest
+            ]
+        if not old:
+            self._log_fault("old worker restart skipped: no live worker is behind")
+            return
+        worker = self._old_restarts.choice(old)
+        self._log_fault(
+            f"old worker restarts mid-rollout: SIGKILL {worker.name}.{worker.incarnation} "
+            f"({version_name(worker.version)}), start it again on {version_name(worker.version)}"
+        )
+        worker.process.kill()
+        worker.process.wait()
+        self._restart(worker)
 
     def _pinned_candidates(self, behind: list[WorkerProc], newest: int) -> list[WorkerProc]:
         """The workers a pinned rollout may replace now (draining the old versions first).
