@@ -465,7 +465,7 @@ def old_definitions(fired: list[tuple[float, str]]) -> list[str]:
     events = [tick_started(t, version) for t, (_, version) in zip(ticks, fired, strict=True)]
     return judge(
         runs=tick_runs(*ticks), accepted=[], claims=[], events=events, requests=[], ticks=ticks
-    ).findings["ticks fired with an old definition"]
+    ).findings["ticks of an old definition"]
 
 
 def test_a_tick_fired_with_an_older_versions_definition_after_a_newer_one_is_found() -> None:

@@ -3,8 +3,8 @@
 The same soak as ``make chaos`` (see :mod:`durable_adk.chaos.soak`), bounded:
 three ``durable-adk serve`` workers on a private PostgreSQL, a minute of runs
 and faults (SIGKILL, SIGSTOP past the lease, PostgreSQL restarts, a rolling
-deploy step to a new app version and, as root, network partitions: the soak
-skips them with a notice otherwise), with a
+deploy step to a new app version, after which an old worker restarts, and, as
+root, network partitions: the soak skips them with a notice otherwise), with a
 quarter of the runs sleeping first on a durable timer, a fifth waiting for an
 approval the soak answers through the workers' inbox API, some handed to a
 saga (a third of those rolled back), some waiting for a long-running report
@@ -63,3 +63,7 @@ def test_the_short_chaos_soak_finds_no_violation() -> None:
     assert "COMPENSATED" in rows["sagas (by final status)"], output
     # So was a deploy (this seed's third fault): runs were recorded under two versions.
     assert "1.0:" in rows["app versions (runs)"] and "1.1:" in rows["app versions (runs)"], output
+    # After it, an old (1.0) worker was killed and started again mid-rollout: no tick of
+    # 1.1's schedule was lost nor fired with 1.0's definition ("ticks of an old definition").
+    assert "old worker restarts mid-rollout: SIGKILL" in output, output
+    assert rows["ticks of an old definition"].split()[0] == "0", output

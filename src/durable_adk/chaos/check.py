@@ -68,7 +68,7 @@ The checks, each a count of violations with the evidence kept:
   not on the ledger, that is left PENDING or was SKIPPED (the soak's schedule
   allows overlap), a session of a tick with a run other than the tick's, or a
   gap in the ticks' times (a tick lost between two that fired);
-* **ticks fired with an old definition**: a tick whose run started with an
+* **ticks of an old definition**: a tick whose run started with an
   older app version's definition of the schedule than an earlier tick's (an
   old worker, restarting mid-rollout, rewrote the newer version's schedule);
 * **claims by an older version**: a worker that drove (claimed RUNNING at an
@@ -258,7 +258,7 @@ VIOLATIONS = (
     "reports not resumed once",
     "sagas not finished once",
     "ticks not fired once",
-    "ticks fired with an old definition",
+    "ticks of an old definition",
     "claims by an older version",
     "claims of a version not served",
 )
@@ -845,7 +845,7 @@ def judge(
     verdict.findings["sagas not finished once"] = sagas_not_finished_once(sagas, events, requests)
     verdict.ticks = len(ticks)
     verdict.findings["ticks not fired once"] = ticks_not_fired_once(ticks, runs, tick_every)
-    verdict.findings["ticks fired with an old definition"] = ticks_of_old_definitions(ticks, events)
+    verdict.findings["ticks of an old definition"] = ticks_of_old_definitions(ticks, events)
     for run in runs:
         label = run.app_version or "none"
         verdict.versions[label] = verdict.versions.get(label, 0) + 1

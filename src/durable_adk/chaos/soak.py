@@ -699,8 +699,8 @@ class Soak:
 
         An old worker restarting mid-rollout (drained or not) must leave the
         newer version's schedules alone: a lost tick or a tick fired with the
-        old definition is a violation ("ticks not fired once", "ticks fired
-        with an old definition").
+        old definition is a violation ("ticks not fired once", "ticks of an
+        old definition").
         """
         with self._lock:
             old = [
