@@ -18,7 +18,7 @@ from durable_adk import errors
 from durable_adk.adk.loops import scheduler as scheduler_module
 from durable_adk.adk.loops.scheduler import Scheduler
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.schedules import Schedule
+from durable_adk.schedules import Schedule, plan
 from durable_adk.store import Store
 from durable_adk.tables.schedules import ScheduleTable
 from durable_adk.tables.versions import VersionTable
@@ -144,3 +144,24 @@ async def test_two_syncs_never_interleave(store: Store) -> None:
     with pytest.raises(errors.InvalidArgument, match="unique"):
         await table.sync([*V1, *V1], version="1.0")
     assert await state(store) == NEW
+
+
+async def test_a_claim_fenced_by_a_takeover_does_not_hold_the_changed_schedule(
+    store: Store,
+) -> None:
+    await poller(store, "1.0", V1).poll_once()
+    table = ScheduleTable(store, APP)
+    row = await table.get("pulse")
+    due = row.next_tick_at - 60
+    await table.rewind("pulse", next_tick_at=due, next_fire_at=due)
+    (claimed,) = await table.claim("w-old", lease=30.0, batch=1, version="1.0")
+    # 1.1 takes over with the same timing and another message, while 1.0 holds its claim.
+    v11 = [pulse(60, "pulse of 1.1")]
+    new = poller(store, "1.1", v11)
+    await new.poll_once(wait=True)  # syncs; the tick is due again at once, not after 30 s
+    assert claimed.db_now is not None
+    assert not await table.record(claimed, plan(claimed.schedule, due, claimed.db_now))
+    ticks = await table.recent_ticks("pulse")
+    assert [(t.tick_at, t.state.value) for t in ticks] == [(due, "SUBMITTED")]
+    run = await new.path.ledger.get(ticks[0].run_id)
+    assert run is not None and "pulse of 1.1" in run.request and run.app_version == "1.1"

@@ -22,9 +22,11 @@ SELECT app_version, digest, epoch FROM schedule_sets WHERE app_name = :app_name;
 -- :fresh (JSON [{name, spec, next_tick_at, next_fire_at}]) are new, or their
 -- timing changed: they start from the next tick given. :changed (same shape)
 -- keep their next tick. Both are no longer orphaned and bump their epoch,
--- fencing a claim that read the old definition. :orphan (JSON names) are no
--- longer declared: never claimed again, still listed. Every other row of the
--- app is stamped with the version (:restamp). The sets are disjoint.
+-- fencing a claim that read the old definition; a changed one is looked at
+-- now (a claim it fenced would hold it until its lease ran out). :orphan
+-- (JSON names) are no longer declared: never claimed again, still listed.
+-- Every other row of the app is stamped with the version (:restamp). The
+-- sets are disjoint.
 WITH won AS (
     INSERT INTO schedule_sets (app_name, app_version, digest, epoch, synced_by, synced_at)
     VALUES (:app_name, :app_version::text, :digest, :seen::bigint + 1, :synced_by::text,
@@ -50,7 +52,9 @@ WITH won AS (
 ), changed AS (
     UPDATE schedules s
        SET spec = t->>'spec', orphaned_at = NULL, epoch = s.epoch + 1,
-           app_version = :app_version::text, updated_at = extract(epoch FROM clock_timestamp())
+           app_version = :app_version::text,
+           next_fire_at = LEAST(s.next_fire_at, extract(epoch FROM clock_timestamp())),
+           updated_at = extract(epoch FROM clock_timestamp())
       FROM jsonb_array_elements(:changed::jsonb) AS t, won
      WHERE s.app_name = :app_name AND s.name = t->>'name'
     RETURNING 1

@@ -20,10 +20,11 @@ SELECT app_version, digest, epoch FROM schedule_sets WHERE app_name = :app_name;
 -- none). :fresh (JSON [{name, spec, next_tick_at, next_fire_at}]) are new, or
 -- their timing changed: they start from the next tick given. :changed (same
 -- shape) keep their next tick. Both are no longer orphaned and bump their
--- epoch, fencing a claim that read the old definition. :orphan (JSON names)
--- are no longer declared: never claimed again, still listed. Every other row
--- of the app is stamped with the version (:restamp). The set records the
--- version, its digest and who synced it.
+-- epoch, fencing a claim that read the old definition; a changed one is
+-- looked at now (a claim it fenced would hold it until its lease ran out).
+-- :orphan (JSON names) are no longer declared: never claimed again, still
+-- listed. Every other row of the app is stamped with the version (:restamp).
+-- The set records the version, its digest and who synced it.
 SELECT CASE WHEN COALESCE((SELECT epoch FROM schedule_sets WHERE app_name = :app_name), 0) = :seen
             THEN 'ok' ELSE 'fenced' END AS status;
 INSERT INTO schedules (app_name, name, spec, next_tick_at, next_fire_at, app_version,
@@ -41,6 +42,7 @@ UPDATE schedules
    SET spec = (SELECT json_extract(t.value, '$.spec') FROM json_each(:changed) AS t
                 WHERE json_extract(t.value, '$.name') = schedules.name),
        orphaned_at = NULL, epoch = epoch + 1, app_version = :app_version,
+       next_fire_at = MIN(next_fire_at, (julianday('now') - 2440587.5) * 86400.0),
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE app_name = :app_name
    AND name IN (SELECT json_extract(t.value, '$.name') FROM json_each(:changed) AS t);
