@@ -191,7 +191,12 @@ def test_an_old_worker_restarting_mid_rollout_never_rewrites_the_new_versions_sc
     up_to = db_now(db) - 2  # the ticks of the last 2 s may still be running
     until(
         "the ticks' runs ended",
-        lambda: all(t["status"] is RunStatus.DONE for t in fired(db, "fresh") if t["at"] <= up_to),
+        lambda: all(
+            t["status"] is RunStatus.DONE
+            for name in ("fresh", "pulse")
+            for t in fired(db, name)
+            if t["at"] <= up_to
+        ),
     )
     assert_every_tick_once(db, "fresh", took_over + 2, up_to, "fresh of 2.0")
     assert_every_tick_once(db, "pulse", took_over + 2, up_to, "pulse of 2.0")
