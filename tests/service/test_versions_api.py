@@ -11,7 +11,6 @@ from test_api import start, wait_status
 
 from durable_adk import errors
 from durable_adk.adk.eventlog.classify import classify
-from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runs import path as runpath
 from durable_adk.adk.runs.inbox import inbox_at_finish
 from durable_adk.service.settings import ServiceSettings
@@ -105,7 +104,7 @@ async def test_versions_through_the_api_list_drain_and_undrain(
     monkeypatch.setattr(runpath, "DRAIN_CHECK_EVERY", 0.0)  # every submit reads the drain
     body = await start(service, "s1")
     await wait_status(service, body["run"]["run_id"], "DONE")
-    await Sweeper(service.worker.runner).recover_once()  # its beat: a live worker
+    await service.worker.background.beat()  # a beat now: live, however loaded the machine
     listed = (await service.client.get("/v1/versions")).json()["versions"]
     me = service.worker.runner.worker_id
     assert [v["version"] for v in listed] == ["1.4.0", "1.3.0"]

@@ -55,8 +55,9 @@ from durable_adk.tables.sweeps import record_beat, record_leave
 
 logger = logging.getLogger("durable_adk.background")
 
-MIN_BEAT = 1.0
-"""Seconds between a serving process's beats at least (however fast it sweeps)."""
+MIN_BEAT = 2.0
+"""Seconds between a serving process's beats at least (however fast it sweeps): a
+beat late by less than this never drops a live worker from the list."""
 
 MAX_BEAT = 5.0
 """Seconds between a serving process's beats at most: a killed one drops out
@@ -271,7 +272,7 @@ class Background:
 
     @property
     def beat_every(self) -> float:
-        """Seconds between this process's beats as a server: its sweep interval, 1 to 5 s."""
+        """Seconds between this process's beats as a server: its sweep interval, 2 to 5 s."""
         return min(MAX_BEAT, max(MIN_BEAT, self.settings.sweep_interval))
 
     async def beat(self) -> None:
