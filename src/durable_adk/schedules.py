@@ -237,7 +237,7 @@ class ScheduleRow:
         db_now: The database clock when the row was read (None if not asked).
         app_version: The app version whose code last synced it (declared it,
             or orphaned it); None: an unversioned app, or synced before
-            schema version 18.
+            schema version 19.
     """
 
     pk: int

@@ -62,7 +62,7 @@ class ScheduleTable:
     # -------------------------------------------------------------- sync
 
     async def in_force(self) -> ScheduleSet | None:
-        """Which version's set is the app's (one read); None: never synced since schema 18."""
+        """Which version's set is the app's (one read); None: never synced since schema 19."""
         row = await self.store.fetchrow("schedule_set_get", {"app_name": self.app_name})
         if row is None:
             return None

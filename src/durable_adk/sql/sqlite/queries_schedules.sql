@@ -11,7 +11,7 @@ SELECT s.*, (julianday('now') - 2440587.5) * 86400.0 AS db_now
 
 -- name: schedule_set_get
 -- Which version's set of schedules is in force for the app, its digest and
--- epoch (no row: never synced since schema version 18).
+-- epoch (no row: never synced since schema version 19).
 SELECT app_version, digest, epoch FROM schedule_sets WHERE app_name = :app_name;
 
 -- name: schedule_sync guarded
