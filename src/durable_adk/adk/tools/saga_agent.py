@@ -358,6 +358,12 @@ class SagaSequence(BaseAgent):
 
         A cancel of the run (its fence asked to stop) is a failure too, seen
         before each stage and after each event: the saga rolls back.
+
+        A stage that pauses (a long-running call: a sleep, a job, a
+        confirmation) is drained first, as ADK's SequentialAgent drains its
+        sub-agent: the call's tool runs (a sleep stores its timer, a job is
+        started) and the stage's events after it are yielded; then the saga
+        pauses, still RUNNING, and the answer's run resumes it at that stage.
         """
         run_fence = current_fence()
         names = [s.name for s in self.stages]
@@ -371,17 +377,21 @@ class SagaSequence(BaseAgent):
             try:
                 if run_fence is not None:
                     run_fence.check_not_stopping()
-                async for event in stage.run_async(ctx):
-                    yield event
-                    if ctx.should_pause_invocation(event):
-                        yield _PAUSED
-                        return
-                    abort = (event.actions.state_delta or {}).get(ABORT_KEY)
-                    if abort:
-                        yield SagaAborted(str(abort))
-                        return
-                    if run_fence is not None:
-                        run_fence.check_not_stopping()
+                pause = False
+                async with contextlib.aclosing(stage.run_async(ctx)) as events:
+                    async for event in events:
+                        yield event
+                        # Not at once: the call's tool has yet to run (ADK's own rule).
+                        pause = pause or ctx.should_pause_invocation(event)
+                        abort = (event.actions.state_delta or {}).get(ABORT_KEY)
+                        if abort:
+                            yield SagaAborted(str(abort))
+                            return
+                        if run_fence is not None:
+                            run_fence.check_not_stopping()
+                if pause:
+                    yield _PAUSED
+                    return
             except errors.Fenced:
                 raise  # this worker lost the run: it must stop, not roll back
             except Exception as exc:  # a stage failed: the saga rolls back
