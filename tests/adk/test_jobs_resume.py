@@ -99,8 +99,12 @@ async def test_bad_input_gets_an_error_answer_and_no_job(store: Store) -> None:
     runner = runner_for(store, agent)
     events = await turn(runner, "s")
     answers = [r.response for e in events for r in e.get_function_responses()]
-    assert answers == [{"status": "error", "message": "quarter must look like 2026-Q3"}]
+    assert answers == [
+        {"status": "error", "message": "quarter must look like 2026-Q3", "final": True}
+    ]
     assert await JobTable(store).list_jobs() == [] and recorder.submitted == []
+    # The refusal closed the call and the agent finished: DONE, not PAUSED (issue 41).
+    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE]
 
 
 async def test_the_tool_starts_attaches_submits_and_answers_pending(store: Store) -> None:

@@ -125,6 +125,10 @@ async def test_bad_input_gets_an_error_answer_and_nothing_is_stored(
     assert answers[0]["status"] == "error" and message in answers[0]["message"]
     assert await JobTable(store).list_jobs() == []
     assert texts(events) == ["ok"]  # the model read the error and answered
+    # The agent finished: the refused call waits on nothing (issue 41), so
+    # the run is DONE, never PAUSED for ever, and no interrupt is listed.
+    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.DONE]
+    assert await runner.path.interrupts.list_interrupts() == []
 
 
 def test_parse_sleep_refuses_what_the_tool_refuses() -> None:

@@ -40,6 +40,10 @@ Decisions:
   Only an answer that closed an open request reopens the call; a repeated
   answer does not.
 * A progress answer (``response["interim"]`` true) leaves its call open.
+* A long-running tool's own answer marked final (``response["final"]`` true:
+  the tool refused the call, stored no job or timer, and nothing will ever
+  answer it) closes its call, as an answer of the user does: the agent read
+  the refusal and went on, so the invocation is not PAUSED on it.
 * The terminal agent (the done test's) is the root, or ``terminal_agent_name``,
   or with ``owner_speaks_first`` the first agent that speaks in the
   invocation; it then follows each transfer it makes.
@@ -88,6 +92,9 @@ ABORT_ERROR_CODE = "INVOCATION_ABORTED"
 
 INTERIM_KEY = "interim"
 """A function response whose ``response[INTERIM_KEY]`` is true (progress) leaves its call open."""
+
+FINAL_KEY = "final"
+"""A long-running tool's own response whose ``response[FINAL_KEY]`` is true closes its call."""
 
 _CONFIRMATION = "adk_request_confirmation"
 _NODE_RUNNING = 2
@@ -244,8 +251,10 @@ def _open_calls(
                 continue  # progress: the call stays open
             issues = open_issues.get(response.id or "", [])
             # The user (or an abort seal) answers any call; a tool's own
-            # (interim) response does not close a long-running one.
-            closing = next((o for o in issues if from_user or not o.long_running), None)
+            # (interim) response does not close a long-running one, unless
+            # the tool marked it final (it refused the call: nothing follows).
+            final = from_user or bool((response.response or {}).get(FINAL_KEY))
+            closing = next((o for o in issues if final or not o.long_running), None)
             if closing is None:
                 continue  # answers nothing open (a repeat, or an unknown id)
             issues.remove(closing)

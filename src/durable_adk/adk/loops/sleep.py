@@ -28,7 +28,8 @@ time. Guarantees:
   (``adk_request_input``); the wake-up is the answer, and the node's output.
 * **Bad input changes nothing.** Negative seconds, an unparseable or zoneless
   ``until``, both or neither: the model gets ``{"status": "error",
-  "message": ...}`` and no timer is stored.
+  "message": ..., "final": true}`` and no timer is stored; the refused call
+  is closed (nothing will wake it), so the run ends with its agent.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from durable_adk.adk.loops.every import periodically
 from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes.marks import idempotent
-from durable_adk.adk.tools.long_running import DurableLongRunningTool, jobs_of
+from durable_adk.adk.tools.long_running import DurableLongRunningTool, jobs_of, refusal
 from durable_adk.faults import crash_point
 from durable_adk.tables.jobs import Job, JobTable
 
@@ -140,10 +141,10 @@ class DurableSleepTool(DurableLongRunningTool):
         try:
             await self.check(args)
         except ValueError as exc:
-            return {"status": "error", "message": str(exc)}
+            return refusal(str(exc))
         jobs = self.jobs or jobs_of(tool_context)
         if jobs is None:
-            return {"status": "error", "message": f"{self.tool_name} needs a durable session"}
+            return refusal(f"{self.tool_name} needs a durable session")
         invocation = tool_context.get_invocation_context()
         job = await self.start(
             jobs,

@@ -50,6 +50,7 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import errors
 from durable_adk.adk.commits.drive import start_job_with_events_of
+from durable_adk.adk.eventlog.classify import FINAL_KEY
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.shapes.marks import WITH_CALL_MARK
@@ -58,6 +59,17 @@ from durable_adk.faults import crash_point
 from durable_adk.tables.jobs import Job, JobTable
 
 logger = logging.getLogger("durable_adk.long_running")
+
+
+def refusal(message: str) -> dict[str, Any]:
+    """The answer of a refused call: an error the model reads, marked final.
+
+    Nothing was stored (no job, no timer), so nothing will answer the call
+    later: the mark (:data:`~durable_adk.adk.eventlog.classify.FINAL_KEY`)
+    closes it, and a run whose agent went on after it ends DONE, not PAUSED.
+    """
+    return {"status": "error", "message": message, FINAL_KEY: True}
+
 
 JobHook = Callable[[Job], Any]
 """``submit`` and ``cancel`` hooks: sync or async functions of the job."""
@@ -150,13 +162,10 @@ class DurableLongRunningTool(LongRunningFunctionTool):
         try:
             job_id, extra = await self.check(args)
         except ValueError as exc:
-            return {"status": "error", "message": str(exc)}
+            return refusal(str(exc))
         jobs = self.jobs or jobs_of(tool_context)
         if jobs is None:
-            return {
-                "status": "error",
-                "message": f"{self.tool_name} needs a durable session to track its job",
-            }
+            return refusal(f"{self.tool_name} needs a durable session to track its job")
         invocation = tool_context.get_invocation_context()
         job = await self.start(
             jobs,
