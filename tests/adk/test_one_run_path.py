@@ -17,6 +17,7 @@ from examples.sales_report.app import JOB_ID, _latest_answer, report_tool
 from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 from test_cancel import Gate
 from test_jobs_resume import DONE, Recorder
@@ -66,8 +67,21 @@ def after_report(request: LlmRequest) -> Turn:
     return Call("refund", {"order_id": "ORD-1"})
 
 
-def agent(payments: FakeService, recorder: Recorder, gate: Gate | None = None) -> LlmAgent:
-    """Starts a report (a long-running job), and once it is answered refunds an order."""
+def asked_of_a_person() -> LongRunningFunctionTool:
+    """``start_sales_report`` as a plain long-running tool: a person answers it (the inbox)."""
+
+    def start_sales_report(quarter: str, region: str) -> dict[str, str]:
+        """Asks the analyst for the sales report."""
+        return {"status": "pending"}
+
+    return LongRunningFunctionTool(start_sales_report)
+
+
+def agent(
+    payments: FakeService, recorder: Recorder, gate: Gate | None = None, *, person: bool = False
+) -> LlmAgent:
+    """Starts a report (a long-running job, or with ``person`` a call the inbox lists), and
+    once it is answered refunds an order."""
     model = ScriptedModel(
         {
             "clerk": [
@@ -81,7 +95,10 @@ def agent(payments: FakeService, recorder: Recorder, gate: Gate | None = None) -
     return LlmAgent(
         name="clerk",
         model=model,
-        tools=[report_tool(recorder, minute=1.0), refund_tool(payments.client("charges"), gate)],
+        tools=[
+            asked_of_a_person() if person else report_tool(recorder, minute=1.0),
+            refund_tool(payments.client("charges"), gate),
+        ],
     )
 
 
@@ -146,7 +163,8 @@ async def test_a_cancelled_pause_takes_no_job_result_and_acts_no_more(
 async def test_the_inbox_and_the_deadline_refuse_a_cancelled_invocation(
     store: Store, payments: FakeService
 ) -> None:
-    runner = runner_for(store, agent(payments, Recorder()))
+    # A call that waits on a person (a job's call is not in the inbox: issue 41).
+    runner = runner_for(store, agent(payments, Recorder(), person=True))
     run, call = await paused(runner)
     await cancel_run(runner.ledger, run.run_id, by="ops")
     table = InterruptTable(store)
@@ -246,7 +264,9 @@ async def test_cancel_racing_a_continuation_has_one_outcome(
 ) -> None:
     recorder = Recorder()
     runner = DurableRunner(
-        app=agent(payments, recorder),
+        # The inbox and its deadlines answer calls that wait on a person, never
+        # a job's (issue 41): those two races pause on a plain long-running call.
+        app=agent(payments, recorder, person=other != "job"),
         app_name=APP,
         store=store,
         queue_poll=0.02,

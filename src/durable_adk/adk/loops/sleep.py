@@ -274,7 +274,11 @@ def sleep_node(
 
 
 def _path_id(path: str) -> str:
-    """A short, stable id for a node path (call ids stay small in the session)."""
+    """A short, stable id for a node path (call ids stay small in the session).
+
+    The call id ``sleep-<these 16 hex digits>`` is how the inbox knows a
+    timer's request (``SLEEP_NODE_CALL``): it never waits on a person.
+    """
     return hashlib.sha256(path.encode()).hexdigest()[:16]
 
 

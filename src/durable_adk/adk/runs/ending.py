@@ -275,6 +275,7 @@ class Recording(Protocol):
     interrupts: InterruptTable
     metrics: Metrics
     interrupt_deadlines: dict[str, float]
+    job_tools: frozenset[str]
 
 
 def last_events_of(events: Sequence[Event], invocation_id: str | None) -> list[dict[str, Any]]:
@@ -383,6 +384,7 @@ async def _write(
                 verdict,
                 done=kind is EndKind.DONE,
                 deadlines=path.interrupt_deadlines,
+                job_tools=path.job_tools,
             )
         if last is None or not last.pending:
             return await ledger.finish(

@@ -7,9 +7,12 @@ What it guarantees:
   the session, in the unit of work that finishes the run
   (:func:`inbox_at_finish`): each open long-running call the classifier finds
   (``pending_long_running``: tool confirmations, requests for input,
-  long-running tools) is indexed with its kind, name, arguments and optional
-  deadline; an indexed call the session shows answered (by any path) leaves
-  the inbox. The classifier's interrupt matching is used as it is.
+  long-running tools) that waits on a person is indexed with its kind, name,
+  arguments and optional deadline; an indexed call the session shows
+  answered (by any path) leaves the inbox. The classifier's interrupt
+  matching is used as it is. Calls a job or a timer answers (job-backed
+  tools, ``durable_sleep``, a ``sleep_node``) wait on the job table, not on
+  a person: they are never listed, so no approvals deadline answers them.
 * :func:`answer_interrupt` answers one call exactly once: the kind decides
   what an answer is (a confirmation takes approve or deny, an input or a
   long-running call a payload, or deny), the answer is checked against the
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +41,7 @@ from google.genai import types
 from durable_adk import errors
 from durable_adk.adk.eventlog.classify import Classification, asks_of, classify, live_events
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.adk.tools.long_running import answered_by_a_job
 from durable_adk.ids import check_id
 from durable_adk.store.base import Store
 from durable_adk.tables.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
@@ -125,23 +129,31 @@ def inbox_at_finish(
     *,
     done: bool,
     deadlines: Mapping[str, float] | None = None,
+    job_tools: Collection[str] = (),
 ) -> str:
     """The inbox of ``run``'s invocation as its finish writes it (the ``inbox`` of
     :meth:`~durable_adk.tables.ledger.RunLedger.finish_params`), as JSON.
 
     The unit that finishes the run indexes each open long-running call the
-    classifier finds (``pending_long_running``) with its kind, name, arguments
-    and deadline, settles each indexed call the session shows answered and,
-    when ``done``, ends DONE the runs that paused on the invocation: a run is
-    never PAUSED without its calls in the inbox, nor DONE with its pause open.
+    classifier finds (``pending_long_running``) that waits on a person with
+    its kind, name, arguments and deadline, settles each indexed call the
+    session shows answered and, when ``done``, ends DONE the runs that paused
+    on the invocation: a run is never PAUSED without its calls in the inbox
+    or on the job table, nor DONE with its pause open. A call a job or a
+    timer answers (a tool of ``job_tools``, a ``sleep_node``'s request:
+    :func:`~durable_adk.adk.tools.long_running.answered_by_a_job`) is not
+    listed: it waits on the job table, and an approvals deadline never
+    applies to it.
     """
     pending = found.pending_long_running
     calls: dict[str, types.FunctionCall] = {}
     for event in live_events(events):
         if event.invocation_id == run.invocation_id:
             for call in event.get_function_calls():
-                if call.id in pending:
-                    calls.setdefault(call.id, call)
+                if call.id in pending and not answered_by_a_job(
+                    call.name or "", call.id or "", job_tools
+                ):
+                    calls.setdefault(call.id or "", call)
     opened = []
     for call_id, call in calls.items():
         limit = None

@@ -66,6 +66,7 @@ from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.shapes.marks import is_idempotent
 from durable_adk.adk.tools import agent_tools
 from durable_adk.adk.tools.journaling import is_journaled
+from durable_adk.adk.tools.long_running import long_running_tools
 from durable_adk.adk.tools.workflow_nodes import guard_function_nodes, node_kinds
 from durable_adk.fencing.fence import RunFence
 from durable_adk.fencing.leases import LeaseKeeper
@@ -254,6 +255,8 @@ class RunPath:
         self.run_config = off_the_loop(run_config or RunConfig())
         self.interrupts = InterruptTable(store)
         self.interrupt_deadlines = dict(interrupt_deadlines or {})
+        self.job_tools = frozenset(long_running_tools(app.root_agent))
+        """The job-backed tools (sleep among them): their calls wait on jobs, not on a person."""
         self.commits: CommitMode = commits
         self.admission = admission if admission is not None else Admission()
         if self.admission.pressure is None:

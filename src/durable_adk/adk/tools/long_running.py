@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -69,6 +70,24 @@ def refusal(message: str) -> dict[str, Any]:
     closes it, and a run whose agent went on after it ends DONE, not PAUSED.
     """
     return {"status": "error", "message": message, FINAL_KEY: True}
+
+
+SLEEP_NODE_CALL = re.compile(r"sleep-[0-9a-f]{16}")
+"""The interrupt id a ``sleep_node`` pauses on (its ``adk_request_input``): a timer's call."""
+
+
+def answered_by_a_job(name: str, call_id: str, job_tools: Collection[str]) -> bool:
+    """Whether a long-running call is answered by a job or a timer, never by a person.
+
+    A call of a job-backed tool (``job_tools``: :func:`long_running_tools`'
+    names, ``durable_sleep`` among them) or a ``sleep_node``'s request: the
+    job table answers it (the resumer, at the job's result or the timer's
+    due time), so the interrupts inbox does not list it and no approvals
+    deadline answers it.
+    """
+    if name in job_tools:
+        return True
+    return name == "adk_request_input" and SLEEP_NODE_CALL.fullmatch(call_id) is not None
 
 
 JobHook = Callable[[Job], Any]
