@@ -64,6 +64,7 @@ from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.shapes.marks import is_idempotent
+from durable_adk.adk.shapes.parallel import refuse_parallel_pauses
 from durable_adk.adk.tools import agent_tools
 from durable_adk.adk.tools.journaling import is_journaled
 from durable_adk.adk.tools.long_running import long_running_tools
@@ -218,6 +219,9 @@ class RunPath:
         # Never an effect unguarded: shapes whose pauses or sagas would live in
         # an AgentTool's throw-away session are refused here, loudly.
         agent_tools.refuse_unguardable(app.root_agent)
+        # Two ParallelAgent branches that could both pause: the second answer
+        # would be lost (ADK ends the other branches on the first), so refused.
+        refuse_parallel_pauses(app.root_agent)
         if session_service is None:
             session_service = DurableSessionService(store)
         if not isinstance(session_service, DurableSessionService):
