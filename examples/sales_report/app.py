@@ -200,7 +200,7 @@ async def resume(db: str, builder_url: str) -> list[str]:
     """One resumer pass; returns the resume runs' ids."""
     async with open_store(db) as store:
         resumer = Resumer(make_runner(store, "resumer-A", builder_url), gather=0.0)
-        return [r.run_id for r in await resumer.resume_once()]
+        return [r.run_id for r in await resumer.resume_once(wait=True)]
 
 
 async def recover(store: Store, builder_url: str, *, worker: str = "worker-B") -> dict[str, Any]:
@@ -227,7 +227,7 @@ async def recover(store: Store, builder_url: str, *, worker: str = "worker-B") -
     for job in await jobs.list_jobs(limit=1000):
         if job.resume_owner not in (None, worker) and job.resumed_at is None:
             await jobs.backdate(job.job_id, 3600)
-    resumed = await Resumer(runner, jobs, gather=0.0).resume_once()
+    resumed = await Resumer(runner, jobs, gather=0.0).resume_once(wait=True)
     return {
         "recovered": report,
         "reattached": reattached,

@@ -41,7 +41,7 @@ async def wake_all(runner: DurableRunner, store: Store) -> None:
     jobs = JobTable(store)
     for timer in [j for j in await jobs.list_jobs() if j.timer]:
         await jobs.backdate(timer.job_id, 7200)
-    await Waker(jobs, resumer=Resumer(runner, jobs, gather=0.0)).wake_once()
+    await Waker(jobs, resumer=Resumer(runner, jobs, gather=0.0)).wake_once(wait=True)
 
 
 async def test_a_sleep_is_not_in_the_inbox_and_no_deadline_denies_it(store: Store) -> None:

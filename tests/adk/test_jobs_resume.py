@@ -141,9 +141,9 @@ async def test_a_finished_job_answers_its_call_once_with_its_id_and_name(
     assert (await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)).changed
     assert not (await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)).changed  # duplicate
     resumer = Resumer(runner, gather=0.0)
-    done = await resumer.resume_once()
+    done = await resumer.resume_once(wait=True)
     assert [(r.job_ids, r.status) for r in done] == [((JOB_ID,), RunStatus.DONE)]
-    assert await resumer.resume_once() == []
+    assert await resumer.resume_once(wait=True) == []
     events = await events_of(runner, "s")
     answers = user_answers(events)
     assert [(a.id, a.name) for a in answers] == [(call.id, "start_sales_report")]
@@ -186,7 +186,7 @@ async def test_a_resume_during_a_user_turn_waits_then_runs(store: Store) -> None
     await JobTable(store).complete(JOB_ID, JobState.SUCCEEDED, DONE)
     user_turn = asyncio.create_task(turn(runner, "s", "What was Q2 revenue?"))
     await entered.wait()
-    resume = asyncio.create_task(Resumer(runner, gather=0.0).resume_once())
+    resume = asyncio.create_task(Resumer(runner, gather=0.0).resume_once(wait=True))
     await asyncio.sleep(0.5)
     assert not resume.done()
     statuses = sorted(r.status.value for r in await runner.ledger.list_runs())
@@ -225,9 +225,9 @@ async def test_two_calls_of_one_turn_are_answered_in_one_message(store: Store) -
     await turn(runner, "s")
     resumer = Resumer(runner, gather=30.0)
     await jobs.complete("report:2026-Q3:EMEA", JobState.SUCCEEDED, DONE)
-    assert await resumer.resume_once() == []  # waits for its sibling
+    assert await resumer.resume_once(wait=True) == []  # waits for its sibling
     await jobs.complete("report:2026-Q3:APAC", JobState.SUCCEEDED, DONE)
-    done = await resumer.resume_once()
+    done = await resumer.resume_once(wait=True)
     assert [sorted(r.job_ids) for r in done] == [["report:2026-Q3:APAC", "report:2026-Q3:EMEA"]]
     events = await events_of(runner, "s")
     answer_events = [e for e in events if e.author == "user" and e.get_function_responses()]
@@ -260,7 +260,8 @@ async def test_two_resumers_racing_answer_each_call_once(store_url: str) -> None
             await turn(first, session)
             await jobs.complete(f"report:{quarter}:EMEA", JobState.SUCCEEDED, DONE)
             a, b = await asyncio.gather(
-                Resumer(first, gather=0.0).resume_once(), Resumer(second, gather=0.0).resume_once()
+                Resumer(first, gather=0.0).resume_once(wait=True),
+                Resumer(second, gather=0.0).resume_once(wait=True),
             )
             assert len(a) + len(b) == 1, f"round {i}"
             events = await events_of(first, session)
@@ -290,7 +291,7 @@ async def test_progress_is_delivered_with_the_same_id_throttled_then_the_result(
     ]
     assert "Still building: {'percent': 40}." in texts(events)
     await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
-    assert len(await Resumer(runner, gather=0.0).resume_once()) == 1
+    assert len(await Resumer(runner, gather=0.0).resume_once(wait=True)) == 1
     events = await events_of(runner, "s")
     assert len(user_answers(events)) == 3 and texts(events)[-1] == READY
 
@@ -304,16 +305,16 @@ async def test_expiry_answers_the_call_cancels_the_work_and_a_late_result_is_a_n
     await turn(runner, "s")
     resumer = Resumer(runner, gather=0.0)
     sweeper = ExpirySweeper(jobs, resumer=resumer)
-    assert await sweeper.expire_once() == []
+    assert await sweeper.expire_once(wait=True) == []
     await jobs.backdate(JOB_ID, 3600)
-    expired = await sweeper.expire_once()
+    expired = await sweeper.expire_once(wait=True)
     assert [j.job_id for j in expired] == [JOB_ID] and recorder.cancelled == [JOB_ID]
     events = await events_of(runner, "s")
     assert [a.response and a.response["status"] for a in user_answers(events)] == ["expired"]
     assert texts(events)[-1] == "Sorry, the report did not finish in time. Shall I try again?"
     late = await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
     assert not late.changed and late.job.state is JobState.EXPIRED
-    assert await resumer.resume_once() == [] and await sweeper.expire_once() == []
+    assert await resumer.resume_once(wait=True) == [] and await sweeper.expire_once(wait=True) == []
     assert len(user_answers(await events_of(runner, "s"))) == 1
 
 
@@ -349,12 +350,12 @@ async def test_two_sessions_calling_one_job_get_one_submission_and_one_answer_ea
     assert [c.function_call_id for c in await jobs.calls(JOB_ID)] == [call_b.id]
     await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
     resumer = Resumer(runner, gather=0.0)
-    done = await resumer.resume_once()
+    done = await resumer.resume_once(wait=True)
     assert sorted((r.session_id, r.status) for r in done) == [
         ("a", RunStatus.DONE),
         ("b", RunStatus.DONE),
     ]
-    assert await resumer.resume_once() == []
+    assert await resumer.resume_once(wait=True) == []
     for session, call in (("a", call_a), ("b", call_b)):
         events = await events_of(runner, session)
         answers = user_answers(events)
@@ -379,7 +380,7 @@ async def test_two_identical_calls_of_one_turn_are_both_answered_once(store: Sto
     await turn(runner, "s")
     assert recorder.submitted == [(JOB_ID, "2026-Q3", "EMEA")]
     await JobTable(store).complete(JOB_ID, JobState.SUCCEEDED, DONE)
-    done = await Resumer(runner, gather=0.0).resume_once()
+    done = await Resumer(runner, gather=0.0).resume_once(wait=True)
     assert [(len(r.job_ids), r.status) for r in done] == [(2, RunStatus.DONE)]
     events = await events_of(runner, "s")
     calls = {c.id for e in events for c in e.get_function_calls()}
@@ -435,7 +436,7 @@ async def test_a_failed_submission_is_retried_until_accepted_then_answered(store
     job = await jobs.get(JOB_ID)
     assert job is not None and job.submitted_at is not None and job.submit_attempts == 3
     await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
-    await Resumer(runner, gather=0.0).resume_once()
+    await Resumer(runner, gather=0.0).resume_once(wait=True)
     answers = user_answers(await events_of(runner, "s"))
     assert [(r.id, r.response and r.response["status"]) for r in answers] == [(call.id, "done")]
 

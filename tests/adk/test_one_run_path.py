@@ -140,9 +140,9 @@ async def test_a_cancelled_pause_takes_no_job_result_and_acts_no_more(
     # The outside system's result arrives late: acknowledged, nothing changes.
     late = await jobs.complete(JOB_ID, JobState.SUCCEEDED, DONE)
     assert not late.changed
-    done = await Resumer(runner, gather=0.0).resume_once()
+    done = await Resumer(runner, gather=0.0).resume_once(wait=True)
     assert [(r.job_ids, r.status) for r in done] == [((JOB_ID,), RunStatus.CANCELLED)]
-    assert await Resumer(runner, gather=0.0).resume_once() == []  # acknowledged once
+    assert await Resumer(runner, gather=0.0).resume_once(wait=True) == []  # acknowledged once
     assert recorder.cancelled == [JOB_ID]  # the tool's cancel hook, once
     assert payments.acts("charges", "create") == 0
     # An answer through the run API is refused, and nothing is written.
@@ -250,7 +250,7 @@ async def _settle(runner: DurableRunner, store: Store) -> None:
     from durable_adk.adk.loops.recovery import Sweeper
 
     for _ in range(5):
-        await Resumer(runner, gather=0.0).resume_once()
+        await Resumer(runner, gather=0.0).resume_once(wait=True)
         for run in await runner.ledger.list_runs():
             if run.status is RunStatus.QUEUED:
                 await runner.ledger.backdate(run.run_id, 3600)
@@ -280,7 +280,7 @@ async def test_cancel_racing_a_continuation_has_one_outcome(
         try:
             if other == "job":
                 await JobTable(store).complete(JOB_ID, JobState.SUCCEEDED, DONE)
-                await Resumer(runner, gather=0.0).resume_once()
+                await Resumer(runner, gather=0.0).resume_once(wait=True)
             elif other == "inbox":
                 await answer_interrupt(store, call.id or "", by="alice", payload=DONE)
             else:

@@ -73,7 +73,7 @@ async def test_a_sleep_in_one_branch_is_accepted_and_wakes(store: Store) -> None
     jobs = JobTable(store)
     (timer,) = [j for j in await jobs.list_jobs() if j.timer]
     await jobs.backdate(timer.job_id, 60)
-    await Waker(jobs, resumer=Resumer(runner, jobs, gather=0.0)).wake_once()
+    await Waker(jobs, resumer=Resumer(runner, jobs, gather=0.0)).wake_once(wait=True)
     session = await runner.sessions.get_session(
         app_name="parallel_sleeps", user_id="u", session_id="s"
     )

@@ -78,7 +78,7 @@ async def test_a_saga_paused_on_a_sleep_wakes_continues_and_compensates_once(
 
     await jobs.backdate(timer.job_id, 601)
     waker = Waker(jobs, resumer=Resumer(runner, jobs, gather=0.0))
-    assert [j.job_id for j in await waker.wake_once()] == [timer.job_id]
+    assert [j.job_id for j in await waker.wake_once(wait=True)] == [timer.job_id]
 
     state = await session_state(runner)
     assert state["saga_status"] == "compensated"
@@ -115,7 +115,7 @@ async def test_a_saga_stage_waiting_on_a_job_starts_the_job_before_pausing(
     job = await jobs.get("credit:c-1")
     assert job is not None and job.function_call_id  # started and attached to the call
     await jobs.complete("credit:c-1", JobState.SUCCEEDED, {"score": 700})
-    await Resumer(runner, jobs, gather=0.0).resume_once()
+    await Resumer(runner, jobs, gather=0.0).resume_once(wait=True)
     state = await session_state(runner)
     assert state["saga_status"] == "compensated"
     assert inventory.acts("reservations", "release") == 1 and len(releases.calls) == 1

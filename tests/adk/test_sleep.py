@@ -79,10 +79,10 @@ async def test_a_sleep_pauses_then_wakes_once_with_the_wake_up_as_the_answer(
     assert timer.state is JobState.STARTED and timer.function_call_id == calls[0].id
     assert timer.deadline_at - timer.created_at == pytest.approx(3600, abs=2)
     waker = waker_of(runner)
-    assert await waker.wake_once() == []  # an hour early: nothing
+    assert await waker.wake_once(wait=True) == []  # an hour early: nothing
     await JobTable(store).backdate(timer.job_id, 3601)
-    assert [j.job_id for j in await waker.wake_once()] == [timer.job_id]
-    assert await waker.wake_once() == []
+    assert [j.job_id for j in await waker.wake_once(wait=True)] == [timer.job_id]
+    assert await waker.wake_once(wait=True) == []
     events = await events_of(runner, "s")
     answers = wakes(events)
     assert [(a.id, a.name) for a in answers] == [(calls[0].id, "durable_sleep")]
@@ -150,7 +150,7 @@ async def test_a_cancelled_run_never_wakes_and_its_timer_is_listed_cancelled(
     timer = await the_timer(store)
     assert timer.state is JobState.CANCELLED
     await JobTable(store).backdate(timer.job_id, 3600)
-    assert await waker_of(runner).wake_once() == []
+    assert await waker_of(runner).wake_once(wait=True) == []
     assert await Background(runner, one_off=True).once() is not None
     assert wakes(await events_of(runner, "s")) == []
     assert REMINDER not in texts(await events_of(runner, "s"))
@@ -168,7 +168,7 @@ async def test_a_user_message_while_sleeping_is_served_and_the_wake_still_comes(
     timer = await the_timer(store)
     assert timer.state is JobState.STARTED  # the message did not wake it
     await JobTable(store).backdate(timer.job_id, 3601)
-    assert len(await waker_of(runner).wake_once()) == 1
+    assert len(await waker_of(runner).wake_once(wait=True)) == 1
     events = await events_of(runner, "s")
     order = texts(events)
     assert order.index("It is a quiet afternoon.") < order.index(REMINDER)
@@ -196,13 +196,16 @@ async def test_two_workers_racing_for_one_due_timer_wake_it_once(store_url: str)
             await turn(first, session)
             timers = await JobTable(one).list_jobs(session_id=session)
             await JobTable(one).backdate(timers[0].job_id, 61)
-            a, b = await asyncio.gather(waker_of(first).wake_once(), waker_of(second).wake_once())
+            a, b = await asyncio.gather(
+                waker_of(first).wake_once(wait=True), waker_of(second).wake_once(wait=True)
+            )
             assert len(a) + len(b) == 1, f"round {i}"
             # The resumer loops' next passes, on both workers: a claim the
             # winner's immediate resume skipped (the losing waker's statement
             # still held the row lock on PostgreSQL) is taken here, once.
             await asyncio.gather(
-                Resumer(first, gather=0.0).resume_once(), Resumer(second, gather=0.0).resume_once()
+                Resumer(first, gather=0.0).resume_once(wait=True),
+                Resumer(second, gather=0.0).resume_once(wait=True),
             )
             events = await events_of(first, session)
             woken = await JobTable(one).get(timers[0].job_id)
@@ -231,10 +234,10 @@ async def test_a_workflow_sleep_node_pauses_the_graph_and_outputs_its_wake_up(
     assert timer.tool_name == "adk_request_input"
     assert timer.deadline_at - timer.created_at == pytest.approx(600, abs=2)
     waker = waker_of(runner)
-    assert await waker.wake_once() == []
+    assert await waker.wake_once(wait=True) == []
     await JobTable(store).backdate(timer.job_id, 601)
-    assert len(await waker.wake_once()) == 1
-    assert await waker.wake_once() == []
+    assert len(await waker.wake_once(wait=True)) == 1
+    assert await waker.wake_once(wait=True) == []
     events = await events_of(runner, "w")
     done = [e.output for e in events if e.output is not None]
     assert {"after": "woke"} in done
@@ -264,7 +267,7 @@ async def test_operators_see_when_a_sleeping_run_wakes(store: Store) -> None:
     assert detail.run.status is RunStatus.PAUSED and detail.wakes_at == timer.deadline_at
     assert detail_out(detail).wakes_at == timer.deadline_at  # the API's run answer
     await JobTable(store).backdate(timer.job_id, 3601)
-    await waker_of(runner).wake_once()
+    await waker_of(runner).wake_once(wait=True)
     assert (await ops.run_detail(paused.run_id)).wakes_at is None  # awake: nothing due
 
 

@@ -153,7 +153,9 @@ async def test_the_call_and_its_job_are_written_in_one_unit(world: World) -> Non
     calls = [c for e in await world.events() for c in e.get_function_calls()]
     assert [c.id for c in calls] == [job.function_call_id]  # the re-drive's call, once
     await world.wait_for_job()
-    await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once()
+    await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once(
+        wait=True
+    )
     await world.assert_answered_once()
     assert world.submitters() == ["worker-B"]
 
@@ -175,7 +177,9 @@ async def test_the_worker_killed_while_the_job_runs_outside_is_resumed(
     job = await world.jobs.get(JOB_ID)
     assert job is not None and job.submitted_at is not None
     await world.wait_for_job()
-    await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once()
+    await Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0).resume_once(
+        wait=True
+    )
     await world.assert_answered_once()
     build = world.client.build(JOB_ID)
     assert build is not None and build["submissions"] == 1
@@ -205,7 +209,9 @@ async def test_a_refused_submission_is_retried_and_the_build_runs_once(store_url
             assert await submit_pass(world) == [JOB_ID]
             assert await submit_pass(world) == []  # accepted: nothing more to do
             await world.wait_for_job()
-            await Resumer(make_runner(store, "worker-B", world.builder), gather=0.0).resume_once()
+            await Resumer(make_runner(store, "worker-B", world.builder), gather=0.0).resume_once(
+                wait=True
+            )
             events = await world.events()
             answers = [r for e in events if e.author == "user" for r in e.get_function_responses()]
             assert len(answers) == 1 and texts_of(events).count(READY) == 1
@@ -255,3 +261,31 @@ async def test_the_worker_killed_around_the_submission_is_submitted_by_a_fresh_p
     assert [r["changed"] for r in world.receiver.received].count(True) == 1
     expected = ["worker-A", "worker-B"] if point.endswith("confirm") else ["worker-B"]
     assert world.submitters() == expected and world.client.acts() == len(expected)
+
+
+async def test_a_resume_pass_never_blocks_behind_a_run_a_dead_worker_left(world: World) -> None:
+    """Issue 41: the worker is killed after it started the job with its call; the
+    completion arrives while its run is still RUNNING under the dead worker's
+    lease (30 s). A resumer pass submits the answer and returns at once; the
+    answer's run waits for its turn in a task of its own and is driven once
+    recovery has ended the orphan."""
+    killed = await example(
+        "run", "--db", world.url, "--builder", world.builder, crash_at="long_running.after_submit"
+    )
+    assert killed.returncode == 137, killed.stderr
+    await world.wait_for_job()  # the completion is delivered
+    ledger = RunLedger(world.store)
+    (orphan,) = await ledger.list_runs(status=RunStatus.RUNNING)
+    resumer = Resumer(make_runner(world.store, "worker-B", world.builder), gather=0.0)
+    passed = await asyncio.wait_for(resumer.resume_once(), 10)  # not behind the 30 s lease
+    assert [(r.job_ids, r.status) for r in passed] == [((JOB_ID,), RunStatus.QUEUED)]
+    assert await asyncio.wait_for(resumer.resume_once(), 10) == []  # the next pass too
+    assert (await ledger.get(orphan.run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    await ledger.backdate(orphan.run_id, 3600)  # the dead worker's lease runs out
+    from durable_adk.adk.loops.recovery import Sweeper
+
+    await Sweeper(resumer.runner).recover_once()
+    ended = await asyncio.wait_for(resumer.wait(), 60)
+    assert [(r.job_ids, r.status) for r in ended] == [((JOB_ID,), RunStatus.DONE)]
+    await world.assert_answered_once()
+    assert world.submitters() == ["worker-A"]  # submitted once, by the worker that died

@@ -209,9 +209,9 @@ class Background:
         cancelled = await self.sweeper.cancel_expired()
         recoveries = await self.sweeper.recover_once(cancel_expired=False)
         submitted = await self.submitter.submit_once()
-        expired = await self.expiry.expire_once()
+        expired = await self.expiry.expire_once(wait=True)
         woken = await self.waker.wake_due()  # the resumer below answers them
-        resumed = await self.resumer.resume_once()
+        resumed = await self.resumer.resume_once(wait=True)  # a one-off pass drives them
         sagas = await self.sweep_sagas_once()
         interrupts = await self.inbox.expire_once()
         ticks = await self.scheduler.poll_once(wait=True)
@@ -300,5 +300,6 @@ class Background:
             except errors.StoreError as exc:  # it drops out after one missed beat anyway
                 logger.warning("could not record that worker %s left: %s", path.worker_id, exc)
         await self.scheduler.stop()
+        await self.resumer.stop()
         if self.runner.background is self:
             self.runner.background = None

@@ -18,6 +18,12 @@ so the invocation that made the call continues. Guarantees:
   resume repeated after a crash between the two writes still answers once.
 * **In turn.** The answer waits ``QUEUED`` behind the session's current run
   (the per-session queue): it never interleaves with a user's turn.
+* **A pass never blocks behind one run.** A pass submits each answer and
+  returns; each answer's run is driven in a task of its own, which waits for
+  its turn in the session's queue (behind a run a dead worker left RUNNING,
+  until recovery ends that one). The jobs behind it, in this pass or the
+  next, are answered meanwhile. ``resume_once(wait=True)`` (a one-off pass,
+  ``durable-adk recover``) drives them to their end before returning.
 * **Exactly the call.** The answer is a ``FunctionResponse`` with the call's
   id and the tool's name, sent as a user message of the invocation that made
   the call. Jobs of one invocation that are ready together (the claim waits
@@ -52,7 +58,7 @@ from durable_adk.adk.runs.path import HasRunPath
 from durable_adk.adk.tools.long_running import DurableLongRunningTool, long_running_tools
 from durable_adk.faults import crash_point
 from durable_adk.tables.jobs import DEFAULT_EXPIRED_RESULT, Job, JobTable
-from durable_adk.tables.ledger import RunStatus
+from durable_adk.tables.ledger import Run, RunStatus
 
 logger = logging.getLogger("durable_adk.resume")
 
@@ -142,14 +148,24 @@ class Resumer:
         self.batch = batch
         self.interval = interval
         self.on_event = on_event
+        self._drives: set[asyncio.Task[Resumption]] = set()
 
     @property
     def owner(self) -> str:
         """The name this resumer claims jobs under."""
         return self.runner.worker_id
 
-    async def resume_once(self) -> list[Resumption]:
-        """Claims ready jobs and answers their calls; returns one entry per run."""
+    async def resume_once(self, *, wait: bool = False) -> list[Resumption]:
+        """Claims ready jobs and submits their answers; returns one entry per run.
+
+        Args:
+            wait: Drive the answers' runs to their end before returning (a
+                one-off pass; each entry's ``status`` is then the run's end).
+                Else each run is driven in a task of its own, which waits for
+                its turn in its session's queue, and the pass returns at once
+                (``status``: the run's status when it was submitted): a run
+                that cannot have its turn yet never holds up the pass.
+        """
         claimed = await self.jobs.claim_for_resume(
             self.owner,
             app_name=self.runner.app_name,
@@ -164,10 +180,26 @@ class Resumer:
         for job in claimed:
             key = (job.user_id or "", job.session_id or "", job.invocation_id or "")
             groups.setdefault(key, []).append(job)
-        done = await asyncio.gather(*(self._resume(group) for group in groups.values()))
+        done = await asyncio.gather(*(self._resume(group, wait) for group in groups.values()))
         return [r for r in done if r is not None]
 
-    async def _resume(self, jobs: Sequence[Job]) -> Resumption | None:
+    async def wait(self) -> list[Resumption]:
+        """Waits for the answers' runs this resumer is driving to end; returns them."""
+        ended: list[Resumption] = []
+        while self._drives:
+            results = await asyncio.gather(*list(self._drives), return_exceptions=True)
+            ended.extend(r for r in results if isinstance(r, Resumption))
+        return ended
+
+    async def stop(self) -> None:
+        """Stops driving the answers' runs (each is on the ledger: its lease runs out and
+        recovery delivers it)."""
+        drives, self._drives = self._drives, set()
+        for task in drives:
+            task.cancel()
+        await asyncio.gather(*drives, return_exceptions=True)
+
+    async def _resume(self, jobs: Sequence[Job], wait: bool) -> Resumption | None:
         first = jobs[0]
         assert first.user_id and first.session_id and first.invocation_id
         content = types.Content(role="user", parts=[response_part(j, answer_of(j)) for j in jobs])
@@ -197,12 +229,26 @@ class Resumer:
         # The answer is on the ledger: recovery delivers it even if we die now.
         await self.jobs.mark_resumed(self.owner, jobs, run.run_id)
         crash_point("resume.after_mark")
+        task = asyncio.create_task(
+            self._drive(run, content, jobs), name=f"durable-adk-resume-{run.run_id}"
+        )
+        self._drives.add(task)
+        task.add_done_callback(self._drives.discard)
+        if wait:
+            return await task
+        return Resumption(run.run_id, first.session_id, first.invocation_id, ids, run.status)
+
+    async def _drive(self, run: Run, content: types.Content, jobs: Sequence[Job]) -> Resumption:
+        """Drives one answer's run when its turn comes; how it ended, as a Resumption."""
+        first = jobs[0]
+        assert first.session_id and first.invocation_id
+        ids = tuple(j.job_id for j in jobs)
 
         async def emit(event: Event) -> None:
             await _emit(self.on_event, first, event)
 
         try:
-            outcome = await path.drive_submitted(run, content, resume=True, on_event=emit)
+            outcome = await self.runner.drive_submitted(run, content, resume=True, on_event=emit)
         except errors.VersionElsewhere as exc:  # a worker of the invocation's version goes on
             logger.info("resume run %s: %s", run.run_id, exc)
             return Resumption(run.run_id, first.session_id, first.invocation_id, ids, None)
@@ -231,8 +277,11 @@ class Resumer:
     @contextlib.asynccontextmanager
     async def serve(self) -> AsyncIterator[Resumer]:
         """Runs a pass every ``interval`` seconds until the block exits."""
-        async with periodically(self.interval, self.resume_once, "resume"):
-            yield self
+        try:
+            async with periodically(self.interval, self.resume_once, "resume"):
+                yield self
+        finally:
+            await self.stop()
 
 
 class Submitter:
@@ -388,8 +437,12 @@ class ExpirySweeper:
         self.batch = batch
         self.interval = interval
 
-    async def expire_once(self) -> list[Job]:
-        """Expires what is past its deadline, cancels it, resumes it; returns the expired jobs."""
+    async def expire_once(self, *, wait: bool = False) -> list[Job]:
+        """Expires what is past its deadline, cancels it, resumes it; returns the expired jobs.
+
+        Args:
+            wait: Drive the answers' runs to their end (``Resumer.resume_once``).
+        """
         expired = await self.jobs.expire(result=self.result, limit=self.batch)
         for job in expired:
             tool = self.tools.get(job.tool_name)
@@ -400,7 +453,7 @@ class ExpirySweeper:
             except Exception:
                 logger.exception("cancel hook of %s failed for job %s", job.tool_name, job.job_id)
         if expired and self.resumer is not None:
-            await self.resumer.resume_once()
+            await self.resumer.resume_once(wait=wait)
         return expired
 
     @contextlib.asynccontextmanager

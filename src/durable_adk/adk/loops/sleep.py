@@ -314,11 +314,16 @@ class Waker:
             logger.info("woke %d timer(s): %s", len(woken), ", ".join(j.job_id for j in woken))
         return woken
 
-    async def wake_once(self) -> list[Job]:
-        """Wakes the timers due now (database clock) and resumes their calls; returns them."""
+    async def wake_once(self, *, wait: bool = False) -> list[Job]:
+        """Wakes the timers due now (database clock) and resumes their calls; returns them.
+
+        Args:
+            wait: Drive the wake-ups' runs to their end (``Resumer.resume_once``);
+                else the pass returns once they are submitted.
+        """
         woken = await self.wake_due()
         if woken and self.resumer is not None:
-            await self.resumer.resume_once()
+            await self.resumer.resume_once(wait=wait)
         return woken
 
     @contextlib.asynccontextmanager
