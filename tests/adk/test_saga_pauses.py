@@ -119,3 +119,57 @@ async def test_a_saga_stage_waiting_on_a_job_starts_the_job_before_pausing(
     state = await session_state(runner)
     assert state["saga_status"] == "compensated"
     assert inventory.acts("reservations", "release") == 1 and len(releases.calls) == 1
+
+
+async def test_a_saga_stage_asking_for_confirmation_pauses_and_goes_on_when_approved(
+    store: Store, inventory: FakeService
+) -> None:
+    from google.adk.tools.function_tool import FunctionTool
+    from google.genai import types
+
+    client = ResourceClient(inventory.url, "reservations")
+    approved: list[str] = []
+
+    def approve_order(order_id: str) -> dict[str, str]:
+        """Approves the order (a person confirms first)."""
+        approved.append(order_id)
+        return {"approved": order_id}
+
+    model = ScriptedModel({"approval": [Call("approve_order", {"order_id": "O-1"}), Say("ok")]})
+    wait = LlmAgent(
+        name="approval",
+        model=model,
+        tools=[FunctionTool(approve_order, require_confirmation=True)],
+    )
+    saga, releases = order_saga(client, wait)
+    runner = DurableRunner(app=saga, app_name="shop", store=store, queue_poll=0.02)
+    async for _ in runner.run(user_id="u", session_id="s", message="order a lamp"):
+        pass
+    (paused,) = await runner.ledger.list_runs()
+    assert paused.status is RunStatus.PAUSED and approved == []
+    session = await runner.sessions.get_session(app_name="shop", user_id="u", session_id="s")
+    assert session is not None
+    (request,) = [
+        c
+        for e in session.events
+        for c in e.get_function_calls()
+        if c.name == "adk_request_confirmation"
+    ]
+    approval = types.Content(
+        role="user",
+        parts=[
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=request.id, name=request.name, response={"confirmed": True}
+                )
+            )
+        ],
+    )
+    async for _ in runner.run(
+        user_id="u", session_id="s", message=approval, invocation_id=paused.invocation_id
+    ):
+        pass
+    assert approved == ["O-1"]  # the stage went on once approved
+    state = await session_state(runner)
+    assert state["saga_status"] == "compensated"  # ship failed after it: the lamp is released
+    assert inventory.acts("reservations", "release") == 1 and len(releases.calls) == 1
