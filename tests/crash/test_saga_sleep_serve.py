@@ -40,19 +40,25 @@ def inventory(tmp_path: Path) -> Iterator[FakeService]:
         yield service
 
 
-def serve(url: str, worker: str, inventory: FakeService) -> tuple[subprocess.Popen[str], str]:
+def serve(
+    url: str,
+    worker: str,
+    inventory: FakeService | None,
+    *,
+    spec: str = "saga_sleep_app:app",
+    extra: tuple[str, ...] = (),
+) -> tuple[subprocess.Popen[str], str]:
+    """``durable-adk serve SPEC`` in a child process (run from this folder); its URL."""
     command = [
-        sys.executable, "-m", "durable_adk.cli", "serve", "saga_sleep_app:app",
+        sys.executable, "-m", "durable_adk.cli", "serve", spec,
         "--db", url, "--port", "0", "--token", TOKEN, "--worker-id", worker,
-        "--lease", "2", "--sweep-interval", "0.2",
+        "--lease", "2", "--sweep-interval", "0.2", *extra,
     ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), *sys.path])}
+    if inventory is not None:
+        env["DADK_INVENTORY_URL"] = inventory.url
     process = subprocess.Popen(
-        command,
-        env={**os.environ, "DADK_INVENTORY_URL": inventory.url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=HERE,
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE
     )
     assert process.stdout is not None
     deadline = time.monotonic() + 90
