@@ -105,3 +105,35 @@ async def test_a_sleep_node_is_not_in_the_inbox(store: Store) -> None:
     session = await runner.sessions.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="w")
     assert session is not None
     assert {"after": "woke"} in [e.output for e in session.events if e.output is not None]
+
+
+async def test_a_sleep_indexed_by_an_older_version_is_settled_not_denied(store: Store) -> None:
+    """A sleep's call an older worker put in the inbox, its deadline passed: the sweep of a
+    worker that knows the sleep tool takes it out of the inbox and denies nothing."""
+    runner = runner_for(store, build_agent(3600))
+    async for _ in runner.run(user_id=USER_ID, session_id="s", message=ASK):
+        pass
+    (paused,) = await runner.ledger.list_runs()
+    (timer,) = [j for j in await JobTable(store).list_jobs() if j.timer]
+    table = runner.path.interrupts
+    await table.open(
+        paused,
+        call_id=timer.function_call_id or "",
+        kind=InterruptKind.LONG_RUNNING,
+        name="durable_sleep",
+        args={"seconds": 3600},
+        deadline_seconds=1.0,
+    )  # as 906f6a7 indexed it
+    await table.backdate(timer.function_call_id or "", 60)
+    sweeper = InterruptSweeper(
+        store, app_name=APP_NAME, owner="w1", job_tools=runner.path.job_tools
+    )
+    assert await sweeper.expire_once() == []
+    assert await table.list_interrupts() == []
+    assert [r.status for r in await runner.ledger.list_runs()] == [RunStatus.PAUSED]
+    await wake_all(runner, store)
+    session = await runner.sessions.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s")
+    assert session is not None
+    answers = [r.response or {} for e in session.events for r in e.get_function_responses()]
+    assert [a.get("status") for a in answers] == ["sleeping", "woke"]
+    assert texts(list(session.events)).count(REMINDER) == 1

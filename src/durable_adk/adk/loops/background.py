@@ -155,7 +155,10 @@ class Background:
         self.progress = ProgressSender(runner, self.jobs, interval=s.progress_interval)
         # The default outcome (deny) is queued with no lease: the next recovery sweep drives it on.
         self.inbox = InterruptSweeper(
-            runner.store, app_name=runner.app_name, owner=runner.worker_id
+            runner.store,
+            app_name=runner.app_name,
+            owner=runner.worker_id,
+            job_tools=runner.path.job_tools,
         )
         self.sagas = sagas_of(runner.app.root_agent)
         for saga in self.sagas:

@@ -464,7 +464,15 @@ async def _record_answer(
 class InterruptSweeper:
     """Applies the default outcome (deny) to the interrupts whose deadline passed."""
 
-    def __init__(self, store: Store, *, app_name: str | None, owner: str, batch: int = 50) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        app_name: str | None,
+        owner: str,
+        batch: int = 50,
+        job_tools: Collection[str] = (),
+    ) -> None:
         """Creates the sweeper.
 
         Args:
@@ -473,16 +481,31 @@ class InterruptSweeper:
             owner: Who holds the runs it queues (with no lease: the next
                 recovery sweep of a worker serving the app drives them).
             batch: Most interrupts per pass.
+            job_tools: The app's job-backed tools: a call of theirs (or a
+                ``sleep_node``'s request) indexed before such calls left the
+                inbox is answered by its job or timer, never by a deadline:
+                it is settled out of the inbox instead.
         """
         self.table = InterruptTable(store)
         self.app_name = app_name
         self.owner = owner
         self.batch = batch
+        self.job_tools = frozenset(job_tools)
 
     async def expire_once(self) -> list[InboxAnswer]:
         """One pass: every due interrupt gets its default outcome, at most once."""
         done: list[InboxAnswer] = []
         for interrupt in await self.table.due(app_name=self.app_name, limit=self.batch):
+            if answered_by_a_job(interrupt.name, interrupt.call_id, self.job_tools):
+                # Indexed by an older version: a job or a timer answers it, not a person.
+                await self.table.settle(interrupt)
+                logger.info(
+                    "interrupt %s (%s) waits on its job or timer: left the inbox, no default "
+                    "outcome applied",
+                    interrupt.call_id,
+                    interrupt.name,
+                )
+                continue
             response = response_for(
                 interrupt,
                 decision="deny",
