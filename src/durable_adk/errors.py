@@ -21,6 +21,14 @@ class InvalidArgument(DurableError, ValueError):
     """An argument was rejected before anything was written."""
 
 
+class PayloadTooDeep(InvalidArgument):
+    """A value from outside is nested deeper than the store's limit (max_payload_depth)."""
+
+
+class PayloadTooLarge(InvalidArgument):
+    """A value from outside is larger than the store's limit (max_payload_bytes)."""
+
+
 class StoreError(DurableError):
     """The database failed an operation."""
 

@@ -11,7 +11,8 @@ Guarantees:
   time. The timestamp must lie within ``window`` seconds of now, so a
   captured request cannot be replayed later.
 * A bad or missing signature (401), a stale timestamp (401), a malformed body
-  (400) or an unknown job (404) raises before anything is written, and the
+  (400), an unknown job (404) or a result nested deeper (422) or larger (413)
+  than the store's payload limits raises before anything is written, and the
   error's message says which.
 * A valid completion goes through :meth:`~durable_adk.tables.jobs.JobTable.complete`:
   a duplicate or late delivery is answered 200 like the first, and changes
@@ -70,6 +71,18 @@ class UnknownJob(WebhookError):
     """The webhook names a job that does not exist."""
 
     status = 404
+
+
+class TooDeep(WebhookError):
+    """The webhook's result is nested deeper than the store's limit (max_payload_depth)."""
+
+    status = 422
+
+
+class TooLarge(WebhookError):
+    """The webhook's result is larger than the store's limit (max_payload_bytes)."""
+
+    status = 413
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +177,8 @@ def parse(body: bytes) -> tuple[str, JobState, Any]:
         payload = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MalformedBody(f"body is not JSON: {exc}") from exc
+    except RecursionError:
+        raise TooDeep("the body is nested too deep to parse; nothing was stored") from None
     if not isinstance(payload, dict):
         raise MalformedBody("body must be a JSON object")
     job_id = payload.get("job_id")
@@ -207,8 +222,10 @@ async def handle_job_webhook(
         What it did; a duplicate or late result is accepted with ``changed=False``.
 
     Raises:
-        WebhookError: ``BadSignature``, ``StaleTimestamp``, ``MalformedBody``
-            or ``UnknownJob``, each with its HTTP ``status``; nothing was written.
+        WebhookError: ``BadSignature``, ``StaleTimestamp``, ``MalformedBody``,
+            ``UnknownJob``, ``TooDeep`` (422) or ``TooLarge`` (413: the result
+            past the store's :class:`~durable_adk.limits.PayloadLimits`), each
+            with its HTTP ``status``; nothing was written.
     """
     try:
         verify(secret, headers, body, now, window=window)
@@ -217,6 +234,10 @@ async def handle_job_webhook(
             done = await jobs.complete(job_id, state, result)
         except JobNotFound as exc:
             raise UnknownJob(f"no job {job_id!r}") from exc
+        except errors.PayloadTooDeep as exc:
+            raise TooDeep(str(exc)) from exc
+        except errors.PayloadTooLarge as exc:
+            raise TooLarge(str(exc)) from exc
         except errors.InvalidArgument as exc:
             raise MalformedBody(str(exc)) from exc
     except WebhookError:

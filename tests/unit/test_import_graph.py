@@ -146,6 +146,7 @@ FLOORS: list[set[str]] = [
         "durable_adk._moved",
         "durable_adk.errors",
         "durable_adk.faults",
+        "durable_adk.limits",
         "durable_adk.ids",
         "durable_adk.metrics",
         "durable_adk.runlog",

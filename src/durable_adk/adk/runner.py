@@ -460,6 +460,8 @@ class DurableRunner:
             durable_adk.errors.Conflict: The message answers a pause that was
                 already answered (each pause takes one answer); nothing is written.
         """
+        if state_delta:
+            self.path.store.limits.check(state_delta, "the run's state_delta")
         await self._require_session(user_id, session_id)
         run, content = await self.path.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
@@ -572,6 +574,8 @@ class DurableRunner:
                 "run_async needs new_message, or invocation_id to resume an invocation"
             )
         path = self.path
+        if state_delta:
+            path.store.limits.check(state_delta, "the run's state_delta")
         await self._require_session(user_id, session_id)
         chosen: str | None = None
         if new_message is None:

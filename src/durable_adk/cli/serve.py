@@ -14,6 +14,7 @@ from durable_adk.cli.options import (
     ServicesOpt,
     _fail,
 )
+from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact
 
@@ -74,6 +75,19 @@ def serve(
     max_message_chars: Annotated[
         int, typer.Option(min=1, help="Longest user message text a run accepts (else 422).")
     ] = 100_000,
+    max_payload_depth: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_DEPTH_CEILING,
+            help="Deepest nesting of a stored value from outside: a job's result, an answer, "
+            "a message, a tool's result (else 422).",
+        ),
+    ] = DEFAULT_MAX_DEPTH,
+    max_payload_bytes: Annotated[
+        int,
+        typer.Option(min=1, help="Largest stored value from outside, as JSON (else 413)."),
+    ] = DEFAULT_MAX_BYTES,
     webhook_secret: Annotated[
         str | None,
         typer.Option(envvar="DURABLE_ADK_WEBHOOK_SECRET", help="Enables POST /webhooks/jobs."),
@@ -132,6 +146,8 @@ def serve(
             drain_seconds=drain_seconds,
             max_body_bytes=max_body_bytes,
             max_message_chars=max_message_chars,
+            max_payload_depth=max_payload_depth,
+            max_payload_bytes=max_payload_bytes,
             webhook_secret=webhook_secret,
             interrupt_deadlines=tuple(deadlines),
             streaming=streaming,

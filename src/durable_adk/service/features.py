@@ -58,6 +58,8 @@ _WEBHOOK_CODES: tuple[tuple[type[webhooks.WebhookError], str], ...] = (
     (webhooks.StaleTimestamp, "stale_timestamp"),
     (webhooks.UnknownJob, "not_found"),
     (webhooks.MalformedBody, "malformed_body"),
+    (webhooks.TooDeep, "payload_too_deep"),
+    (webhooks.TooLarge, "payload_too_large"),
 )
 
 
@@ -309,7 +311,14 @@ def add_routes(router: APIRouter, store: Store, metrics: Metrics) -> None:
         "/jobs/{job_id}/complete",
         response_model=CompletionOut,
         tags=["jobs"],
-        responses={404: {"model": ErrorOut, "description": "Unknown job."}},
+        responses={
+            404: {"model": ErrorOut, "description": "Unknown job."},
+            413: {"model": ErrorOut, "description": "A result over max_payload_bytes."},
+            422: {
+                "model": ErrorOut,
+                "description": "A result nested deeper than max_payload_depth.",
+            },
+        },
     )
     async def complete_route(job_id: JobId, body: CompleteJobIn) -> CompletionOut:
         """Ends a job with its result, as a webhook would; the first result wins."""
@@ -340,7 +349,8 @@ def mount_webhooks(app: FastAPI, store: Store, metrics: Metrics, secret: str | N
                 (400, "Malformed completion."),
                 (401, "Bad signature or stale timestamp."),
                 (404, "Unknown job."),
-                (413, "Body too large."),
+                (413, "Body too large, or a result over max_payload_bytes."),
+                (422, "A result nested deeper than max_payload_depth."),
             )
         },
         openapi_extra={

@@ -38,6 +38,8 @@ _STATUS_BY_ERROR: tuple[tuple[type[errors.DurableError], int, str], ...] = (
     (errors.VersionElsewhere, 409, "version_elsewhere"),
     (errors.Fenced, 409, "fenced"),
     (errors.Draining, 503, "draining"),
+    (errors.PayloadTooLarge, 413, "payload_too_large"),
+    (errors.PayloadTooDeep, 422, "payload_too_deep"),
     (errors.InvalidArgument, 422, "invalid_argument"),
     (errors.DatabaseBusy, 503, "store_busy"),
     (errors.StoreUnavailable, 503, "store_unavailable"),

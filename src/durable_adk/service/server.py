@@ -159,7 +159,7 @@ async def serve(
         on_ready: Called once the socket listens (tests read the port here).
         log_level: uvicorn's log level.
     """
-    async with open_store(settings.db) as store:
+    async with open_store(settings.db, limits=settings.payload_limits) as store:
         worker = Worker(app=app, store=store, settings=settings, metrics=metrics)
         http = create_app(worker)
         config = uvicorn.Config(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from durable_adk import errors
 from durable_adk.adk.loops.every import require_positive
 from durable_adk.adk.runs.policy import DEFAULT_POLICY
+from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, PayloadLimits
 
 if TYPE_CHECKING:
     from durable_adk.adk.services.app_services import AppServices
@@ -51,6 +52,14 @@ class ServiceSettings:
             finish before their leases are handed back.
         max_body_bytes: Larger request bodies are refused with 413.
         max_message_chars: Longest user message a run accepts.
+        max_payload_depth: The deepest nesting (objects and arrays) of a value
+            from outside the worker stores: a job's result, a webhook's, an
+            answer, a run's message, a tool's result, a state delta (deeper:
+            422 ``payload_too_deep``; at most
+            :data:`durable_adk.limits.MAX_DEPTH_CEILING`).
+        max_payload_bytes: The largest such value, as compact JSON (larger:
+            413 ``payload_too_large``). A request body is capped first by
+            ``max_body_bytes``.
         webhook_secret: The HMAC secret of the job-completion webhook (None:
             no webhook route).
         resume_interval: Seconds between passes of the job resumer.
@@ -89,6 +98,8 @@ class ServiceSettings:
     drain_seconds: float = 10.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_message_chars: int = 100_000
+    max_payload_depth: int = DEFAULT_MAX_DEPTH
+    max_payload_bytes: int = DEFAULT_MAX_BYTES
     webhook_secret: str | None = field(default=None, repr=False)
     resume_interval: float = 1.0
     expiry_interval: float = 30.0
@@ -131,5 +142,11 @@ class ServiceSettings:
             )
         if any(seconds <= 0 for _, seconds in self.interrupt_deadlines):
             raise errors.InvalidArgument("interrupt deadlines must be > 0 seconds")
+        PayloadLimits(self.max_payload_depth, self.max_payload_bytes)  # refuses bad bounds
         if not 0 <= self.port <= 65535:
             raise errors.InvalidArgument(f"port must be 0..65535, got {self.port}")
+
+    @property
+    def payload_limits(self) -> PayloadLimits:
+        """``max_payload_depth`` and ``max_payload_bytes`` as the store's limits."""
+        return PayloadLimits(self.max_payload_depth, self.max_payload_bytes)

@@ -103,11 +103,13 @@ class Worker:
 
         Args:
             app: The ADK App (resumable) or bare root agent this worker serves.
-            store: The open store (the caller closes it).
+            store: The open store (the caller closes it); its payload limits
+                become the settings' (``max_payload_depth``, ``max_payload_bytes``).
             settings: Lease, recovery and drain settings.
             metrics: Where metrics and spans go (default: a registry of its own).
         """
         self.settings = settings
+        store.limits = settings.payload_limits
         self.store = store
         self.metrics = metrics or Metrics()
         self.sessions = TimedSessionService(store, metrics=self.metrics)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
 
 from durable_adk import errors
+from durable_adk.limits import PayloadLimits
 from durable_adk.store.base import Params, Row, Store
 from durable_adk.store.migrate import check_schema, latest_version, upgrade
 from durable_adk.store.sqlite import SqliteStore
@@ -41,12 +42,17 @@ __all__ = [
 ]
 
 
-async def connect(url: str = DEFAULT_URL, **options: Any) -> Store:
+async def connect(
+    url: str = DEFAULT_URL, *, limits: PayloadLimits | None = None, **options: Any
+) -> Store:
     """Opens a store without checking its schema (for ``db upgrade`` and tools).
 
     Args:
         url: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
             ``sqlite:///:memory:`` or ``postgresql://user@host:port/db``.
+        limits: How deep and how large a value from outside may be before it
+            is stored (default :data:`durable_adk.limits.DEFAULT_LIMITS`;
+            docs/service.md, "Payload limits").
         **options: Backend options (``busy_timeout_ms`` for SQLite;
             ``min_size``/``max_size``, ``command_timeout`` (seconds, default
             10) and ``acquire_timeout`` (seconds, default 5) for PostgreSQL,
@@ -72,10 +78,17 @@ async def connect(url: str = DEFAULT_URL, **options: Any) -> Store:
         StoreUnavailable: The database cannot be reached (with ``mode=ro``
             or ``mode=rw``: there is no database file at that path).
     """
+    if limits is not None and not isinstance(limits, PayloadLimits):
+        raise errors.InvalidArgument(f"limits must be PayloadLimits, not {type(limits).__name__}")
+    store: Store
     if url.startswith("sqlite:///"):
-        return await _sqlite_store(url, options).open()
-    check_url(url)
-    return await _postgres_store_class()(url, **options).open()
+        store = _sqlite_store(url, options)
+    else:
+        check_url(url)
+        store = _postgres_store_class()(url, **options)
+    if limits is not None:
+        store.limits = limits
+    return await store.open()
 
 
 def _sqlite_store(url: str, options: dict[str, Any]) -> SqliteStore:
@@ -104,15 +117,21 @@ def check_url(url: str) -> None:
 
 @asynccontextmanager
 async def open_store(
-    url: str = DEFAULT_URL, *, create_if_empty: bool = True, **options: Any
+    url: str = DEFAULT_URL,
+    *,
+    create_if_empty: bool = True,
+    limits: PayloadLimits | None = None,
+    **options: Any,
 ) -> AsyncIterator[Store]:
     """Opens a store, verifies its schema and closes it on exit.
+
+    ``limits`` bounds what is stored from outside (see :func:`connect`).
 
     An empty database gets the current schema. A database whose schema is behind
     raises :class:`~durable_adk.errors.SchemaBehind` naming
     ``durable-adk db upgrade``.
     """
-    store = await connect(url, **options)
+    store = await connect(url, limits=limits, **options)
     try:
         await check_schema(store, create_if_empty=create_if_empty)
         yield store

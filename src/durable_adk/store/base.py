@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from durable_adk.limits import DEFAULT_LIMITS, PayloadLimits
 from durable_adk.store.queries import Query
 from durable_adk.store.wakeups import Wakeups
 
@@ -42,6 +43,11 @@ class Store(abc.ABC):
     """Write transactions committed so far: a unit alone counts one, a group
     of units (:mod:`durable_adk.store.groups`) one in all. For tests and
     benches; a unit whose commit failed is not counted."""
+
+    limits: PayloadLimits = DEFAULT_LIMITS
+    """How deep and how large a value from outside may be before it is stored here:
+    every table, service and route on this store checks with it
+    (:mod:`durable_adk.limits`; set by ``open_store(..., limits=...)``)."""
 
     _queries: dict[str, Query]
     """The named queries this store runs: the packaged ones, loaded at open."""

@@ -502,6 +502,10 @@ class JobTable:
             JobNotFound: No such job (nothing is written).
             durable_adk.errors.InvalidArgument: Another state, or a result
                 that is not JSON.
+            durable_adk.errors.PayloadTooDeep: The result is nested deeper
+                than the store's limits allow (nothing is written).
+            durable_adk.errors.PayloadTooLarge: The result is larger than
+                they allow (nothing is written).
         """
         try:
             final = JobState(state)
@@ -511,6 +515,7 @@ class JobTable:
             raise errors.InvalidArgument(
                 f"a completion's state is SUCCEEDED, FAILED or CANCELLED, not {state!r}"
             )
+        self.store.limits.check(result, f"the result of job {job_id!r}")
         row = await self.store.fetchrow(
             "job_complete",
             {"job_id": job_id, "state": final.value, "result": _dumps(result, "result")},
@@ -541,6 +546,7 @@ class JobTable:
 
         Delivery is throttled separately (:meth:`claim_progress`).
         """
+        self.store.limits.check(progress, f"the progress of job {job_id!r}")
         return (
             await self.store.fetchrow(
                 "job_progress", {"job_id": job_id, "progress": _dumps(progress, "progress")}

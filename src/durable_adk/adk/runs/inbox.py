@@ -64,8 +64,6 @@ DECISIONS = ("approve", "deny")
 ANY_TOOL = "*"
 """The key of :class:`DurableRunner`'s ``interrupt_deadlines`` that applies to every call."""
 
-MAX_PAYLOAD_CHARS = 100_000
-
 
 def kind_of(name: str, call_id: str = "") -> InterruptKind:
     """The kind of interrupt a call of ``name`` with id ``call_id`` is.
@@ -218,10 +216,8 @@ def response_for(
             text = json.dumps(payload)
         except (TypeError, ValueError) as exc:
             raise errors.InvalidArgument(f"the payload must be JSON: {exc}") from None
-        if len(text) > MAX_PAYLOAD_CHARS or "\\u0000" in text:
-            raise errors.InvalidArgument(
-                f"the payload must be at most {MAX_PAYLOAD_CHARS} characters of JSON, no NUL"
-            )
+        if "\\u0000" in text:
+            raise errors.InvalidArgument("the payload must be JSON without NUL")
     if interrupt.kind is InterruptKind.CONFIRMATION:
         if decision is None:
             raise errors.InvalidArgument(
@@ -337,10 +333,14 @@ async def answer_interrupt(
             session by another path (nothing changed).
         InvalidArgument: The wrong kind of answer, a payload that is not
             JSON, a bad ``by`` or ``reason`` (nothing changed).
+        PayloadTooDeep, PayloadTooLarge: A payload past the store's
+            :class:`~durable_adk.limits.PayloadLimits` (nothing changed).
     """
     check_id("by", by)
     if reason is not None and (len(reason) > 2000 or "\x00" in reason):
         raise errors.InvalidArgument("reason must be at most 2000 characters, no NUL")
+    if payload is not None:
+        store.limits.check(payload, f"the answer to {call_id!r}")
     table = InterruptTable(store)
     interrupt, now = await find_interrupt(table, call_id, app_name=app_name, session_id=session_id)
     refused = _refusal(interrupt, now)

@@ -284,12 +284,17 @@ async def resolve_run(
             has no unanswered call, another run of its session is RUNNING, or
             it changed while being resolved (nothing changed).
         InvalidArgument: Unknown or missing call ids, a result that is not
-            JSON, a bad ``by`` or ``reason`` (nothing changed).
+            JSON, a bad ``by`` or ``reason``, a result past the store's
+            :class:`~durable_adk.limits.PayloadLimits` (nothing changed).
     """
     check_id("by", by)
     reason = _check_reason(reason)
     if (results is None) == (result is None):
         raise errors.InvalidArgument("give exactly one of 'result' and 'results'")
+    given = {"": result} if results is None else dict(results)
+    for call_id, value in given.items():
+        what = f"the result for call {call_id!r}" if call_id else "the result"
+        ledger.store.limits.check(value, f"{what} resolving run {run_id!r}")
     run = await _get(ledger, run_id)
     if run.status is RunStatus.FAILED:
         closed = await _abandoned(ledger, run_id)

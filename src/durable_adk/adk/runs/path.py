@@ -68,9 +68,11 @@ from durable_adk.adk.shapes.parallel import refuse_parallel_pauses
 from durable_adk.adk.tools import agent_tools
 from durable_adk.adk.tools.journaling import is_journaled
 from durable_adk.adk.tools.long_running import long_running_tools
+from durable_adk.adk.tools.result_limits import ResultLimitsPlugin
 from durable_adk.adk.tools.workflow_nodes import guard_function_nodes, node_kinds
 from durable_adk.fencing.fence import RunFence
 from durable_adk.fencing.leases import LeaseKeeper
+from durable_adk.limits import MESSAGE_ENVELOPE
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.schedules import Schedule
 from durable_adk.tables.interrupts import InterruptTable
@@ -135,7 +137,9 @@ def durable_app(
     without resumability gets it turned on (logged once per app: durable runs
     depend on it, docs/runs.md). The barrier plugin comes before every other
     plugin (ADK runs plugin callbacks in order and stops at the first that
-    answers), so no plugin acts for an event that is not yet stored.
+    answers), so no plugin acts for an event that is not yet stored; the
+    result limits plugin (:mod:`durable_adk.adk.tools.result_limits`) comes
+    next, so it sees each tool's own result.
     """
     with warnings.catch_warnings():
         # ADK flags resumability as experimental; durable runs depend on it by design.
@@ -152,12 +156,14 @@ def durable_app(
                 app.name,
             )
         app = app.model_copy(update={"resumability_config": resumable})
-    ours = [p for p in plugins if not isinstance(p, BarrierPlugin)]
+    first = (BarrierPlugin, ResultLimitsPlugin)
+    ours = [p for p in plugins if not isinstance(p, first)]
     barrier = [p for p in plugins if isinstance(p, BarrierPlugin)]
-    theirs = [p for p in (app.plugins or []) if not isinstance(p, BarrierPlugin)]
+    limits = [p for p in plugins if isinstance(p, ResultLimitsPlugin)]
+    theirs = [p for p in (app.plugins or []) if not isinstance(p, first)]
     for plugin in barrier:
         plugin.see_plugins([*theirs, *ours])
-    return app.model_copy(update={"plugins": [*barrier, *theirs, *ours]})
+    return app.model_copy(update={"plugins": [*barrier, *limits, *theirs, *ours]})
 
 
 def only_answers(message: types.Content) -> bool:
@@ -214,7 +220,8 @@ class RunPath:
     ) -> None:
         """Builds the path; DurableRunner's arguments of the same names are documented there."""
         commits = check_commit_mode(commits)
-        extra = [BarrierPlugin()] if commits == "barrier" else []
+        extra: list[BasePlugin] = [BarrierPlugin()] if commits == "barrier" else []
+        extra.append(ResultLimitsPlugin(store.limits))
         app = durable_app(app, app_name=app_name, plugins=[*extra, *plugins])
         # Never an effect unguarded: shapes whose pauses or sagas would live in
         # an AgentTool's throw-away session are refused here, loudly.
@@ -375,7 +382,9 @@ class RunPath:
         Raises:
             durable_adk.errors.InvalidArgument: An empty message, or a
                 continuation that is not made of function responses (or
-                answers a call the invocation never made).
+                answers a call the invocation never made), or a message past
+                the store's :class:`~durable_adk.limits.PayloadLimits`
+                (``PayloadTooDeep``, ``PayloadTooLarge``).
             durable_adk.errors.InvocationCancelled: The invocation was cancelled.
             durable_adk.errors.Conflict: A pause it answers was already answered.
             durable_adk.errors.NotFound: The invocation is not in the session.
@@ -387,11 +396,12 @@ class RunPath:
         )
         if not content.parts:
             raise errors.InvalidArgument("message has no parts")
+        self.store.limits.check(content, "the run's message", envelope=MESSAGE_ENVELOPE)
+        request = content.model_dump(mode="json", exclude_none=True)
         if invocation_id is not None:
             return await self.submit_answer(user_id, session_id, invocation_id, content), content
         if chosen_invocation_id is None or not only_answers(content):
             await self.refuse_if_drained()  # a new invocation: not on a drained version
-        request = content.model_dump(mode="json", exclude_none=True)
         if run_id is not None and (invocation_id or chosen_invocation_id):
             raise errors.InvalidArgument("a run id chosen in advance is only for a new invocation")
         if chosen_invocation_id is not None:

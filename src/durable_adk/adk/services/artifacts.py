@@ -240,6 +240,10 @@ class DurableArtifactService(BaseArtifactService):
                 f"artifact custom_metadata must be a dict, got {type(custom_metadata).__name__}."
             )
         try:
+            self.store.limits.check(custom_metadata or {}, "artifact custom_metadata")
+        except errors.InvalidArgument as exc:
+            raise ArtifactInputError(str(exc)) from exc
+        try:
             metadata = json.dumps(custom_metadata or {})
         except (TypeError, ValueError) as exc:
             raise ArtifactInputError(f"artifact custom_metadata is not JSON: {exc}") from exc

@@ -349,6 +349,8 @@ class DurableSessionService(BaseSessionService):
         check_id("session_id", session_id)
         if state is not None and not isinstance(state, Mapping):
             raise errors.InvalidArgument(f"state must be a dict, got {type(state).__name__}")
+        if state:
+            self.store.limits.check(dict(state), f"the initial state of session {session_id!r}")
         session_part, app_part, user_part = split_delta(state)
         initial = _loads_state(_dumps(session_part))
         now = time.time()
@@ -647,9 +649,16 @@ class DurableSessionService(BaseSessionService):
         try:
             data = event.model_dump_json(exclude_none=True)
         except pydantic_core.PydanticSerializationError as exc:
+            if "depth" in str(exc):
+                raise errors.PayloadTooDeep(
+                    f"event {event.id} is nested too deep to be stored as JSON; it was not stored"
+                ) from None
             raise errors.InvalidArgument(
                 f"event {event.id} cannot be stored as JSON: {exc}"
             ) from exc
+        # The last guard: the log stays readable on every worker, whatever the
+        # way a deep value reached the event (docs/service.md, "Payload limits").
+        self.store.limits.check_event(data, f"event {event.id} ({event.author})")
         # The delta as the JSON just written holds it (ADK's serializer turns a
         # non-JSON value into its string), so the fold equals a cold read's.
         written = event.actions.model_dump(mode="json", include={"state_delta"})
