@@ -20,6 +20,7 @@ import json
 import time
 from typing import Any
 
+import pydantic_core
 import pytest
 from op_support import park_in_store
 from svc_support import Service
@@ -131,7 +132,11 @@ async def test_a_job_result_past_the_limits_is_refused_and_the_job_stays_open(
     assert job["state"] == "STARTED" and job["result"] is None
 
     # At the limit: accepted, resumed, and the session loads on a fresh worker.
-    ok = {"state": "SUCCEEDED", "result": {"url": "q3.pdf", "tree": nested(DEFAULT_MAX_DEPTH - 1)}}
+    # At both limits at once: as deep and as large as allowed.
+    result = {"url": "q3.pdf", "tree": nested(DEFAULT_MAX_DEPTH - 1), "pad": ""}
+    result["pad"] = "x" * (MAX_BYTES - len(pydantic_core.to_json(result)))
+    assert len(pydantic_core.to_json(result)) == MAX_BYTES
+    ok = {"state": "SUCCEEDED", "result": result}
     done = await service.client.post(complete, json=ok)
     assert done.status_code == 200 and done.json()["changed"] is True, done.text
     deadline = time.monotonic() + 60
@@ -211,3 +216,17 @@ async def test_a_resolve_past_the_limits_leaves_the_run_parked(service: Service)
     assert await totals(service, "u1", "r1") == before
     run = (await service.client.get(f"/v1/runs/{parked.run_id}")).json()["run"]
     assert run["status"] == "PARKED"
+
+
+@pytest.mark.parametrize(
+    "service", [{"max_payload_bytes": MAX_BYTES, "max_body_bytes": 2 * MAX_BYTES}], indirect=True
+)
+async def test_the_body_limit_and_the_payload_limit_each_name_themselves(service: Service) -> None:
+    # Under the body limit, over the payload limit: the payload limit answers.
+    result = {"state": "SUCCEEDED", "result": large()}
+    response = await service.client.post("/v1/jobs/any/complete", json=result)
+    refused(response, 413, "payload_too_large", "max_payload_bytes")
+    # Over the body limit: refused before the body is read, naming that limit.
+    result = {"state": "SUCCEEDED", "result": {"blob": "x" * (2 * MAX_BYTES)}}
+    response = await service.client.post("/v1/jobs/any/complete", json=result)
+    refused(response, 413, "body_too_large", "limit of 8192 bytes")

@@ -211,6 +211,7 @@ class Resumer:
                 session_id=first.session_id,
                 message=content,
                 invocation_id=first.invocation_id,
+                checked=True,  # each job's result was checked by JobTable.complete
             )
         except errors.InvocationCancelled as exc:
             # A cancelled invocation takes no answer: the jobs are acknowledged
@@ -383,11 +384,12 @@ class ProgressSender:
             await _emit(self.on_event, job, event)
 
         try:
-            run, content = await self.runner.submit(
+            run, content = await self.runner.path.submit(
                 user_id=job.user_id,
                 session_id=job.session_id,
                 message=message,
                 invocation_id=job.invocation_id,
+                checked=True,  # the progress was checked by JobTable.progress
             )
             await self.runner.drive_submitted(run, content, resume=True, on_event=emit)
         except errors.Conflict:

@@ -361,6 +361,7 @@ class RunPath:
         invocation_id: str | None = None,
         chosen_invocation_id: str | None = None,
         run_id: str | None = None,
+        checked: bool = False,
     ) -> tuple[Run, types.Content]:
         """Records a run (the one submit), creating the session if missing.
 
@@ -375,6 +376,11 @@ class RunPath:
         ``run_id`` records a new run under an id chosen in advance (a
         schedule's tick carries it): a submit of an id already on the ledger
         records nothing and returns that run, so submitting twice is harmless.
+        The message is checked against the store's payload limits
+        (:mod:`durable_adk.limits`, the ``Content`` around its answers not
+        counted) unless ``checked``: the library's own answers (a job's
+        result, its progress) were checked when they came in, and one of them
+        wraps its value while several travel together.
 
         Returns:
             The run as recorded and the message as a Content.
@@ -396,7 +402,8 @@ class RunPath:
         )
         if not content.parts:
             raise errors.InvalidArgument("message has no parts")
-        self.store.limits.check(content, "the run's message", envelope=MESSAGE_ENVELOPE)
+        if not checked:
+            self.store.limits.check(content, "the run's message", envelope=MESSAGE_ENVELOPE)
         request = content.model_dump(mode="json", exclude_none=True)
         if invocation_id is not None:
             return await self.submit_answer(user_id, session_id, invocation_id, content), content
