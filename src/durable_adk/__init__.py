@@ -77,6 +77,10 @@ _EXPORTS: dict[str, str] = {
     "Conflict": "durable_adk.errors",
     "Draining": "durable_adk.errors",
     "InvocationCancelled": "durable_adk.errors",
+    "PayloadTooDeep": "durable_adk.errors",
+    "PayloadTooLarge": "durable_adk.errors",
+    # limits
+    "PayloadLimits": "durable_adk.limits",
     # fencing
     "check_lease": "durable_adk.fencing.fence",
     "RunFence": "durable_adk.fencing.fence",
@@ -171,6 +175,9 @@ __all__ = [
     "NotFound",
     "OrphanClass",
     "OutcomeUnknown",
+    "PayloadLimits",
+    "PayloadTooDeep",
+    "PayloadTooLarge",
     "ProgressSender",
     "Recovery",
     "Resumer",
@@ -286,6 +293,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         InvocationCancelled,
         LookupUnavailable,
         NotFound,
+        PayloadTooDeep,
+        PayloadTooLarge,
         RunCancelled,
         RunInterrupted,
         SchemaAhead,
@@ -301,6 +310,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         current_fence,
         fence_headers,
     )
+    from durable_adk.limits import PayloadLimits
     from durable_adk.store import DEFAULT_URL, Store, open_store
     from durable_adk.tables.interrupts import Interrupt, InterruptTable
     from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
