@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,14 +144,18 @@ class ServeProcess:
 
 
 def launch_serve(
-    db: str, *, worker_id: str, env: dict[str, str] | None = None
+    db: str,
+    *,
+    worker_id: str,
+    env: dict[str, str] | None = None,
+    options: Sequence[str] = (),
 ) -> subprocess.Popen[str]:
-    """Starts ``durable-adk serve`` on a free port (see :func:`wait_ready`)."""
+    """Starts ``durable-adk serve`` on a free port (see :func:`wait_ready`), with ``options``."""
     command = [
         sys.executable, "-m", "durable_adk.cli", "serve", APP,
         "--db", db, "--port", "0", "--token", TOKEN, "--worker-id", worker_id,
         "--lease", "2", "--sweep-interval", "0.2", "--idempotent-tool", "check_stock",
-        "--drain-seconds", "1",
+        "--drain-seconds", "1", *options,
     ]  # fmt: skip
     return subprocess.Popen(
         command,

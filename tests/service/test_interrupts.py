@@ -19,6 +19,7 @@ from test_operator import wait_status
 
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.demo.approvals_app import app as approvals_app
+from durable_adk.limits import DEFAULT_MAX_BYTES
 from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.ledger import RunLedger
 
@@ -242,7 +243,7 @@ async def test_a_long_running_call_found_by_recovery_is_answered_with_a_payload(
     for body, says in (
         ({"by": "ana", "decision": "approve"}, "not a confirmation: give a payload"),
         ({"by": "ana"}, "needs a payload"),
-        ({"by": "ana", "payload": "x" * 100_001}, ""),
+        ({"by": "ana", "payload": "x" * (DEFAULT_MAX_BYTES + 1)}, ""),
     ):
         refused = await service.client.post(url, json=body)
         assert refused.status_code in (413, 422) and says in refused.text, refused.text

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from typing import Any
 
+import httpx
 import pydantic_core
 import pytest
 from op_support import park_in_store
-from svc_support import Service
+from svc_support import AUTH, Service, launch_serve, wait_ready
 from test_interrupts import pause, state
 from test_jobs_flow import reporter
 from test_operator import wait_status
@@ -230,3 +232,24 @@ async def test_the_body_limit_and_the_payload_limit_each_name_themselves(service
     result = {"state": "SUCCEEDED", "result": {"blob": "x" * (2 * MAX_BYTES)}}
     response = await service.client.post("/v1/jobs/any/complete", json=result)
     refused(response, 413, "body_too_large", "limit of 8192 bytes")
+
+
+def test_durable_adk_serve_takes_the_limits_from_its_flags(store_url: str) -> None:
+    process = launch_serve(
+        store_url,
+        worker_id="limits",
+        options=["--max-payload-depth", "8", "--max-payload-bytes", "1000"],
+    )
+    served = wait_ready(process)
+    try:
+        with httpx.Client(base_url=served.base_url, headers=AUTH, timeout=30) as client:
+            complete = "/v1/jobs/nothing/complete"
+            deep = client.post(complete, json={"state": "SUCCEEDED", "result": nested(9)})
+            refused(deep, 422, "payload_too_deep", "limit of 8 (max_payload_depth)")
+            big = client.post(complete, json={"state": "SUCCEEDED", "result": "x" * 1000})
+            refused(big, 413, "payload_too_large", "limit of 1000 (max_payload_bytes)")
+            within = client.post(complete, json={"state": "SUCCEEDED", "result": nested(8)})
+            assert within.status_code == 404, within.text  # measured fine; no such job
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
