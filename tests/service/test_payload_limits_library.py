@@ -19,15 +19,18 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
+from google.adk.runners import Runner
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from op_support import park_in_store
 
-from durable_adk import errors, webhooks
+from durable_adk import DurableRunsPlugin, errors, webhooks
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs import inbox, operators
+from durable_adk.adk.servers.uri import DurableUriSessionService
 from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.result_limits import ERROR_CODE
@@ -236,3 +239,30 @@ async def test_a_model_whose_call_is_past_the_limits_ends_its_turn_with_an_error
     assert refused.error_code == ERROR_CODE and "max_payload_depth" in (refused.error_message or "")
     assert not any(e.get_function_calls() for e in events)
     assert run.status.value == "DONE", run
+
+
+async def test_under_adks_own_runner_the_durable_runs_plugin_answers_with_the_error_too(
+    store_url: str,
+) -> None:
+    seen: list[dict[str, Any]] = []
+    service = DurableUriSessionService(f"durable+{store_url}")
+    model = ScriptedModel({"tree": [Call("fetch_tree", {"depth": 250}, id="c1"), _reply(seen)]})
+    agent = LlmAgent(name="tree", model=model, tools=[fetch_tree])
+    runner = Runner(
+        app=App(name="tree", root_agent=agent, plugins=[DurableRunsPlugin()]),
+        session_service=service,
+    )
+    await service.create_session(app_name="tree", user_id="u", session_id="a1")
+    message = types.Content(role="user", parts=[types.Part(text="get the tree")])
+    try:
+        async for _ in runner.run_async(user_id="u", session_id="a1", new_message=message):
+            pass
+        (run,) = await RunLedger(service.store).list_runs()
+        assert run.status.value == "DONE"
+    finally:
+        await service.durable_runs.aclose()
+        await service.store.close()
+    (error,) = seen
+    assert "the result of tool 'fetch_tree'" in error["error"]
+    events = await fresh_events(store_url, "tree", "u", "a1")
+    assert [e.actions.state_delta for e in events if e.actions.state_delta] == [{"small": "kept"}]

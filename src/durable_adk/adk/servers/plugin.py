@@ -58,11 +58,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.adk.agents import BaseAgent
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
 from google.adk.workflow import BaseNode
 from google.genai import types
 
@@ -75,6 +79,7 @@ from durable_adk.adk.runs.ending import decide, record
 from durable_adk.adk.runs.policy import DEFAULT_POLICY
 from durable_adk.adk.services.app_services import AppServices, load_services
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.adk.tools.result_limits import ResultLimitsPlugin
 from durable_adk.fencing.fence import current_fence, using_fence
 from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 
@@ -408,6 +413,41 @@ class DurableRunsPlugin(BasePlugin):
             and isinstance(stamp, dict)
             and stamp.get("run_id") == fence.run_id
             and stamp.get("epoch") == fence.epoch
+        )
+
+    @staticmethod
+    def _limits(ic: InvocationContext) -> ResultLimitsPlugin | None:
+        """The payload limits of the run's store, as the run path applies them to outputs."""
+        service = ic.session_service
+        if not isinstance(service, DurableSessionService):
+            return None
+        return ResultLimitsPlugin(service.store.limits)
+
+    async def after_tool_callback(
+        self,
+        *,
+        tool: BaseTool,
+        tool_args: dict[str, Any],
+        tool_context: ToolContext,
+        result: dict[str, Any],
+    ) -> dict[str, Any] | None:
+        """A tool's output past the store's payload limits answers the model with an error."""
+        limits = self._limits(tool_context.get_invocation_context())
+        if limits is None:
+            return None
+        return await limits.after_tool_callback(
+            tool=tool, tool_args=tool_args, tool_context=tool_context, result=result
+        )
+
+    async def after_model_callback(
+        self, *, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> LlmResponse | None:
+        """A model's response past the store's payload limits becomes an error response."""
+        limits = self._limits(callback_context.get_invocation_context())
+        if limits is None:
+            return None
+        return await limits.after_model_callback(
+            callback_context=callback_context, llm_response=llm_response
         )
 
     async def on_user_message_callback(
