@@ -28,11 +28,10 @@ its compact UTF-8 JSON encoding, as the store writes it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
-
-import pydantic_core
 
 from durable_adk import errors
 
@@ -59,7 +58,7 @@ MODEL_ENVELOPE = 4
 """Levels of a model's ``Content`` around a function call's arguments."""
 
 _SCALARS = (str, int, float, bool, type(None))
-_CONTAINERS = (dict, list, tuple, set, frozenset)
+_SEQUENCES = (list, tuple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +108,10 @@ class PayloadLimits:
         if found > deepest:
             raise self._too_deep(what)
         try:
-            encoded = pydantic_core.to_json(value, serialize_unknown=True)
-        except (ValueError, pydantic_core.PydanticSerializationError) as exc:
-            if "depth" in str(exc):
-                raise self._too_deep(what) from None
+            encoded = _encoded(value, opaque=opaque)
+        except RecursionError:
+            raise self._too_deep(what) from None
+        if encoded is None:
             return  # not JSON at all: the caller's own check says so
         if opaque:
             found = json_depth(encoded.decode("utf-8", "replace"))
@@ -149,6 +148,29 @@ class PayloadLimits:
         )
 
 
+def _encoded(value: Any, *, opaque: bool) -> bytes | None:
+    """The compact UTF-8 JSON of a value (None if it has none; RecursionError if too deep).
+
+    Plain values (dicts, lists, scalars) are encoded by :mod:`json`: the core
+    runs without any dependency. Anything else (a model, a set, a datetime)
+    is encoded as pydantic encodes it when an event is stored; pydantic is
+    there whenever such a value is (it comes from the ADK layer).
+    """
+    if not opaque:
+        try:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError):
+            return None
+    import pydantic_core  # only values from the ADK layer get here
+
+    try:
+        return pydantic_core.to_json(value, serialize_unknown=True)
+    except (ValueError, pydantic_core.PydanticSerializationError) as exc:
+        if "depth" in str(exc):  # deeper than pydantic writes (about 254 levels)
+            raise RecursionError(str(exc)) from None
+        return None
+
+
 DEFAULT_LIMITS = PayloadLimits()
 """The limits a store has unless it was opened with others."""
 
@@ -158,8 +180,9 @@ def depth_of(value: Any, *, stop: int) -> tuple[int, bool]:
 
     Walks without recursion (a value too deep for Python's own recursion is
     still measured) and stops at ``stop``. The second result says whether an
-    object other than a dict, list, tuple, set or scalar was met (a model, a
-    dataclass): its depth is then measured on its JSON instead.
+    object other than a dict, list, tuple or scalar was met (a model, a
+    dataclass, a set): the value is then measured on its JSON as pydantic
+    writes it.
     """
     deepest = 0
     opaque = False
@@ -168,10 +191,13 @@ def depth_of(value: Any, *, stop: int) -> tuple[int, bool]:
         item, level = stack.pop()
         if isinstance(item, dict):
             children: Any = item.values()
-        elif isinstance(item, _CONTAINERS):
+        elif isinstance(item, _SEQUENCES):
             children = item
         elif isinstance(item, _SCALARS):
             continue
+        elif isinstance(item, (set, frozenset)):
+            opaque = True  # a list in JSON, but not to json.dumps
+            children = item
         else:
             opaque = True
             continue

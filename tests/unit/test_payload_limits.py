@@ -130,6 +130,12 @@ def test_check_names_the_limit_and_counts_depth_and_bytes() -> None:
     with pytest.raises(errors.PayloadTooDeep):
         PayloadLimits(max_depth=1).check(content, "a message", envelope=4)
     assert MESSAGE_ENVELOPE == 5
+    # A model deeper than pydantic writes is too deep, not "not JSON".
+    too_deep = types.Content(
+        parts=[types.Part(function_response=types.FunctionResponse(response={"k": nested(300)}))]
+    )
+    with pytest.raises(errors.PayloadTooDeep):
+        DEFAULT_LIMITS.check(too_deep, "a message", envelope=MESSAGE_ENVELOPE)
     # Deeper than Python's own recursion: measured without recursing, refused.
     with pytest.raises(errors.PayloadTooDeep):
         limits.check(nested(5000), "very deep")
