@@ -26,15 +26,18 @@ from google.adk.runners import Runner
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from op_support import park_in_store
+from test_unreadable_events import poisoned_session
 
 from durable_adk import DurableRunsPlugin, errors, webhooks
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs import inbox, operators
 from durable_adk.adk.servers.uri import DurableUriSessionService
 from durable_adk.adk.services.artifacts import DurableArtifactService
+from durable_adk.adk.services.repairs import repair_event, repairs_of
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.result_limits import ERROR_CODE
 from durable_adk.demo.approvals_app import app as approvals_app
+from durable_adk.demo.service_app import APP_NAME as STOCK_APP
 from durable_adk.limits import PayloadLimits
 from durable_adk.store import Store, open_store
 from durable_adk.tables.interrupts import InterruptStatus, InterruptTable
@@ -266,3 +269,22 @@ async def test_under_adks_own_runner_the_durable_runs_plugin_answers_with_the_er
     assert "the result of tool 'fetch_tree'" in error["error"]
     events = await fresh_events(store_url, "tree", "u", "a1")
     assert [e.actions.state_delta for e in events if e.actions.state_delta] == [{"small": "kept"}]
+
+
+async def test_a_repair_whose_replacement_is_past_the_limits_changes_nothing(
+    store_url: str,
+) -> None:
+    poison = await poisoned_session(store_url, "rp")
+    replacement = {
+        "content": {"role": "model", "parts": [{"text": "repaired"}]},
+        "custom_metadata": {"k": nested(100)},
+    }
+    where = {"app_name": STOCK_APP, "user_id": "u1", "session_id": "rp"}
+    async with open_store(store_url) as store:
+        sessions = DurableSessionService(store)
+        with pytest.raises(errors.PayloadTooDeep, match="replacement"):
+            await repair_event(
+                sessions, **where, event_id=poison.id, by="ops", reason="fix",
+                replacement=replacement,
+            )  # fmt: skip
+        assert await repairs_of(sessions, **where) == []

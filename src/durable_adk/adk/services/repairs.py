@@ -47,6 +47,7 @@ from durable_adk.adk.eventlog.unreadable import (
 from durable_adk.adk.services.fold import split_delta
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.ids import check_id
+from durable_adk.limits import EVENT_ENVELOPE
 from durable_adk.store.base import Row
 
 __all__ = ["REPAIRED_KEY", "EventRepair", "repair_event", "repairs_of", "unreadable_events"]
@@ -172,7 +173,8 @@ async def repair_event(
         Conflict: The event is readable, or it was repaired meanwhile
             (nothing changed).
         InvalidArgument: A bad ``by`` or ``reason``, or a replacement that is
-            not a readable event of that row (nothing changed).
+            not a readable event of that row, or one past the store's payload
+            limits (``PayloadTooDeep``, ``PayloadTooLarge``; nothing changed).
     """
     for name, value in (("app_name", app_name), ("user_id", user_id), ("session_id", session_id)):
         check_id(name, value)
@@ -185,6 +187,10 @@ async def repair_event(
         )
     if "\x00" in reason:
         raise errors.InvalidArgument("reason cannot hold a NUL character")
+    if replacement is not None:  # an event from outside: bounded like every other value
+        sessions.store.limits.check(
+            replacement, f"the replacement of event {event_id!r}", envelope=EVENT_ENVELOPE
+        )
     key = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
     row = await sessions.store.fetchrow("event_repair_target", {**key, "event_id": event_id})
     if row is None:
