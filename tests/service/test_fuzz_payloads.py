@@ -1,10 +1,11 @@
 """The routes that store, fuzzed with deep and large values; what they accept loads back (issue 47).
 
 Items 1 and 5, on both backends, against a real worker on a socket. Each
-example pauses a fresh run on a long-running call (its own job and its open
-interrupt), then sends one request made by schemathesis from the worker's own
-OpenAPI spec to a route that stores (a job's completion, the signed webhook,
-an interrupt's answer, a run continuing the invocation, a new run's message),
+example pauses a fresh run on a long-running call (its own job), then sends
+one request made by schemathesis from the worker's own OpenAPI spec to a route
+that stores (a job's completion, the signed webhook, a run continuing the
+invocation, a new run's message; an interrupt's answer is covered against an
+approval in test_payload_limits_api.py, as a job's call is not in the inbox),
 with the value it stores drawn from nesting and size strategies: trees from
 0 to 300 levels deep of objects and arrays, strings around the size limit,
 ordinary JSON. Whatever comes: never a 5xx, the answer matches the spec, a
@@ -52,7 +53,6 @@ APP = "builder"
 ROUTES = {
     "complete": "/v1/jobs/{job_id}/complete",
     "webhook": "/webhooks/jobs",
-    "answer": "/v1/interrupts/{call_id}",
     "continue": "/v1/users/{user_id}/sessions/{session_id}/runs",
     "message": "/v1/users/{user_id}/sessions/{session_id}/runs",
 }
@@ -124,7 +124,6 @@ def totals(client: httpx.Client, session: str) -> Any:
     return (
         client.get("/v1/stats").json(),
         client.get("/v1/jobs").json(),
-        client.get("/v1/interrupts", params={"status": "OPEN"}).json(),
         client.get(f"/v1/users/u/sessions/{session}/events").json(),
     )
 
@@ -140,7 +139,6 @@ async def _fresh_load(url: str, session: str) -> int:
 
 def _fill(case: Any, route: str, payload: Any, paused: dict[str, Any]) -> dict[str, str]:
     """Points the generated case at the paused run and puts the payload where it stores."""
-    body = case.body if isinstance(case.body, dict) else {}
     headers = dict(AUTH)
     if route == "complete":
         case.path_parameters = {"job_id": paused["job_id"]}
@@ -149,9 +147,6 @@ def _fill(case: Any, route: str, payload: Any, paused: dict[str, Any]) -> dict[s
         case.body = {"job_id": paused["job_id"], "state": "SUCCEEDED", "result": payload}
         raw = json.dumps(case.body).encode()
         headers = webhooks.sign("webhook-secret", raw, time.time())
-    elif route == "answer":
-        case.path_parameters = {"call_id": paused["call_id"]}
-        case.body = {"by": str(body.get("by") or "fuzz")[:40] or "fuzz", "payload": payload}
     elif route == "continue":
         case.path_parameters = {"user_id": "u", "session_id": paused["session"]}
         response = payload if isinstance(payload, dict) else {"result": payload}
@@ -193,13 +188,17 @@ def test_values_past_the_limits_are_refused_and_whatever_is_accepted_loads_on_a_
         assert started.status_code == 202, started.text
         (run,) = wait(client, session, 1)
         assert run["status"] == "PAUSED", run
-        (interrupt,) = client.get("/v1/interrupts", params={"session_id": session}).json()[
-            "interrupts"
+        events = client.get(f"/v1/users/u/sessions/{session}/events").json()["events"]
+        (call_id,) = [
+            part["function_call"]["id"]
+            for item in events
+            for part in (item["event"].get("content") or {}).get("parts") or []
+            if part.get("function_call")
         ]
         paused = {
             "session": session,
             "job_id": f"build:{session}",
-            "call_id": interrupt["call_id"],
+            "call_id": call_id,
             "invocation_id": run["invocation_id"],
         }
         case = data.draw(cases[route])
