@@ -113,7 +113,7 @@ async def test_an_answer_driven_on_code_that_lacks_what_the_log_names_parks_befo
     assert missing in str(raised.value)
     assert model.calls == []  # no model call, no tool: nothing acted
     runs = {r.run_id: r for r in await new.ledger.list_runs()}
-    parked = [r for r in runs.values() if r.status is RunStatus.PARKED]
+    parked = [r for r in runs.values() if r.status is RunStatus.PARKED and r.run_id != run_id]
     (answer,) = parked
     assert answer.app_version == "1.0" and answer.last_error is not None
     assert "drift" in answer.last_error and missing in answer.last_error
@@ -123,7 +123,13 @@ async def test_an_answer_driven_on_code_that_lacks_what_the_log_names_parks_befo
     assert session is not None
     said = [p.text for e in session.events if e.content for p in e.content.parts or () if p.text]
     assert "Refunded O-1." not in said
-    assert runs[run_id].status is RunStatus.PAUSED  # the paused run is left as it was
+    # The paused run ends with its parked continuation (never left PAUSED, its answer
+    # taken), naming it; the continuation's dead letter is the one to act on.
+    paused = runs[run_id]
+    assert paused.status is RunStatus.PARKED, paused
+    assert paused.last_error is not None and answer.run_id in paused.last_error
+    assert missing in paused.last_error
+    assert await new.ledger.dead_letters(run_id=run_id) == []
 
 
 async def test_an_added_tool_is_no_drift_and_the_answer_goes_on(store: Store) -> None:
@@ -262,6 +268,10 @@ async def test_a_workflow_waking_in_a_node_the_new_code_renamed_is_parked(store:
     report = await Background(new, one_off=True).once()
     assert [j.job_id for j in report.woken] == [timer.job_id]
     runs = await new.ledger.list_runs()
-    (parked,) = [r for r in runs if r.status is RunStatus.PARKED]
-    assert parked.last_error is not None and "node 'sleep'" in parked.last_error
+    # The wake-up's run is parked with a dead letter; the run paused on the sleep ends with it.
+    parked = [r for r in runs if r.status is RunStatus.PARKED]
+    assert len(parked) == 2 and not [r for r in runs if r.status is RunStatus.PAUSED]
+    assert all(r.last_error is not None and "node 'sleep'" in r.last_error for r in parked)
+    letters = [await new.ledger.dead_letters(run_id=r.run_id) for r in parked]
+    assert sorted(len(found) for found in letters) == [0, 1]
     assert outputs == []  # the node after the sleep never ran

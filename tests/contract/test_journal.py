@@ -47,6 +47,7 @@ async def leave_dead_intent(store: Store, key: str, tool_name: str = "send_invoi
             "function_call_id": "c",
             "holder": "a-holder-that-died",
             "hold": -1.0,
+            "key_template": None,
         },
     )
     assert row is not None and row["status"] == "acquired"

@@ -155,6 +155,7 @@ async def hold_intent(
             "function_call_id": attempt.function_call_id,
             "holder": holder,
             "hold": hold,
+            "key_template": attempt.key_template,
         },
     )
     assert row is not None and row["status"] == "acquired"

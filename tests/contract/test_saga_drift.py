@@ -177,9 +177,13 @@ async def test_an_answer_to_a_saga_whose_compensator_the_new_code_lacks_parks_be
             pass
     assert "compensator of saga step 'order'/'reserve'" in str(raised.value)
     assert model.calls == []
-    parked = [r for r in await new.ledger.list_runs() if r.status is RunStatus.PARKED]
-    (run,) = parked
+    runs = await new.ledger.list_runs()
+    (run,) = [r for r in runs if r.status is RunStatus.PARKED and r.request and "parts" in r.request
+              and "function_response" in r.request]  # fmt: skip
     (letter,) = await new.ledger.dead_letters(run_id=run.run_id)
+    # The run paused on the approval ends with its parked answer, naming it.
+    (paused,) = [r for r in runs if r.run_id != run.run_id]
+    assert paused.status is RunStatus.PARKED and run.run_id in (paused.last_error or "")
     assert letter.error is not None and "compensator of saga step" in letter.error
     assert inventory.count("reservations") == 1
     assert inventory.acts("reservations", "release") == 0 and release.calls == []

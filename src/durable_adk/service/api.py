@@ -65,6 +65,7 @@ from durable_adk.service.schemas import (
     run_out,
 )
 from durable_adk.service.worker import Worker
+from durable_adk.tables.jobs import Job
 from durable_adk.tables.ledger import RunStatus
 
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
@@ -308,6 +309,8 @@ def create_app(worker: Worker) -> FastAPI:
                     ],
                 },
             )
+            if not worker.serves(run):
+                raise worker.elsewhere(run.app_version, f"the answer (run {run.run_id})")
         return StartRunOut(
             run=run_out(run),
             after_seq=after,
@@ -564,8 +567,14 @@ def create_app(worker: Worker) -> FastAPI:
             owner=worker.worker_id,
             lease=settings.lease,
         )
-        if answered.run.owner == worker.worker_id and not worker.draining.is_set():
-            worker.drive_queued(answered.run, answered.content, resume=True)
+        if answered.run.owner == worker.worker_id:
+            if not worker.serves(answered.run):
+                await worker.hand_over(answered.run)
+                raise worker.elsewhere(
+                    answered.run.app_version, f"the answer (run {answered.run.run_id})"
+                )
+            if not worker.draining.is_set():
+                worker.drive_queued(answered.run, answered.content, resume=True)
         return AnswerOut(
             interrupt=interrupt_out(answered.interrupt),
             run=run_out(answered.run),
@@ -587,7 +596,18 @@ def create_app(worker: Worker) -> FastAPI:
         """Totals over the whole store."""
         return StatsOut.model_validate(await ops.stats(), from_attributes=True)
 
-    features.add_routes(guarded, worker.store, worker.metrics)
+    async def job_elsewhere(job: Job) -> errors.VersionElsewhere | None:
+        """The refusal of a job result whose call a worker of another version continues."""
+        if job.app_name != worker.app_name or not job.invocation_id:
+            return None  # another app's job, or a call not attached yet
+        found, version = await ops.ledger.version_of_invocation(
+            app_name=job.app_name, invocation_id=job.invocation_id
+        )
+        if not found or worker.runner.path.serving.takes(version):
+            return None
+        return worker.elsewhere(version, f"the result of job {job.job_id}")
+
+    features.add_routes(guarded, worker.store, worker.metrics, elsewhere=job_elsewhere)
     features.add_repair_routes(guarded, worker.sessions, worker.app_name)
     schedule_routes.add_routes(guarded, worker.store, worker.app_name)
     version_routes.add_routes(guarded, worker.store, worker.app_name)

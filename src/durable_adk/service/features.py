@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from enum import StrEnum
 from typing import Annotated, Any
@@ -41,7 +42,7 @@ from durable_adk.service.guards import error_response
 from durable_adk.service.ops import MAX_PAGE
 from durable_adk.service.schemas import ID_PATTERN, ErrorOut, ListOut, Reason, Who
 from durable_adk.store.base import Store
-from durable_adk.tables.jobs import JobNotFound, JobState, JobTable
+from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
 from durable_adk.tables.sagas import SagaLedger, SagaStatus
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,255}$"
@@ -299,8 +300,19 @@ async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut
     return ListOut(available=True, items=[_plain(s) for s in sagas])
 
 
-def add_routes(router: APIRouter, store: Store, metrics: Metrics) -> None:
-    """Adds the jobs and sagas routes to the guarded router."""
+Elsewhere = Callable[[Job], Awaitable[errors.VersionElsewhere | None]]
+"""Whether a job's answer waits for a worker of another version (the error to give), or None."""
+
+
+def add_routes(
+    router: APIRouter, store: Store, metrics: Metrics, *, elsewhere: Elsewhere | None = None
+) -> None:
+    """Adds the jobs and sagas routes to the guarded router.
+
+    ``elsewhere`` (the worker's) turns a completion recorded for a call of an
+    invocation this worker's version does not continue into 409
+    ``version_elsewhere``: the result is kept, the caller is told who goes on.
+    """
 
     @router.get("/jobs", response_model=ListOut, tags=["jobs"])
     async def jobs_route(state: JobState | None = None, limit: Limit = 100) -> ListOut:
@@ -313,6 +325,11 @@ def add_routes(router: APIRouter, store: Store, metrics: Metrics) -> None:
         tags=["jobs"],
         responses={
             404: {"model": ErrorOut, "description": "Unknown job."},
+            409: {
+                "model": ErrorOut,
+                "description": "version_elsewhere: the result is recorded; its call is "
+                "continued by a worker of another app version.",
+            },
             413: {"model": ErrorOut, "description": "A result over max_payload_bytes."},
             422: {
                 "model": ErrorOut,
@@ -321,10 +338,20 @@ def add_routes(router: APIRouter, store: Store, metrics: Metrics) -> None:
         },
     )
     async def complete_route(job_id: JobId, body: CompleteJobIn) -> CompletionOut:
-        """Ends a job with its result, as a webhook would; the first result wins."""
+        """Ends a job with its result, as a webhook would; the first result wins.
+
+        409 ``version_elsewhere`` when the result was recorded for a call of an
+        invocation of an app version this worker does not serve: a worker of
+        that version resumes it.
+        """
         done = await complete_job(
             store, job_id, state=body.state.value, result=body.result, metrics=metrics
         )
+        if elsewhere is not None and done["changed"]:
+            job = await JobTable(store).get(job_id)
+            refusal = None if job is None else await elsewhere(job)
+            if refusal is not None:
+                raise refusal
         return CompletionOut.model_validate(done)
 
     @router.get("/sagas", response_model=ListOut, tags=["sagas"])

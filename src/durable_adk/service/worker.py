@@ -270,8 +270,37 @@ class Worker:
         run, message = await self.runner.submit(
             user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
         )
+        if invocation_id is not None and not self.serves(run):
+            await self.hand_over(run)  # recorded; a worker of its version continues it
+            return run
         self.drive_queued(run, message, resume=invocation_id is not None, streaming=streaming)
         return run
+
+    def serves(self, run: Run) -> bool:
+        """Whether this worker may drive ``run`` (its version is one this worker serves)."""
+        return self.runner.path.serving.takes(run.app_version)
+
+    async def hand_over(self, run: Run) -> None:
+        """Ends this worker's lease on a queued continuation of a version it does not serve.
+
+        The run stays QUEUED; the recovery of a worker of its version takes it
+        when its turn comes.
+        """
+        await self.runner.path.ledger.hand_over(run.lease)
+
+    def elsewhere(self, version: str | None, what: str) -> errors.VersionElsewhere:
+        """The error a caller gets when what it sent waits for a worker of another version.
+
+        Args:
+            version: The version the continuation is recorded under.
+            what: What was recorded (``"the answer (run r-1)"``).
+        """
+        return errors.VersionElsewhere(
+            f"{what} is recorded, but it continues an invocation of app version {version}, "
+            f"which this worker ({self.runner.path.serving.describe()}) does not serve: a "
+            f"worker of version {version} (or one that declares it compatible) continues it; "
+            "until one runs it waits (`durable-adk versions list` shows who serves it)"
+        )
 
     def drive_queued(
         self, run: Run, message: types.Content, *, resume: bool, streaming: bool | None = None

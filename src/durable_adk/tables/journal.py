@@ -153,6 +153,9 @@ class JournalEntry:
             say whether the holder is alive.
         resolved_by: The operator who recorded the result by hand
             (:meth:`Journal.resolve`), or None.
+        key_template: The key template of the tool that first wrote the
+            entry (None: written before schema version 19, or by an act
+            without one, such as a saga stage).
     """
 
     key: str
@@ -168,6 +171,7 @@ class JournalEntry:
     holder: str | None = None
     held_until: float | None = None
     resolved_by: str | None = None
+    key_template: str | None = None
 
     @property
     def released(self) -> bool:
@@ -191,6 +195,7 @@ class JournalEntry:
             holder=row["holder"],
             held_until=None if row["held_until"] is None else float(row["held_until"]),
             resolved_by=row.get("resolved_by"),
+            key_template=row.get("key_template"),
         )
 
 
@@ -204,6 +209,9 @@ class Attempt:
         run_epoch: The run's fencing epoch.
         invocation_id: The ADK invocation.
         function_call_id: The ADK function call.
+        key_template: The template the key was formatted from (``@journaled``'s
+            ``key``), kept with a new entry: drift detection compares it with
+            the template of the code that re-drives the call.
     """
 
     tool_name: str
@@ -211,6 +219,7 @@ class Attempt:
     run_epoch: int | None = None
     invocation_id: str | None = None
     function_call_id: str | None = None
+    key_template: str | None = None
 
 
 class _Lost(Exception):
@@ -660,6 +669,7 @@ class Journal:
             "invocation_id": attempt.invocation_id,
             "function_call_id": attempt.function_call_id,
             "holder": holder,
+            "key_template": attempt.key_template,
         }
 
     @staticmethod

@@ -950,6 +950,36 @@ class RunLedger:
         )
         return sorted(str(r["run_id"]) for r in rows)
 
+    async def version_of_invocation(
+        self, *, app_name: str, invocation_id: str
+    ) -> tuple[bool, str | None]:
+        """The version the invocation's continuations are recorded under (its newest run's).
+
+        Returns:
+            (found, version): found False when no run of the invocation exists.
+        """
+        row = await self.store.fetchrow(
+            "run_version_of_invocation", {"app_name": app_name, "invocation_id": invocation_id}
+        )
+        return (False, None) if row is None else (True, row["app_version"])
+
+    async def park_paused_of_invocation(self, run: Run, *, reason: str) -> list[str]:
+        """Ends PARKED the PAUSED runs of ``run``'s invocation but ``run`` (its continuation
+        was parked before it acted, so none of them is left PAUSED with its answer taken).
+
+        Returns:
+            The ids of the runs parked.
+        """
+        rows = await self.store.fetch(
+            "run_park_paused_of_invocation",
+            {
+                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
+                "run_id": run.run_id,
+                "reason": reason,
+            },
+        )
+        return sorted(str(r["run_id"]) for r in rows)
+
     async def request_cancel_of_invocation(self, run: Run, *, by: str) -> list[str]:
         """Asks the RUNNING continuations of ``run``'s invocation to stop (not ``run``).
 

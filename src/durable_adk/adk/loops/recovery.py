@@ -557,6 +557,16 @@ class Sweeper:
     async def _park(
         self, run: Run, found: Classification, events: list[Event], reason: str
     ) -> Recovery:
+        """Parks the run for ``reason``; a run that drifted says so too.
+
+        A run recorded under another definition of the app is drift-checked
+        first, as its drive would have been: when this code lacks what its log
+        refers to, the reason names that (no worker of this code can continue
+        it) before the other reason (its tool's outcome is unknown, say).
+        """
+        missing = await self.runner.driver.drift_of(run, events)
+        if missing:
+            reason = f"{self.runner.driver.drift_reason(run, missing)}. Also: {reason}"
         ending = Ending(EndKind.PARKED, reason, found=found.cls.value)
         outcome = await record(self.runner, run, ending, events=events)
         _require_recorded(outcome, "during recovery")

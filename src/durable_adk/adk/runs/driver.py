@@ -40,7 +40,7 @@ from durable_adk.adk.commits.drive import Drive, trust_from, using_drive
 from durable_adk.adk.eventlog.classify import INTERIM_KEY, Classification
 from durable_adk.adk.eventlog.unreadable import UNREADABLE, unreadable_in, unreadable_note
 from durable_adk.adk.runs.admission import Admission
-from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift
+from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift, key_drift
 from durable_adk.adk.runs.ending import (
     FINISHING,
     Ending,
@@ -59,7 +59,8 @@ from durable_adk.fencing.fence import RunFence, using_fence
 from durable_adk.fencing.leases import Holding, LeaseKeeper
 from durable_adk.runlog import run_event
 from durable_adk.store.base import Store
-from durable_adk.tables.journal import OutcomeUnknown
+from durable_adk.tables.jobs import JobTable
+from durable_adk.tables.journal import Journal, OutcomeUnknown
 from durable_adk.tables.ledger import RenewResult, Run
 from durable_adk.versions import Serving
 
@@ -102,6 +103,9 @@ class PathParts(Recording, Protocol):
 
 
 logger = logging.getLogger("durable_adk.runner")
+
+RECORDS_READ = 1000
+"""Most journal entries (and jobs) of one invocation the drift check reads."""
 
 _ALREADY_ANSWERED = types.Content(role="user", parts=[])
 """Sentinel of :func:`unanswered`: every call the message answers is already answered."""
@@ -379,17 +383,25 @@ class Driver:
             drive.fence.lose("the session holds an unreadable event")
             return await record(path, run, unreadable, classification=found)
         new_message = await self._message_for(drive, message, resume=resume)
-        if resume and (missing := await self._drifted(drive)):
+        if resume and (missing := await self.drift_of(run)):
             # Before ADK has the invocation: no model call, no tool, nothing acts.
             drive.fence.lose("the run drifted")
-            reason = (
-                f"drift: the run was recorded under app definition {run.app_fingerprint} and "
-                f"this worker runs {path.serving.fingerprint}, which lacks what its log refers "
-                f"to: {', '.join(missing)}. Deploy code that has it (or move the run to a "
-                "version that does) and retry the run"
-            )
+            reason = self.drift_reason(run, missing)
             ending = Ending(EndKind.PARKED, reason, RunDrifted(f"run {run.run_id}: {reason}"))
-            return await record(path, run, ending, classification=found)
+            outcome = await record(path, run, ending, classification=found)
+            if outcome.recorded and has_answers(message):
+                # A continuation: the runs paused on the call it answers end with it.
+                parked = await path.ledger.park_paused_of_invocation(
+                    run, reason=f"its continuation, run {run.run_id}, was parked: {reason}"
+                )
+                if parked:
+                    logger.warning(
+                        "run %s parked for drift; the paused run(s) %s of its invocation end "
+                        "PARKED with it",
+                        run.run_id,
+                        ", ".join(parked),
+                    )
+            return outcome
         try:
             driven = self._adk_events(drive, new_message, resume=resume)
             async with contextlib.aclosing(driven) as stream:
@@ -524,32 +536,57 @@ class Driver:
             drive.held.clear()  # maybe not written: never handed over
         return outcome
 
-    async def _drifted(self, drive: Drive) -> list[str]:
-        """What the continued invocation's log refers to that this code lacks (empty: none).
+    def drift_reason(self, run: Run, missing: Sequence[str]) -> str:
+        """The parking reason of a drifted run, naming each missing item."""
+        return (
+            f"drift: the run was recorded under app definition {run.app_fingerprint} and "
+            f"this worker runs {self.path.serving.fingerprint}, which lacks what its log "
+            f"refers to: {', '.join(missing)}. Deploy code that has it (or move the run to a "
+            "version that does) and retry the run"
+        )
+
+    async def drift_of(self, run: Run, events: Sequence[Event] | None = None) -> list[str]:
+        """What the run's invocation (its log, journal, jobs and sagas) refers to that this
+        code lacks or would key differently (empty: none).
 
         Read only when the run was recorded under another definition of the
         app than the one this worker runs (both fingerprints known).
+
+        Args:
+            run: The run about to be driven (or parked by recovery).
+            events: The session's events, if the caller has just read them.
         """
-        path, run = self.path, drive.run
+        path = self.path
         mine = path.serving.fingerprint
         if not run.app_fingerprint or not mine or run.app_fingerprint == mine:
             return []
         if not run.invocation_id:
             return []
-        session = await path.sessions.get_session(
-            app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-        )
-        path.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
+        if events is None:
+            session = await path.sessions.get_session(
+                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+            path.sessions.trust_next_read((run.app_name, run.user_id, run.session_id))
+            events = session.events if session else []
         steps = await path.store.fetch(
             "saga_steps_of_invocation",
             {"app_name": run.app_name, "invocation_id": run.invocation_id},
         )
-        return drift(
-            session.events if session else [],
-            run.invocation_id,
-            path.known,
-            [RecordedStep.from_row(row) for row in steps],
+        missing = drift(
+            events, run.invocation_id, path.known, [RecordedStep.from_row(row) for row in steps]
         )
+        entries = await Journal(path.store).list(
+            invocation_id=run.invocation_id, limit=RECORDS_READ
+        )
+        jobs = [
+            job
+            for job in await JobTable(path.store).list_jobs(
+                session_id=run.session_id, limit=RECORDS_READ
+            )
+            if job.invocation_id == run.invocation_id and job.app_name == run.app_name
+        ]
+        keyed = key_drift(events, run.invocation_id, path.known, entries, jobs)
+        return missing + [item for item in keyed if item not in missing]
 
     async def _unreadable(self, drive: Drive) -> Ending | None:
         """The run parked on its session's unreadable events, or None (the usual case).

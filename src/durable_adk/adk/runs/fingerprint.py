@@ -137,6 +137,8 @@ class Known:
             (empty for a plain LongRunningFunctionTool).
         saga_steps: Per saga name, its stage names.
         compensators: Per saga name, the steps it has compensators for.
+        journal_keys: Per journaled tool (and journaled Workflow node) name,
+            its key template.
     """
 
     agents: frozenset[str]
@@ -144,6 +146,7 @@ class Known:
     long_running: Mapping[str, str] = field(default_factory=dict)
     saga_steps: Mapping[str, frozenset[str]] = field(default_factory=dict)
     compensators: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    journal_keys: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, root: object) -> Known:
@@ -153,8 +156,12 @@ class Known:
         long_running: dict[str, str] = {}
         steps: dict[str, frozenset[str]] = {}
         compensators: dict[str, frozenset[str]] = {}
+        journal_keys: dict[str, str] = {}
         for found in agent_tree.walk(root):
             name = agent_tree.tool_name(found.item)
+            key = getattr(getattr(found.item, "func", found.item), JOURNALED_MARK, None)
+            if key is not None:
+                journal_keys[name] = str(key)
             if found.kind == "tool":
                 tools.add(name)
                 if getattr(found.item, "is_long_running", False):
@@ -172,4 +179,5 @@ class Known:
             long_running=long_running,
             saga_steps=steps,
             compensators=compensators,
+            journal_keys=journal_keys,
         )

@@ -138,15 +138,23 @@ def present_as(
     setattr(wrapper, JOURNALED_MARK, key)
 
 
-def attempt_of(tool_context: ToolContext, tool_name: str) -> tuple[Journal | None, Attempt]:
+def attempt_of(
+    tool_context: ToolContext, tool_name: str, key_template: str | None = None
+) -> tuple[Journal | None, Attempt]:
     """The journal of the durable run this call belongs to (None outside one) and the attempt."""
     return attempt_in(
-        tool_context.get_invocation_context(), tool_name, tool_context.function_call_id
+        tool_context.get_invocation_context(),
+        tool_name,
+        tool_context.function_call_id,
+        key_template,
     )
 
 
 def attempt_in(
-    invocation: InvocationContext, tool_name: str, function_call_id: str | None = None
+    invocation: InvocationContext,
+    tool_name: str,
+    function_call_id: str | None = None,
+    key_template: str | None = None,
 ) -> tuple[Journal | None, Attempt]:
     """Like :func:`attempt_of`, from an invocation context (for agents that act themselves).
 
@@ -193,6 +201,7 @@ def attempt_in(
         run_epoch=epoch,
         invocation_id=invocation_id,
         function_call_id=function_call_id,
+        key_template=key_template,
     )
     return journal, attempt
 
@@ -245,7 +254,7 @@ def journaled(
             async def act(idempotency_key: str) -> Any:
                 return await act_fn(**kwargs, **extra, **{KEY_PARAM: idempotency_key})
 
-            journal, attempt = attempt_of(tool_context, tool_name)
+            journal, attempt = attempt_of(tool_context, tool_name, key)
             if journal is None:
                 return await once(effect_key, act)
             return await journal.execute(

@@ -165,7 +165,7 @@ def journaled_node(
             async def act(idempotency_key: str) -> Any:
                 return await act_fn(**kwargs, **extra, **{KEY_PARAM: idempotency_key})
 
-            journal, attempt = attempt_in(ctx.get_invocation_context(), node_name)
+            journal, attempt = attempt_in(ctx.get_invocation_context(), node_name, None, key)
             if journal is None:
                 return await act(effect_key)
             return await journal.execute(effect_key, attempt, act, find, fence=current_fence())

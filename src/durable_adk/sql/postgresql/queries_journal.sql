@@ -51,12 +51,14 @@ WITH cur AS (
            END AS status
 ), ins AS (
     INSERT INTO journal (key, tool_name, status, run_id, run_epoch, invocation_id,
-                         function_call_id, holder, held_until, created_at, updated_at)
+                         function_call_id, holder, held_until, created_at, updated_at,
+                         key_template)
     SELECT :key::text, :tool_name::text, 'INTENT', :run_id::text, :run_epoch::bigint,
            :invocation_id::text, :function_call_id::text, :holder::text,
            CASE WHEN :run_id::text IS NULL
                 THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
-           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+           :key_template::text
       FROM verdict WHERE status = 'new'
     ON CONFLICT (key) DO NOTHING
     RETURNING 1
@@ -119,12 +121,14 @@ WITH
            END AS status
 ), jins AS (
     INSERT INTO journal (key, tool_name, status, run_id, run_epoch, invocation_id,
-                         function_call_id, holder, held_until, created_at, updated_at)
+                         function_call_id, holder, held_until, created_at, updated_at,
+                         key_template)
     SELECT :key::text, :tool_name::text, 'INTENT', :run_id::text, :run_epoch::bigint,
            :invocation_id::text, :function_call_id::text, :holder::text,
            CASE WHEN :run_id::text IS NULL
                 THEN extract(epoch FROM clock_timestamp()) + :hold::float8 END,
-           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp())
+           extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+           :key_template::text
       FROM jv WHERE status = 'new'
     ON CONFLICT (key) DO NOTHING
     RETURNING 1

@@ -54,11 +54,12 @@ UPDATE journal
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE key = :key AND status = 'INTENT';
 INSERT INTO journal (key, tool_name, status, run_id, run_epoch, invocation_id, function_call_id,
-                     holder, held_until, created_at, updated_at)
+                     holder, held_until, created_at, updated_at, key_template)
 SELECT :key, :tool_name, 'INTENT', :run_id, :run_epoch, :invocation_id, :function_call_id,
        :holder,
        CASE WHEN :run_id IS NULL THEN (julianday('now') - 2440587.5) * 86400.0 + :hold END,
-       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+       :key_template
  WHERE NOT EXISTS (SELECT 1 FROM journal WHERE key = :key);
 -- changes() counts the INSERT just above: 1 for a new entry, 0 for a takeover.
 SELECT CASE WHEN changes() = 1 THEN 'acquired' ELSE 'taken' END AS status;

@@ -443,6 +443,27 @@ UPDATE runs
    AND invocation_id = :invocation_id AND status IN ('PAUSED', 'QUEUED') AND run_id <> :run_id
 RETURNING run_id;
 
+-- name: run_park_paused_of_invocation
+-- A continuation of the invocation was parked for drift before it acted (the
+-- code of this worker lacks what the invocation's log refers to): the runs
+-- that paused on it end PARKED with it, naming it, so none is left PAUSED with
+-- its answer taken. The continuation's dead letter is the one record to act on.
+UPDATE runs
+   SET status = 'PARKED', last_error = :reason, classification = 'CONTINUATION_PARKED',
+       finished_at = (julianday('now') - 2440587.5) * 86400.0,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id
+   AND invocation_id = :invocation_id AND status = 'PAUSED' AND run_id <> :run_id
+RETURNING run_id;
+
+-- name: run_version_of_invocation
+-- The version an invocation's continuations are recorded under: its newest
+-- run's (run_submit_answer takes the same), so a worker can tell a caller
+-- whose answer waits for a worker of another version.
+SELECT app_version FROM runs
+ WHERE app_name = :app_name AND invocation_id = :invocation_id
+ ORDER BY pk DESC LIMIT 1;
+
 -- name: answer_claims_release_of_run
 -- Gives back every answer claim of a run that ended without storing its answer.
 DELETE FROM answer_claims WHERE run_id = :run_id;
