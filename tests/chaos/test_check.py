@@ -416,6 +416,41 @@ def test_an_answer_parked_for_a_dropped_approval_tool_is_expected_when_nothing_a
     assert judge(**{**records, "runs": [other]}, requests=[]).findings["unexpected endings"]
 
 
+def test_a_second_charge_of_an_order_under_a_rekeyed_template_is_a_doubled_effect() -> None:
+    rekeyed = [*GOOD, request("charge:ORD-1:v2", 2, 5.5)]
+    (doubled,) = verdict(requests=rekeyed)["doubled effects"]
+    assert doubled.startswith("p charge:ORD-1: 2 acts")
+    # The schedule's order is charged by each tick under its code's key: not a double.
+    ticks = [request("charge:ORD-tick", 1, 2.0), request("charge:ORD-tick:v2", 2, 5.5)]
+    assert "doubled effects" not in verdict(requests=[*GOOD, *ticks])
+
+
+def test_a_run_killed_mid_charge_parked_by_a_rekeyed_version_is_expected_if_charged_once() -> None:
+    log = good_log()[:2]  # charging when its worker died; the new code keys the charge anew
+    reason = (
+        "drift: the run was recorded under ... lacks what its log refers to: journaled tool "
+        "'charge' keyed 'charge:{order_id}' (journal entry 'charge:ORD-1') where this code keys "
+        "it 'charge:{order_id}:v2'. Deploy code that has it"
+    )
+    parked = dataclasses.replace(run_row("PARKED"), last_error=reason)
+    paused = dataclasses.replace(
+        run_row("PARKED", run="run-0"),
+        last_error=f"its continuation, run {RUN}, was parked: {reason}",
+    )
+    records = {
+        "runs": [parked, paused],
+        "accepted": [RUN, "run-0"],
+        "claims": CLAIMS,
+        "events": log,
+    }
+    once = judge(**records, requests=[request("charge:ORD-1", 1, 2.0)])
+    assert {k: v for k, v in once.findings.items() if v} == {} and once.drift_parks == 2
+    twice = judge(
+        **records, requests=[request("charge:ORD-1", 1, 2.0), request("charge:ORD-1:v2", 2, 3.0)]
+    )
+    assert twice.findings["doubled effects"] and twice.findings["unexpected endings"]
+
+
 def test_an_approval_asked_under_a_version_without_the_tool_needs_no_call() -> None:
     log = good_log()
     log[0] = event(1, [{"text": ASK}])

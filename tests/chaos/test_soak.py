@@ -9,7 +9,10 @@ quarter of the runs sleeping first on a durable timer, a fifth waiting for an
 approval the soak answers through the workers' inbox API, some handed to a
 saga (a third of those rolled back), some waiting for a long-running report
 job the soak completes through the jobs API, and a schedule ticking every
-5 s, then the verdict. The seed is fixed so a failure can be replayed;
+5 s, then the verdict. The deploy is also a redeploy that changed the
+charge's key template (``--rekey-from 1``): a run killed mid-charge that the
+new code continues must be parked for drift, and a second charge of any order
+under the new key, counted at the payments service, is a violation. The seed is fixed so a failure can be replayed;
 its output is printed when it fails.
 
 A request a partitioned worker sent while its lease was valid can sit in the
@@ -32,7 +35,7 @@ pytestmark = pytest.mark.slow
 SEED = 20261201
 ARGS = [
     "--duration", "60", "--workers", "3", "--runs", "60", "--tool-seconds", "1.5",
-    "--faults", "kill,stop,pg,partition,deploy",
+    "--faults", "kill,stop,pg,partition,deploy", "--rekey-from", "1",
 ]  # fmt: skip
 
 

@@ -84,6 +84,14 @@ Environment (set by the soak for each worker it starts):
   and orders go ahead without approval: a deploy that drops what older runs
   refer to. An older run paused on an approval that such a worker continues
   is parked by the drift check, before anything acts;
+* ``DURABLE_ADK_CHAOS_REKEY``: if set, ``charge`` is journaled under
+  ``charge:{order_id}:v2`` instead of ``charge:{order_id}``: a redeploy that
+  changed a journaled key template. An older run whose charge is in the
+  journal under the old key and not answered in its log (a worker killed
+  mid-charge) that such a worker continues is parked by the drift check
+  before anything acts; charging it again under the new key would be a
+  second charge of the order, which the verdict counts at the payments
+  service whatever the key;
 * ``DURABLE_ADK_CHAOS_MARKER_DIR``: if set, each tool announces itself there
   (a file ``<run>.<epoch>.<tool>``) as it starts its work, so a test can freeze
   a worker exactly while one of its tools is mid-way;
@@ -138,6 +146,7 @@ GATE_ENV = "DURABLE_ADK_CHAOS_GATE"
 TICK_EVERY_ENV = "DURABLE_ADK_CHAOS_TICK_EVERY"
 NEWER_ENV = "DURABLE_ADK_CHAOS_NEWER"
 DROP_ENV = "DURABLE_ADK_CHAOS_DROP"
+REKEY_ENV = "DURABLE_ADK_CHAOS_REKEY"
 TICK_SCHEDULE = "tick"
 TICK_ORDER = "ORD-tick"
 TICK_OF_ENV = "DURABLE_ADK_CHAOS_TICK_OF"
@@ -295,12 +304,24 @@ def _find_notification(idempotency_key: str) -> dict[str, Any] | None:
     return _find(NOTIFY_ENV, NOTIFICATIONS, idempotency_key)
 
 
-@journaled(key="charge:{order_id}", lookup=_find_charge)
-async def charge(order_id: str, idempotency_key: str) -> dict[str, Any]:
+async def _charge(order_id: str, idempotency_key: str) -> dict[str, Any]:
     """Charges the customer for the order (once, whatever happens)."""
     await _work()
     payload = {"order_id": order_id, "customer": "chaos", "amount": amount_of(order_id)}
     return await asyncio.to_thread(_create, PAYMENTS_ENV, CHARGES, payload, idempotency_key)
+
+
+CHARGE_KEY = "charge:{order_id}"
+"""The charge's key template; a rekeyed deploy (``DURABLE_ADK_CHAOS_REKEY``) adds ``:v2``."""
+
+charge = journaled(key=CHARGE_KEY, lookup=_find_charge, name="charge")(_charge)
+
+
+def charge_tool() -> Any:
+    """``charge``, keyed as this worker's code keys it (see ``DURABLE_ADK_CHAOS_REKEY``)."""
+    if not os.environ.get(REKEY_ENV):
+        return charge
+    return journaled(key=CHARGE_KEY + ":v2", lookup=_find_charge, name="charge")(_charge)
 
 
 @journaled(key="notify:{order_id}", lookup=_find_notification)
@@ -599,7 +620,7 @@ def app() -> LlmAgent:
         model=ScriptedModel({APP_NAME: _EveryTurn()}),
         instruction="Charge the order, then tell the customer.",
         tools=[
-            charge,
+            charge_tool(),
             notify,
             sleep_tool(),
             *([LongRunningFunctionTool(approve_order)] if _approvals() else []),

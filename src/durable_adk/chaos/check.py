@@ -32,10 +32,16 @@ The checks, each a count of violations with the evidence kept:
   without both effects acted on or without the final answer in the session.
   One park is expected: an answer to an approval of a version that had the
   approval tool, driven by a version without it (a drift park naming
-  ``approve_order``), provided nothing of its order acted; those are counted
-  apart (``drift_parks``);
+  ``approve_order``), provided nothing of its order acted; and a run killed
+  mid-charge that a version with another charge key template continues (a
+  drift park naming ``journaled tool 'charge'``), provided its order was
+  charged at most once. The runs paused on such a park's invocation end
+  PARKED with it (their reason names it). Those are counted apart
+  (``drift_parks``);
 * **doubled effects**: more than one act acted on (a mutating request not
-  refused as fenced, deduplicated or not) under one business key: the journal
+  refused as fenced, deduplicated or not) under one business key
+  (``charge:<order>``, whatever a rekeyed template added after the order: a
+  second charge of an order under a new key is a second charge): the journal
   must not even try twice;
 * **calls after takeover**: a request (act or lookup) not refused as fenced,
   tagged with epoch ``e`` of a run, that the service received after epoch
@@ -95,6 +101,12 @@ T = TypeVar("T")
 
 TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
 EFFECT_PREFIXES = ("charge:", "notify:")
+TICK_ORDER = "ORD-tick"
+"""The order every tick of the app's schedule charges (``chaos.app.TICK_ORDER``)."""
+REKEYED_TOOL = "charge"
+"""The journaled tool whose key template a rekeyed version changes (``chaos.app``)."""
+CONTINUATION_PARKED = "its continuation, run "
+"""How the reason of a run paused on an invocation whose continuation was parked begins."""
 SLEEP_TOOL = "durable_sleep"
 APPROVAL_TOOL = "approve_order"
 APPROVAL_ASK = "with approval"
@@ -280,7 +292,8 @@ class Verdict:
     reports: int = 0
     """Report job calls in the sessions (each answered by one job result)."""
     drift_parks: int = 0
-    """Runs parked for drift as designed (a dropped approval tool), nothing acted."""
+    """Runs parked for drift as designed (a dropped approval tool, nothing acted; a
+    rekeyed charge, charged at most once), with the runs paused on their invocations."""
     """Sagas by their final status."""
     """Approval calls in the sessions (each must be answered once, before any effect)."""
     ticks: int = 0
@@ -333,6 +346,22 @@ def calls_after_takeover(requests: Iterable[Request], claims: Iterable[Claim]) -
     return found
 
 
+def business_key(key: str) -> str:
+    """An effect's business identity: ``charge:<order>`` for ``charge:<order>:v2`` too.
+
+    A rekeyed deploy journals the same charge under another key; the
+    services deduplicate by key, so only the order tells two charges apart.
+    The schedule's order is charged by every tick under the key of the code
+    that fires it (a new invocation each time, not a re-drive): its keys stay
+    as they are.
+    """
+    prefix, sep, rest = key.partition(":")
+    order = rest.split(":", 1)[0]
+    if sep and prefix + sep in EFFECT_PREFIXES and order != TICK_ORDER:
+        return prefix + sep + order
+    return key
+
+
 def doubled_effects(requests: Iterable[Request]) -> list[str]:
     """Business keys that more than one act asked for (refused as fenced: not an act)."""
     acts: dict[tuple[str, str], list[Request]] = defaultdict(list)
@@ -340,7 +369,7 @@ def doubled_effects(requests: Iterable[Request]) -> list[str]:
         # A compensation is retried under its own key until it is recorded:
         # the service applies it once (the saga check counts what it applied).
         if request.acted and request.key is not None and not request.key.endswith(UNDO_SUFFIX):
-            acts[(request.service, request.key)].append(request)
+            acts[(request.service, business_key(request.key))].append(request)
     return [
         f"{service} {key}: {len(tries)} acts, from "
         + ", ".join(f"{r.worker}@{r.epoch}" for r in tries)
@@ -486,7 +515,7 @@ def not_answered_once(
     first_act: dict[str, float] = {}
     for request in requests:
         if request.acted and request.key is not None and ":" in request.key:
-            order = request.key.split(":", 1)[1]
+            order = business_key(request.key).split(":", 1)[1]
             first_act[order] = min(first_act.get(order, request.at), request.at)
     sessions: dict[tuple[str, str], list[EventRow]] = defaultdict(list)
     for event in events:
@@ -694,13 +723,29 @@ def order_of_run(run: RunRow, events: Iterable[EventRow]) -> str | None:
     return None
 
 
-def drift_park(run: RunRow, events: Sequence[EventRow], acted: set[str]) -> bool:
-    """Whether a PARKED run is the designed park of an approval the driving code dropped."""
+def drift_park(
+    run: RunRow, events: Sequence[EventRow], acted: set[str], charges: Counter[str] | None = None
+) -> bool:
+    """Whether a PARKED run is a designed drift park: of an approval the driving code
+    dropped (nothing of its order acted), or of a charge a rekeyed version keys anew
+    (charged at most once); or a run paused on the invocation of one.
+
+    ``acted`` holds the business keys acted on; ``charges`` counts the charge acts
+    of each order.
+    """
     reason = run.last_error or ""
-    if not (reason.startswith("drift:") and f"tool '{APPROVAL_TOOL}'" in reason):
+    if reason.startswith(CONTINUATION_PARKED):
+        reason = reason[reason.find("drift:") :] if "drift:" in reason else ""
+    if not reason.startswith("drift:"):
         return False
     order = order_of_run(run, events)
-    return order is not None and not any(p + order in acted for p in EFFECT_PREFIXES)
+    if order is None:
+        return False
+    if f"tool '{APPROVAL_TOOL}'" in reason:
+        return not any(p + order in acted for p in EFFECT_PREFIXES)
+    if f"journaled tool '{REKEYED_TOOL}'" in reason:
+        return order == TICK_ORDER or (charges or Counter())[order] <= 1
+    return False
 
 
 def unexpected_endings(
@@ -715,7 +760,12 @@ def unexpected_endings(
     ``drift_parks`` instead.
     """
     found = []
-    acted = {r.key for r in requests if r.acted and r.key is not None}
+    acted = {business_key(r.key) for r in requests if r.acted and r.key is not None}
+    charges = Counter(
+        business_key(r.key).split(":", 1)[1]
+        for r in requests
+        if r.acted and r.key is not None and r.key.startswith("charge:")
+    )
     by_invocation: dict[str, list[EventRow]] = defaultdict(list)
     for event in events:
         by_invocation[event.invocation_id].append(event)
@@ -723,7 +773,7 @@ def unexpected_endings(
         if (
             run.status == "PARKED"
             and drift_parks is not None
-            and drift_park(run, by_invocation.get(run.invocation_id, []), acted)
+            and drift_park(run, by_invocation.get(run.invocation_id, []), acted, charges)
         ):
             drift_parks.append(run.run_id)
             continue

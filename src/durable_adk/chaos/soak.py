@@ -143,6 +143,12 @@ class SoakConfig:
             approval tool (0: none drops it): a compatible one that continues
             an older run paused on an approval must park it for drift, with
             no act of its order; the verdict counts those parks apart.
+        rekey_from: Versions ``1.<k>`` from this k on journal ``charge``
+            under another key template (0: none does): a redeploy that
+            changed a key. One that continues an older run killed mid-charge
+            must park it for drift; a second charge of an order under the new
+            key is a doubled effect (counted per order at the payments
+            service), and the verdict counts the parks apart.
         tick_every: The ``tick`` schedule's interval, seconds (0: no schedule).
         max_attempts: The workers' recovery claims before a run is parked.
             Each fault that meets a run costs it one (by design); with a
@@ -172,6 +178,7 @@ class SoakConfig:
     reports: float = 0.4
     rollout: str = "compatible"
     drop_approvals_from: int = 0
+    rekey_from: int = 0
     tick_every: float = 5.0
     max_attempts: int = 10
     folder: Path | None = None
@@ -241,6 +248,7 @@ def worker_env(
     newer: bool = False,
     drop: bool = False,
     tick_of: str | None = None,
+    rekey: bool = False,
 ) -> dict[str, str]:
     """The environment of one chaos worker: the services' URLs, its name, its tools' pace.
 
@@ -249,7 +257,9 @@ def worker_env(
     ``tick_every`` above 0 declares the app's ``tick`` schedule; ``newer``
     gives the app its newer definition (one more tool: another fingerprint);
     ``drop`` takes its approval tool away (drift for older paused runs);
-    ``tick_of`` names the app version in the ``tick`` schedule's message.
+    ``tick_of`` names the app version in the ``tick`` schedule's message;
+    ``rekey`` changes its charge's key template (drift for older runs killed
+    mid-charge).
     """
     env = {
         **os.environ,
@@ -261,6 +271,9 @@ def worker_env(
     env.pop("DURABLE_ADK_APP_VERSION", None)  # versions come from the command line only
     env.pop(chaos_app.NEWER_ENV, None)
     env.pop(chaos_app.DROP_ENV, None)
+    env.pop(chaos_app.REKEY_ENV, None)
+    if rekey:
+        env[chaos_app.REKEY_ENV] = "1"
     if drop:
         env[chaos_app.DROP_ENV] = "1"
     if newer:
@@ -400,6 +413,7 @@ class Soak:
             newer=version > 0,  # a deployed version's definition differs: drift is checked
             drop=self.dropped(version),
             tick_of=version_name(version),
+            rekey=self.rekeyed(version),
         )
         log = self.folder / f"{worker_id}.log"
         process = start_logged(command, env, log)
@@ -411,6 +425,10 @@ class Soak:
             return True  # the first version has no earlier one to continue
         rollout = self.config.rollout
         return rollout == "pinned" or (rollout == "alternate" and version % 2 == 0)
+
+    def rekeyed(self, version: int) -> bool:
+        """Whether version ``1.<version>`` keys its charge anew (``rekey_from``)."""
+        return 0 < self.config.rekey_from <= version
 
     def dropped(self, version: int) -> bool:
         """Whether version ``1.<version>`` has no approval tool (``drop_approvals_from``)."""
@@ -1102,6 +1120,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="versions 1.K and later have no approval tool (0: never)",
     )
     parser.add_argument(
+        "--rekey-from",
+        type=int,
+        default=defaults.rekey_from,
+        help="versions 1.K and later key the charge anew (0: never)",
+    )
+    parser.add_argument(
         "--tick-every", type=float, default=defaults.tick_every, help="s between ticks (0: none)"
     )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
@@ -1149,6 +1173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sagas=args.sagas,
         reports=args.reports,
         drop_approvals_from=args.drop_approvals_from,
+        rekey_from=args.rekey_from,
         tick_every=args.tick_every,
         max_attempts=args.max_attempts,
         folder=args.folder,
