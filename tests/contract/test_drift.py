@@ -20,11 +20,14 @@ from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.genai import types
 
 from durable_adk.adk.loops.recovery import Sweeper
+from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift, node_names
 from durable_adk.adk.runs.fingerprint import Known
+from durable_adk.adk.tools.long_running import long_running_tool
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage
 from durable_adk.store import Store
+from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.tables.sagas import SagaLedger
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -160,6 +163,54 @@ async def test_recovery_of_a_queued_answer_on_drifted_code_parks_it(store: Store
     assert recovery.action == "park" and recovery.status is RunStatus.PARKED
     assert "tool 'approve_refund'" in recovery.reason
     assert model.calls == []
+
+
+def start_report(quarter: str, region: str) -> dict[str, Any]:
+    """Starts building a quarter's report for a region (a long-running job)."""
+    return {"message": f"building {quarter} {region}"}
+
+
+def reports(job_key: str) -> tuple[LlmAgent, ScriptedModel]:
+    model = ScriptedModel(
+        {
+            "clerk": [
+                Call("start_report", {"quarter": "Q3", "region": "EMEA"}),
+                Say("Building it."),
+                Say("Here is the report."),
+            ]
+        }
+    )
+    tool = long_running_tool(start_report, job_key=job_key, deadline=600)
+    return LlmAgent(name="clerk", model=model, tools=[tool]), model
+
+
+async def test_a_jobs_result_on_code_that_keys_the_job_anew_parks_and_ends_its_pause(
+    store: Store,
+) -> None:
+    """1.1 keys the report job ``report:{quarter}:{region}``: the 1.0 job's result is
+    not delivered to code that would make another job of the same work."""
+    agent, _ = reports("report:{quarter}")
+    old = runner(store, "w-1.0", agent, "1.0")
+    async for _ in old.run(user_id="u", session_id="s", message="The Q3 report, please."):
+        pass
+    (paused,) = await old.ledger.list_runs()
+    assert paused.status is RunStatus.PAUSED
+    jobs = JobTable(store)
+    assert [j.job_id for j in await jobs.list_jobs()] == ["report:Q3"]
+    await jobs.complete("report:Q3", JobState.SUCCEEDED, {"rows": 3})
+
+    agent, model = reports("report:{quarter}:{region}")
+    new = runner(store, "w-1.1", agent, "1.1", "1.0")
+    (resumed,) = await Resumer(new, gather=0).resume_once()
+    assert resumed.status is RunStatus.PARKED
+    assert model.calls == []  # nothing asked, nothing started
+    assert [j.job_id for j in await jobs.list_jobs()] == ["report:Q3"]
+    runs = {r.run_id: r for r in await new.ledger.list_runs()}
+    answer = runs[resumed.run_id]
+    assert answer.last_error is not None and "long-running tool 'start_report'" in answer.last_error
+    assert "'report:Q3:EMEA'" in answer.last_error
+    assert "'report:{quarter}:{region}'" in answer.last_error
+    assert runs[paused.run_id].status is RunStatus.PARKED  # its pause ends with it
 
 
 def test_the_drift_of_a_log_lists_each_missing_name_once() -> None:
