@@ -12,8 +12,9 @@ job the soak completes through the jobs API, and a schedule ticking every
 5 s, then the verdict. The deploy is also a redeploy that changed the
 charge's key template (``--rekey-from 1``): a run killed mid-charge that the
 new code continues must be parked for drift, and a second charge of any order
-under the new key, counted at the payments service, is a violation. The seed is fixed so a failure can be replayed;
-its output is printed when it fails.
+under the new key, counted at the payments service, is a violation. The
+seed is fixed so a failure can be replayed; its output is printed when it
+fails.
 
 A request a partitioned worker sent while its lease was valid can sit in the
 cut network and reach a service after the takeover; the services refuse it

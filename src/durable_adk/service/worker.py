@@ -260,7 +260,10 @@ class Worker:
                 the worker's setting.
 
         Returns:
-            The run as recorded (QUEUED).
+            The run as recorded (QUEUED). A continuation of an invocation of a
+            version this worker does not serve is not driven here: it is
+            handed over (:meth:`hand_over`) and the caller tells its own
+            caller so (:meth:`serves`, :meth:`elsewhere`).
 
         Raises:
             Draining: This worker is shutting down.
