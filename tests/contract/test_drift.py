@@ -135,6 +135,29 @@ async def test_an_answer_driven_on_code_that_lacks_what_the_log_names_parks_befo
     assert await new.ledger.dead_letters(run_id=run_id) == []
 
 
+async def test_a_parked_continuation_retried_on_code_that_has_the_tool_ends_its_pause_done(
+    store: Store,
+) -> None:
+    run_id, invocation, call_id = await paused_under_1_0(store)
+    renamed, _ = app("clerk", LongRunningFunctionTool(approve_return))
+    new = runner(store, "w-1.1", renamed, "1.1", "1.0")
+    with pytest.raises(RunDrifted):
+        async for _ in new.run(
+            user_id="u", session_id="s", message=approval(call_id), invocation_id=invocation
+        ):
+            pass
+    (answer,) = [r for r in await new.ledger.list_runs() if r.run_id != run_id]
+    # The fix: code that has the tool again (1.0's own definition) retries the answer.
+    fixed, model = app("clerk", LongRunningFunctionTool(approve_refund))
+    again = runner(store, "w-1.0b", fixed, "1.0")
+    assert (await again.ledger.retry(answer.run_id)) is not None
+    (recovery,) = await Sweeper(again).recover_once()
+    assert recovery.status is RunStatus.DONE, recovery
+    assert model.calls  # the model got the answer this time
+    runs = {r.run_id: r.status for r in await again.ledger.list_runs()}
+    assert runs == {run_id: RunStatus.DONE, answer.run_id: RunStatus.DONE}
+
+
 async def test_an_added_tool_is_no_drift_and_the_answer_goes_on(store: Store) -> None:
     _, invocation, call_id = await paused_under_1_0(store)
     agent, model = app("clerk", LongRunningFunctionTool(approve_refund), refund)

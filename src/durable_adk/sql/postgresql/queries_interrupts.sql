@@ -23,7 +23,8 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
 -- CTE fin, the finish), so that a run is never PAUSED without its open calls in
 -- the inbox, nor DONE with its pause still open. :inbox (NULL for a run whose
 -- invocation made no call that waits on a person) is JSON: the invocation's keys,
--- done (1: the run ended it DONE, so the runs that paused on it end DONE too),
+-- done (1: the run ended it DONE, so the runs that paused on it end DONE too,
+-- and those parked with a continuation parked for drift: CONTINUATION_PARKED),
 -- pending (the ids of its calls still open) and open (those calls to index:
 -- call_id, kind, name, args as JSON text, deadline in seconds or null). An indexed
 -- call the session shows answered leaves the inbox; one already indexed stays as
@@ -38,7 +39,9 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
        AND user_id = (:inbox::text)::jsonb ->> 'user_id'
        AND session_id = (:inbox::text)::jsonb ->> 'session_id'
        AND invocation_id = (:inbox::text)::jsonb ->> 'invocation_id'
-       AND status = 'PAUSED' AND run_id <> :run_id::text
+       AND (status = 'PAUSED'
+            OR (status = 'PARKED' AND classification = 'CONTINUATION_PARKED'))
+       AND run_id <> :run_id::text
     RETURNING 1
 ), inbox_open AS (
     INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id,

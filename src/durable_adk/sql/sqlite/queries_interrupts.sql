@@ -24,7 +24,8 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
 -- PAUSED without its open calls in the inbox, nor DONE with its pause still open.
 -- :inbox (NULL for a run whose invocation made no call that waits on a person) is
 -- JSON: the invocation's keys, done (1: the run ended it DONE, so the runs that
--- paused on it end DONE too), pending (the ids of its calls still open) and open
+-- paused on it end DONE too, and those parked with a continuation parked for
+-- drift: CONTINUATION_PARKED), pending (the ids of its calls still open) and open
 -- (those calls to index: call_id, kind, name, args as JSON text, deadline in
 -- seconds or null). An indexed call the session shows answered leaves the inbox;
 -- one already indexed stays as it is, but for its kind (interrupt_open). Each
@@ -37,7 +38,8 @@ UPDATE runs
    AND user_id = json_extract(:inbox, '$.user_id')
    AND session_id = json_extract(:inbox, '$.session_id')
    AND invocation_id = json_extract(:inbox, '$.invocation_id')
-   AND status = 'PAUSED' AND run_id <> :run_id AND json_extract(:inbox, '$.done') = 1
+   AND (status = 'PAUSED' OR (status = 'PARKED' AND classification = 'CONTINUATION_PARKED'))
+   AND run_id <> :run_id AND json_extract(:inbox, '$.done') = 1
    AND EXISTS (SELECT 1 FROM runs f WHERE f.run_id = :run_id AND f.owner = :owner
                                       AND f.epoch = :run_epoch AND f.status = :status);
 -- skip when :inbox IS NULL
