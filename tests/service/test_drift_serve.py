@@ -227,13 +227,14 @@ def test_answers_handed_to_a_worker_of_another_version_are_answered_409(
     fleet: Fleet, outside: dict[str, FakeService]
 ) -> None:
     """A pinned 2.0 beside 1.0 runs: an answer to a 1.0 pause sent to the 2.0 worker,
-    by the inbox, the run API, the CLI or a job completion, is recorded and answered
-    409 ``version_elsewhere``; the 1.0 worker then finishes each, once."""
+    by the inbox, the run API, the CLI or a job completion (API and CLI), is recorded
+    and answered 409 ``version_elsewhere``; the 1.0 worker then finishes each, once."""
     carrier = outside["carrier"]
     v1 = fleet.launch("w-1.0", code="a", version="1.0")
     v2 = fleet.launch("w-2.0", code="a", version="2.0")
     paused = {s: start(v1, s, f"confirm {s}") for s in ("p-1", "p-2", "p-3")}
     paused["p-4"] = start(v1, "p-4", "report q3")
+    paused["p-5"] = start(v1, "p-5", "report q4")
     for run_id in paused.values():
         wait_status(v1, run_id, "PAUSED")
     calls = {s: interrupt_of(v1, s) for s in ("p-1", "p-2", "p-3")}
@@ -269,16 +270,23 @@ def test_answers_handed_to_a_worker_of_another_version_are_answered_409(
         ["interrupts", "answer", calls["p-3"]["call_id"], "--approve", "--by", "ana",
          "--url", v2.base_url, "--token", TOKEN],
     )  # fmt: skip
-    assert by_cli.exit_code == 1, by_cli.output
-    assert "is recorded" in by_cli.output and "version 1.0" in by_cli.output, by_cli.output
+    job_by_cli = CliRunner().invoke(
+        cli_app,
+        ["jobs", "complete", "report:q4", "--state", "SUCCEEDED", "--result", '{"rows": 4}',
+         "--url", v2.base_url, "--token", TOKEN],
+    )  # fmt: skip
+    for done in (by_cli, job_by_cli):
+        assert done.exit_code == 1, done.output
+        assert "is recorded" in done.output and "version 1.0" in done.output, done.output
 
     # Recorded, not lost: the 1.0 worker continues every one, each acting once.
     for run_id in paused.values():
         wait_status(v1, run_id, "DONE")
     assert carrier.acts("shipments", "create") == 3 and carrier.count("shipments") == 3
     with client(v1) as http:
-        job = [j for j in http.get("/v1/jobs").json()["items"] if j["job_id"] == "report:q3"]
-    assert job and job[0]["resumed_at"] is not None
+        jobs = [j for j in http.get("/v1/jobs").json()["items"] if j["job_id"].startswith("report")]
+    assert sorted(j["job_id"] for j in jobs) == ["report:q3", "report:q4"]
+    assert all(j["resumed_at"] is not None for j in jobs), jobs
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
