@@ -390,10 +390,16 @@ class Driver:
             ending = Ending(EndKind.PARKED, reason, RunDrifted(f"run {run.run_id}: {reason}"))
             outcome = await record(path, run, ending, classification=found)
             if outcome.recorded and has_answers(message):
-                # A continuation: the runs paused on the call it answers end with it.
-                parked = await path.ledger.park_paused_of_invocation(
-                    run, reason=f"its continuation, run {run.run_id}, was parked: {reason}"
-                )
+                # A continuation: the runs paused on the call it answers end with it. A
+                # derived record, written after the park (a crash or a store failure in
+                # between leaves them PAUSED; a retried continuation still ends them).
+                try:
+                    parked = await path.ledger.park_paused_of_invocation(
+                        run, reason=f"its continuation, run {run.run_id}, was parked: {reason}"
+                    )
+                except errors.StoreError as exc:
+                    logger.warning("run %s: its paused runs were not parked: %s", run.run_id, exc)
+                    parked = []
                 if parked:
                     logger.warning(
                         "run %s parked for drift; the paused run(s) %s of its invocation end "
