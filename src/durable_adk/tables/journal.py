@@ -154,7 +154,7 @@ class JournalEntry:
         resolved_by: The operator who recorded the result by hand
             (:meth:`Journal.resolve`), or None.
         key_template: The key template of the tool that first wrote the
-            entry (None: written before schema version 18, or by an act
+            entry (None: written before schema version 20, or by an act
             without one, such as a saga stage).
     """
 

@@ -26,7 +26,7 @@ and the code lacks:
   keys it with another template than the one that wrote the entry (the
   journal keeps it, ``journal.key_template``), or whose template computes
   another key from the call's arguments (entries written before schema
-  version 18), would find no entry and act again; so would a tool that is no
+  version 20), would find no entry and act again; so would a tool that is no
   longer journaled at all;
 * the id of every job of a long-running call still open: a job key template
   that computes another id from the job's request would start the work again.
