@@ -224,7 +224,7 @@ async def test_a_jobs_result_on_code_that_keys_the_job_anew_parks_and_ends_its_p
 
     agent, model = reports("report:{quarter}:{region}")
     new = runner(store, "w-1.1", agent, "1.1", "1.0")
-    (resumed,) = await Resumer(new, gather=0).resume_once()
+    (resumed,) = await Resumer(new, gather=0).resume_once(wait=True)
     assert resumed.status is RunStatus.PARKED
     assert model.calls == []  # nothing asked, nothing started
     assert [j.job_id for j in await jobs.list_jobs()] == ["report:Q3"]
