@@ -74,3 +74,41 @@ async def test_a_served_sleep_is_not_an_approval(store_url: str) -> None:
     finally:
         worker.kill()
         worker.wait(30)
+
+
+async def test_a_served_run_whose_sleep_was_refused_ends_done_not_paused(store_url: str) -> None:
+    """A refused sleep (``seconds=-5``) answers the call with an error; the model
+    replies, and the worker ends the run DONE: not PAUSED, no timer, nothing in
+    the inbox."""
+    worker, url = serve(store_url, "worker-A", None, spec="refused_sleep_app:app")
+    try:
+        async with (
+            open_store(store_url) as store,
+            httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as client,
+        ):
+            ledger, jobs = RunLedger(store), JobTable(store)
+            started = await client.post(
+                "/v1/users/u/sessions/s/runs", json={"message": "Remind me 5 s ago."}
+            )
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run"]["run_id"]
+
+            async def ended() -> bool:
+                run = await ledger.get(run_id)
+                return run is not None and run.status.value not in ("QUEUED", "RUNNING")
+
+            await until(ended)
+            run = await ledger.get(run_id)
+            assert run is not None and run.status.value == "DONE", run
+            assert [j for j in await jobs.list_jobs() if j.timer] == []
+            assert (await client.get("/v1/interrupts")).json()["interrupts"] == []
+            assert [r.status.value for r in await ledger.list_runs()] == ["DONE"]
+            session = await DurableSessionService(store).get_session(
+                app_name=APP_NAME, user_id="u", session_id="s"
+            )
+            assert session is not None
+            (said,) = texts(list(session.events))
+            assert said.startswith("I could not set the reminder"), said
+    finally:
+        worker.kill()
+        worker.wait(30)
