@@ -137,14 +137,18 @@ class Schedule:
             raise errors.InvalidArgument(
                 f"schedule {self.name!r}: give exactly one of cron=... and every=..."
             )
+        try:
+            # The zone is checked even when unused; an error names this schedule.
+            made = Cron(self.cron if self.cron is not None else "* * * * *", self.timezone)
+        except errors.InvalidArgument as exc:
+            said = "" if self.cron is None or repr(self.cron) in str(exc) else f" ({self.cron!r})"
+            raise errors.InvalidArgument(f"schedule {self.name!r}{said}: {exc}") from None
         if self.cron is not None:
-            object.__setattr__(self, "_cron", Cron(self.cron, self.timezone))
-        else:
-            Cron("* * * * *", self.timezone)  # the zone is checked even when unused
-            if not isinstance(self.every, timedelta) or self.every < timedelta(seconds=1):
-                raise errors.InvalidArgument(
-                    f"schedule {self.name!r}: every must be a timedelta of at least 1 second"
-                )
+            object.__setattr__(self, "_cron", made)
+        elif not isinstance(self.every, timedelta) or self.every < timedelta(seconds=1):
+            raise errors.InvalidArgument(
+                f"schedule {self.name!r}: every must be a timedelta of at least 1 second"
+            )
         if self.catch_up_limit < 1:
             raise errors.InvalidArgument(f"schedule {self.name!r}: catch_up_limit must be >= 1")
         for what, value in (("grace", self.grace), ("jitter", self.jitter)):

@@ -29,6 +29,11 @@ from durable_adk import errors
 from durable_adk.runlog import LOG_LEVEL_ENV
 from durable_adk.store import DEFAULT_URL
 
+try:  # recent typer runs its own copy of click; older ones run click itself
+    from typer._click.globals import get_current_context
+except ImportError:  # pragma: no cover - an older typer
+    from click import get_current_context  # type: ignore[assignment,no-redef,unused-ignore]
+
 if TYPE_CHECKING:
     from durable_adk.cli.client import OpsSource
     from durable_adk.store import Store
@@ -107,6 +112,51 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+# The command groups whose records ``GROUP list`` shows, to name after "not found".
+_LISTED = frozenset(
+    {"runs", "jobs", "interrupts", "dead-letters", "schedules", "versions", "sagas"}
+)
+START_WORKER = "durable-adk serve MODULE:APP --db URL"
+
+
+def _group() -> str | None:
+    """The command group running (``runs`` of ``durable-adk runs show``), if known."""
+    ctx = get_current_context(silent=True)
+    parts = ctx.command_path.split() if ctx is not None else []
+    return parts[1] if len(parts) > 2 else None
+
+
+def instead(exc: errors.DurableError) -> str:
+    """What to run instead after the library refused (``""`` when nothing fits).
+
+    A refusal names its place already (the run, the job...); this adds the
+    command that shows the records (after "not found"), where the token or
+    the worker comes from. A refusal that names a command (a schema behind:
+    ``durable-adk db upgrade``) is left as it is.
+    """
+    group = _group()
+    if isinstance(exc, errors.NotFound) and group in _LISTED:
+        return f"; see them with `durable-adk {group} list`"
+    if isinstance(exc, errors.Conflict) and group == "runs":
+        return "; see its state with `durable-adk runs show RUN_ID`"
+    if isinstance(exc, errors.Unauthorized):
+        return (
+            "; pass the worker's token with --token or DURABLE_ADK_TOKEN "
+            f"(`{START_WORKER.split(' --')[0]}` prints a generated one when it starts)"
+        )
+    if isinstance(exc, errors.StoreUnavailable) and "cannot reach the worker" in str(exc):
+        return f"; start one with `{START_WORKER}`, or read the database itself with --db URL"
+    if isinstance(exc, errors.Draining):
+        return "; retry on another worker of the app (--url), or on the database (--db)"
+    return ""
+
+
+def _refused(exc: errors.DurableError) -> NoReturn:
+    """Exits 1 with a refusal of the library and, unless it names one, what to run instead."""
+    said = str(exc)
+    _fail(said if "`" in said else said + instead(exc), 1)
+
+
 # --------------------------------------------------------------- plumbing
 
 
@@ -117,7 +167,10 @@ async def _source(db: str | None, url: str | None, token: str | None) -> AsyncIt
 
     if url:
         if not token:
-            _fail("--url needs --token (or DURABLE_ADK_TOKEN)")
+            _fail(
+                "--url needs --token (or DURABLE_ADK_TOKEN): the token the worker was started "
+                "with; `durable-adk serve` prints a generated one when it starts"
+            )
         client = HttpOps.connect(url, token or "")
         try:
             yield client
@@ -136,7 +189,10 @@ def require_database(where: str) -> None:
         else None
     )
     if path and path != ":memory:" and not os.path.exists(path):
-        _fail(f"no database at {path}")
+        _fail(
+            f"no database at {path}: pass --db URL (the database your workers use), or "
+            f"--url URL --token T to ask a running worker; `{START_WORKER}` creates one"
+        )
 
 
 def on_database(db: str | None, work: Callable[[Store], Awaitable[T]]) -> T:
@@ -154,7 +210,7 @@ def on_database(db: str | None, work: Callable[[Store], Awaitable[T]]) -> T:
     try:
         return asyncio.run(go())
     except errors.DurableError as exc:
-        _fail(str(exc), 1)
+        _refused(exc)
 
 
 def _call(
@@ -170,7 +226,7 @@ def _call(
     try:
         return asyncio.run(go())
     except errors.DurableError as exc:
-        _fail(str(exc), 1)
+        _refused(exc)
 
 
 def _when(seconds: Any) -> str:

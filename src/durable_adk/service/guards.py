@@ -182,6 +182,18 @@ def _content_length(scope: Scope) -> int | None:
         return None
 
 
+def _not_json(reason: str, doc: object, pos: int | None) -> str:
+    """``the body is not JSON: REASON at line L, column C (character P)``."""
+    if pos is None:
+        return f"the body is not JSON: {reason}"
+    text = doc.decode("utf-8", "replace") if isinstance(doc, bytes) else doc
+    if not isinstance(text, str):
+        return f"the body is not JSON: {reason} (character {pos})"
+    line = text.count("\n", 0, pos) + 1
+    column = pos - text.rfind("\n", 0, pos)
+    return f"the body is not JSON: {reason} at line {line}, column {column} (character {pos})"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Maps every error to ``{"error": {"code", "message"}}`` by its class."""
 
@@ -201,8 +213,11 @@ def install_error_handlers(app: FastAPI) -> None:
         malformed = [e for e in exc.errors() if e.get("type") == "json_invalid"]
         if malformed:
             # A body that is not JSON at all is malformed (400), not invalid (422).
-            where = malformed[0].get("ctx", {}).get("error", "cannot be parsed")
-            return error_response(400, "bad_request", f"the body is not JSON: {where}")
+            first = malformed[0]
+            reason = first.get("ctx", {}).get("error", "cannot be parsed")
+            loc = first.get("loc", ())
+            place = loc[-1] if loc and isinstance(loc[-1], int) else None
+            return error_response(400, "bad_request", _not_json(reason, exc.body, place))
         problems = [
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
             for e in exc.errors()
@@ -217,7 +232,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(json.JSONDecodeError)
     async def bad_json(_request: Request, exc: Exception) -> JSONResponse:
-        return error_response(400, "bad_request", f"the body is not JSON: {exc}")
+        assert isinstance(exc, json.JSONDecodeError)
+        return error_response(400, "bad_request", _not_json(exc.msg, exc.doc, exc.pos))
 
     @app.exception_handler(Exception)
     async def unexpected(_request: Request, exc: Exception) -> JSONResponse:

@@ -18,11 +18,9 @@ leases run out and another worker recovers its runs after ``lease`` seconds.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -33,6 +31,7 @@ from google.adk.agents import BaseAgent
 from google.adk.apps import App
 
 from durable_adk import errors
+from durable_adk.adk.services.app_services import import_app_module
 from durable_adk.metrics import Metrics
 from durable_adk.service.api import create_app
 from durable_adk.service.settings import ServiceSettings
@@ -58,13 +57,7 @@ def load_app(spec: str, *, search: Path | None = None) -> App | BaseAgent:
         raise errors.InvalidArgument(
             f"{spec!r}: expected MODULE:APP, e.g. my_agents.app:root_agent"
         )
-    folder = str(search or Path.cwd())
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    try:
-        found: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise errors.InvalidArgument(f"cannot import {module_name!r}: {exc}") from exc
+    found: object = import_app_module(module_name, search=search)
     for part in attribute.split("."):
         if not hasattr(found, part):
             raise errors.InvalidArgument(f"{module_name!r} has no attribute {attribute!r}")

@@ -270,6 +270,20 @@ def _schedules(
 
 
 def _import(name: str, search: Path | None) -> ModuleType:
+    return import_app_module(name, search=search)
+
+
+def import_app_module(name: str, *, search: Path | None = None) -> ModuleType:
+    """Imports an app's module, ``search`` (default: the working directory) first on the path.
+
+    A module that cannot be found, or whose own code refuses a declaration
+    while it is imported (a schedule with a bad cron expression, a bad
+    version...), is bad input: the error names the module and the file and
+    line of its code that raised.
+
+    Raises:
+        InvalidArgument: The module cannot be imported.
+    """
     folder = str(search or Path.cwd())
     if folder not in sys.path:
         sys.path.insert(0, folder)
@@ -277,6 +291,21 @@ def _import(name: str, search: Path | None) -> ModuleType:
         return importlib.import_module(name)
     except ImportError as exc:
         raise errors.InvalidArgument(f"cannot import {name!r}: {exc}") from exc
+    except errors.InvalidArgument as exc:
+        raise errors.InvalidArgument(f"module {name!r}{_where(exc)}: {exc}") from exc
+
+
+def _where(exc: BaseException) -> str:
+    """`` (path/to/file.py, line N)``: the app's own frame that raised, deepest first."""
+    library = str(Path(errors.__file__).resolve().parent)
+    place = ""
+    trace = exc.__traceback__
+    while trace is not None:
+        filename = trace.tb_frame.f_code.co_filename
+        if not filename.startswith(("<", library)):
+            place = f" ({filename}, line {trace.tb_lineno})"
+        trace = trace.tb_next
+    return place
 
 
 def _call(factory: object, source: str) -> AppServices:
