@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from svc_support import TOKEN, Service, settings_for, threaded_worker
+from test_cli import prepare
 from typer.testing import CliRunner
 
 from durable_adk import errors
@@ -153,7 +154,7 @@ def test_cli_errors_say_what_to_run_instead(store_url: str, tmp_path: Path) -> N
     assert "pass --db URL" in out and "`durable-adk serve MODULE:APP --db URL`" in out
     assert not missing.exists()
 
-    asyncio.run(_tables(store_url))  # the schema exists
+    asyncio.run(prepare(store_url))  # app stock_assistant, a parked run, an open job
     for args, listed in (
         (("runs", "show", "run-nope"), "runs"),
         (("runs", "retry", "run-nope"), "runs"),

@@ -15,10 +15,12 @@ from typing import Any, Protocol
 import httpx
 
 from durable_adk import errors
+from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
 from durable_adk.service.paths import segment
+from durable_adk.service.schedule_routes import ScheduleOut, tick_out
 from durable_adk.service.schemas import (
     AnswerOut,
     action_out,
@@ -28,10 +30,18 @@ from durable_adk.service.schemas import (
     outcome_out,
     run_out,
 )
+from durable_adk.service.version_routes import VersionOut
 from durable_adk.store.base import Store
 from durable_adk.tables.ledger import RunStatus
+from durable_adk.tables.schedules import ScheduleTable
+from durable_adk.tables.versions import VersionTable
 
 JSON = dict[str, Any]
+
+
+class AppUnclear(errors.InvalidArgument):
+    """No ``--app`` and no single app to choose, or a worker serving another (exit 2)."""
+
 
 _ERROR_BY_CODE: dict[str, type[errors.DurableError]] = {
     "not_found": errors.NotFound,
@@ -143,6 +153,55 @@ class OpsSource(Protocol):
         replacement: dict[str, Any] | None,
     ) -> JSON:
         """Repairs an unreadable event (``repair``, ``message``)."""
+        ...
+
+    async def app_of(self, app_name: str | None) -> str:
+        """The app a command means: ``app_name``, else the only app there is.
+
+        Raises:
+            AppUnclear: No app was given and there is none or several to
+                choose from (the message lists them), or a worker serves another.
+        """
+        ...
+
+    async def schedules(self, app_name: str) -> list[JSON]:
+        """The app's schedules with their next ticks (orphaned ones too)."""
+        ...
+
+    async def schedule_change(
+        self, app_name: str, name: str, action: str, by: str, reason: str | None
+    ) -> JSON:
+        """Pauses or resumes (``action``) a schedule: the schedule and ``changed``."""
+        ...
+
+    async def schedule_trigger(
+        self, app_name: str, name: str, by: str, reason: str | None, trigger_id: str | None
+    ) -> JSON:
+        """Triggers a tick now (``tick_key``, ``run_id``, ``state``)."""
+        ...
+
+    async def schedule_ticks(self, app_name: str, name: str, limit: int) -> list[JSON]:
+        """A schedule's latest ticks, newest first."""
+        ...
+
+    async def versions(self, app_name: str) -> list[JSON]:
+        """The app's versions, newest first."""
+        ...
+
+    async def version_change(
+        self, app_name: str, version: str, drain: bool, by: str, reason: str | None
+    ) -> JSON:
+        """Drains or undrains a version (``version``, ``drained``, ``changed``)."""
+        ...
+
+    async def version_move(
+        self, app_name: str, version: str, to: str, by: str, reason: str | None
+    ) -> JSON:
+        """Moves a retired version's open runs (``version``, ``to``, ``moved``)."""
+        ...
+
+    async def version_abandon(self, app_name: str, version: str, by: str, reason: str) -> JSON:
+        """Cancels every open run of a retired version (``version``, ``cancelled``)."""
         ...
 
 
@@ -269,6 +328,72 @@ class StoreOps:
             reason=reason,
             replacement=replacement,
         )
+
+    async def app_of(self, app_name: str | None) -> str:
+        known = [str(r["app_name"]) for r in await self.store.fetch("service_known_apps")]
+        if app_name is not None:
+            if app_name in known:
+                return app_name
+            raise AppUnclear(
+                f"the database knows no app {app_name!r} (it holds: "
+                f"{', '.join(known) or 'none yet'}): check --app"
+            )
+        if len(known) == 1:
+            return known[0]
+        if not known:
+            raise AppUnclear(
+                "the database holds no app yet: give --app APP (or start its worker first)"
+            )
+        raise AppUnclear(
+            f"the database holds {len(known)} apps ({', '.join(known)}): give --app APP"
+        )
+
+    async def schedules(self, app_name: str) -> list[JSON]:
+        rows = await ScheduleTable(self.store, app_name).list_schedules()
+        return [ScheduleOut(**r.describe()).model_dump() for r in rows]
+
+    async def schedule_change(
+        self, app_name: str, name: str, action: str, by: str, reason: str | None
+    ) -> JSON:
+        table = ScheduleTable(self.store, app_name)
+        act = table.pause if action == "pause" else table.resume
+        done = await act(name, by=by, reason=reason)
+        return {**ScheduleOut(**done.row.describe()).model_dump(), "changed": done.changed}
+
+    async def schedule_trigger(
+        self, app_name: str, name: str, by: str, reason: str | None, trigger_id: str | None
+    ) -> JSON:
+        table = ScheduleTable(self.store, app_name)
+        tick = await table.trigger(name, by=by, reason=reason, trigger_id=trigger_id)
+        return tick_out(tick).model_dump()
+
+    async def schedule_ticks(self, app_name: str, name: str, limit: int) -> list[JSON]:
+        table = ScheduleTable(self.store, app_name)
+        await table.get(name)
+        return [tick_out(t).model_dump() for t in await table.recent_ticks(name, limit=limit)]
+
+    async def versions(self, app_name: str) -> list[JSON]:
+        report = await VersionTable(self.store, app_name).report()
+        return [VersionOut(**v.describe()).model_dump() for v in report]
+
+    async def version_change(
+        self, app_name: str, version: str, drain: bool, by: str, reason: str | None
+    ) -> JSON:
+        table = VersionTable(self.store, app_name)
+        act = table.drain if drain else table.undrain
+        changed = await act(version, by=by, reason=reason)
+        return {"version": version, "drained": drain, "changed": changed}
+
+    async def version_move(
+        self, app_name: str, version: str, to: str, by: str, reason: str | None
+    ) -> JSON:
+        moved = await VersionTable(self.store, app_name).move(version, to, by=by, reason=reason)
+        return {"version": version, "to": to, "moved": moved}
+
+    async def version_abandon(self, app_name: str, version: str, by: str, reason: str) -> JSON:
+        table = VersionTable(self.store, app_name)
+        cancelled = await abandon_version(table, version, by=by, reason=reason)
+        return {"version": version, "cancelled": cancelled}
 
 
 class HttpOps:
@@ -448,6 +573,57 @@ class HttpOps:
         path = f"{self._session_path(user_id, session_id)}/events/{_segment(event_id)}/repair"
         body = _body(by=by, reason=reason, replacement=replacement)
         return await self._call("POST", path, json=body)
+
+    async def app_of(self, app_name: str | None) -> str:
+        serving = str((await self._call("GET", "/v1/apps"))["serving"])
+        if app_name is not None and app_name != serving:
+            raise AppUnclear(
+                f"the worker serves app {serving!r}, not {app_name!r}: "
+                "ask a worker of that app, or use --db"
+            )
+        return serving
+
+    async def schedules(self, app_name: str) -> list[JSON]:
+        found: list[JSON] = (await self._call("GET", "/v1/schedules"))["schedules"]
+        return found
+
+    async def schedule_change(
+        self, app_name: str, name: str, action: str, by: str, reason: str | None
+    ) -> JSON:
+        path = f"/v1/schedules/{_segment(name)}/{action}"
+        done = await self._call("POST", path, json=_body(by=by, reason=reason))
+        return {**done["schedule"], "changed": done["changed"]}
+
+    async def schedule_trigger(
+        self, app_name: str, name: str, by: str, reason: str | None, trigger_id: str | None
+    ) -> JSON:
+        body = _body(by=by, reason=reason, trigger_id=trigger_id)
+        return await self._call("POST", f"/v1/schedules/{_segment(name)}/trigger", json=body)
+
+    async def schedule_ticks(self, app_name: str, name: str, limit: int) -> list[JSON]:
+        path = f"/v1/schedules/{_segment(name)}/ticks"
+        ticks: list[JSON] = (await self._call("GET", path, params={"limit": limit}))["ticks"]
+        return ticks
+
+    async def versions(self, app_name: str) -> list[JSON]:
+        found: list[JSON] = (await self._call("GET", "/v1/versions"))["versions"]
+        return found
+
+    async def version_change(
+        self, app_name: str, version: str, drain: bool, by: str, reason: str | None
+    ) -> JSON:
+        path = f"/v1/versions/{_segment(version)}/{'drain' if drain else 'undrain'}"
+        return await self._call("POST", path, json=_body(by=by, reason=reason))
+
+    async def version_move(
+        self, app_name: str, version: str, to: str, by: str, reason: str | None
+    ) -> JSON:
+        body = _body(by=by, to=to, reason=reason)
+        return await self._call("POST", f"/v1/versions/{_segment(version)}/move", json=body)
+
+    async def version_abandon(self, app_name: str, version: str, by: str, reason: str) -> JSON:
+        body = _body(by=by, reason=reason)
+        return await self._call("POST", f"/v1/versions/{_segment(version)}/abandon", json=body)
 
 
 def _segment(value: str) -> str:

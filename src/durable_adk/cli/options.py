@@ -152,9 +152,12 @@ def instead(exc: errors.DurableError) -> str:
 
 
 def _refused(exc: errors.DurableError) -> NoReturn:
-    """Exits 1 with a refusal of the library and, unless it names one, what to run instead."""
+    """Exits 1 with a refusal of the library (on the database or through a worker alike)
+    and, unless it names one, what to run instead; an unclear app is bad input (2)."""
+    from durable_adk.cli.client import AppUnclear
+
     said = str(exc)
-    _fail(said if "`" in said else said + instead(exc), 1)
+    _fail(said if "`" in said else said + instead(exc), 2 if isinstance(exc, AppUnclear) else 1)
 
 
 # --------------------------------------------------------------- plumbing

@@ -1,19 +1,21 @@
 """``durable-adk schedules``: list an app's schedules with their next ticks, pause,
 resume, trigger now, and show a schedule's latest ticks.
 
-The commands work on the database (``--db``) through
-:class:`~durable_adk.schedules.ScheduleTable`: each action writes its line in
-the operators' audit trail in the same unit of work as the change, and a
-refused one (unknown schedule, paused or orphaned) exits 1 with the reason,
-changing nothing. A trigger is fired by the next poll of any worker serving
-the app. Bad arguments exit 2.
+The commands work on the database (``--db``, through
+:class:`~durable_adk.schedules.ScheduleTable`) or through a running worker of
+the app (``--url``/``--token``, its ``/v1/schedules`` routes), with the same
+answers. ``--app`` may be left out when the database holds one app (a worker:
+the app it serves). Each action writes its line in the operators' audit trail
+in the same unit of work as the change, and a refused one (unknown schedule,
+paused or orphaned) exits 1 with the reason, changing nothing. A trigger is
+fired by the next poll of any worker serving the app. Bad arguments exit 2.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -23,14 +25,17 @@ from durable_adk.cli.options import (
     JsonOpt,
     LimitOpt,
     ReasonOpt,
+    TokenOpt,
+    UrlOpt,
+    _call,
     _short,
     _table,
     _who,
     console,
-    on_database,
 )
-from durable_adk.cron import utc_iso
-from durable_adk.tables.schedules import ScheduleTable
+
+if TYPE_CHECKING:
+    from durable_adk.cli.client import OpsSource
 
 T = TypeVar("T")
 
@@ -39,7 +44,12 @@ schedules_app = typer.Typer(
     help="An app's schedules: list with next ticks, pause, resume, trigger now, ticks.",
 )
 
-AppArg = Annotated[str, typer.Option("--app", help="The app whose schedules these are.")]
+AppArg = Annotated[
+    str | None,
+    typer.Option(
+        "--app", help="The app whose schedules these are (default: the only one there is)."
+    ),
+]
 NameArg = Annotated[str, typer.Argument(help="The schedule.")]
 
 
@@ -48,8 +58,18 @@ def register(app: typer.Typer) -> None:
     app.add_typer(schedules_app, name="schedules")
 
 
-def _run(db: str | None, app_name: str, work: Callable[[ScheduleTable], Awaitable[T]]) -> T:
-    return on_database(db, lambda store: work(ScheduleTable(store, app_name)))
+def _run(
+    db: str | None,
+    url: str | None,
+    token: str | None,
+    app_name: str | None,
+    work: Callable[[OpsSource, str], Awaitable[T]],
+) -> tuple[str, T]:
+    async def go(source: OpsSource) -> tuple[str, T]:
+        app = await source.app_of(app_name)
+        return app, await work(source, app)
+
+    return _call(db, url, token, go)
 
 
 def _print(data: Any, as_json: bool, line: str) -> None:
@@ -60,10 +80,15 @@ def _print(data: Any, as_json: bool, line: str) -> None:
 
 
 @schedules_app.command("list")
-def schedules_list(app_name: AppArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def schedules_list(
+    app_name: AppArg = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The app's schedules with their next ticks (orphaned ones too)."""
-    rows = _run(db, app_name, lambda table: table.list_schedules())
-    listed = [r.describe() for r in rows]
+    app_name, listed = _run(db, url, token, app_name, lambda src, app: src.schedules(app))
     if as_json:
         print(json.dumps(listed, indent=2, default=str))
         return
@@ -92,43 +117,59 @@ def schedules_list(app_name: AppArg, db: DbOpt = None, as_json: JsonOpt = False)
 @schedules_app.command("pause")
 def schedules_pause(
     name: NameArg,
-    app_name: AppArg,
+    app_name: AppArg = None,
     by: ByOpt = None,
     reason: ReasonOpt = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Pauses a schedule: no tick fires until it is resumed (audited)."""
     who = _who(by)
-    done = _run(db, app_name, lambda table: table.pause(name, by=who, reason=reason))
-    what = "paused" if done.changed else "already paused: nothing changed"
-    _print({**done.row.describe(), "changed": done.changed}, as_json, f"schedule {name!r} {what}")
+    _, done = _run(
+        db,
+        url,
+        token,
+        app_name,
+        lambda src, app: src.schedule_change(app, name, "pause", who, reason),
+    )
+    what = "paused" if done["changed"] else "already paused: nothing changed"
+    _print(done, as_json, f"schedule {name!r} {what}")
 
 
 @schedules_app.command("resume")
 def schedules_resume(
     name: NameArg,
-    app_name: AppArg,
+    app_name: AppArg = None,
     by: ByOpt = None,
     reason: ReasonOpt = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Resumes a paused schedule from its next tick after now (audited)."""
     who = _who(by)
-    done = _run(db, app_name, lambda table: table.resume(name, by=who, reason=reason))
-    what = (
-        f"resumed; next tick {utc_iso(done.row.next_tick_at)}"
-        if done.changed
-        else "not paused: nothing changed"
+    _, done = _run(
+        db,
+        url,
+        token,
+        app_name,
+        lambda src, app: src.schedule_change(app, name, "resume", who, reason),
     )
-    _print({**done.row.describe(), "changed": done.changed}, as_json, f"schedule {name!r} {what}")
+    what = (
+        f"resumed; next tick {done['next_tick']}"
+        if done["changed"]
+        else ("not paused: nothing changed")
+    )
+    _print(done, as_json, f"schedule {name!r} {what}")
 
 
 @schedules_app.command("trigger")
 def schedules_trigger(
     name: NameArg,
-    app_name: AppArg,
+    app_name: AppArg = None,
     by: ByOpt = None,
     reason: ReasonOpt = None,
     trigger_id: Annotated[
@@ -138,50 +179,41 @@ def schedules_trigger(
         ),
     ] = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Triggers a tick now (its own key, audited); the next poll of a worker fires it."""
     who = _who(by)
-    tick = _run(
+    _, tick = _run(
         db,
+        url,
+        token,
         app_name,
-        lambda table: table.trigger(name, by=who, reason=reason, trigger_id=trigger_id),
+        lambda src, app: src.schedule_trigger(app, name, who, reason, trigger_id),
     )
     _print(
-        {"tick_key": tick.tick_key, "run_id": tick.run_id, "state": str(tick.state)},
+        tick,
         as_json,
-        f"schedule {name!r}: tick {tick.tick_key} recorded ({tick.state}); its run will be "
-        f"{tick.run_id}",
+        f"schedule {name!r}: tick {tick['tick_key']} recorded ({tick['state']}); its run will "
+        f"be {tick['run_id']}",
     )
 
 
 @schedules_app.command("ticks")
 def schedules_ticks(
     name: NameArg,
-    app_name: AppArg,
+    app_name: AppArg = None,
     limit: LimitOpt = 20,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A schedule's latest ticks, newest first."""
-
-    async def work(table: ScheduleTable) -> list[dict[str, Any]]:
-        await table.get(name)
-        ticks = await table.recent_ticks(name, limit=limit)
-        return [
-            {
-                "tick_key": t.tick_key,
-                "kind": t.kind,
-                "state": str(t.state),
-                "run_id": t.run_id,
-                "session_id": t.session_id,
-                "actor": t.actor,
-                "detail": t.detail,
-            }
-            for t in ticks
-        ]
-
-    listed = _run(db, app_name, work)
+    _, listed = _run(
+        db, url, token, app_name, lambda src, app: src.schedule_ticks(app, name, limit)
+    )
     if as_json:
         print(json.dumps(listed, indent=2))
         return

@@ -1,33 +1,38 @@
 """``durable-adk versions``: an app's versions with their runs by status and who serves
 them, and draining a version.
 
-The commands work on the database (``--db``) through
-:class:`~durable_adk.tables.versions.VersionTable`. ``drain`` and ``undrain``
-write their line in the operators' audit trail in the same unit of work as the
-change; a bad version or operator name exits 1 with the reason, changing
-nothing. Bad arguments exit 2.
+The commands work on the database (``--db``, through
+:class:`~durable_adk.tables.versions.VersionTable`) or through a running
+worker of the app (``--url``/``--token``, its ``/v1/versions`` routes), with
+the same answers. ``--app`` may be left out when the database holds one app
+(a worker: the app it serves). ``drain`` and ``undrain`` write their line in
+the operators' audit trail in the same unit of work as the change; a bad
+version or operator name exits 2 with the reason, changing nothing.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.cli.options import (
     ByOpt,
     DbOpt,
     JsonOpt,
     ReasonOpt,
+    TokenOpt,
+    UrlOpt,
+    _call,
     _table,
     _who,
     console,
-    on_database,
 )
-from durable_adk.tables.versions import VersionTable
+
+if TYPE_CHECKING:
+    from durable_adk.cli.client import OpsSource
 
 T = TypeVar("T")
 
@@ -36,7 +41,12 @@ versions_app = typer.Typer(
     help="An app's versions: runs by status and who serves them; drain, undrain.",
 )
 
-AppArg = Annotated[str, typer.Option("--app", help="The app whose versions these are.")]
+AppArg = Annotated[
+    str | None,
+    typer.Option(
+        "--app", help="The app whose versions these are (default: the only one there is)."
+    ),
+]
 VersionArg = Annotated[str, typer.Argument(help="The version (PEP 440, e.g. 1.4.0).")]
 
 
@@ -45,8 +55,18 @@ def register(app: typer.Typer) -> None:
     app.add_typer(versions_app, name="versions")
 
 
-def _run(db: str | None, app_name: str, work: Callable[[VersionTable], Awaitable[T]]) -> T:
-    return on_database(db, lambda store: work(VersionTable(store, app_name)))
+def _run(
+    db: str | None,
+    url: str | None,
+    token: str | None,
+    app_name: str | None,
+    work: Callable[[OpsSource, str], Awaitable[T]],
+) -> tuple[str, T]:
+    async def go(source: OpsSource) -> tuple[str, T]:
+        app = await source.app_of(app_name)
+        return app, await work(source, app)
+
+    return _call(db, url, token, go)
 
 
 def _runs(counts: dict[str, int]) -> str:
@@ -54,9 +74,15 @@ def _runs(counts: dict[str, int]) -> str:
 
 
 @versions_app.command("list")
-def versions_list(app_name: AppArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def versions_list(
+    app_name: AppArg = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The app's versions, newest first: runs by status, live workers, waiting runs, drains."""
-    listed = [v.describe() for v in _run(db, app_name, lambda table: table.report())]
+    app_name, listed = _run(db, url, token, app_name, lambda src, app: src.versions(app))
     if as_json:
         print(json.dumps(listed, indent=2, default=str))
         return
@@ -76,15 +102,12 @@ def versions_list(app_name: AppArg, db: DbOpt = None, as_json: JsonOpt = False) 
 
 
 def _change(
-    version: str, app_name: str, db: str | None, as_json: bool, *, drain: bool, who: str,
-    reason: str | None,
+    version: str, app_name: str | None, where: tuple[str | None, str | None, str | None],
+    as_json: bool, *, drain: bool, who: str, reason: str | None,
 ) -> None:  # fmt: skip
-    async def work(table: VersionTable) -> dict[str, Any]:
-        act = table.drain if drain else table.undrain
-        changed = await act(version, by=who, reason=reason)
-        return {"version": version, "drained": drain, "changed": changed}
-
-    done = _run(db, app_name, work)
+    app_name, done = _run(
+        *where, app_name, lambda src, app: src.version_change(app, version, drain, who, reason)
+    )
     if as_json:
         print(json.dumps(done, indent=2))
         return
@@ -102,44 +125,53 @@ def _change(
 @versions_app.command("drain")
 def versions_drain(
     version: VersionArg,
-    app_name: AppArg,
+    app_name: AppArg = None,
     by: ByOpt = None,
     reason: ReasonOpt = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Drains a version: its workers start no new run; its runs finish (audited)."""
-    _change(version, app_name, db, as_json, drain=True, who=_who(by), reason=reason)
+    _change(version, app_name, (db, url, token), as_json, drain=True, who=_who(by), reason=reason)
 
 
 @versions_app.command("undrain")
 def versions_undrain(
     version: VersionArg,
-    app_name: AppArg,
+    app_name: AppArg = None,
     by: ByOpt = None,
     reason: ReasonOpt = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Lets a drained version take new runs again (audited)."""
-    _change(version, app_name, db, as_json, drain=False, who=_who(by), reason=reason)
+    _change(version, app_name, (db, url, token), as_json, drain=False, who=_who(by), reason=reason)
 
 
 @versions_app.command("move")
 def versions_move(
     version: VersionArg,
-    app_name: AppArg,
     to: Annotated[str, typer.Option("--to", help="The newer version that continues them.")],
+    app_name: AppArg = None,
     by: ByOpt = None,
     reason: ReasonOpt = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Moves a retired version's open runs to a newer version (audited)."""
     who = _who(by)
-    moved = _run(db, app_name, lambda table: table.move(version, to, by=who, reason=reason))
+    _, done = _run(
+        db, url, token, app_name, lambda src, app: src.version_move(app, version, to, who, reason)
+    )
+    moved = done["moved"]
     if as_json:
-        print(json.dumps({"version": version, "to": to, "moved": moved}, indent=2))
+        print(json.dumps(done, indent=2))
         return
     console.print(
         f"{moved} open run(s) of version {version} moved to {to}"
@@ -151,19 +183,22 @@ def versions_move(
 @versions_app.command("abandon")
 def versions_abandon(
     version: VersionArg,
-    app_name: AppArg,
     reason: Annotated[str, typer.Option("--reason", help="Why (required, for the audit trail).")],
+    app_name: AppArg = None,
     by: ByOpt = None,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Cancels every open run of a retired version (each audited as an operator's cancel)."""
     who = _who(by)
-    cancelled = _run(
-        db, app_name, lambda table: abandon_version(table, version, by=who, reason=reason)
+    _, done = _run(
+        db, url, token, app_name, lambda src, app: src.version_abandon(app, version, who, reason)
     )
+    cancelled = done["cancelled"]
     if as_json:
-        print(json.dumps({"version": version, "cancelled": cancelled}, indent=2))
+        print(json.dumps(done, indent=2))
         return
     console.print(
         f"{len(cancelled)} open run(s) of version {version} cancelled"

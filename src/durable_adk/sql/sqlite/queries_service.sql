@@ -67,3 +67,13 @@ SELECT status, COUNT(*) AS n FROM runs
 -- name: service_apps
 -- The apps that have runs on this store (the dashboard's app filter).
 SELECT app_name, COUNT(*) AS runs FROM runs GROUP BY app_name ORDER BY app_name;
+
+-- name: service_known_apps
+-- The apps this store knows: with runs, sessions, schedules, workers or versions (the CLI's
+-- default --app when there is one).
+SELECT app_name FROM runs
+UNION SELECT app_name FROM sessions
+UNION SELECT app_name FROM schedules
+UNION SELECT app_name FROM workers
+UNION SELECT app_name FROM app_versions
+ORDER BY app_name;
