@@ -56,7 +56,7 @@ def test_operations_on_the_database(store_url: str) -> None:
     code, out = cli("runs", "show", run_id, *db)
     assert code == 0 and "ann/order-7" in out and "outcome unknown" in out and "dead letters" in out
     code, out = cli("dead-letters", "list", "--json", *db)
-    assert code == 0 and [d["run_id"] for d in json.loads(out)] == [run_id]
+    assert code == 0 and [d["run_id"] for d in json.loads(out)["items"]] == [run_id]
     code, out = cli("runs", "retry", run_id, *db)
     assert code == 0 and "QUEUED" in out
     code, out = cli("runs", "retry", run_id, *db)
@@ -81,7 +81,7 @@ def test_operations_through_a_running_worker(tmp_path: Path) -> None:
     with threaded_worker(settings_for(url, sweep_interval=60)) as worker:
         remote = ["--url", worker.base_url, "--token", TOKEN]
         code, out = cli("runs", "list", "--json", *remote)
-        assert code == 0 and [r["run_id"] for r in json.loads(out)] == [run_id]
+        assert code == 0 and [r["run_id"] for r in json.loads(out)["items"]] == [run_id]
         code, direct = cli("runs", "show", run_id, "--json", "--db", url)
         code_remote, through = cli("runs", "show", run_id, "--json", *remote)
         assert code == code_remote == 0

@@ -62,13 +62,13 @@ def test_interrupts_list_and_answer_on_the_database(store_url: str) -> None:
     paused = asyncio.run(pause(store_url, "cli-a", "O-7"))
     code, out = cli("interrupts", "list", "--json", *db)
     assert code == 0, out
-    (interrupt,) = json.loads(out)
+    (interrupt,) = json.loads(out)["items"]
     assert interrupt["run_id"] == paused and interrupt["kind"] == "confirmation"
     call_id = interrupt["call_id"]
     code, out = cli("interrupts", "list", *db)
     assert code == 0 and "ship_order" in out and "confirmation" in out
     code, out = cli("interrupts", "list", "--kind", "input", "--json", *db)
-    assert code == 0 and json.loads(out) == []
+    assert code == 0 and json.loads(out)["items"] == []
 
     before = asyncio.run(state(store_url))
     for args, code_wanted, words in (
@@ -97,11 +97,11 @@ def test_interrupts_list_and_answer_on_the_database(store_url: str) -> None:
     assert asyncio.run(sweep(store_url)) == ["DONE"]
     code, out = cli("runs", "list", "--json", *db)
     assert code == 0
-    assert {r["run_id"]: r["status"] for r in json.loads(out)} == {
+    assert {r["run_id"]: r["status"] for r in json.loads(out)["items"]} == {
         paused: "DONE",
         answered["run"]["run_id"]: "DONE",
     }
     code, out = cli("runs", "actions", "--json", *db)
-    assert [(a["action"], a["run_id"], a["actor"]) for a in json.loads(out)] == [
+    assert [(a["action"], a["run_id"], a["actor"]) for a in json.loads(out)["items"]] == [
         ("answer", paused, "ops-ana")
     ]

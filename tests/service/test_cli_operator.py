@@ -50,9 +50,9 @@ def test_operator_commands_on_the_database(store_url: str) -> None:
     run, call_id = asyncio.run(parked(store_url, "cli-1"))
     other, _ = asyncio.run(parked(store_url, "cli-2", app_name="billing_app"))
     code, out = cli("runs", "list", "--app", "billing_app", "--json", *db)
-    assert code == 0 and [r["run_id"] for r in json.loads(out)] == [other.run_id]
+    assert code == 0 and [r["run_id"] for r in json.loads(out)["items"]] == [other.run_id]
     code, out = cli("dead-letters", "list", "--app", APP, "--json", *db)
-    assert code == 0 and [d["run_id"] for d in json.loads(out)] == [run.run_id]
+    assert code == 0 and [d["run_id"] for d in json.loads(out)["items"]] == [run.run_id]
 
     before = asyncio.run(stats(store_url))
     for args, words in (
@@ -91,7 +91,7 @@ def test_operator_commands_on_the_database(store_url: str) -> None:
 
     code, out = cli("runs", "actions", "--json", *db)
     assert code == 0
-    trail = [(a["action"], a["run_id"], a["actor"]) for a in json.loads(out)]
+    trail = [(a["action"], a["run_id"], a["actor"]) for a in json.loads(out)["items"]]
     assert trail == [
         ("cancel", waiting, "ops-ana"),
         ("abandon", other.run_id, "ops-ana"),

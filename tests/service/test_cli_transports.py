@@ -77,6 +77,8 @@ def _same_json(db: str, worker: ServeProcess, *args: str) -> Any:
         for key in ("finding", "note"):
             from_db.pop(key), from_url.pop(key)
     assert from_db == from_url, args
+    if set(from_db) == {"available", "note", "items"}:  # a list: the one envelope
+        return from_db["items"]
     return from_db
 
 
@@ -126,9 +128,8 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
         tick = json.loads(out)
         code2, out2 = cli("schedules", "trigger", "nightly", "--id", "t1", "--json", *second)
         assert code == code2 == 0 and json.loads(out2)["tick_key"] == tick["tick_key"]
-        assert [t["tick_key"] for t in _same_json(db, worker, "schedules", "ticks", "nightly")][
-            :1
-        ] == [tick["tick_key"]]
+        ticks = _same_json(db, worker, "schedules", "ticks", "nightly")
+        assert [t["tick_key"] for t in ticks][:1] == [tick["tick_key"]]
         code, out = cli("versions", "drain", "1.0", "--json", *first)
         assert code == 0 and json.loads(out) == {"version": "1.0", "drained": True, "changed": True}
         code, out = cli("versions", "drain", "1.0", "--json", *second)
@@ -183,10 +184,10 @@ async def _second_app(url: str) -> None:
 def test_app_is_asked_for_only_when_the_database_holds_several(store_url: str) -> None:
     asyncio.run(prepare(store_url))
     code, out = cli("versions", "list", "--json", "--db", store_url)
-    assert code == 0 and [v["version"] for v in json.loads(out)] == ["(none)"]
+    assert code == 0 and [v["version"] for v in json.loads(out)["items"]] == ["(none)"]
     asyncio.run(_second_app(store_url))
     for args in (("versions", "list"), ("schedules", "list"), ("versions", "drain", "1.0")):
         code, out = cli(*args, "--db", store_url)
         assert code == 2 and "holds 2 apps (billing, stock_assistant): give --app" in out, out
     code, out = cli("versions", "list", "--app", "billing", "--json", "--db", store_url)
-    assert code == 0 and json.loads(out)[0]["total"] == 1
+    assert code == 0 and json.loads(out)["items"][0]["total"] == 1

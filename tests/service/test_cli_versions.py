@@ -54,7 +54,7 @@ def test_versions_list_drain_and_undrain(store_url: str) -> None:
     asyncio.run(two_versions(store_url))
     code, out = cli("versions", "list", "--app", "shop", "--db", store_url, "--json")
     assert code == 0, out
-    listed = json.loads(out)
+    listed = json.loads(out)["items"]
     assert [(v["version"], v["runs"]) for v in listed] == [
         ("1.1", {"DONE": 1}),
         ("1.0", {"DONE": 1}),

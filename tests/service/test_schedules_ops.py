@@ -155,7 +155,7 @@ def test_schedule_commands_on_the_database(store_url: str) -> None:
     db = ["--db", store_url, "--app", APP]
     code, out = cli("schedules", "list", "--json", *db)
     assert code == 0, out
-    assert [s["name"] for s in json.loads(out)] == ["heartbeat", "weekly-report"]
+    assert [s["name"] for s in json.loads(out)["items"]] == ["heartbeat", "weekly-report"]
     code, out = cli("schedules", "list", *db)
     assert code == 0 and "weekly-report" in out and "0 9 * * FRI" in out
     assert "version" in out  # a column of its own
@@ -174,7 +174,7 @@ def test_schedule_commands_on_the_database(store_url: str) -> None:
     assert code == 0, out
     assert json.loads(out)["tick_key"] == "trigger:t-1"
     code, out = cli("schedules", "ticks", "heartbeat", "--json", *db)
-    assert code == 0 and [t["tick_key"] for t in json.loads(out)] == ["trigger:t-1"]
+    assert code == 0 and [t["tick_key"] for t in json.loads(out)["items"]] == ["trigger:t-1"]
     assert asyncio.run(audit(store_url)) == [
         ("schedule_pause", "ops-ana"),
         ("schedule_resume", "ben"),

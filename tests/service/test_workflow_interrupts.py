@@ -156,7 +156,7 @@ def test_the_cli_lists_and_approves_a_node_confirmation(
         second, _ = pause(client, "c2", "O-8")
     code, out = cli("interrupts", "list", "--kind", "confirmation", "--json", *url)
     assert code == 0, out
-    listed = json.loads(out)
+    listed = json.loads(out)["items"]
     assert [(i["call_id"], i["kind"]) for i in listed] == [(CALL, "confirmation")] * 2
     code, out = cli("interrupts", "list", *url)
     assert code == 0 and 'ship({"order_id": "O-7"})' in out and "confirmation" in out, out

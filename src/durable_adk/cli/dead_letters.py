@@ -14,7 +14,7 @@ from durable_adk.cli.options import (
     TokenOpt,
     UrlOpt,
     _call,
-    _print_json,
+    _print_items,
     _short,
     _table,
     _when,
@@ -37,7 +37,7 @@ def dead_letters_list(
     """Dead letters (what needs a person), newest first."""
     letters = _call(db, url, token, lambda source: source.dead_letters(run_id, limit, app))
     if as_json:
-        _print_json(letters)
+        _print_items(letters)
         return
     rows = [
         [

@@ -18,6 +18,7 @@ from durable_adk.cli.options import (
     UrlOpt,
     _call,
     _fail,
+    _print_items,
     _print_json,
     _short,
     _table,
@@ -63,7 +64,7 @@ def interrupts_list(
         lambda source: source.interrupts(status.upper(), app, session, kind, limit),
     )
     if as_json:
-        _print_json(found)
+        _print_items(found)
         return
     rows = [
         [

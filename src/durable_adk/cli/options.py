@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from durable_adk.store import Store
 
 T = TypeVar("T")
+JSON = dict[str, Any]
 
 
 class _Console:
@@ -274,6 +275,21 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
 
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
+
+
+def envelope(items: list[Any], *, available: bool = True, note: str | None = None) -> JSON:
+    """The one shape of every list a command prints with ``--json``.
+
+    ``{"available": true, "note": null, "items": [...]}``: ``items`` holds the
+    records (each as the HTTP API shows it); ``available`` is false, with the
+    reason in ``note``, when the feature is absent from this build (jobs,
+    sagas). A single record or an action's outcome is printed as one object.
+    """
+    return {"available": available, "note": note, "items": items}
+
+
+def _print_items(items: list[Any]) -> None:
+    _print_json(envelope(items))
 
 
 def _outcome(outcome: dict[str, Any], as_json: bool) -> None:

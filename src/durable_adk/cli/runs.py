@@ -20,6 +20,7 @@ from durable_adk.cli.options import (
     _call,
     _fail,
     _outcome,
+    _print_items,
     _print_json,
     _short,
     _table,
@@ -73,7 +74,7 @@ def runs_list(
         _fail(f"unknown status {status!r}: use {', '.join(s.value for s in RunStatus)}")
     runs = _call(db, url, token, lambda source: source.list_runs(chosen, limit, app))
     if as_json:
-        _print_json(runs)
+        _print_items(runs)
         return
     rows = [
         [
@@ -290,7 +291,7 @@ def runs_actions(
     """The operators' audit trail (who did what to which run, when and why), newest first."""
     found = _call(db, url, token, lambda source: source.actions(run_id, app, limit))
     if as_json:
-        _print_json(found)
+        _print_items(found)
         return
     rows = [
         [

@@ -28,6 +28,7 @@ from durable_adk.cli.options import (
     TokenOpt,
     UrlOpt,
     _call,
+    _print_items,
     _short,
     _table,
     _who,
@@ -90,7 +91,7 @@ def schedules_list(
     """The app's schedules with their next ticks (orphaned ones too)."""
     app_name, listed = _run(db, url, token, app_name, lambda src, app: src.schedules(app))
     if as_json:
-        print(json.dumps(listed, indent=2, default=str))
+        _print_items(listed)
         return
     header = ["name", "state", "version", "when", "next tick (UTC)", "last run", "missed"]
     table = _table(
@@ -215,7 +216,7 @@ def schedules_ticks(
         db, url, token, app_name, lambda src, app: src.schedule_ticks(app, name, limit)
     )
     if as_json:
-        print(json.dumps(listed, indent=2))
+        _print_items(listed)
         return
     rows = [
         [t["tick_key"], t["kind"], t["state"], t["run_id"], t["actor"] or "", _short(t["detail"])]

@@ -26,6 +26,7 @@ from durable_adk.cli.options import (
     TokenOpt,
     UrlOpt,
     _call,
+    _print_items,
     _table,
     _who,
     console,
@@ -84,7 +85,7 @@ def versions_list(
     """The app's versions, newest first: runs by status, live workers, waiting runs, drains."""
     app_name, listed = _run(db, url, token, app_name, lambda src, app: src.versions(app))
     if as_json:
-        print(json.dumps(listed, indent=2, default=str))
+        _print_items(listed)
         return
     rows = [
         [
