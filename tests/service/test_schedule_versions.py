@@ -207,7 +207,7 @@ def test_an_old_worker_restarting_mid_rollout_never_rewrites_the_new_versions_sc
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert listing.returncode == 0, listing.stderr
-    assert [(s["name"], s["app_version"]) for s in json.loads(listing.stdout)] == [
+    assert [(s["name"], s["app_version"]) for s in json.loads(listing.stdout)["items"]] == [
         ("fresh", "2.0"),
         ("pulse", "2.0"),
     ]
@@ -291,5 +291,5 @@ def test_versions_list_shows_only_live_serving_workers(
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert code.returncode == 0, code.stderr
-    (line,) = json.loads(code.stdout)
+    (line,) = json.loads(code.stdout)["items"]
     assert line["version"] == "1.0" and line["own_workers"] == [], line
