@@ -113,37 +113,38 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
 
     # Actions, each through one transport and then the other: the same shape,
     # and the second sees what the first did.
-    for first, second in ((["--url", worker.base_url, "--token", TOKEN], ["--db", db]),):
-        code, out = cli("schedules", "pause", "nightly", "--json", *first)
-        paused = json.loads(out)
-        assert code == 0 and paused["changed"] and paused["state"] == "paused"
-        code, out = cli("schedules", "pause", "nightly", "--json", *second)
-        again = json.loads(out)
-        assert code == 0 and not again["changed"] and set(again) == set(paused)
-        code, out = cli("schedules", "resume", "nightly", "--json", *second)
-        assert code == 0 and json.loads(out)["changed"]
-        code, out = cli("schedules", "resume", "nightly", "--json", *first)
-        assert code == 0 and not json.loads(out)["changed"]
-        code, out = cli("schedules", "trigger", "nightly", "--id", "t1", "--json", *first)
-        tick = json.loads(out)
-        code2, out2 = cli("schedules", "trigger", "nightly", "--id", "t1", "--json", *second)
-        assert code == code2 == 0 and json.loads(out2)["tick_key"] == tick["tick_key"]
-        ticks = _same_json(db, worker, "schedules", "ticks", "nightly")
-        assert [t["tick_key"] for t in ticks][:1] == [tick["tick_key"]]
-        code, out = cli("versions", "drain", "1.0", "--json", *first)
-        assert code == 0 and json.loads(out) == {"version": "1.0", "drained": True, "changed": True}
-        code, out = cli("versions", "drain", "1.0", "--json", *second)
-        assert code == 0 and json.loads(out)["changed"] is False
-        code, out = cli("versions", "undrain", "1.0", "--json", *second)
-        assert code == 0 and json.loads(out)["changed"] is True
-        code, out = cli("versions", "undrain", "1.0", "--json", *first)
-        assert code == 0 and json.loads(out)["changed"] is False
-        code, out = cli("runs", "retry", run_id, "--json", *first)
-        assert code == 0 and json.loads(out)["status"] == "QUEUED"
-        code, out = cli("jobs", "complete", "report:Q3", "--json", *second)
-        assert code == 0 and json.loads(out)["changed"] is True
-        code, out = cli("jobs", "complete", "report:Q3", "--json", *first)
-        assert code == 0 and json.loads(out)["changed"] is False
+    first = ["--url", worker.base_url, "--token", TOKEN]
+    second = ["--db", db]
+    code, out = cli("schedules", "pause", "nightly", "--json", *first)
+    paused = json.loads(out)
+    assert code == 0 and paused["changed"] and paused["state"] == "paused"
+    code, out = cli("schedules", "pause", "nightly", "--json", *second)
+    again = json.loads(out)
+    assert code == 0 and not again["changed"] and set(again) == set(paused)
+    code, out = cli("schedules", "resume", "nightly", "--json", *second)
+    assert code == 0 and json.loads(out)["changed"]
+    code, out = cli("schedules", "resume", "nightly", "--json", *first)
+    assert code == 0 and not json.loads(out)["changed"]
+    code, out = cli("schedules", "trigger", "nightly", "--id", "t1", "--json", *first)
+    tick = json.loads(out)
+    code2, out2 = cli("schedules", "trigger", "nightly", "--id", "t1", "--json", *second)
+    assert code == code2 == 0 and json.loads(out2)["tick_key"] == tick["tick_key"]
+    ticks = _same_json(db, worker, "schedules", "ticks", "nightly")
+    assert [t["tick_key"] for t in ticks][:1] == [tick["tick_key"]]
+    code, out = cli("versions", "drain", "1.0", "--json", *first)
+    assert code == 0 and json.loads(out) == {"version": "1.0", "drained": True, "changed": True}
+    code, out = cli("versions", "drain", "1.0", "--json", *second)
+    assert code == 0 and json.loads(out)["changed"] is False
+    code, out = cli("versions", "undrain", "1.0", "--json", *second)
+    assert code == 0 and json.loads(out)["changed"] is True
+    code, out = cli("versions", "undrain", "1.0", "--json", *first)
+    assert code == 0 and json.loads(out)["changed"] is False
+    code, out = cli("runs", "retry", run_id, "--json", *first)
+    assert code == 0 and json.loads(out)["status"] == "QUEUED"
+    code, out = cli("jobs", "complete", "report:Q3", "--json", *second)
+    assert code == 0 and json.loads(out)["changed"] is True
+    code, out = cli("jobs", "complete", "report:Q3", "--json", *first)
+    assert code == 0 and json.loads(out)["changed"] is False
 
     # Refusals: the same exit code and the same words either way.
     _same_refusal(db, worker, 1, "runs", "retry", run_id)  # not parked any more

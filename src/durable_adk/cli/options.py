@@ -3,10 +3,12 @@
 A command reads (and, for its actions, acts) either straight on a database
 (``--db URL``, no worker needed) or through a running worker (``--url
 http://... --token T``); both give the same answers (:mod:`durable_adk.cli.client`),
-printed as Rich tables or, with ``--json``, as JSON. An operation that fails
-(unknown run, run not parked, wrong token, unreachable worker) exits 1 with a
-one-line reason; bad arguments exit 2. Heavy imports (ADK, FastAPI) happen
-inside the commands, so ``db upgrade`` stays quick.
+printed as Rich tables or, with ``--json``, as JSON (a list as one envelope,
+:func:`envelope`). An operation that fails (unknown run, run not parked, wrong
+token, unreachable worker) exits 1 with a one-line reason that says what to run
+instead where there is something (:func:`instead`); bad arguments, and an
+``--app`` that is missing where the database holds several apps, exit 2. Heavy
+imports (ADK, FastAPI) happen inside the commands, so ``db upgrade`` stays quick.
 """
 
 from __future__ import annotations
