@@ -184,7 +184,9 @@ class Resumer:
         return [r for r in done if r is not None]
 
     async def wait(self) -> list[Resumption]:
-        """Waits for the answers' runs this resumer is driving to end; returns them."""
+        """Waits for the answers' runs this resumer is driving to end; returns how each
+        ended (only the drives still under way when called: one that already ended is
+        on the ledger)."""
         ended: list[Resumption] = []
         while self._drives:
             results = await asyncio.gather(*list(self._drives), return_exceptions=True)
