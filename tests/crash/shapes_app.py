@@ -9,6 +9,8 @@ Shapes:
               (``review``) in a loop; "no" asks again, "yes" finishes.
   confirm     LlmAgent root, ``pay`` journaled and requiring confirmation.
               ``confirm_plain``: ``pay`` is a plain (unjournaled) tool.
+              ``confirm_option``: ``ship_order`` (function ``_ship``, no
+              lookup) built with ``journaled(require_confirmation=True)``.
   transfer    triage root hands over to the ``billing`` specialist (turn 1:
               a journaled refund and an answer; turn 2: an answer).
   agent_tool  ``desk`` calls AgentTool(``clerk``); the clerk's journaled refund
@@ -156,6 +158,19 @@ def build(shape: str, billing: BillingClient) -> Any:
         return LlmAgent(
             name="cashier", model=model, tools=[FunctionTool(pay, require_confirmation=True)]
         )
+    if shape == "confirm_option":
+
+        def _ship(invoice_id: str, idempotency_key: str) -> dict[str, Any]:
+            """Ships (bills) the order; no lookup, so a kill after the act parks."""
+            made = billing.create_invoice(invoice_id, "ACME", 10.0, idempotency_key)
+            crash_point("shapes.in_ship")
+            return made
+
+        ship = journaled(key="ship:{invoice_id}", name="ship_order", require_confirmation=True)
+        model = ScriptedModel(
+            {"cashier": [Call("ship_order", {"invoice_id": "C-1"}), Say("Done with C-1.")]}
+        )
+        return LlmAgent(name="cashier", model=model, tools=[ship(_ship)])
     if shape == "transfer":
         model = ScriptedModel(
             {

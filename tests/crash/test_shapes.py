@@ -261,6 +261,50 @@ async def test_an_approval_killed_before_its_drive_finishes_is_done_once(
     assert (await app.facts())["texts"] == ["Paid C-1."]
 
 
+async def test_journaled_with_require_confirmation_pauses_acts_once_and_parks_by_its_name(
+    url: str, billing: FakeService
+) -> None:
+    """``journaled(require_confirmation=True)`` (issue 42): the tool's name everywhere."""
+    app = shape("confirm_option", url, billing)
+    assert app.run() is None
+    assert (await app.facts())["status"] == [PAUSED]
+    assert await app.inbox() == [("confirmation", "adk_request_confirmation", "OPEN")]
+    assert app.acts() == []  # nothing before the approval
+    assert app.answer({"confirmed": True}) is None
+    assert (await app.facts())["status"] == [DONE, DONE]
+    assert app.acts() == [("worker-A", "ship:C-1")]  # the approved effect, once
+    refused = app.answer({"confirmed": True})
+    assert refused is not None and "already answered" in refused
+    assert len(app.acts()) == 1
+
+
+async def test_journaled_with_require_confirmation_denied_never_acts(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("confirm_option", url, billing)
+    assert app.run() is None
+    assert app.answer({"confirmed": False}) is None
+    assert (await app.facts())["status"] == [DONE, DONE]
+    assert app.acts() == []
+    assert app.recover() == []
+    assert app.acts() == []
+
+
+async def test_journaled_with_require_confirmation_killed_in_the_tool_parks_by_its_name(
+    url: str, billing: FakeService
+) -> None:
+    app = shape("confirm_option", url, billing)
+    assert app.run() is None
+    app.answer({"confirmed": True}, crash_at="shapes.in_ship")
+    assert app.acts() == [("worker-A", "ship:C-1")]  # acted, then killed before its result
+    assert app.recover() == [("TOOL_UNANSWERED", "park", "PARKED")]
+    assert len(app.acts()) == 1  # never re-acted
+    (letter,) = (await app.facts())["letters"]
+    reason = letter.error or ""
+    assert "ship_order recorded the intent" in reason, reason
+    assert "_ship" not in reason.replace("ship_order", ""), reason
+
+
 async def paid_once_and_answered(app: Shape) -> None:
     """The approved payment made once (by the answering worker), one answer, the pause closed."""
     seen = await app.facts()

@@ -15,6 +15,7 @@ import shutil
 import struct
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from svc_support import TOKEN, ThreadedWorker, settings_for, threaded_worker
 
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
+from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunLedger
 
 CHROMIUM_ARGS = [
@@ -98,6 +100,13 @@ def test_dashboard_shows_a_parked_run_and_retries_it(
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             dialogs: list[str] = []
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            console: list[str] = []  # errors the page logs (issue 42: a 404 at every load)
+            page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+            failed: list[str] = []
+            page.on(
+                "response",
+                lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+            )
             page.goto(f"{worker.base_url}/dashboard/")
             expect(page.locator("#login")).to_be_visible()
             page.fill("#token", "wrong-token")
@@ -137,9 +146,28 @@ def test_dashboard_shows_a_parked_run_and_retries_it(
             expect(timeline.first).to_contain_text("lamps")
             expect(page.locator("#timeline")).to_contain_text("7 in stock for 'lamps'.")
             expect(page.locator("#finding")).to_contain_text("ACTUALLY_DONE")
-            expect(page.locator("#jobs-note")).to_have_text("None.")
-            expect(page.locator("#sagas-note")).to_have_text("None.")
+            # Each empty table says what would appear there.
+            expect(page.locator("#jobs-note")).to_contain_text("long-running work would appear")
+            expect(page.locator("#sagas-note")).to_contain_text("A saga's run would appear")
+            expect(page.locator("#jobs")).to_be_hidden()
+            expect(page.locator("#parked-empty")).to_contain_text("would appear here")
+            expect(page.locator("#interrupts-empty")).to_contain_text("would appear here")
+            expect(page.locator("#runs-empty")).to_be_hidden()
+            with ThreadPoolExecutor(1) as other:  # Playwright's loop runs in this thread
+                other.submit(
+                    asyncio.run, start_a_job(f"sqlite:///{tmp_path}/dashboard.db")
+                ).result()
+            page.reload()
+            headers = page.locator("#jobs thead th")
+            expect(headers.first).to_have_text("job", timeout=20_000)
+            titles = headers.all_inner_texts()
+            assert titles[:2] == ["job", "tool"] and all("_" not in t for t in titles), titles
+            expect(page.locator("#jobs tbody tr")).to_contain_text("check_stock")
+            expect(page.locator("#jobs-note")).to_have_text("")
             assert dialogs == []  # the hostile reason was shown, not run
+            # No console errors but the wrong token's 401s (by design); no 404 (a favicon).
+            assert [t for t in console if "status of 401" not in t] == [], console
+            assert [f for f in failed if not f.startswith("401 ")] == [], failed
             after = tmp_path / "retried.png"
             page.screenshot(path=str(after), full_page=True)
             check_screenshot(after)
@@ -147,6 +175,11 @@ def test_dashboard_shows_a_parked_run_and_retries_it(
                 shutil.copy(after, SCREENSHOTS / "dashboard-retried.png")
         finally:
             browser.close()
+
+
+async def start_a_job(url: str) -> None:
+    async with open_store(url) as store:
+        await JobTable(store).create("stock-check-7", tool_name="check_stock", deadline=600)
 
 
 def check_screenshot(path: Path) -> None:

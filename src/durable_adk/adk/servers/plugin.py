@@ -207,6 +207,37 @@ class ServerRuns:
             raise errors.InvalidArgument(f"app {app_name!r} is not an ADK agent, Workflow or App")
         return App(name=app_name, root_agent=loaded)
 
+    def check_loadable(self, app_name: str) -> None:
+        """Refuses, before anything is written, an app of the agents folder that will not load.
+
+        A new session of such an app would be left behind by the run that
+        fails next (a retry of both requests then answers ``Session already
+        exists``). Apps not in the agents folder are not checked.
+
+        Raises:
+            InvalidArgument: The app's module (or its agent) fails to load;
+                the message says why and how ADK's loader finds modules.
+        """
+        if self.agents_dir is None or not app_name.isidentifier():
+            return
+        folder = os.path.abspath(self.agents_dir)
+        if not (
+            os.path.isdir(os.path.join(folder, app_name))
+            or os.path.isfile(os.path.join(folder, f"{app_name}.py"))
+        ):
+            return
+        from google.adk.cli.utils.agent_loader import AgentLoader
+
+        try:
+            AgentLoader(self.agents_dir).load_agent(app_name)
+        except Exception as exc:
+            raise errors.InvalidArgument(
+                f"app {app_name!r} of {folder} cannot be loaded ({type(exc).__name__}: {exc}); "
+                "no session was created. ADK's loader puts only the agents folder on "
+                "sys.path, not the working directory: put the app's other modules on "
+                "PYTHONPATH (or install them) and restart the server"
+            ) from exc
+
     def _app_services(self, app_name: str) -> AppServices:
         """What ``durable_adk_services()`` in the app's module names (none without one).
 

@@ -177,6 +177,25 @@ class DurableUriSessionService(DurableSessionService):
         )
         self._unledgered_warned = False
 
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Creates the session, refusing first an app of the agents folder that will not load.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: As :meth:`ServerRuns.check_loadable`
+                (ADK's server answers 400), or a bad id or state.
+        """
+        self.durable_runs.check_loadable(app_name)
+        return await super().create_session(
+            app_name=app_name, user_id=user_id, state=state, session_id=session_id
+        )
+
     async def append_event(self, session: Session, event: Event) -> Event:
         if (
             not self._unledgered_warned

@@ -206,8 +206,53 @@ def attempt_in(
     return journal, attempt
 
 
+def confirmation_check(
+    require_confirmation: bool | Callable[..., Any],
+) -> bool | Callable[..., Any]:
+    """``require_confirmation`` as ADK's ``FunctionTool`` takes it for a journaled tool.
+
+    ADK calls a predicate with every argument of the tool's face, which for a
+    journaled tool includes ``tool_context`` even when the app's function does
+    not take it: a predicate is given only the arguments it names (all of them
+    if it takes ``**kwargs``), as the app's function itself is.
+
+    Raises:
+        durable_adk.errors.InvalidArgument: Neither a bool nor a callable.
+    """
+    if isinstance(require_confirmation, bool):
+        return require_confirmation
+    if not callable(require_confirmation):
+        raise errors.InvalidArgument(
+            "require_confirmation must be True, False or a callable, not "
+            f"{type(require_confirmation).__name__}"
+        )
+    predicate = require_confirmation
+    params = inspect.signature(predicate).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return predicate
+
+    def named(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {n: v for n, v in kwargs.items() if n in params}
+
+    if inspect.iscoroutinefunction(predicate):
+
+        async def check_async(**kwargs: Any) -> Any:
+            return await predicate(**named(kwargs))
+
+        return check_async
+
+    def check(**kwargs: Any) -> Any:
+        return predicate(**named(kwargs))
+
+    return check
+
+
 def journaled(
-    key: str, *, lookup: Callable[[str], Any] | None = None, name: str | None = None
+    key: str,
+    *,
+    lookup: Callable[[str], Any] | None = None,
+    name: str | None = None,
+    require_confirmation: bool | Callable[..., Any] = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]:
     """Makes a function an ADK tool whose effect happens at most once.
 
@@ -216,14 +261,24 @@ def journaled(
             ``"send-invoice:{invoice_id}"``.
         lookup: Finds the effect by idempotency key in the outside system
             (its record, or None); omit when the system offers none.
-        name: The tool's name for the model (default: the function's).
+        name: The tool's name for the model (default: the function's): the
+            one name of the tool everywhere (the confirmation request, the
+            journal, a parked run's reason, ``runs resolve``).
+        require_confirmation: As ADK's ``FunctionTool``: True asks a person to
+            confirm every call before it acts (the run pauses on an
+            ``adk_request_confirmation``; a denial never acts); a callable
+            (sync or async) is given the call's arguments it names (and
+            ``tool_context`` if it takes one) and returns whether this call
+            needs the confirmation.
 
     Raises:
         durable_adk.errors.InvalidArgument: The function has no
-            ``idempotency_key`` parameter, or the template names a parameter
-            it does not have.
+            ``idempotency_key`` parameter, the template names a parameter
+            it does not have, or ``require_confirmation`` is neither a bool
+            nor a callable.
     """
     fields = template_fields(key)
+    confirm = confirmation_check(require_confirmation)
 
     def decorate(fn: Callable[..., Any]) -> FunctionTool:
         params = effect_parameters(fn, fields)
@@ -267,6 +322,6 @@ def journaled(
             )
 
         present_as(tool, fn, name=tool_name, key=key, context=("tool_context", ToolContext))
-        return FunctionTool(func=tool)
+        return FunctionTool(func=tool, require_confirmation=confirm)
 
     return decorate

@@ -323,17 +323,49 @@ function renderRuns(runs) {
     el("td", { class: "id" }, short(run.owner, 28)),
     el("td", {}, when(run.updated_at))));
   fill($("runs").tBodies[0], rows);
+  $("runs-empty").hidden = runs.length > 0;
 }
+
+// The jobs and sagas tables: a header in words for each column and how a cell reads.
+const session = (item) => (item.user_id || "") + (item.session_id ? "/" + item.session_id : "");
+const LISTS = {
+  jobs: {
+    empty: "No jobs. A job-backed tool's long-running work would appear here: its tool, run, state and deadline.",
+    columns: [
+      ["job", "id", (j) => j.job_id],
+      ["tool", "", (j) => j.tool_name],
+      ["app", "id", (j) => j.app_name || ""],
+      ["session", "id", session],
+      ["state", "", (j) => j.state],
+      ["submitted", "", (j) => when(j.submitted_at)],
+      ["deadline", "", (j) => when(j.deadline_at)],
+      ["last progress", "", (j) => when(j.progress_at)],
+    ],
+  },
+  sagas: {
+    empty: "No sagas. A saga's run would appear here: its name, status and why it failed or compensated.",
+    columns: [
+      ["saga", "id", (s) => s.saga_id],
+      ["name", "", (s) => s.name],
+      ["app", "id", (s) => s.app_name],
+      ["session", "id", session],
+      ["status", "", (s) => s.status],
+      ["reason", "reason", (s) => short(s.reason || "", 60)],
+      ["owner", "id", (s) => short(s.owner || "", 28)],
+      ["updated", "", (s) => when(s.updated_at)],
+    ],
+  },
+};
 
 function renderList(id, listing) {
   const table = $(id);
-  $(id + "-note").textContent = listing.available ? (listing.items.length ? "" : "None.") : (listing.note || "Not available.");
+  const spec = LISTS[id];
   const items = listing.items || [];
-  const columns = items.length ? Object.keys(items[0]).filter((k) => !["request", "result", "record", "progress"].includes(k)).slice(0, 8) : [];
-  table.tHead.replaceChildren(el("tr", {}, ...columns.map((c) => el("th", {}, c))));
+  $(id + "-note").textContent = listing.available ? (items.length ? "" : spec.empty) : (listing.note || "Not available.");
+  table.tHead.replaceChildren(el("tr", {}, ...spec.columns.map(([title]) => el("th", {}, title))));
   fill(table.tBodies[0], items.map((item) => el("tr", {},
-    ...columns.map((c) => el("td", { class: c.endsWith("_id") ? "id" : "" },
-      c.endsWith("_at") ? when(item[c]) : short(typeof item[c] === "object" && item[c] !== null ? JSON.stringify(item[c]) : item[c], 60))))));
+    ...spec.columns.map(([, kind, cell]) => el("td", { class: kind }, cell(item))))));
+  table.hidden = items.length === 0;
 }
 
 function describe(event) {
