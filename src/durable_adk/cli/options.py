@@ -235,6 +235,23 @@ def _call(
         _refused(exc)
 
 
+def _call_for_app(
+    db: str | None,
+    url: str | None,
+    token: str | None,
+    app_name: str | None,
+    work: Callable[[OpsSource, str], Awaitable[T]],
+) -> tuple[str, T]:
+    """As :func:`_call` for a command about one app: ``--app``, or the only one there is
+    (through a worker: the app it serves); returns the app and what ``work`` returned."""
+
+    async def go(source: OpsSource) -> tuple[str, T]:
+        app = await source.app_of(app_name)
+        return app, await work(source, app)
+
+    return _call(db, url, token, go)
+
+
 def _when(seconds: Any) -> str:
     if not seconds:
         return ""

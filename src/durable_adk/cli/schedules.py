@@ -14,8 +14,7 @@ fired by the next poll of any worker serving the app. Bad arguments exit 2.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
@@ -27,18 +26,13 @@ from durable_adk.cli.options import (
     ReasonOpt,
     TokenOpt,
     UrlOpt,
-    _call,
+    _call_for_app,
     _print_items,
     _short,
     _table,
     _who,
     console,
 )
-
-if TYPE_CHECKING:
-    from durable_adk.cli.client import OpsSource
-
-T = TypeVar("T")
 
 schedules_app = typer.Typer(
     no_args_is_help=True,
@@ -59,20 +53,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(schedules_app, name="schedules")
 
 
-def _run(
-    db: str | None,
-    url: str | None,
-    token: str | None,
-    app_name: str | None,
-    work: Callable[[OpsSource, str], Awaitable[T]],
-) -> tuple[str, T]:
-    async def go(source: OpsSource) -> tuple[str, T]:
-        app = await source.app_of(app_name)
-        return app, await work(source, app)
-
-    return _call(db, url, token, go)
-
-
 def _print(data: Any, as_json: bool, line: str) -> None:
     if as_json:
         print(json.dumps(data, indent=2, default=str))
@@ -89,7 +69,7 @@ def schedules_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The app's schedules with their next ticks (orphaned ones too)."""
-    app_name, listed = _run(db, url, token, app_name, lambda src, app: src.schedules(app))
+    app_name, listed = _call_for_app(db, url, token, app_name, lambda src, app: src.schedules(app))
     if as_json:
         _print_items(listed)
         return
@@ -128,7 +108,7 @@ def schedules_pause(
 ) -> None:
     """Pauses a schedule: no tick fires until it is resumed (audited)."""
     who = _who(by)
-    _, done = _run(
+    _, done = _call_for_app(
         db,
         url,
         token,
@@ -152,7 +132,7 @@ def schedules_resume(
 ) -> None:
     """Resumes a paused schedule from its next tick after now (audited)."""
     who = _who(by)
-    _, done = _run(
+    _, done = _call_for_app(
         db,
         url,
         token,
@@ -186,7 +166,7 @@ def schedules_trigger(
 ) -> None:
     """Triggers a tick now (its own key, audited); the next poll of a worker fires it."""
     who = _who(by)
-    _, tick = _run(
+    _, tick = _call_for_app(
         db,
         url,
         token,
@@ -212,7 +192,7 @@ def schedules_ticks(
     as_json: JsonOpt = False,
 ) -> None:
     """A schedule's latest ticks, newest first."""
-    _, listed = _run(
+    _, listed = _call_for_app(
         db, url, token, app_name, lambda src, app: src.schedule_ticks(app, name, limit)
     )
     if as_json:

@@ -13,8 +13,7 @@ version or operator name exits 2 with the reason, changing nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated
 
 import typer
 
@@ -25,17 +24,12 @@ from durable_adk.cli.options import (
     ReasonOpt,
     TokenOpt,
     UrlOpt,
-    _call,
+    _call_for_app,
     _print_items,
     _table,
     _who,
     console,
 )
-
-if TYPE_CHECKING:
-    from durable_adk.cli.client import OpsSource
-
-T = TypeVar("T")
 
 versions_app = typer.Typer(
     no_args_is_help=True,
@@ -56,20 +50,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(versions_app, name="versions")
 
 
-def _run(
-    db: str | None,
-    url: str | None,
-    token: str | None,
-    app_name: str | None,
-    work: Callable[[OpsSource, str], Awaitable[T]],
-) -> tuple[str, T]:
-    async def go(source: OpsSource) -> tuple[str, T]:
-        app = await source.app_of(app_name)
-        return app, await work(source, app)
-
-    return _call(db, url, token, go)
-
-
 def _runs(counts: dict[str, int]) -> str:
     return ", ".join(f"{status} {n}" for status, n in sorted(counts.items())) or "-"
 
@@ -83,7 +63,7 @@ def versions_list(
     as_json: JsonOpt = False,
 ) -> None:
     """The app's versions, newest first: runs by status, live workers, waiting runs, drains."""
-    app_name, listed = _run(db, url, token, app_name, lambda src, app: src.versions(app))
+    app_name, listed = _call_for_app(db, url, token, app_name, lambda src, app: src.versions(app))
     if as_json:
         _print_items(listed)
         return
@@ -106,7 +86,7 @@ def _change(
     version: str, app_name: str | None, where: tuple[str | None, str | None, str | None],
     as_json: bool, *, drain: bool, who: str, reason: str | None,
 ) -> None:  # fmt: skip
-    app_name, done = _run(
+    app_name, done = _call_for_app(
         *where, app_name, lambda src, app: src.version_change(app, version, drain, who, reason)
     )
     if as_json:
@@ -167,7 +147,7 @@ def versions_move(
 ) -> None:
     """Moves a retired version's open runs to a newer version (audited)."""
     who = _who(by)
-    _, done = _run(
+    _, done = _call_for_app(
         db, url, token, app_name, lambda src, app: src.version_move(app, version, to, who, reason)
     )
     moved = done["moved"]
@@ -194,7 +174,7 @@ def versions_abandon(
 ) -> None:
     """Cancels every open run of a retired version (each audited as an operator's cancel)."""
     who = _who(by)
-    _, done = _run(
+    _, done = _call_for_app(
         db, url, token, app_name, lambda src, app: src.version_abandon(app, version, who, reason)
     )
     cancelled = done["cancelled"]
