@@ -920,6 +920,18 @@ class RunLedger:
         )
         return [OperatorAction.from_row(r) for r in rows]
 
+    async def _others_of_invocation(self, query: str, run: Run, **params: str) -> list[str]:
+        """Runs ``query`` on the runs of ``run``'s invocation but ``run``; the ids it returned."""
+        rows = await self.store.fetch(
+            query,
+            {
+                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
+                "run_id": run.run_id,
+                **params,
+            },
+        )
+        return sorted(str(r["run_id"]) for r in rows)
+
     async def invocation_cancelled(
         self, *, app_name: str, user_id: str, session_id: str, invocation_id: str
     ) -> tuple[str, str] | None:
@@ -940,15 +952,9 @@ class RunLedger:
         Returns:
             The ids of the runs cancelled.
         """
-        rows = await self.store.fetch(
-            "run_cancel_paused_of_invocation",
-            {
-                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
-                "run_id": run.run_id,
-                "reason": reason,
-            },
+        return await self._others_of_invocation(
+            "run_cancel_paused_of_invocation", run, reason=reason
         )
-        return sorted(str(r["run_id"]) for r in rows)
 
     async def version_of_invocation(
         self, *, app_name: str, invocation_id: str
@@ -970,15 +976,7 @@ class RunLedger:
         Returns:
             The ids of the runs parked.
         """
-        rows = await self.store.fetch(
-            "run_park_paused_of_invocation",
-            {
-                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
-                "run_id": run.run_id,
-                "reason": reason,
-            },
-        )
-        return sorted(str(r["run_id"]) for r in rows)
+        return await self._others_of_invocation("run_park_paused_of_invocation", run, reason=reason)
 
     async def request_cancel_of_invocation(self, run: Run, *, by: str) -> list[str]:
         """Asks the RUNNING continuations of ``run``'s invocation to stop (not ``run``).
@@ -986,15 +984,7 @@ class RunLedger:
         Returns:
             The ids of the runs asked.
         """
-        rows = await self.store.fetch(
-            "run_request_cancel_of_invocation",
-            {
-                **_pause(run.app_name, run.user_id, run.session_id, run.invocation_id),
-                "run_id": run.run_id,
-                "by": by,
-            },
-        )
-        return sorted(str(r["run_id"]) for r in rows)
+        return await self._others_of_invocation("run_request_cancel_of_invocation", run, by=by)
 
     async def release_claims_of_run(self, run_id: str) -> None:
         """Gives back every answer claim of a run that ended without storing its answer."""
