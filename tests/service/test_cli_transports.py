@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,18 @@ def _same_json(db: str, worker: ServeProcess, *args: str) -> Any:
     return from_db
 
 
+def _tick_settled(db: str, schedule: str) -> None:
+    """Waits until no tick of ``schedule`` is PENDING (a live worker submits them)."""
+    deadline = time.monotonic() + 30
+    while True:
+        code, out = cli("schedules", "ticks", schedule, "--json", "--db", db)
+        assert code == 0, out
+        if all(t["state"] != "PENDING" for t in json.loads(out)["items"]):
+            return
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)
+
+
 def _same_refusal(db: str, worker: ServeProcess, code: int, *args: str) -> str:
     (code_db, out_db), (code_url, out_url) = _both(db, worker, *args)
     assert code_db == code_url == code, (args, out_db, out_url)
@@ -129,6 +142,7 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
     tick = json.loads(out)
     code2, out2 = cli("schedules", "trigger", "nightly", "--id", "t1", "--json", *second)
     assert code == code2 == 0 and json.loads(out2)["tick_key"] == tick["tick_key"]
+    _tick_settled(db, "nightly")  # the worker submits it: both reads then see one state
     ticks = _same_json(db, worker, "schedules", "ticks", "nightly")
     assert [t["tick_key"] for t in ticks][:1] == [tick["tick_key"]]
     code, out = cli("versions", "drain", "1.0", "--json", *first)
