@@ -174,14 +174,6 @@ def test_values_past_the_limits_are_refused_and_whatever_is_accepted_loads_on_a_
     seen: dict[tuple[str, int], int] = {}
     counter = iter(range(10_000))
 
-    @given(data=st.data(), route=st.sampled_from(sorted(ROUTES)), payload=payloads)
-    @settings(
-        max_examples=25,
-        deadline=None,
-        database=None,
-        phases=[Phase.generate],  # each example runs an agent: no shrinking pass
-        suppress_health_check=list(HealthCheck),
-    )
     def check(data: st.DataObject, route: str, payload: Any) -> None:
         session = f"f{next(counter)}"
         started = client.post(f"/v1/users/u/sessions/{session}/runs", json={"message": session})
@@ -229,8 +221,27 @@ def test_values_past_the_limits_are_refused_and_whatever_is_accepted_loads_on_a_
         assert runs[0]["status"] in ended, (route, runs[0])
         assert asyncio.run(_fresh_load(store_url, session)) >= 4
 
-    check()
+    def fuzz(route: Any, payload: Any, examples: int) -> None:
+        @given(data=st.data(), route=route, payload=payload)
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate],  # each example runs an agent: no shrinking pass
+            suppress_health_check=list(HealthCheck),
+        )
+        def one(data: st.DataObject, route: str, payload: Any) -> None:
+            check(data, route, payload)
+
+        one()
+
+    fuzz(st.sampled_from(sorted(ROUTES)), payloads, 25)
+    # Both refusals are reached whatever the draw above produced: one value too
+    # deep and one too large, each through a generated case of its route.
+    too_deep = trees(DEFAULT_MAX_DEPTH + 8, [True, False], 1)
+    fuzz(st.just("complete"), st.just(too_deep), 1)
+    assert seen.get(("complete", 422)), seen
+    fuzz(st.just("continue"), st.just({"blob": "x" * (MAX_BYTES + 64)}), 1)
+    assert seen.get(("continue", 413)), seen
     client.close()
-    # Both sides were reached: some values were stored, some refused for depth or size.
     assert any(200 <= code < 300 for _, code in seen), seen
-    assert any(code == 422 for _, code in seen) and any(code == 413 for _, code in seen), seen
