@@ -1,0 +1,420 @@
+"""A durable run that calls a remote A2A agent, killed mid-call, on both backends.
+
+The remote is ADK's own ``to_a2a`` app (``a2a_remote.py``) in a process of
+its own on 127.0.0.1: its agent's tool acts once per task on a counting fake
+service, and every JSON-RPC request it receives is logged, so the tests
+count the messages sent and the outside acts done, not only records. The
+caller (``a2a_caller.py``) is a durable run whose root agent hands over to a
+:class:`DurableRemoteA2aAgent`; it is killed for real (SIGKILL, or
+``os._exit(137)`` at a crash point) between sending the message and
+recording the answer, and a fresh process recovers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.client.card_resolver import A2ACardResolver
+from a2a.types import GetTaskRequest, TaskState
+
+from children import run_module
+from durable_adk.adk.tools.remote_a2a import message_id_for
+from durable_adk.store import open_store
+from durable_adk.tables.journal import Journal, JournalStatus
+from durable_adk.tables.ledger import RunLedger, RunStatus
+from durable_adk.testing import arm
+from durable_adk.testing.services import FakeService
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+CALLER = str(HERE / "a2a_caller.py")
+REMOTE = str(HERE / "a2a_remote.py")
+ANSWER = "tides are fine"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Remote:
+    """The remote A2A agent's process, its request log and its gate.
+
+    One process serves every test of this module (its start is the slow
+    part); :meth:`reset` closes the gate and makes the counts start afresh.
+    """
+
+    def __init__(self, tmp: Path, service: FakeService, mode: str = "work") -> None:
+        self.port = _free_port()
+        self.log = tmp / f"remote-{self.port}.log"
+        self.gate = tmp / f"gate-{self.port}"
+        self.service = service
+        self.mode = mode
+        self.proc: subprocess.Popen[str] | None = None
+        self.since_line = 0
+        self.since_seq = 0
+
+    @property
+    def card_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/.well-known/agent-card.json"
+
+    def start(self) -> Remote:
+        args = [REMOTE, str(self.port), str(self.log), self.service.url, str(self.gate), self.mode]
+        self.proc = subprocess.Popen(
+            [PYTHON, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("READY"), f"the remote did not start (exit {self.proc.poll()})"
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def reset(self) -> Remote:
+        self.gate.unlink(missing_ok=True)
+        self.since_line = len(self._lines())
+        seen = self.service.requests()
+        self.since_seq = seen[-1].seq if seen else 0
+        return self
+
+    def open_gate(self) -> None:
+        self.gate.touch()
+
+    def _lines(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def requests(self, method: str | None = None) -> list[dict[str, Any]]:
+        """The JSON-RPC requests the remote received since the reset, in order."""
+        lines = self._lines()[self.since_line :]
+        return [r for r in lines if method is None or r["method"] == method]
+
+    def messages(self) -> list[str]:
+        """The ids of the messages the remote received, in order (re-sends included)."""
+        return [r["message_id"] for r in self.requests("SendMessage")]
+
+    def acts(self) -> int:
+        """How many times the remote agent's tool acted on the outside service."""
+        return self.service.acts("notifications", "create", since=self.since_seq)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeService]:
+    db = tmp_path_factory.mktemp("a2a-acts") / "remote-acts.db"
+    with FakeService("notifications", db) as started:
+        yield started
+
+
+def _shared(tmp: Path, service: FakeService, mode: str) -> Iterator[Remote]:
+    started = Remote(tmp, service, mode).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def working_remote(
+    tmp_path_factory: pytest.TempPathFactory, service: FakeService
+) -> Iterator[Remote]:
+    yield from _shared(tmp_path_factory.mktemp("a2a-remote"), service, "work")
+
+
+@pytest.fixture(scope="module")
+def asking_remote(
+    tmp_path_factory: pytest.TempPathFactory, service: FakeService
+) -> Iterator[Remote]:
+    yield from _shared(tmp_path_factory.mktemp("a2a-asking"), service, "ask")
+
+
+@pytest.fixture
+def remote(working_remote: Remote) -> Remote:
+    return working_remote.reset()
+
+
+def caller_env(crash_at: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("DURABLE_ADK_CRASH_AT", None)
+    return arm(env, crash_at) if crash_at else env
+
+
+def caller(mode: str, url: str, session: str, card: str, *, crash_at: str | None = None) -> str:
+    done = run_module("a2a_caller", [mode, url, session, card], env=caller_env(crash_at), cwd=HERE)
+    if crash_at:
+        assert done.returncode == 137, done.stderr[-3000:]
+    else:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def answer_of(stdout: str) -> str:
+    lines = [line for line in stdout.splitlines() if line.startswith("ANSWER ")]
+    assert lines, stdout
+    return lines[-1].removeprefix("ANSWER ")
+
+
+def recover(url: str, session: str, card: str) -> list[dict[str, Any]]:
+    out = caller("recover", url, session, card)
+    line = next(line for line in out.splitlines() if line.startswith("REPORT "))
+    report: list[dict[str, Any]] = json.loads(line.removeprefix("REPORT "))
+    return report
+
+
+def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+async def remote_state(remote: Remote, task_id: str) -> str:
+    """The remote task's state, as the A2A SDK's own client reads it (tasks/get)."""
+    async with httpx.AsyncClient() as http:
+        card = await A2ACardResolver(http, f"http://127.0.0.1:{remote.port}").get_agent_card()
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+        task = await client.get_task(GetTaskRequest(id=task_id))
+    return str(TaskState.Name(task.status.state))
+
+
+async def sends(url: str) -> list[Any]:
+    """The journal's A2A send entries (the caller's record of each message)."""
+    async with open_store(url) as store:
+        return [e for e in await Journal(store).list() if e.key.startswith("a2a-send:")]
+
+
+async def runs(url: str) -> list[RunStatus]:
+    async with open_store(url) as store:
+        return [r.status for r in await RunLedger(store).list_runs()]
+
+
+async def last_text(url: str, session: str) -> str:
+    from durable_adk.adk.services.sessions import DurableSessionService
+
+    async with open_store(url) as store:
+        found = await DurableSessionService(store).get_session(
+            app_name="a2acaller", user_id="u", session_id=session
+        )
+    assert found is not None
+    for event in reversed(found.events):
+        parts = event.content.parts if event.content and event.content.parts else []
+        text = "".join(p.text for p in parts if p.text)
+        if text:
+            return text
+    return ""
+
+
+async def test_sigkill_after_send_reattaches_to_the_working_remote_task(
+    store_url: str, remote: Remote
+) -> None:
+    """Killed after the message left, before its task id was recorded; the remote still works.
+
+    The fresh process finds the task by its message id (tasks/list), waits
+    for it, and finishes with its answer: one message, one act.
+    """
+    caller("run", store_url, "s1", remote.card_url, crash_at="a2a.after_send")
+    assert len(remote.messages()) == 1
+    [entry] = await sends(store_url)
+    assert entry.status is JournalStatus.INTENT  # sent, its task id not on record
+    [working] = [r for r in remote.requests() if r["method"] == "SendMessage"]
+    assert working["message_id"] == entry.key.removeprefix("a2a-send:")
+    assert remote.acts() == 0  # the remote task is still working behind its gate
+
+    reports: list[list[dict[str, Any]]] = []
+    fresh = threading.Thread(
+        target=lambda: reports.append(recover(store_url, "s1", remote.card_url))
+    )
+    fresh.start()
+    # The fresh process looks the message up, then polls the task: still working.
+    wait_for(lambda: remote.requests("GetTask"), "the fresh process to re-attach")
+    assert remote.acts() == 0
+    remote.open_gate()
+    fresh.join(90)
+
+    [report] = reports[0]
+    assert report["status"] == "DONE", report
+    assert remote.messages() == [entry.key.removeprefix("a2a-send:")]
+    assert len(remote.requests("ListTasks")) == 1
+    assert remote.acts() == 1
+    [entry] = await sends(store_url)
+    assert entry.status is JournalStatus.DONE and entry.result["found"] is True
+    assert await runs(store_url) == [RunStatus.DONE]
+    assert await last_text(store_url, "s1") == ANSWER
+
+
+async def test_kill_while_following_answers_from_the_remote_s_stored_result(
+    store_url: str, remote: Remote
+) -> None:
+    """Killed while following a recorded task; the remote finishes while the caller is dead.
+
+    The fresh process asks for the task (tasks/get) and answers from its
+    stored result: nothing sent again.
+    """
+    caller("run", store_url, "s1", remote.card_url, crash_at="a2a.while_following")
+    [entry] = await sends(store_url)
+    assert entry.status is JournalStatus.DONE  # the remote task id is on record
+    task_id = entry.result["task_id"]
+    remote.open_gate()
+    wait_for(lambda: remote.acts() == 1, "the remote to finish its work")
+    while await remote_state(remote, task_id) != "TASK_STATE_COMPLETED":  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+
+    seen = len(remote.requests())
+    [report] = recover(store_url, "s1", remote.card_url)
+    assert report["status"] == "DONE", report
+    after = remote.requests()[seen:]
+    assert {r["method"] for r in after} == {"GetTask"}
+    assert {r["task_id"] for r in after} == {task_id}
+    assert len(remote.messages()) == 1
+    assert remote.acts() == 1
+    assert await runs(store_url) == [RunStatus.DONE]
+    assert await last_text(store_url, "s1") == ANSWER
+
+
+def test_unreachable_remote_is_retried_with_back_off_and_sent_once(
+    store_url: str, tmp_path: Path, service: FakeService
+) -> None:
+    """The remote is down when the run starts; it comes up a little later: one message.
+
+    The caller knows the remote by a card file (so the first thing to fail is
+    the message send itself: a connection refused, retried with back-off).
+    """
+    remote = Remote(tmp_path, service).reset()
+    card = tmp_path / "card.json"
+    card.write_text(
+        json.dumps(
+            {
+                "name": "researcher",
+                "description": "Researches topics.",
+                "supportedInterfaces": [
+                    {
+                        "url": f"http://127.0.0.1:{remote.port}",
+                        "protocolBinding": "JSONRPC",
+                        "protocolVersion": "1.0",
+                    }
+                ],
+                "version": "0.0.1",
+                "capabilities": {"streaming": True},
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["text/plain"],
+                "skills": [],
+            }
+        )
+    )
+    remote.open_gate()
+    proc = subprocess.Popen(
+        [PYTHON, CALLER, "run", store_url, "s1", str(card)],
+        env=caller_env(),
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: bool(_journal_keys(store_url)), "the caller to record its send")
+        time.sleep(1.0)  # a few refused attempts
+        remote.start()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remote.stop()
+    assert proc.returncode == 0, err[-3000:]
+    assert answer_of(out) == ANSWER
+    assert len(remote.messages()) == 1
+    assert remote.acts() == 1
+    assert asyncio.run(runs(store_url)) == [RunStatus.DONE]
+
+
+def _journal_keys(url: str) -> list[str]:
+    return [e.key for e in asyncio.run(sends(url))]
+
+
+async def test_input_required_pauses_the_run_and_its_answer_goes_to_the_same_task(
+    store_url: str, asking_remote: Remote
+) -> None:
+    """The remote asks for input: the caller's run ends PAUSED on the remote's question.
+
+    Answering the paused call continues the invocation and sends the answer
+    to the same remote task (a message of its own, with its own id), which
+    then completes. A kill right after that answer's send, before its task
+    was recorded, sends nothing twice.
+    """
+    remote = asking_remote.reset()
+    caller("run", store_url, "s1", remote.card_url)
+    assert await runs(store_url) == [RunStatus.PAUSED]
+    [asked] = remote.requests("SendMessage")
+    caller("answer", store_url, "s1", remote.card_url, crash_at="a2a.after_send")
+    [report] = recover(store_url, "s1", remote.card_url)
+    assert report["status"] == "DONE", report
+    first, answered = remote.requests("SendMessage")
+    assert first == asked
+    assert answered["task_id"] is not None  # sent to the task that asked
+    assert answered["message_id"] != asked["message_id"]
+    entries = await sends(store_url)
+    assert {e.key.removeprefix("a2a-send:") for e in entries} == {
+        asked["message_id"],
+        answered["message_id"],
+    }
+    assert all(e.status is JournalStatus.DONE for e in entries)
+    assert await last_text(store_url, "s1") == "approved research on tides"
+
+
+def test_the_message_id_is_the_call_s_identity() -> None:
+    """ADK makes a random message id per send; ours is the same on every re-drive."""
+    from google.adk.events.event import Event
+    from google.genai import types
+
+    class Session:
+        id = "s1"
+        events: list[Event] = []
+
+    class Ctx:
+        app_name, user_id, invocation_id, branch = "app", "u", "e-1", "boss.researcher"
+        session = Session()
+
+    first = message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
+    assert first == message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
+    assert first != message_id_for(Ctx(), "other")  # type: ignore[arg-type]
+
+    class Later(Ctx):
+        invocation_id = "e-2"
+
+    assert first != message_id_for(Later(), "researcher")  # type: ignore[arg-type]
+    # Once this exchange's answer is stored, the agent's next send is a new message.
+    Session.events = [
+        Event(
+            author="researcher",
+            invocation_id="e-1",
+            content=types.Content(role="model", parts=[types.Part(text="done")]),
+            custom_metadata={"a2a:request": {"messageId": first}},
+        )
+    ]
+    second = message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
+    assert second != first
+    Session.events.append(Session.events[0])  # two events of one answer: one exchange
+    assert message_id_for(Ctx(), "researcher") == second  # type: ignore[arg-type]
