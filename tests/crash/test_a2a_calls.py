@@ -116,7 +116,8 @@ class Remote:
 
     def messages(self) -> list[str]:
         """The ids of the messages the remote received, in order (re-sends included)."""
-        return [r["message_id"] for r in self.requests("SendMessage")]
+        sent = ("SendMessage", "SendStreamingMessage")
+        return [r["message_id"] for r in self.requests() if r["method"] in sent]
 
     def acts(self) -> int:
         """How many times the remote agent's tool acted on the outside service."""
@@ -262,6 +263,40 @@ async def test_sigkill_after_send_reattaches_to_the_working_remote_task(
     assert remote.acts() == 1
     [entry] = await sends(store_url)
     assert entry.status is JournalStatus.DONE and entry.result["found"] is True
+    assert await runs(store_url) == [RunStatus.DONE]
+    assert await last_text(store_url, "s1") == ANSWER
+
+
+async def test_sigkill_mid_call_sends_the_message_once(store_url: str, remote: Remote) -> None:
+    """kill -9 of the caller the moment the remote received its message; a fresh process ends it.
+
+    Whatever the caller had recorded by then (the intent, or the task id too),
+    the remote receives that one message only, and acts once. (ADK's own
+    RemoteA2aAgent sends a second message here, under a new random id.)
+    """
+    proc = subprocess.Popen(
+        [PYTHON, CALLER, "run", store_url, "s1", remote.card_url],
+        env=caller_env(),
+        cwd=HERE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.to_thread(wait_for, remote.messages, "the caller's message", 60.0)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert remote.acts() == 0  # the remote task is still working behind its gate
+    remote.open_gate()
+
+    [report] = recover(store_url, "s1", remote.card_url)
+    assert report["status"] == "DONE", report
+    assert len(remote.messages()) == 1
+    assert remote.acts() == 1
+    [entry] = await sends(store_url)
+    assert entry.key == f"a2a-send:{remote.messages()[0]}"
+    assert entry.status is JournalStatus.DONE
     assert await runs(store_url) == [RunStatus.DONE]
     assert await last_text(store_url, "s1") == ANSWER
 

@@ -92,7 +92,10 @@ try:
     from google.adk.a2a.agent.config import ParametersConfig, RequestInterceptor
     from google.adk.agents.invocation_context import InvocationContext
     from google.adk.events.event import Event
-    from google.protobuf.json_format import MessageToDict, ParseDict
+    from google.protobuf.json_format import (  # type: ignore[import-untyped]
+        MessageToDict,
+        ParseDict,
+    )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "durable_adk.adk.tools.remote_a2a needs the A2A SDK: pip install 'durable-adk[a2a]' "
