@@ -11,6 +11,9 @@ Usage: python tests/crash/a2a_caller.py MODE DB SESSION CARD_URL
   long-running call ``ask_approval``) with ``{"approved": true}``, as the
   continuation of the paused invocation; prints ``ANSWER <text>``.
 
+``durable-adk serve a2a_caller:app`` serves the same app, calling the
+remote whose card URL is in ``$DADK_A2A_CARD``.
+
 Crash points come from the environment (durable_adk.testing.arm).
 """
 
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 from google.adk.agents import LlmAgent
+from google.adk.apps import App
 from google.genai import types
 
 from durable_adk.adk.runner import DurableRunner
@@ -33,7 +38,7 @@ APP = "a2acaller"
 USER = "u"
 
 
-def build_runner(store: Store, card_url: str, worker: str) -> DurableRunner:
+def build_app(card_url: str) -> App:
     researcher = DurableRemoteA2aAgent(
         name="researcher",
         agent_card=card_url,
@@ -47,7 +52,15 @@ def build_runner(store: Store, card_url: str, worker: str) -> DurableRunner:
         model=ScriptedModel({"boss": [Call("transfer_to_agent", {"agent_name": "researcher"})]}),
         sub_agents=[researcher],
     )
-    return DurableRunner(app=boss, app_name=APP, store=store, worker_id=worker, lease=3.0)
+    return App(name=APP, root_agent=boss)
+
+
+def build_runner(store: Store, card_url: str, worker: str) -> DurableRunner:
+    return DurableRunner(app=build_app(card_url), store=store, worker_id=worker, lease=3.0)
+
+
+# For ``durable-adk serve a2a_caller:app``: the remote's card URL comes from the environment.
+app = build_app(os.environ["DADK_A2A_CARD"]) if "DADK_A2A_CARD" in os.environ else None
 
 
 def last_text(events: list[object]) -> str:

@@ -453,3 +453,73 @@ def test_the_message_id_is_the_call_s_identity() -> None:
     assert second != first
     Session.events.append(Session.events[0])  # two events of one answer: one exchange
     assert message_id_for(Ctx(), "researcher") == second  # type: ignore[arg-type]
+
+
+TOKEN = "a2a-calls-token"
+
+
+def serve(url: str, worker: str, card: str) -> tuple[subprocess.Popen[str], str]:
+    """``durable-adk serve a2a_caller:app`` in a child process; its URL."""
+    command = [
+        PYTHON, "-m", "durable_adk.cli", "serve", "a2a_caller:app",
+        "--db", url, "--port", "0", "--token", TOKEN, "--worker-id", worker,
+        "--lease", "2", "--sweep-interval", "0.2",
+    ]  # fmt: skip
+    env = {
+        **caller_env(),
+        "DADK_A2A_CARD": card,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), *sys.path]),
+    }
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE
+    )
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        seen.append(line)
+        if line.startswith("listening on "):
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            return process, line.split()[-1]
+        if not line:
+            break
+    process.kill()
+    raise AssertionError("serve did not start:\n" + "".join(seen))
+
+
+async def test_a_serve_worker_killed_mid_call_another_worker_finishes_it_with_one_message(
+    store_url: str, remote: Remote
+) -> None:
+    """``durable-adk serve``: worker A is SIGKILLed while the remote works; worker B finishes."""
+    first, url = await asyncio.to_thread(serve, store_url, "worker-A", remote.card_url)
+    second = None
+    try:
+        async with httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+        ) as client:
+            started = await client.post(
+                "/v1/users/u/sessions/s1/runs", json={"message": "research tides, please"}
+            )
+        assert started.status_code == 202, started.text
+        await asyncio.to_thread(wait_for, remote.messages, "worker A's message", 60.0)
+        first.send_signal(signal.SIGKILL)
+        assert first.wait(30) == -signal.SIGKILL
+        remote.open_gate()
+        second, _ = await asyncio.to_thread(serve, store_url, "worker-B", remote.card_url)
+
+        async def done() -> bool:
+            return await runs(store_url) == [RunStatus.DONE]
+
+        deadline = time.monotonic() + 60
+        while not await done():
+            assert time.monotonic() < deadline, await runs(store_url)
+            await asyncio.sleep(0.1)
+        assert len(remote.messages()) == 1
+        assert remote.acts() == 1
+        assert await last_text(store_url, "s1") == ANSWER
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(30)
