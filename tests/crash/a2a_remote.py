@@ -10,6 +10,8 @@ Usage: python tests/crash/a2a_remote.py PORT LOG SERVICE_URL GATE [MODE]
   tool creates one item there per call: the remote's outside act.
 * GATE: a file path; the tool waits (at most 60 s) until it exists, so a
   test can hold the remote task WORKING while it kills the caller.
+* While a file ``LOG.nolist`` exists, ``tasks/list`` is answered with A2A's
+  UnsupportedOperation error (a remote that cannot be asked).
 * MODE: ``work`` (default: the tool acts, the agent answers with a text) or
   ``ask`` (a long-running tool: the task ends input-required, and the answer
   the caller sends back finishes it).
@@ -78,7 +80,7 @@ app = to_a2a(agent, host="127.0.0.1", port=int(PORT))
 _log_lock = threading.Lock()
 
 
-def _note(body: bytes) -> None:
+def _note(body: bytes) -> str | None:
     try:
         request = json.loads(body)
     except ValueError:
@@ -92,6 +94,8 @@ def _note(body: bytes) -> None:
     }
     with _log_lock, open(LOG, "a", encoding="utf-8") as log:
         log.write(json.dumps(line) + "\n")
+    method = line["method"]
+    return method if isinstance(method, str) else None
 
 
 async def counting(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -106,7 +110,9 @@ async def counting(scope: dict[str, Any], receive: Any, send: Any) -> None:
         chunks.append(message.get("body", b""))
         more = message.get("more_body", False)
     body = b"".join(chunks)
-    _note(body)
+    if _note(body) == "ListTasks" and _no_listing():
+        await _unsupported(body, send)
+        return
     sent = False
 
     async def replay() -> dict[str, Any]:
@@ -117,6 +123,23 @@ async def counting(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return await receive()
 
     await app(scope, replay, send)
+
+
+def _no_listing() -> bool:
+    return Path(f"{LOG}.nolist").exists()
+
+
+async def _unsupported(body: bytes, send: Any) -> None:
+    """A2A's error for a method this server does not offer (while ``LOG.nolist`` exists)."""
+    try:
+        request_id = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        request_id = None
+    error = {"code": -32004, "message": "tasks/list is not offered here"}
+    payload = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class _Server(uvicorn.Server):

@@ -96,10 +96,19 @@ class Remote:
 
     def reset(self) -> Remote:
         self.gate.unlink(missing_ok=True)
+        self.offer_listing(True)
         self.since_line = len(self._lines())
         seen = self.service.requests()
         self.since_seq = seen[-1].seq if seen else 0
         return self
+
+    def offer_listing(self, offered: bool) -> None:
+        """Whether the remote answers tasks/list (else: A2A's UnsupportedOperation)."""
+        flag = Path(f"{self.log}.nolist")
+        if offered:
+            flag.unlink(missing_ok=True)
+        else:
+            flag.touch()
 
     def open_gate(self) -> None:
         self.gate.touch()
@@ -299,6 +308,26 @@ async def test_sigkill_mid_call_sends_the_message_once(store_url: str, remote: R
     assert entry.status is JournalStatus.DONE
     assert await runs(store_url) == [RunStatus.DONE]
     assert await last_text(store_url, "s1") == ANSWER
+
+
+async def test_a_remote_that_cannot_list_its_tasks_parks_the_run_instead_of_resending(
+    store_url: str, remote: Remote
+) -> None:
+    """Killed between send and record, and the remote offers no tasks/list: outcome unknown.
+
+    Whether the remote got the message cannot be learned, so the run parks
+    for a person (ADK's RemoteA2aAgent would have made an error event of it
+    and ended the run); nothing is sent again.
+    """
+    remote.offer_listing(False)
+    caller("run", store_url, "s1", remote.card_url, crash_at="a2a.after_send")
+    [report] = recover(store_url, "s1", remote.card_url)
+    assert report["status"] == "PARKED", report
+    assert report["reason"].startswith("outcome unknown: a2a:researcher")
+    assert len(remote.messages()) == 1
+    assert len(remote.requests("ListTasks")) == 1
+    assert await runs(store_url) == [RunStatus.PARKED]
+    remote.open_gate()  # let the remote task end, for the next test
 
 
 async def test_kill_while_following_answers_from_the_remote_s_stored_result(
