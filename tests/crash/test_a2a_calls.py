@@ -32,7 +32,6 @@ from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import GetTaskRequest, TaskState
 
 from children import run_module
-from durable_adk.adk.tools.remote_a2a import message_id_for
 from durable_adk.store import open_store
 from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import RunLedger, RunStatus
@@ -448,42 +447,6 @@ async def test_input_required_pauses_the_run_and_its_answer_goes_to_the_same_tas
     assert await last_text(store_url, "s1") == "approved research on tides"
 
 
-def test_the_message_id_is_the_call_s_identity() -> None:
-    """ADK makes a random message id per send; ours is the same on every re-drive."""
-    from google.adk.events.event import Event
-    from google.genai import types
-
-    class Session:
-        id = "s1"
-        events: list[Event] = []
-
-    class Ctx:
-        app_name, user_id, invocation_id, branch = "app", "u", "e-1", "boss.researcher"
-        session = Session()
-
-    first = message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
-    assert first == message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
-    assert first != message_id_for(Ctx(), "other")  # type: ignore[arg-type]
-
-    class Later(Ctx):
-        invocation_id = "e-2"
-
-    assert first != message_id_for(Later(), "researcher")  # type: ignore[arg-type]
-    # Once this exchange's answer is stored, the agent's next send is a new message.
-    Session.events = [
-        Event(
-            author="researcher",
-            invocation_id="e-1",
-            content=types.Content(role="model", parts=[types.Part(text="done")]),
-            custom_metadata={"a2a:request": {"messageId": first}},
-        )
-    ]
-    second = message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
-    assert second != first
-    Session.events.append(Session.events[0])  # two events of one answer: one exchange
-    assert message_id_for(Ctx(), "researcher") == second  # type: ignore[arg-type]
-
-
 TOKEN = "a2a-calls-token"
 
 
@@ -552,3 +515,30 @@ async def test_a_serve_worker_killed_mid_call_another_worker_finishes_it_with_on
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(30)
+
+
+async def test_outside_a_durable_run_the_agent_calls_the_same_way_without_a_record(
+    remote: Remote,
+) -> None:
+    """On ADK's own Runner and in-memory sessions: the same send and follow, no journal."""
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    sys.path.insert(0, str(HERE))
+    try:
+        from a2a_caller import build_app
+    finally:
+        sys.path.remove(str(HERE))
+    remote.open_gate()
+    runner = InMemoryRunner(app=build_app(remote.card_url))
+    session = await runner.session_service.create_session(app_name="a2acaller", user_id="u")
+    message = types.Content(role="user", parts=[types.Part(text="research tides, please")])
+    texts = [
+        p.text
+        async for e in runner.run_async(user_id="u", session_id=session.id, new_message=message)
+        for p in (e.content.parts if e.content and e.content.parts else [])
+        if p.text
+    ]
+    assert texts[-1] == ANSWER
+    assert len(remote.messages()) == 1
+    assert remote.acts() == 1

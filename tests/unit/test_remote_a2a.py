@@ -1,0 +1,82 @@
+"""DurableRemoteA2aAgent's own rules, without a remote: the message id, bad arguments.
+
+The calls themselves, against a real remote process and real kills, are in
+tests/crash/test_a2a_calls.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from google.adk.events.event import Event
+from google.genai import types
+
+from durable_adk import errors
+from durable_adk.adk.tools.remote_a2a import DurableRemoteA2aAgent, _as_answer, message_id_for
+
+CARD = "http://127.0.0.1:9/.well-known/agent-card.json"
+
+
+def test_the_message_id_is_the_call_s_identity() -> None:
+    """ADK makes a random message id per send; ours is the same on every re-drive."""
+
+    class Session:
+        id = "s1"
+        events: list[Event] = []
+
+    class Ctx:
+        app_name, user_id, invocation_id, branch = "app", "u", "e-1", "boss.researcher"
+        session = Session()
+
+    first = message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
+    assert first == message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
+    assert first != message_id_for(Ctx(), "other")  # type: ignore[arg-type]
+
+    class Later(Ctx):
+        invocation_id = "e-2"
+
+    assert first != message_id_for(Later(), "researcher")  # type: ignore[arg-type]
+    # Once this exchange's answer is stored, the agent's next send is a new message.
+    Session.events = [
+        Event(
+            author="researcher",
+            invocation_id="e-1",
+            content=types.Content(role="model", parts=[types.Part(text="done")]),
+            custom_metadata={"a2a:request": {"messageId": first}},
+        )
+    ]
+    second = message_id_for(Ctx(), "researcher")  # type: ignore[arg-type]
+    assert second != first
+    Session.events.append(Session.events[0])  # two events of one answer: one exchange
+    assert message_id_for(Ctx(), "researcher") == second  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"poll_interval": 0},
+        {"poll_interval": -1.0},
+        {"max_poll_interval": 0.01, "poll_interval": 0.5},
+        {"unreachable_for": 0},
+        {"unreachable_for": "soon"},
+    ],
+)
+def test_bad_intervals_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        DurableRemoteA2aAgent(name="researcher", agent_card=CARD, **kwargs)  # type: ignore[arg-type]
+
+
+def test_its_config_is_its_own() -> None:
+    """The message-id stamp goes on the agent's copy of the config, not on a shared one."""
+    from google.adk.a2a.agent.config import A2aRemoteAgentConfig
+
+    shared = A2aRemoteAgentConfig()
+    one = DurableRemoteA2aAgent(name="one", agent_card=CARD, config=shared)
+    two = DurableRemoteA2aAgent(name="two", agent_card=CARD, config=shared)
+    assert shared.request_interceptors in (None, [])
+    assert len(one._config.request_interceptors or []) == 1
+    assert len(two._config.request_interceptors or []) == 1
+
+
+def test_a_record_that_is_not_an_answer_is_refused() -> None:
+    with pytest.raises(errors.InvalidArgument):
+        _as_answer({"task_id": "t-1"})
