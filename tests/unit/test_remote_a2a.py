@@ -80,3 +80,25 @@ def test_its_config_is_its_own() -> None:
 def test_a_record_that_is_not_an_answer_is_refused() -> None:
     with pytest.raises(errors.InvalidArgument):
         _as_answer({"task_id": "t-1"})
+
+
+def test_the_adk_and_sdk_names_it_relies_on_are_there() -> None:
+    """The private names of google-adk 2.13 and a2a-sdk 1.x it uses (docs/a2a-calling.md)."""
+    import dataclasses
+
+    from a2a.client import ClientConfig, ClientFactory
+    from a2a.client.base_client import BaseClient
+    from a2a.client.client_factory import minimal_agent_card
+    from google.adk.agents.remote_a2a_agent import RemoteA2aAgent
+
+    assert callable(RemoteA2aAgent._ensure_resolved)
+    assert callable(RemoteA2aAgent._run_async_impl)
+    agent = DurableRemoteA2aAgent(name="researcher", agent_card=CARD)
+    for name in ("_config", "_agent_card", "_a2a_client_factory"):
+        assert hasattr(agent, name), name
+    factory = ClientFactory(ClientConfig())
+    assert dataclasses.is_dataclass(factory._config)
+    assert {"streaming", "polling"} <= {f.name for f in dataclasses.fields(factory._config)}
+    card = minimal_agent_card("http://127.0.0.1:9", ["JSONRPC"])
+    client = factory.create(card)
+    assert isinstance(client, BaseClient) and client._card is card
