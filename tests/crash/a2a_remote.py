@@ -1,6 +1,6 @@
 """A remote A2A agent for the calling-side crash tests: ADK's own ``to_a2a`` app.
 
-Usage: python tests/crash/a2a_remote.py PORT LOG SERVICE_URL GATE [MODE]
+Usage: python tests/crash/a2a_remote.py PORT LOG SERVICE_URL GATE [MODE [ADVERTISED]]
 
 * PORT: where it listens, on 127.0.0.1 (the card names that address).
 * LOG: a file where every JSON-RPC request is appended as one JSON line
@@ -15,6 +15,8 @@ Usage: python tests/crash/a2a_remote.py PORT LOG SERVICE_URL GATE [MODE]
 * MODE: ``work`` (default: the tool acts, the agent answers with a text) or
   ``ask`` (a long-running tool: the task ends input-required, and the answer
   the caller sends back finishes it).
+* ADVERTISED: the port its card names (default PORT), for a test that puts a
+  forwarder in front of it.
 
 Its stores are ADK's in-memory defaults: this process is never killed.
 Prints ``READY <port>`` once it accepts connections.
@@ -40,6 +42,7 @@ from durable_adk.testing.services import ResourceClient
 
 PORT, LOG, SERVICE_URL, GATE = sys.argv[1:5]
 MODE = sys.argv[5] if len(sys.argv) > 5 else "work"
+ADVERTISED = int(sys.argv[6]) if len(sys.argv) > 6 else int(PORT)
 
 
 def _wait_for_gate() -> None:
@@ -76,7 +79,7 @@ agent = LlmAgent(
     model=ScriptedModel(_script()),
     tools=[LongRunningFunctionTool(ask_approval)] if MODE == "ask" else [do_research],
 )
-app = to_a2a(agent, host="127.0.0.1", port=int(PORT))
+app = to_a2a(agent, host="127.0.0.1", port=ADVERTISED)
 _log_lock = threading.Lock()
 
 

@@ -13,10 +13,12 @@ recording the answer, and a fresh process recovers it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -33,6 +35,7 @@ from a2a.types import GetTaskRequest, TaskState
 
 from children import run_module
 from durable_adk.store import open_store
+from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
@@ -60,8 +63,11 @@ class Remote:
     part); :meth:`reset` closes the gate and makes the counts start afresh.
     """
 
-    def __init__(self, tmp: Path, service: FakeService, mode: str = "work") -> None:
+    def __init__(
+        self, tmp: Path, service: FakeService, mode: str = "work", advertised: int | None = None
+    ) -> None:
         self.port = _free_port()
+        self.advertised = advertised or self.port
         self.log = tmp / f"remote-{self.port}.log"
         self.gate = tmp / f"gate-{self.port}"
         self.service = service
@@ -72,10 +78,11 @@ class Remote:
 
     @property
     def card_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/.well-known/agent-card.json"
+        return f"http://127.0.0.1:{self.advertised}/.well-known/agent-card.json"
 
     def start(self) -> Remote:
-        args = [REMOTE, str(self.port), str(self.log), self.service.url, str(self.gate), self.mode]
+        args = [REMOTE, str(self.port), str(self.log), self.service.url, str(self.gate)]
+        args += [self.mode, str(self.advertised)]
         self.proc = subprocess.Popen(
             [PYTHON, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -139,8 +146,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeService]:
         yield started
 
 
-def _shared(tmp: Path, service: FakeService, mode: str) -> Iterator[Remote]:
-    started = Remote(tmp, service, mode).start()
+def _shared(
+    tmp: Path, service: FakeService, mode: str, advertised: int | None = None
+) -> Iterator[Remote]:
+    started = Remote(tmp, service, mode, advertised).start()
     try:
         yield started
     finally:
@@ -159,6 +168,14 @@ def asking_remote(
     tmp_path_factory: pytest.TempPathFactory, service: FakeService
 ) -> Iterator[Remote]:
     yield from _shared(tmp_path_factory.mktemp("a2a-asking"), service, "ask")
+
+
+@pytest.fixture(scope="module")
+def remote_behind_a_door(
+    tmp_path_factory: pytest.TempPathFactory, service: FakeService
+) -> Iterator[Remote]:
+    """A remote whose card names another port: a :class:`Door` a test opens onto it."""
+    yield from _shared(tmp_path_factory.mktemp("a2a-door"), service, "work", _free_port())
 
 
 @pytest.fixture
@@ -358,15 +375,64 @@ async def test_kill_while_following_answers_from_the_remote_s_stored_result(
     assert await last_text(store_url, "s1") == ANSWER
 
 
-def test_unreachable_remote_is_retried_with_back_off_and_sent_once(
-    store_url: str, tmp_path: Path, service: FakeService
-) -> None:
-    """The remote is down when the run starts; it comes up a little later: one message.
+class Door(socketserver.ThreadingTCPServer):
+    """A port on 127.0.0.1 that refuses connections until opened, then forwards them to a remote."""
 
-    The caller knows the remote by a card file (so the first thing to fail is
-    the message send itself: a connection refused, retried with back-off).
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port: int, target: int) -> None:
+        self.door_port = port
+        self.target = target
+        self.opened = False
+        super().__init__(("127.0.0.1", self.door_port), _Forward, bind_and_activate=False)
+
+    def open(self) -> None:
+        self.server_bind()
+        self.server_activate()
+        self.opened = True
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        if self.opened:
+            self.shutdown()
+        self.server_close()
+
+
+class _Forward(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        assert isinstance(self.server, Door)
+        with socket.create_connection(("127.0.0.1", self.server.target)) as upstream:
+
+            def pump(source: socket.socket, sink: socket.socket) -> None:
+                try:
+                    while data := source.recv(65536):
+                        sink.sendall(data)
+                except OSError:
+                    pass
+                finally:
+                    with contextlib.suppress(OSError):
+                        sink.shutdown(socket.SHUT_WR)
+
+            back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+            back.start()
+            pump(self.request, upstream)
+            back.join(30)
+
+
+@pytest.mark.parametrize("card_by", ["file", "url"])
+def test_unreachable_remote_is_retried_with_back_off_and_sent_once(
+    store_url: str, remote_behind_a_door: Remote, card_by: str, tmp_path: Path
+) -> None:
+    """The remote cannot be reached when the run starts; a second later it can: one message.
+
+    Known by a card file that names a closed port, the first thing to fail is
+    the message send itself (a connection refused, retried with back-off, its
+    intent on record); known by a card URL on that port, the card fetch.
+    The port then opens onto the remote.
     """
-    remote = Remote(tmp_path, service).reset()
+    remote = remote_behind_a_door.reset()
+    door = Door(remote.advertised, remote.port)
     card = tmp_path / "card.json"
     card.write_text(
         json.dumps(
@@ -375,7 +441,7 @@ def test_unreachable_remote_is_retried_with_back_off_and_sent_once(
                 "description": "Researches topics.",
                 "supportedInterfaces": [
                     {
-                        "url": f"http://127.0.0.1:{remote.port}",
+                        "url": f"http://127.0.0.1:{door.door_port}",
                         "protocolBinding": "JSONRPC",
                         "protocolVersion": "1.0",
                     }
@@ -388,26 +454,23 @@ def test_unreachable_remote_is_retried_with_back_off_and_sent_once(
             }
         )
     )
+    known_by = str(card) if card_by == "file" else remote.card_url
     remote.open_gate()
-    proc = subprocess.Popen(
-        [PYTHON, CALLER, "run", store_url, "s1", str(card)],
-        env=caller_env(),
-        cwd=HERE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    outs: list[str] = []
+    run = threading.Thread(target=lambda: outs.append(caller("run", store_url, "s1", known_by)))
+    run.start()
     try:
-        wait_for(lambda: bool(_journal_keys(store_url)), "the caller to record its send")
+        if card_by == "file":
+            wait_for(lambda: bool(_journal_keys(store_url)), "the caller to record its send")
+        else:
+            wait_for(lambda: bool(asyncio.run(runs(store_url))), "the caller to start its run")
         time.sleep(1.0)  # a few refused attempts
-        remote.start()
-        out, err = proc.communicate(timeout=60)
+        assert remote.messages() == []
+        door.open()
+        run.join(60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        remote.stop()
-    assert proc.returncode == 0, err[-3000:]
-    assert answer_of(out) == ANSWER
+        door.close()
+    assert answer_of(outs[0]) == ANSWER
     assert len(remote.messages()) == 1
     assert remote.acts() == 1
     assert asyncio.run(runs(store_url)) == [RunStatus.DONE]
@@ -430,6 +493,9 @@ async def test_input_required_pauses_the_run_and_its_answer_goes_to_the_same_tas
     remote = asking_remote.reset()
     caller("run", store_url, "s1", remote.card_url)
     assert await runs(store_url) == [RunStatus.PAUSED]
+    async with open_store(store_url) as store:
+        [waiting] = await InterruptTable(store).list_interrupts(session_id="s1")
+    assert waiting.name == "ask_approval"  # the remote's question, in the caller's inbox
     [asked] = remote.requests("SendMessage")
     caller("answer", store_url, "s1", remote.card_url, crash_at="a2a.after_send")
     [report] = recover(store_url, "s1", remote.card_url)
