@@ -51,20 +51,22 @@ through the journal, and re-raises the durable errors ADK would swallow.
 It relies on two names of google-adk 2.13's ``RemoteA2aAgent``
 (``_ensure_resolved``, ``_run_async_impl``), checked by its tests.
 
-This module needs the ``a2a`` extra (``pip install 'durable-adk[a2a]'``,
-a2a-sdk); ``import durable_adk`` does not load it.
+This module needs the ``a2a`` extra (``pip install 'durable-adk[a2a]'``:
+a2a-sdk 1.x, whose types are protocol buffers); ``import durable_adk`` does
+not load it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from durable_adk import errors
 from durable_adk.adk.commits.drive import begin_with_events_of
@@ -294,7 +296,9 @@ class DurableRemoteA2aAgent(RemoteA2aAgent):
                 delay = min(delay * 1.5, self._max_poll_interval)
         if ctx is None:
             return inner
-        box = self._boxes.setdefault(id(ctx), _Box())
+        # The box of this run of the agent (see _run_async_impl); a call from
+        # elsewhere gets one of its own, which nobody reads.
+        box = self._boxes.get(id(ctx)) or _Box()
         return _DurableClient(inner, self, ctx, box)
 
     async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
@@ -393,9 +397,14 @@ class DurableRemoteA2aAgent(RemoteA2aAgent):
         delay = self._poll_interval
         while True:
             try:
-                async for item in client.send_message(request, context=context):
-                    crash_point("a2a.after_send")
-                    return _sent_record(item)
+                answers = cast(
+                    AsyncGenerator[StreamResponse, None],
+                    client.send_message(request, context=context),
+                )
+                async with contextlib.aclosing(answers):
+                    async for item in answers:
+                        crash_point("a2a.after_send")
+                        return _sent_record(item)
                 raise errors.InvalidArgument(
                     f"remote A2A agent {self.name} answered the message with nothing"
                 )
