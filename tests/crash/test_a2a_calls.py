@@ -608,3 +608,20 @@ async def test_outside_a_durable_run_the_agent_calls_the_same_way_without_a_reco
     assert texts[-1] == ANSWER
     assert len(remote.messages()) == 1
     assert remote.acts() == 1
+
+
+def test_the_example_s_demo_kills_the_desk_mid_call_and_the_remote_hears_once() -> None:
+    """``python -m examples.a2a_research.app demo`` (docs/a2a-calling.md) does what it says."""
+    root = HERE.parents[1]
+    env = {**caller_env(), "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    done = subprocess.run(
+        [PYTHON, "-m", "examples.a2a_research.app", "demo"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "DONE; answer: High tide at Brest is 06:12." in done.stdout
+    assert "messages the remote received in all: 1 " in done.stdout
