@@ -346,6 +346,28 @@ async def test_a_remote_that_cannot_list_its_tasks_parks_the_run_instead_of_rese
     remote.open_gate()  # let the remote task end, for the next test
 
 
+async def test_a_remote_that_forgot_the_task_parks_the_run_instead_of_resending(
+    store_url: str, tmp_path: Path, service: FakeService
+) -> None:
+    """The remote restarts with empty in-memory stores while the caller is dead: outcome unknown.
+
+    tasks/get answers TaskNotFound for the recorded task: whether its work
+    happened cannot be learned, so the run parks; the message is not sent again.
+    """
+    remote = Remote(tmp_path, service).reset().start()
+    try:
+        caller("run", store_url, "s1", remote.card_url, crash_at="a2a.while_following")
+        remote.stop()
+        remote.start()  # the same port, no memory of the task
+        [report] = recover(store_url, "s1", remote.card_url)
+    finally:
+        remote.stop()
+    assert report["status"] == "PARKED", report
+    assert "no longer knows task" in report["reason"], report
+    assert len(remote.messages()) == 1
+    assert await runs(store_url) == [RunStatus.PARKED]
+
+
 async def test_kill_while_following_answers_from_the_remote_s_stored_result(
     store_url: str, remote: Remote
 ) -> None:
