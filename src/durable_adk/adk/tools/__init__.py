@@ -3,8 +3,11 @@
 Holds ``@journaled`` tools (:mod:`.journaling`: outside effects through the
 journal), long-running tools on the job table (:mod:`.long_running`),
 :class:`~.saga_agent.SagaSequence` and its sweeper (:mod:`.saga_agent`),
-Workflow graph nodes (:mod:`.workflow_nodes`) and what ``AgentTool`` children
-may do inside a durable run (:mod:`.agent_tools`).
+Workflow graph nodes (:mod:`.workflow_nodes`), what ``AgentTool`` children
+may do inside a durable run (:mod:`.agent_tools`) and
+:class:`~.remote_a2a.DurableRemoteA2aAgent`, a remote A2A agent called as an
+outside effect (:mod:`.remote_a2a`, needs the ``a2a`` extra: nothing here
+imports it).
 
 May import: ``google.adk``, the core, and :mod:`~durable_adk.adk.shapes`,
 :mod:`~durable_adk.adk.eventlog`, :mod:`~durable_adk.adk.commits` and
