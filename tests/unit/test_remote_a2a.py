@@ -102,3 +102,38 @@ def test_the_adk_and_sdk_names_it_relies_on_are_there() -> None:
     card = minimal_agent_card("http://127.0.0.1:9", ["JSONRPC"])
     client = factory.create(card)
     assert isinstance(client, BaseClient) and client._card is card
+
+
+async def test_a_remote_unreachable_past_its_patience_raises_instead_of_an_error_event() -> None:
+    """ADK would end the invocation on an error event; a durable run must be handed back."""
+    import socket
+
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import InMemoryRunner
+
+    from durable_adk.adk.tools.remote_a2a import RemoteA2aUnavailable
+    from durable_adk.testing import Call, ScriptedModel
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]  # nothing listens there once the socket is closed
+    researcher = DurableRemoteA2aAgent(
+        name="researcher",
+        agent_card=f"http://127.0.0.1:{closed}/.well-known/agent-card.json",
+        description="Researches.",
+        poll_interval=0.05,
+        max_poll_interval=0.1,
+        unreachable_for=0.3,
+    )
+    boss = LlmAgent(
+        name="boss",
+        model=ScriptedModel({"boss": [Call("transfer_to_agent", {"agent_name": "researcher"})]}),
+        sub_agents=[researcher],
+    )
+    runner = InMemoryRunner(app=App(name="desk", root_agent=boss))
+    session = await runner.session_service.create_session(app_name="desk", user_id="u")
+    message = types.Content(role="user", parts=[types.Part(text="research tides")])
+    with pytest.raises(RemoteA2aUnavailable):
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+            pass

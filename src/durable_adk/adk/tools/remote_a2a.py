@@ -176,12 +176,19 @@ def _never_delivered(exc: BaseException) -> bool:
 
 
 def _transport_failure(exc: BaseException) -> bool:
-    """Whether an error is the network's (retry), not the remote's answer (an A2A error)."""
+    """Whether an error is the network's or a passing one of the server's (retry).
+
+    A transport error (refused, reset, timed out) or an HTTP 429 or 5xx
+    answer, bare or behind the SDK's ``A2AClientError``; not an A2A error
+    answer (a refused message, an unknown task), which is the remote's word.
+    """
+    if isinstance(exc, A2AClientError) and exc.__cause__ is not None:
+        exc = exc.__cause__
     if isinstance(exc, httpx.TransportError | OSError):
         return True
-    if isinstance(exc, A2AClientError):
-        cause = exc.__cause__
-        return cause is not None and isinstance(cause, httpx.TransportError | OSError)
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        return status == 429 or status >= 500
     return False
 
 
@@ -278,6 +285,11 @@ class DurableRemoteA2aAgent(RemoteA2aAgent):
         return request, parameters
 
     async def _ensure_resolved(self, ctx: InvocationContext | None = None) -> Any:
+        if ctx is None:
+            return await super()._ensure_resolved(ctx)
+        # The box of this run of the agent (see _run_async_impl); a call from
+        # elsewhere gets one of its own, which nobody reads.
+        box = self._boxes.get(id(ctx)) or _Box()
         deadline = time.monotonic() + self._unreachable_for
         delay = self._poll_interval
         while True:
@@ -285,20 +297,16 @@ class DurableRemoteA2aAgent(RemoteA2aAgent):
                 inner = await super()._ensure_resolved(ctx)
                 break
             except Exception as exc:
-                if not _never_delivered(exc) or ctx is None:
+                if not _never_delivered(exc):
                     raise
                 if time.monotonic() + delay > deadline:
-                    raise RemoteA2aUnavailable(
+                    box.failure = RemoteA2aUnavailable(
                         f"remote A2A agent {self.name}: its card could not be fetched for "
                         f"{self._unreachable_for:g}s ({exc})"
-                    ) from exc
+                    )
+                    raise box.failure from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 1.5, self._max_poll_interval)
-        if ctx is None:
-            return inner
-        # The box of this run of the agent (see _run_async_impl); a call from
-        # elsewhere gets one of its own, which nobody reads.
-        box = self._boxes.get(id(ctx)) or _Box()
         return _DurableClient(inner, self, ctx, box)
 
     async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
