@@ -238,6 +238,19 @@ async def runs(url: str) -> list[RunStatus]:
         return [r.status for r in await RunLedger(store).list_runs()]
 
 
+async def requests_on_record(url: str, session: str) -> list[str]:
+    """The message ids of the requests the caller's stored events say it answered."""
+    from durable_adk.adk.services.sessions import DurableSessionService
+
+    async with open_store(url) as store:
+        found = await DurableSessionService(store).get_session(
+            app_name="a2acaller", user_id="u", session_id=session
+        )
+    assert found is not None
+    ids = [(e.custom_metadata or {}).get("a2a:request", {}).get("messageId") for e in found.events]
+    return sorted({i for i in ids if i})
+
+
 async def last_text(url: str, session: str) -> str:
     from durable_adk.adk.services.sessions import DurableSessionService
 
@@ -392,6 +405,8 @@ async def test_kill_while_following_answers_from_the_remote_s_stored_result(
     assert {r["method"] for r in after} == {"GetTask"}
     assert {r["task_id"] for r in after} == {task_id}
     assert len(remote.messages()) == 1
+    # The event ADK made of the answer names the message that was sent (not a random id).
+    assert await requests_on_record(store_url, "s1") == remote.messages()
     assert remote.acts() == 1
     assert await runs(store_url) == [RunStatus.DONE]
     assert await last_text(store_url, "s1") == ANSWER
