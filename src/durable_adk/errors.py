@@ -111,3 +111,11 @@ class InvalidVersion(InvalidArgument):
 
 class VersionElsewhere(Fenced):
     """The run's app version is not served by this worker: a worker of its version continues it."""
+
+
+class KeyUnavailable(StoreError):
+    """A stored value is encrypted under a key this process does not hold, or does not open."""
+
+    def __init__(self, message: str | None = None, *, key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id

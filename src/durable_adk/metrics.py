@@ -90,6 +90,13 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.values_by_key = Gauge(
+            "durable_adk_encrypted_values",
+            "Stored payload values on each key, as last counted by `keys status` or "
+            "`keys rotate` ('clear': not encrypted; 'user keys': users' own data keys).",
+            ["key_id"],
+            registry=r,
+        )
 
     def saga_outcome(self, status: str, *, compensation_seconds: float | None = None) -> None:
         """Counts a saga's outcome and, when it compensated, how long that took."""
@@ -136,6 +143,14 @@ class Metrics:
             return
         for status in ("QUEUED", "RUNNING", "PAUSED", "DONE", "FAILED", "PARKED", *counts):
             self.runs_by_status.labels(status=status).set(counts.get(status, 0))
+
+    def set_values_by_key(self, counts: Mapping[str, int]) -> None:
+        """Sets the values-by-key gauge (keys counted before and absent now read 0)."""
+        if not self.enabled:
+            return
+        seen = {labels[0] for labels in self.values_by_key._metrics}
+        for key_id in {*seen, *counts}:
+            self.values_by_key.labels(key_id=key_id).set(counts.get(key_id, 0))
 
     @property
     def tracer(self) -> trace.Tracer:

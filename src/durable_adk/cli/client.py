@@ -115,6 +115,14 @@ class OpsSource(Protocol):
         """Sagas (``available``, ``note``, ``items``)."""
         ...
 
+    async def keys_status(self) -> JSON:
+        """Stored values on each encryption key (``primary``, ``keys``)."""
+        ...
+
+    async def keys_rotate(self, batch: int) -> JSON:
+        """Re-encrypts every value not on the first key (what it did, then the status)."""
+        ...
+
     async def interrupts(
         self,
         status: str | None,
@@ -262,6 +270,12 @@ class StoreOps:
 
     async def sagas(self, status: str | None, limit: int) -> JSON:
         return (await features.list_sagas(self.store, status=status, limit=limit)).model_dump()
+
+    async def keys_status(self) -> JSON:
+        return await features.keys_status(self.store)
+
+    async def keys_rotate(self, batch: int) -> JSON:
+        return await features.keys_rotate(self.store, batch=batch)
 
     async def interrupts(
         self,
@@ -514,6 +528,12 @@ class HttpOps:
         if status is not None:
             params["status"] = status
         return await self._call("GET", "/v1/sagas", params=params)
+
+    async def keys_status(self) -> JSON:
+        return await self._call("GET", "/v1/keys")
+
+    async def keys_rotate(self, batch: int) -> JSON:
+        return await self._call("POST", "/v1/keys/rotate", json={"batch": batch})
 
     async def interrupts(
         self,

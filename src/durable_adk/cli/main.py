@@ -1,6 +1,7 @@
-"""The ``durable-adk`` command: demo and database upgrades here, and every other
-command group from a module of its own in :mod:`durable_adk.cli` (serve, runs,
-jobs, sagas, dead letters, interrupts, recover, schedules, versions).
+"""The ``durable-adk`` command: demo, database upgrades and the database's encryption
+keys (``keys new``, ``keys status``, ``keys rotate``; docs/data.md) here, and every
+other command group from a module of its own in :mod:`durable_adk.cli` (serve,
+runs, jobs, sagas, dead letters, interrupts, recover, schedules, versions).
 
 Every command is a thin wrapper: it parses arguments, calls the public async
 API under ``asyncio.run`` and prints with Rich. Bad arguments exit with code 2
@@ -12,17 +13,27 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from durable_adk import errors
 from durable_adk.cli import dead_letters, interrupts, jobs, runs, sagas, serve, sessions
+from durable_adk.cli.options import (
+    DbOpt,
+    JsonOpt,
+    TokenOpt,
+    UrlOpt,
+    _call,
+    _print_json,
+    _table,
+)
 from durable_adk.cli.recover import register as register_recover
 from durable_adk.cli.schedules import register as register_schedules
 from durable_adk.cli.versions import register as register_versions
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
+from durable_adk.store.codec import KEY_FILE_ENV, Keyring
 from durable_adk.store.migrate import redact
 
 app = typer.Typer(
@@ -30,6 +41,8 @@ app = typer.Typer(
 )
 db_app = typer.Typer(no_args_is_help=True, help="Database schema commands.")
 app.add_typer(db_app, name="db")
+keys_app = typer.Typer(no_args_is_help=True, help="Encryption keys: new, status, rotate.")
+app.add_typer(keys_app, name="keys")
 # Wide enough for the demo's tables when output is not a terminal (make, CI logs).
 console = Console(width=shutil.get_terminal_size((150, 40)).columns)
 
@@ -92,6 +105,105 @@ def db_version(db: DbOption = DEFAULT_URL) -> None:
         else ("behind: run `durable-adk db upgrade`" if have < need else "ahead")
     )
     console.print(f"{redact(db)}: schema version {have}, package needs {need} ({state})")
+
+
+KeyFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key-file",
+        envvar=KEY_FILE_ENV,
+        help="The key file (newest key first); with --db only: a worker uses its own.",
+    ),
+]
+
+
+def _use_key_file(key_file: str | None, url: str | None) -> None:
+    """Checks the key file and makes it the one the store is opened with."""
+    if key_file is None or url:
+        return
+    try:
+        Keyring.from_file(key_file)
+    except errors.DurableError as exc:
+        _fail(str(exc))
+    os.environ[KEY_FILE_ENV] = key_file
+
+
+@keys_app.command("new")
+def keys_new(
+    key_id: Annotated[str, typer.Argument(help="The new key's id, e.g. 2026-12.")],
+) -> None:
+    """Prints a new key file line (32 random bytes): put it at the top of the key file."""
+    try:
+        print(Keyring.new_line(key_id))
+    except errors.DurableError as exc:
+        _fail(str(exc))
+
+
+def _print_status(status: dict[str, Any]) -> None:
+    rows = [
+        [
+            str(k["key_id"]) + (" (encrypts)" if k["key_id"] == status.get("primary") else ""),
+            str(k["values"]),
+            str(k.get("user_keys") or ""),
+            ", ".join(f"{c}={n}" for c, n in k["columns"].items()),
+        ]
+        for k in status["keys"]
+    ]
+    console.print(_table("values by key", ["key", "values", "user keys wrapped", "columns"], rows))
+
+
+@keys_app.command("status")
+def keys_status(
+    key_file: KeyFileOpt = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Stored values on each key ('clear': not encrypted): what rotation has left to do."""
+    _use_key_file(key_file, url)
+    status = _call(db, url, token, lambda source: source.keys_status())
+    if as_json:
+        _print_json(status)
+        return
+    if status.get("primary") is None:
+        console.print("no keys held here: values are written in clear")
+    _print_status(status)
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    key_file: KeyFileOpt = None,
+    batch: Annotated[int, typer.Option(min=1, max=10000, help="Rows read per batch.")] = 200,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-encrypts every value in clear or on an older key under the first key.
+
+    Runs go on meanwhile; a value a run rewrites during the rotation keeps the
+    run's. Safe to stop and run again: what is done is skipped.
+    """
+    _use_key_file(key_file, url)
+    if not url and not (key_file or os.environ.get(KEY_FILE_ENV)):
+        _fail("keys rotate needs the keys: --key-file FILE (or DURABLE_ADK_KEY_FILE)")
+    done = _call(db, url, token, lambda source: source.keys_rotate(batch))
+    if as_json:
+        _print_json(done)
+        return
+    console.print(
+        f"moved {done['moved']} value(s) to key {done['primary']}; "
+        f"{sum(done['raced'].values())} rewritten by runs meanwhile; "
+        f"{sum(done['unreadable'].values())} unreadable (key not held); "
+        f"{done['rewrapped_user_keys']} user key(s) re-wrapped",
+        highlight=False,
+    )
+    for line in done["errors"]:
+        console.print(f"[yellow]unreadable:[/yellow] {line}", highlight=False)
+    _print_status(done["status"])
+    if sum(done["unreadable"].values()):
+        raise typer.Exit(1)
 
 
 @app.command()

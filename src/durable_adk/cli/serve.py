@@ -116,6 +116,18 @@ def serve(
         list[str] | None,
         typer.Option(help="An earlier version whose runs this code continues (repeatable)."),
     ] = None,
+    key_file: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_KEY_FILE",
+            help="A key file: stored payloads are encrypted with its first key "
+            "(docs/data.md, 'Encryption at rest').",
+        ),
+    ] = None,
+    per_user_keys: Annotated[
+        bool,
+        typer.Option(help="Encrypt each user's rows under a key of their own (crypto-shredding)."),
+    ] = False,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
@@ -153,6 +165,8 @@ def serve(
             streaming=streaming,
             app_version=app_version,
             compatible_versions=tuple(compatible_version or ()),
+            key_file=key_file,
+            per_user_keys=per_user_keys,
         )
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)

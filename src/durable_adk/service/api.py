@@ -28,6 +28,7 @@ from durable_adk.service import dashboard, features, schedule_routes, version_ro
 from durable_adk.service.follow import follow, sse
 from durable_adk.service.guards import (
     BodyLimit,
+    ViewReads,
     bearer_guard,
     install_error_handlers,
 )
@@ -619,6 +620,7 @@ def create_app(worker: Worker) -> FastAPI:
     async def root() -> Response:
         return Response(status_code=307, headers={"Location": "/dashboard/"})
 
+    app.add_middleware(ViewReads)
     app.add_middleware(BodyLimit, limit=worker.settings.max_body_bytes)
     return app
 

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from durable_adk import errors, webhooks
 from durable_adk.adk.services.repairs import (
@@ -42,6 +42,7 @@ from durable_adk.service.guards import error_response
 from durable_adk.service.ops import MAX_PAGE
 from durable_adk.service.schemas import ID_PATTERN, ErrorOut, ListOut, Reason, Who
 from durable_adk.store.base import Store
+from durable_adk.store.rotation import key_status, rotate
 from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
 from durable_adk.tables.sagas import SagaLedger, SagaStatus
 
@@ -300,6 +301,51 @@ async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut
     return ListOut(available=True, items=[_plain(s) for s in sagas])
 
 
+async def keys_status(store: Store, metrics: Metrics | None = None) -> dict[str, Any]:
+    """Stored values on each key (``primary``, ``keys``: id, values, per column).
+
+    Also sets the ``durable_adk_encrypted_values`` gauge of ``metrics``.
+    """
+    found = await key_status(store)
+    keys: list[dict[str, Any]] = [
+        {
+            "key_id": key_id,
+            "values": sum(n for col, n in by_col.items() if col != "user_keys"),
+            "user_keys": by_col.get("user_keys", 0),
+            "columns": {col: n for col, n in sorted(by_col.items()) if col != "user_keys"},
+        }
+        for key_id, by_col in sorted(found.items())
+    ]
+    if metrics is not None:
+        metrics.set_values_by_key({str(k["key_id"]): int(k["values"]) for k in keys})
+    primary = store.codec.keyring.primary if store.codec is not None else None
+    return {"primary": primary, "keys": keys}
+
+
+async def keys_rotate(
+    store: Store, *, batch: int = 200, metrics: Metrics | None = None
+) -> dict[str, Any]:
+    """Re-seals every clear or older-key value under the first key; what it did, then the status."""
+    report = await rotate(store, batch=batch)
+    return {
+        "primary": report.primary,
+        "moved": report.total,
+        "moved_by_column": report.moved,
+        "raced": report.raced,
+        "unreadable": report.unreadable,
+        "rewrapped_user_keys": report.rewrapped,
+        "errors": report.errors,
+        "status": await keys_status(store, metrics),
+    }
+
+
+class RotateIn(BaseModel):
+    """``POST /v1/keys/rotate``: how many rows each batch reads."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch: Annotated[int, Field(ge=1, le=10000)] = 200
+
+
 Elsewhere = Callable[[Job], Awaitable[errors.VersionElsewhere | None]]
 """Whether a job's answer waits for a worker of another version (the error to give), or None."""
 
@@ -353,6 +399,16 @@ def add_routes(
             if refusal is not None:
                 raise refusal
         return CompletionOut.model_validate(done)
+
+    @router.get("/keys", tags=["keys"])
+    async def keys_route() -> dict[str, Any]:
+        """Stored values on each encryption key (``clear``: not encrypted)."""
+        return await keys_status(store, metrics)
+
+    @router.post("/keys/rotate", tags=["keys"])
+    async def rotate_route(body: RotateIn | None = None) -> dict[str, Any]:
+        """Re-encrypts every value not on this worker's first key, in batches; runs go on."""
+        return await keys_rotate(store, batch=(body or RotateIn()).batch, metrics=metrics)
 
     @router.get("/sagas", response_model=ListOut, tags=["sagas"])
     async def sagas_route(status: SagaStatus | None = None, limit: Limit = 100) -> ListOut:

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from durable_adk import errors
+from durable_adk.store.codec import lenient_reads
 
 logger = logging.getLogger("durable_adk.service")
 
@@ -84,6 +85,24 @@ def bearer_guard(token: str) -> Callable[..., Awaitable[None]]:
             raise errors.Unauthorized()
 
     return guard
+
+
+class ViewReads:
+    """ASGI middleware: a ``GET`` (a view: dashboard, listings, event streams) reads
+    values sealed under a key this worker does not hold as a placeholder naming
+    the key (:func:`~durable_adk.store.codec.lenient_reads`) instead of failing;
+    every other request, and every run, still fails on such a value."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        """Wraps an ASGI app."""
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") in ("GET", "HEAD"):
+            with lenient_reads():
+                await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

@@ -152,7 +152,12 @@ async def serve(
         on_ready: Called once the socket listens (tests read the port here).
         log_level: uvicorn's log level.
     """
-    async with open_store(settings.db, limits=settings.payload_limits) as store:
+    async with open_store(
+        settings.db,
+        limits=settings.payload_limits,
+        keyring=settings.keyring(),
+        per_user_keys=settings.per_user_keys,
+    ) as store:
         worker = Worker(app=app, store=store, settings=settings, metrics=metrics)
         http = create_app(worker)
         config = uvicorn.Config(

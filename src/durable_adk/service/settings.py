@@ -17,6 +17,7 @@ from durable_adk import errors
 from durable_adk.adk.loops.every import require_positive
 from durable_adk.adk.runs.policy import DEFAULT_POLICY
 from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, PayloadLimits
+from durable_adk.store.codec import Keyring, keyring_from_env
 
 if TYPE_CHECKING:
     from durable_adk.adk.services.app_services import AppServices
@@ -80,6 +81,11 @@ class ServiceSettings:
             worker starts; it claims only runs it serves (None: unversioned;
             see ``DurableRunner(version=...)`` and docs/deploying.md).
         compatible_versions: Earlier versions whose runs this worker continues.
+        key_file: A key file (docs/data.md, "Encryption at rest"): the payload
+            columns are sealed with its first key and opened with any of them
+            (None: ``DURABLE_ADK_KEY_FILE`` if set, else values in clear).
+        per_user_keys: Seal each user's rows under a data key of their own
+            (needs keys), so ``shred_user`` can make them unreadable.
     """
 
     db: str
@@ -110,6 +116,8 @@ class ServiceSettings:
     services: AppServices | None = None
     app_version: str | None = None
     compatible_versions: tuple[str, ...] = ()
+    key_file: str | None = None
+    per_user_keys: bool = False
 
     def __post_init__(self) -> None:
         from durable_adk.versions import Serving  # refuses a bad declaration before anything runs
@@ -143,8 +151,18 @@ class ServiceSettings:
         if any(seconds <= 0 for _, seconds in self.interrupt_deadlines):
             raise errors.InvalidArgument("interrupt deadlines must be > 0 seconds")
         PayloadLimits(self.max_payload_depth, self.max_payload_bytes)  # refuses bad bounds
+        if self.key_file is not None:
+            self.keyring()  # a missing or bad key file is refused before anything runs
+        if self.per_user_keys and self.keyring() is None:
+            raise errors.InvalidArgument("per_user_keys needs keys: give key_file")
         if not 0 <= self.port <= 65535:
             raise errors.InvalidArgument(f"port must be 0..65535, got {self.port}")
+
+    def keyring(self) -> Keyring | None:
+        """The keys of ``key_file`` (else of ``DURABLE_ADK_KEY_FILE``), or None."""
+        if self.key_file is not None:
+            return Keyring.from_file(self.key_file)
+        return keyring_from_env()
 
     @property
     def payload_limits(self) -> PayloadLimits:

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, unquote
 from durable_adk import errors
 from durable_adk.limits import PayloadLimits
 from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.codec import Codec, Keyring, keyring_from_env
 from durable_adk.store.migrate import check_schema, latest_version, upgrade
 from durable_adk.store.sqlite import SqliteStore
 
@@ -28,6 +29,8 @@ DEFAULT_URL = "sqlite:///durable_adk.db"
 
 __all__ = [
     "DEFAULT_URL",
+    "Codec",
+    "Keyring",
     "Params",
     "PostgresStore",
     "Row",
@@ -43,7 +46,12 @@ __all__ = [
 
 
 async def connect(
-    url: str = DEFAULT_URL, *, limits: PayloadLimits | None = None, **options: Any
+    url: str = DEFAULT_URL,
+    *,
+    limits: PayloadLimits | None = None,
+    keyring: Keyring | None = None,
+    per_user_keys: bool = False,
+    **options: Any,
 ) -> Store:
     """Opens a store without checking its schema (for ``db upgrade`` and tools).
 
@@ -53,6 +61,12 @@ async def connect(
         limits: How deep and how large a value from outside may be before it
             is stored (default :data:`durable_adk.limits.DEFAULT_LIMITS`;
             docs/service.md, "Payload limits").
+        keyring: The keys that seal the payload columns (docs/data.md,
+            "Encryption at rest"); default: the key file
+            ``DURABLE_ADK_KEY_FILE`` names, else none (values in clear).
+        per_user_keys: Seal each user's rows under a data key of their own
+            (needs a keyring), so :func:`~durable_adk.store.rotation.shred_user`
+            can make them unreadable.
         **options: Backend options (``busy_timeout_ms`` for SQLite;
             ``min_size``/``max_size``, ``command_timeout`` (seconds, default
             10) and ``acquire_timeout`` (seconds, default 5) for PostgreSQL,
@@ -88,6 +102,12 @@ async def connect(
         store = _postgres_store_class()(url, **options)
     if limits is not None:
         store.limits = limits
+    if keyring is None:
+        keyring = keyring_from_env()
+    if keyring is not None:
+        store.codec = Codec(keyring, per_user=per_user_keys)
+    elif per_user_keys:
+        raise errors.InvalidArgument("per_user_keys needs a keyring")
     return await store.open()
 
 
@@ -121,17 +141,22 @@ async def open_store(
     *,
     create_if_empty: bool = True,
     limits: PayloadLimits | None = None,
+    keyring: Keyring | None = None,
+    per_user_keys: bool = False,
     **options: Any,
 ) -> AsyncIterator[Store]:
     """Opens a store, verifies its schema and closes it on exit.
 
-    ``limits`` bounds what is stored from outside (see :func:`connect`).
+    ``limits`` bounds what is stored from outside; ``keyring`` and
+    ``per_user_keys`` seal the payload columns (see :func:`connect`).
 
     An empty database gets the current schema. A database whose schema is behind
     raises :class:`~durable_adk.errors.SchemaBehind` naming
     ``durable-adk db upgrade``.
     """
-    store = await connect(url, limits=limits, **options)
+    store = await connect(
+        url, limits=limits, keyring=keyring, per_user_keys=per_user_keys, **options
+    )
     try:
         await check_schema(store, create_if_empty=create_if_empty)
         yield store

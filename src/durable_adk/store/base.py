@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from durable_adk.limits import DEFAULT_LIMITS, PayloadLimits
+from durable_adk.store.codec import MARK, SEALED_PARAMS, Codec, open_rows, seal_params
 from durable_adk.store.queries import Query
 from durable_adk.store.wakeups import Wakeups
 
@@ -48,6 +49,10 @@ class Store(abc.ABC):
     """How deep and how large a value from outside may be before it is stored here:
     every table, service and route on this store checks with it
     (:mod:`durable_adk.limits`; set by ``open_store(..., limits=...)``)."""
+
+    codec: Codec | None = None
+    """Seals and opens the payload columns (:mod:`durable_adk.store.codec`);
+    None: values are written in clear (sealed ones still fail clearly)."""
 
     _queries: dict[str, Query]
     """The named queries this store runs: the packaged ones, loaded at open."""
@@ -85,9 +90,11 @@ class Store(abc.ABC):
         """
         self.wakeups.notify(key)
 
-    @abc.abstractmethod
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         """Runs a named query and returns all its rows.
+
+        Sealed values (:mod:`durable_adk.store.codec`) come back opened when
+        their row names them.
 
         Args:
             query: The query's name in ``queries.sql``.
@@ -95,7 +102,22 @@ class Store(abc.ABC):
 
         Raises:
             durable_adk.errors.StoreError: Translated from the driver's error.
+            durable_adk.errors.KeyUnavailable: A sealed value of the rows
+                cannot be opened (its key is not held, or it does not open).
         """
+        if params and self.codec is not None and query in SEALED_PARAMS:
+            table, names = SEALED_PARAMS[query]
+            params = await seal_params(self, table, dict(params), names=names)
+        rows = await self._fetch(query, params)
+        for row in rows:
+            for value in row.values():
+                if type(value) is str and value.startswith(MARK):
+                    return await open_rows(self, rows)  # type: ignore[arg-type]
+        return rows
+
+    async def _fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
+        """Runs a named query and returns its rows as stored (each backend's own)."""
+        raise NotImplementedError
 
     async def fetch_sent(
         self, query: str, params: Params | None = None

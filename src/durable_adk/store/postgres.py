@@ -427,7 +427,7 @@ class PostgresStore(Store):
         peak, self._wait_peak = self._wait_peak, 0.0
         return peak
 
-    async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
+    async def _fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         q = self._query(query)
         given = params or {}
         missing = [n for n in q.params if n not in given]

@@ -374,7 +374,7 @@ class SqliteStore(Store):
             and threading.get_ident() == self._fast_thread
         )
 
-    async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
+    async def _fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         q = self._query(query)
         if self._on_fast_path(q):
             loop = asyncio.get_running_loop()

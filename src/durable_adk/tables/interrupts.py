@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from durable_adk.store.base import Row, Store
+from durable_adk.store.codec import seal_value
 from durable_adk.tables.ledger import Run
 
 
@@ -255,6 +256,9 @@ class InterruptTable:
             "default_outcome": by_deadline,
         }
         new_run_id = f"run-{uuid.uuid4().hex}"
+        i = interrupt
+        user = (i.app_name, i.user_id)
+        identity = (*user, i.session_id, i.invocation_id, i.call_id)
         row = await self.store.fetchrow(
             "interrupt_answer",
             {
@@ -263,17 +267,27 @@ class InterruptTable:
                 "by_deadline": 1 if by_deadline else 0,
                 "actor": by,
                 "reason": reason,
-                "answer": json.dumps(dict(response), default=str),
+                "answer": await seal_value(
+                    self.store, "interrupts", "answer", identity, _json(response), user=user
+                ),
                 "new_run_id": new_run_id,
-                "request": json.dumps(dict(request), default=str),
+                "request": await seal_value(
+                    self.store, "runs", "request", (new_run_id,), _json(request), user=user
+                ),
                 "owner": owner,
                 "lease": lease,
-                "detail": json.dumps(detail, default=str),
+                "detail": await seal_value(
+                    self.store, "operator_actions", "detail", (i.run_id, "answer"), _json(detail)
+                ),
             },
         )
         if row is None or "run_id" not in row:
             return None
         return Run.from_row(row)
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    return json.dumps(dict(value), default=str)
 
 
 __all__ = ["Interrupt", "InterruptKind", "InterruptStatus", "InterruptTable"]

@@ -547,6 +547,10 @@ class JobTable:
         Delivery is throttled separately (:meth:`claim_progress`).
         """
         self.store.limits.check(progress, f"the progress of job {job_id!r}")
+        if self.store.codec is not None:  # sealed values always differ: compare clear ones
+            current = await self.get(job_id)
+            if current is not None and current.progress == json.loads(_dumps(progress, "x")):
+                return False
         return (
             await self.store.fetchrow(
                 "job_progress", {"job_id": job_id, "progress": _dumps(progress, "progress")}

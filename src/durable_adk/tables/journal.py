@@ -53,6 +53,7 @@ from typing import Any, Protocol
 from durable_adk import errors
 from durable_adk.faults import crash_point
 from durable_adk.store.base import Row, Store
+from durable_adk.store.codec import open_value
 
 Act = Callable[[str], Awaitable[Any]]
 Lookup = Callable[[str], Awaitable[Any]]
@@ -244,6 +245,11 @@ class Journal:
         self.store = store
         self.hold_seconds = hold_seconds
 
+    async def _result(self, key: str, row: Row) -> Any:
+        """The result of entry ``key``'s row, opened (the row may not name its key)."""
+        text = await open_value(self.store, "journal", "result", (key,), row["result"])
+        return None if text is None else json.loads(text)
+
     async def get(self, key: str) -> JournalEntry | None:
         """The entry for ``key``, or None."""
         row = await self.store.fetchrow("journal_get", {"key": key})
@@ -365,7 +371,7 @@ class Journal:
             begin_with = None  # only the first intent goes with the caller's writes
             status = row["status"]
             if status == "done":
-                return None if row["result"] is None else json.loads(row["result"])
+                return await self._result(key, row)
             if status in ("acquired", "taken"):
                 try:
                     # A cancel seen from here on lets the act and its DONE finish.
@@ -514,7 +520,7 @@ class Journal:
             return found
         if status == "done":
             assert row is not None
-            return None if row["result"] is None else json.loads(row["result"])
+            return await self._result(key, row)
         # 'missing' (the intent was forgotten: its act was refused unacted),
         # 'retry' (another writer changed the row first) or 'wrong_tool'.
         raise _Lost()

@@ -64,7 +64,7 @@ from durable_adk.adk.eventlog.classify import (
     OrphanClass,
     classify,
 )
-from durable_adk.adk.runs.inbox import inbox_at_finish, may_have_interrupts
+from durable_adk.adk.runs.inbox import inbox_at_finish, may_have_interrupts, seal_inbox
 from durable_adk.adk.runs.policy import RetryPolicy, causes
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.workflow_nodes import NodeInFlight
@@ -386,6 +386,7 @@ async def _write(
                 deadlines=path.interrupt_deadlines,
                 job_tools=path.job_tools,
             )
+            inbox = await seal_inbox(ledger.store, inbox)
         if last is None or not last.pending:
             return await ledger.finish(
                 lease, STATUS_OF[kind], error=error, classification=found, inbox=inbox

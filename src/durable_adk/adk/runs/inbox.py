@@ -44,6 +44,7 @@ from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.long_running import answered_by_a_job
 from durable_adk.ids import check_id
 from durable_adk.store.base import Store
+from durable_adk.store.codec import seal_value
 from durable_adk.tables.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
 from durable_adk.tables.ledger import Run, RunLedger
 
@@ -177,6 +178,25 @@ def inbox_at_finish(
             "open": opened,
         }
     )
+
+
+async def seal_inbox(store: Store, inbox: str | None) -> str | None:
+    """An inbox of :func:`inbox_at_finish` with each open call's arguments sealed
+    (:mod:`durable_adk.store.codec`; as it is when the store has no keys)."""
+    if inbox is None or store.codec is None:
+        return inbox
+    found = json.loads(inbox)
+    ids = [found[k] for k in ("app_name", "user_id", "session_id", "invocation_id")]
+    for call in found.get("open", ()):
+        call["args"] = await seal_value(
+            store,
+            "interrupts",
+            "args",
+            (*ids, call["call_id"]),
+            call["args"],
+            user=(ids[0], ids[1]),
+        )
+    return json.dumps(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,4 +566,5 @@ __all__ = [
     "kind_of",
     "may_have_interrupts",
     "response_for",
+    "seal_inbox",
 ]

@@ -57,6 +57,7 @@ from durable_adk.adk.servers.plugin import ServerRuns, ServerSettings
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import check_schema, check_url, connect
 from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.codec import Codec, keyring_from_env
 
 logger = logging.getLogger("durable_adk.service_uri")
 
@@ -103,6 +104,8 @@ class LazyStore(Store):
         self._store: Store | None = None
         self._lock: asyncio.Lock | None = None
         self._on_open = on_open
+        keyring = keyring_from_env()  # DURABLE_ADK_KEY_FILE: values are sealed from the first
+        self.codec = Codec(keyring) if keyring is not None else None
 
     async def opened(self) -> Store:
         """The open store (opened now if it was not)."""
@@ -113,6 +116,7 @@ class LazyStore(Store):
         async with self._lock:
             if self._store is None:
                 store = await connect(self.url)
+                store.codec = self.codec  # one codec: user keys loaded once
                 try:
                     await check_schema(store)
                 except BaseException:

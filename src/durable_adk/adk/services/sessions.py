@@ -38,7 +38,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pydantic_core
 from google.adk.errors import StaleSessionError
@@ -68,6 +68,7 @@ from durable_adk.adk.services.fold import (
 )
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
+from durable_adk.store.codec import envelope_key, open_value, seal_value
 from durable_adk.store.wakeups import session_key
 
 _Key = tuple[str, str, str]
@@ -144,12 +145,6 @@ RUN_METADATA_KEY = "durable_adk"
 """The key of ``Event.custom_metadata`` under which DurableRunner stamps its run."""
 
 
-def _snapshots_json(pending: Sequence[Pending]) -> str | None:
-    """The snapshot points a batch crosses, as ``[[seq, state], ...]``; None when there is none."""
-    points = [[p.seq, p.snapshot] for p in pending if p.snapshot]
-    return _dumps(points) if points else None
-
-
 def run_fence_of(event: Event) -> dict[str, Any]:
     """The run id and epoch an event was written for (both None outside a durable run)."""
     stamp = (event.custom_metadata or {}).get(RUN_METADATA_KEY)
@@ -157,6 +152,13 @@ def run_fence_of(event: Event) -> dict[str, Any]:
         return {"run_id": str(stamp["run_id"]), "run_epoch": int(stamp["epoch"])}
     return {"run_id": None, "run_epoch": None}
 
+
+class _Sealed(Exception):
+    """A stored event sealed under a key this process does not hold (its reason)."""
+
+
+_UNREADABLE: tuple[type[BaseException], ...] = (*READ_ERRORS, _Sealed)
+"""What makes a stored event come back as its stand-in."""
 
 _APPEND_REFUSALS = frozenset({"missing", "duplicate", "fenced", "stale"})
 """The statuses with which an append (alone or joined with an intent) wrote nothing."""
@@ -360,7 +362,14 @@ class DurableSessionService(BaseSessionService):
                 "app_name": app_name,
                 "user_id": user_id,
                 "session_id": session_id,
-                "initial_state": _dumps(initial),
+                "initial_state": await seal_value(
+                    self.store,
+                    "sessions",
+                    "initial_state",
+                    (app_name, user_id, session_id),
+                    _dumps(initial),
+                    user=(app_name, user_id),
+                ),
                 "now": now,
                 "app_delta": _shared_json(app_part, "app"),
                 "user_delta": _shared_json(user_part, "user"),
@@ -474,7 +483,7 @@ class DurableSessionService(BaseSessionService):
         if base is not None and not tail and cached is not None and cached.seq == since:
             entry = cached
         else:
-            events, state = base or ([], _loads_state(head["initial_state"]))
+            events, state = base or ([], _loads_state(await self._initial(key, head)))
             entry = _Cached(
                 pk=pk,
                 seq=int(rows[-1]["seq"]) if tail else since,
@@ -513,23 +522,79 @@ class DurableSessionService(BaseSessionService):
         (:mod:`durable_adk.adk.eventlog.unreadable`): the session loads, and
         a run that meets it parks instead of failing.
         """
-        try:
-            return load_events((r["data"] for r in rows), count=len(rows))
-        except READ_ERRORS:
-            pass  # one at a time, to find the unreadable ones
+        sealed: dict[int, str] = {}  # seq -> why a sealed row does not open
+        if any(envelope_key(r["data"]) for r in rows):
+            opened: list[Row] = []
+            for r in rows:
+                try:
+                    data = await open_value(
+                        self.store, "events", "data", (pk, r["seq"]), r["data"], strict=True
+                    )
+                except errors.KeyUnavailable as exc:
+                    sealed[int(r["seq"])] = str(exc)
+                    data = r["data"]
+                opened.append({"seq": r["seq"], "data": data})
+            rows = opened
+        if not sealed:
+            try:
+                return load_events((r["data"] for r in rows), count=len(rows))
+            except READ_ERRORS:
+                pass  # one at a time, to find the unreadable ones
         events: list[Event] = []
         for row in rows:
             try:
+                if int(row["seq"]) in sealed:
+                    raise _Sealed(sealed[int(row["seq"])])
                 events.append(load_event(row["data"]))
-            except READ_ERRORS as exc:
+            except _UNREADABLE as exc:
                 seq = int(row["seq"])
                 columns = await self.store.fetchrow(
                     "load_event_row", {"session_pk": pk, "seq": seq}
                 )
+                if columns is not None and envelope_key(columns["delta"]):
+                    columns = dict(columns)
+                    try:
+                        columns["delta"] = await open_value(
+                            self.store, "events", "delta", (pk, seq), columns["delta"]
+                        )
+                    except errors.KeyUnavailable:
+                        columns["delta"] = None
+                reason = str(exc) if isinstance(exc, _Sealed) else reason_of(exc)
                 events.append(
-                    placeholder(seq=seq, data=row["data"], reason=reason_of(exc), columns=columns)
+                    placeholder(seq=seq, data=row["data"], reason=reason, columns=columns)
                 )
         return events
+
+    async def _initial(self, key: _Key, head: Row) -> str | None:
+        """The session's stored initial state, opened."""
+        return cast(
+            "str | None",
+            await open_value(self.store, "sessions", "initial_state", key, head["initial_state"]),
+        )
+
+    async def _base(self, key: _Key, pk: int, head: Row) -> dict[str, Any]:
+        """The state a fold of ``head``'s tail starts from: its snapshot, else the initial state."""
+        if head["snap_seq"] is not None and int(head["snap_seq"]):
+            text = await open_value(
+                self.store, "state_snapshots", "state", (pk, head["snap_seq"]), head["snap_state"]
+            )
+            return _loads_state(text)
+        return _loads_state(await self._initial(key, head))
+
+    async def _deltas(self, pk: int, rows: Sequence[Row]) -> list[tuple[int, Any]]:
+        """(seq, delta) of delta rows (``seq``, ``delta``), opened.
+
+        A delta a view cannot open (``lenient_reads``: its placeholder) folds as none.
+        """
+        return [
+            (
+                int(r["seq"]),
+                _loads_state(
+                    await open_value(self.store, "events", "delta", (pk, r["seq"]), r["delta"])
+                ),
+            )
+            for r in rows
+        ]
 
     async def _get_partial(self, key: _Key, config: GetSessionConfig) -> Session | None:
         """A cold read of part of the log: the newest snapshot, the tail after it, the window."""
@@ -555,7 +620,7 @@ class DurableSessionService(BaseSessionService):
         )
         loaded = await self._events_of(pk, rows)
         fetched = [(int(r["seq"]), event) for r, event in zip(rows, loaded, strict=True)]
-        base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
+        base = await self._base(key, pk, head)
         state = fold(
             base, (split_delta(e.actions.state_delta)[0] for s, e in fetched if s > snap_seq)
         )
@@ -591,12 +656,10 @@ class DurableSessionService(BaseSessionService):
         sessions = []
         for (uid, sid), group in grouped.items():
             first = group[0]
-            base = (
-                _loads_state(first["snap_state"])
-                if first["snap_seq"] is not None
-                else _loads_state(first["initial_state"])
-            )
-            state = fold(base, (json.loads(r["delta"]) for r in group if r["seq"] is not None))
+            pk = int(first["pk"])
+            base = await self._base((app_name, uid, sid), pk, first)
+            deltas = await self._deltas(pk, [r for r in group if r["seq"] is not None])
+            state = fold(base, (d for _, d in deltas))
             sessions.append(
                 Session(
                     app_name=app_name,
@@ -681,13 +744,17 @@ class DurableSessionService(BaseSessionService):
                 "invocation_id": event.invocation_id,
                 "author": event.author,
                 "timestamp": event.timestamp,
-                "delta": _dumps(session_delta) if session_delta else None,
-                "data": data,
+                **await self._sealed(
+                    key,
+                    pk,
+                    new_seq,
+                    {"delta": _dumps(session_delta) if session_delta else None, "data": data},
+                ),
                 "app_name": session.app_name,
                 "user_id": session.user_id,
                 "app_delta": _shared_json(app_delta, "app"),
                 "user_delta": _shared_json(user_delta, "user"),
-                "snapshot": snapshot,
+                "snapshot": await self._sealed_snapshot(key, pk, new_seq, snapshot),
                 **fence,
             },
         )
@@ -707,9 +774,14 @@ class DurableSessionService(BaseSessionService):
         An event id names one event: a different event under a stored id is
         refused, never dropped in silence.
         """
-        stored = await self.store.fetchval(
+        found = await self.store.fetchrow(
             "load_event_data", {"session_pk": pk, "event_id": event_id}
         )
+        stored = None
+        if found is not None:
+            stored = await open_value(
+                self.store, "events", "data", (pk, found["seq"]), found["data"]
+            )
         if stored is not None and json.loads(stored) != json.loads(data):
             raise AlreadyExistsError(
                 f"session {session_id!r} already holds an event with id {event_id!r} "
@@ -930,7 +1002,8 @@ class DurableSessionService(BaseSessionService):
                 {
                     **shared,
                     **{k: one[k] for k in _EVENT_COLUMNS if k != "seq"},
-                    "snapshot": first.snapshot,
+                    **await self._sealed(key, pk, first.seq, one),
+                    "snapshot": await self._sealed_snapshot(key, pk, first.seq, first.snapshot),
                 },
             )
         else:
@@ -943,8 +1016,16 @@ class DurableSessionService(BaseSessionService):
                     **joined,
                     "last_seq": last.seq,
                     "timestamp": last.event.timestamp,
-                    "events": _dumps([{k: p.row[k] for k in _EVENT_COLUMNS} for p in pending]),
-                    "snapshots": _snapshots_json(pending),
+                    "events": _dumps(
+                        [
+                            {
+                                **{k: p.row[k] for k in _EVENT_COLUMNS},
+                                **await self._sealed(key, pk, p.seq, p.row),
+                            }
+                            for p in pending
+                        ]
+                    ),
+                    "snapshots": await self._snapshots_json(key, pk, pending),
                 },
             )
         status = row["status"] if row else "missing"
@@ -1014,11 +1095,35 @@ class DurableSessionService(BaseSessionService):
         if head is None:
             return {}
         snap_seq = int(head["snap_seq"]) if head["snap_seq"] is not None else 0
-        base = _loads_state(head["snap_state"]) if snap_seq else _loads_state(head["initial_state"])
+        base = await self._base(key, pk, head)
         rows = await self.store.fetch(
             "load_deltas_after", {"session_pk": pk, "after_seq": snap_seq, "upto_seq": seq}
         )
-        return fold(base, (json.loads(r["delta"]) for r in rows))
+        return fold(base, (d for _, d in await self._deltas(pk, rows)))
+
+    async def _sealed(self, key: _Key, pk: int, seq: int, row: Mapping[str, Any]) -> dict[str, Any]:
+        """An event's ``delta`` and ``data`` as stored (sealed when the store has keys)."""
+        if self.store.codec is None:
+            return {"delta": row["delta"], "data": row["data"]}
+        user = (key[0], key[1])
+        return {
+            name: await seal_value(self.store, "events", name, (pk, seq), row[name], user=user)
+            for name in ("delta", "data")
+        }
+
+    async def _sealed_snapshot(self, key: _Key, pk: int, seq: int, text: str | None) -> str | None:
+        return await seal_value(
+            self.store, "state_snapshots", "state", (pk, seq), text, user=(key[0], key[1])
+        )
+
+    async def _snapshots_json(self, key: _Key, pk: int, pending: Sequence[Pending]) -> str | None:
+        """The snapshot points a batch crosses, ``[[seq, state], ...]`` (None: there is none)."""
+        points = [
+            [p.seq, await self._sealed_snapshot(key, pk, p.seq, p.snapshot)]
+            for p in pending
+            if p.snapshot
+        ]
+        return _dumps(points) if points else None
 
     # ------------------------------------------------------------- lifetime
 
@@ -1067,13 +1172,20 @@ class DurableSessionService(BaseSessionService):
         rows = await self.store.fetch(
             "load_deltas_after", {"session_pk": pk, "after_seq": 0, "upto_seq": last_seq}
         )
-        deltas = {int(r["seq"]): json.loads(r["delta"]) for r in rows}
-        initial = _loads_state(head["initial_state"])
+        deltas = dict(await self._deltas(pk, rows))
+        initial = _loads_state(await self._initial(key, head))
         expected = snapshots_of(
             initial, ((s, deltas.get(s)) for s in range(1, last_seq + 1)), self.snapshot_every
         )
         stored = [
-            (int(r["seq"]), _loads_state(r["state"]))
+            (
+                int(r["seq"]),
+                _loads_state(
+                    await open_value(
+                        self.store, "state_snapshots", "state", (pk, r["seq"]), r["state"]
+                    )
+                ),
+            )
             for r in await self.store.fetch("load_snapshots", {"session_pk": pk})
         ]
         by_seq = dict(expected)
@@ -1081,7 +1193,15 @@ class DurableSessionService(BaseSessionService):
         if rewrite:
             await self.store.execute(
                 "replace_snapshots",
-                {"session_pk": pk, "snapshots": _dumps([[s, _dumps(st)] for s, st in expected])},
+                {
+                    "session_pk": pk,
+                    "snapshots": _dumps(
+                        [
+                            [s, await self._sealed_snapshot(key, pk, s, _dumps(st))]
+                            for s, st in expected
+                        ]
+                    ),
+                },
             )
             self._forget(key)
         state = fold(initial, (deltas[s] for s in sorted(deltas)))

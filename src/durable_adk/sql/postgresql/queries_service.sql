@@ -10,7 +10,7 @@ SELECT pk, last_seq FROM sessions
 -- name: service_events_after
 -- A session's events after :after_seq, in append order (reconnect: any worker
 -- reads the same log, whoever is appending to it).
-SELECT e.seq, e.data
+SELECT s.pk AS session_pk, e.seq, e.data
   FROM sessions s
   JOIN events e ON e.session_pk = s.pk AND e.seq > :after_seq::bigint
  WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text
@@ -20,7 +20,7 @@ SELECT e.seq, e.data
 
 -- name: service_invocation_events
 -- The events of one invocation (a run's own events), in append order.
-SELECT e.seq, e.data
+SELECT s.pk AS session_pk, e.seq, e.data
   FROM sessions s
   JOIN events e ON e.session_pk = s.pk AND e.invocation_id = :invocation_id::text
  WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text

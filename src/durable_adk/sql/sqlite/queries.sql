@@ -85,7 +85,7 @@ SELECT seq, event_id, invocation_id, author, timestamp, delta, data FROM events
 
 -- name: load_event_data
 -- One stored event of a session, by id: a re-append of that id is compared with it.
-SELECT data FROM events WHERE session_pk = :session_pk AND event_id = :event_id;
+SELECT seq, data FROM events WHERE session_pk = :session_pk AND event_id = :event_id;
 
 -- name: find_event_seq
 SELECT s.pk, s.last_seq, e.seq
@@ -233,7 +233,7 @@ RETURNING 'ok' AS status, :last_seq AS last_seq, app_name, user_id, session_id,
 -- name: list_sessions
 -- Each session with its newest snapshot and the state deltas after it, so the
 -- caller folds a short tail per session.
-SELECT s.session_id, s.user_id, s.update_time, s.initial_state,
+SELECT s.pk, s.session_id, s.user_id, s.update_time, s.initial_state,
        snap.seq AS snap_seq, snap.state AS snap_state, e.seq, e.delta
   FROM sessions s
   LEFT JOIN state_snapshots snap

@@ -1,0 +1,286 @@
+"""Key rotation, key status and crypto-shredding over the encrypted columns.
+
+:func:`rotate` moves every value of :data:`~durable_adk.store.codec.COLUMNS`
+that is in clear or sealed under an older keyring key to the keyring's first
+key, in bounded batches that walk each table in its key order (no batch
+re-reads what an earlier one passed), while runs keep writing: each value is
+replaced by one conditional statement that names the ciphertext it read
+(``... WHERE <row> AND <column> = :old``), so a row a run rewrote meanwhile
+keeps the run's value (which is already sealed under the first key). Killed
+half-way, it is simply run again: what is done is skipped. Users' data keys
+wrapped under an older key are re-wrapped the same way; the values sealed
+under them do not change.
+
+:func:`key_status` counts the values on each key; :func:`shred_user`
+destroys a user's data key.
+
+The per-column SQL is made here from the column list for both dialects and
+added to the store once (:meth:`~durable_adk.store.base.Store.add_queries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_adk import errors
+from durable_adk.store.base import Store
+from durable_adk.store.codec import (
+    COLUMNS,
+    MARK,
+    USER_KEY_PREFIX,
+    Codec,
+    Column,
+    open_value,
+    user_key_id,
+)
+from durable_adk.store.queries import parse_queries
+
+__all__ = ["CLEAR", "RotationReport", "key_status", "rotate", "shred_user"]
+
+CLEAR = "clear"
+"""The key id :func:`key_status` gives values stored in clear."""
+
+_ADDED = "_rotation_queries"
+
+
+def _qname(kind: str, col: Column) -> str:
+    return f"keys_{kind}__{col.table}__{col.column}"
+
+
+def _key_expr(col: str, dialect: str) -> str:
+    n = len(MARK)
+    if dialect == "postgresql":
+        found = f"split_part({col}, ':', 4)"
+    else:
+        found = f"substr({col}, {n + 1}, instr(substr({col}, {n + 1}), ':') - 1)"
+    return f"CASE WHEN substr({col}, 1, {n}) = '{MARK}' THEN {found} ELSE '{CLEAR}' END"
+
+
+def _queries_text(dialect: str) -> str:
+    parts: list[str] = []
+    user_mark = MARK + USER_KEY_PREFIX
+    for col in COLUMNS:
+        value = f"t.{col.column}"
+        order = ", ".join(f"t.{c}" for c in col.order)
+        after = ", ".join(f":a{i}" for i in range(len(col.order)))
+        keyset = f"({order}) > ({after})" if len(col.order) > 1 else f"{order} > {after}"
+        user = f", {col.user[0]} AS u_app, {col.user[1]} AS u_user" if col.user else ""
+        picked = ", ".join(dict.fromkeys((*col.order, *col.identity)))
+        parts.append(
+            f"""-- name: {_qname("count", col)}
+SELECT {_key_expr(value, dialect)} AS key_id, COUNT(*) AS n
+  FROM {col.table} t WHERE {value} IS NOT NULL GROUP BY 1;
+
+-- name: {_qname("batch", col)}
+SELECT {", ".join(f"t.{c}" for c in picked.split(", "))}{user}, {value} AS value
+  FROM {col.source}
+ WHERE (:first = 1 OR {keyset})
+   AND {value} IS NOT NULL
+   AND substr({value}, 1, :keep_len) <> :keep
+   AND substr({value}, 1, {len(user_mark)}) <> '{user_mark}'
+ ORDER BY {order}
+ LIMIT :limit;
+
+-- name: {_qname("swap", col)}
+UPDATE {col.table} SET {col.column} = :new
+ WHERE {" AND ".join(f"{c} = :i{i}" for i, c in enumerate(col.identity))}
+   AND {col.column} = :old
+RETURNING 1 AS ok;
+"""
+        )
+    return "\n".join(parts)
+
+
+def _ensure_queries(store: Store) -> None:
+    if store.__dict__.get(_ADDED):
+        return
+    store.add_queries(parse_queries(_queries_text(store.dialect), store.dialect))
+    store.__dict__[_ADDED] = True
+
+
+async def key_status(store: Store) -> dict[str, dict[str, int]]:
+    """Values on each key: ``{key id: {"table.column": rows}}`` (``clear`` for clear values).
+
+    Users' data keys are counted as the column values sealed under them
+    (ids ``u-...``); ``user_keys`` (under ``"user_keys"``) counts the users'
+    data keys by the keyring key that wraps them.
+    """
+    _ensure_queries(store)
+    found: dict[str, dict[str, int]] = {}
+    for col in COLUMNS:
+        for row in await store.fetch(_qname("count", col)):
+            key_id = str(row["key_id"])
+            if key_id.startswith(USER_KEY_PREFIX):
+                key_id = "user keys"
+            by_col = found.setdefault(key_id, {})
+            by_col[col.name] = by_col.get(col.name, 0) + int(row["n"])
+    for row in await store.fetch("user_keys_by_wrap"):
+        found.setdefault(str(row["wrap_key"]), {})["user_keys"] = int(row["n"])
+    return found
+
+
+@dataclass
+class RotationReport:
+    """What one :func:`rotate` did.
+
+    Attributes:
+        primary: The key everything was moved to.
+        moved: Values re-sealed, per column.
+        raced: Values a writer changed between the read and the swap (left
+            as the writer wrote them), per column.
+        unreadable: Values that did not open (their key is not held), per
+            column: left as they are; ``keys status`` still shows them.
+        rewrapped: Users' data keys re-wrapped.
+    """
+
+    primary: str
+    moved: dict[str, int] = field(default_factory=dict)
+    raced: dict[str, int] = field(default_factory=dict)
+    unreadable: dict[str, int] = field(default_factory=dict)
+    rewrapped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.moved.values())
+
+
+async def rotate(
+    store: Store,
+    *,
+    batch: int = 200,
+    columns: tuple[str, ...] | None = None,
+    on_batch: Callable[[str, int], Any] | None = None,
+) -> RotationReport:
+    """Re-seals every clear or older-key value under the keyring's first key.
+
+    Args:
+        store: A store opened with the keyring (new key first).
+        batch: Rows read per statement (1-10000).
+        columns: Only these ``table.column`` names (default: all).
+        on_batch: Called after each batch with the column and the values
+            moved in it (tests kill the process there).
+
+    Raises:
+        InvalidArgument: The store has no keyring, or ``batch`` is out of range.
+    """
+    codec = store.codec
+    if codec is None:
+        raise errors.InvalidArgument(
+            "keys rotate needs the keys: give a key file (--key-file or DURABLE_ADK_KEY_FILE)"
+        )
+    if not 1 <= batch <= 10000:
+        raise errors.InvalidArgument("batch takes 1 to 10000 rows")
+    if columns is not None:
+        unknown = set(columns) - {c.name for c in COLUMNS}
+        if unknown:
+            raise errors.InvalidArgument(f"not encrypted columns: {sorted(unknown)}")
+    _ensure_queries(store)
+    report = RotationReport(primary=codec.keyring.primary)
+    report.rewrapped = await _rewrap_users(store, codec, batch)
+    keep = f"{MARK}{codec.keyring.primary}:"
+    for col in COLUMNS:
+        if columns is not None and col.name not in columns:
+            continue
+        await _rotate_column(store, codec, col, keep, batch, report, on_batch)
+    return report
+
+
+async def _rotate_column(
+    store: Store,
+    codec: Codec,
+    col: Column,
+    keep: str,
+    batch: int,
+    report: RotationReport,
+    on_batch: Callable[[str, int], Any] | None,
+) -> None:
+    after: list[Any] = [None] * len(col.order)
+    first = 1
+    while True:
+        params: dict[str, Any] = {
+            "first": first,
+            "keep": keep,
+            "keep_len": len(keep),
+            "limit": batch,
+            **{f"a{i}": v for i, v in enumerate(after)},
+        }
+        # As stored: the swap names the ciphertext it read (fetch would open it).
+        rows = await store._fetch(_qname("batch", col), params)
+        moved = 0
+        for row in rows:
+            identity = [row[c] for c in col.identity]
+            old = row["value"]
+            try:
+                clear = await open_value(store, col.table, col.column, identity, old)
+            except errors.KeyUnavailable as exc:
+                report.unreadable[col.name] = report.unreadable.get(col.name, 0) + 1
+                if len(report.errors) < 5:
+                    report.errors.append(str(exc))
+                continue
+            key_id = None
+            if codec.per_user and col.user and row["u_user"] is not None:
+                key_id = await user_key_id(store, codec, str(row["u_app"]), str(row["u_user"]))
+            new = codec.seal(clear, col, identity, key_id=key_id)
+            swap = {"new": new, "old": old, **{f"i{i}": v for i, v in enumerate(identity)}}
+            if await store.fetch(_qname("swap", col), swap):
+                moved += 1
+            else:
+                report.raced[col.name] = report.raced.get(col.name, 0) + 1
+        if moved:
+            report.moved[col.name] = report.moved.get(col.name, 0) + moved
+        if on_batch is not None:
+            on_batch(col.name, moved)
+        if len(rows) < batch:
+            return
+        first = 0
+        after = [rows[-1][c] for c in col.order]
+
+
+async def _rewrap_users(store: Store, codec: Codec, batch: int) -> int:
+    done = 0
+    primary = codec.keyring.primary
+    while True:
+        rows = await store.fetch("user_keys_stale", {"primary": primary, "limit": batch})
+        progressed = 0
+        for row in rows:
+            ref, app, user = str(row["key_ref"]), str(row["app_name"]), str(row["user_id"])
+            secret = codec.unwrap(ref, app, user, str(row["wrap_key"]), str(row["wrapped"]))
+            wrap_key, wrapped = codec.wrap(ref, app, user, secret)
+            changed = await store.fetch(
+                "user_key_rewrap",
+                {
+                    "app_name": app,
+                    "user_id": user,
+                    "wrap_key": wrap_key,
+                    "wrapped": wrapped,
+                    "old": row["wrapped"],
+                },
+            )
+            progressed += 1
+            done += 1 if changed else 0
+        if len(rows) < batch or not progressed:
+            return done
+
+
+async def shred_user(store: Store, app_name: str, user_id: str) -> str | None:
+    """Destroys a user's data key: every value sealed under it is unreadable from now on.
+
+    Values sealed under it stay where they are (in the database and in every
+    backup) and can never be opened again: reading one raises
+    :class:`~durable_adk.errors.KeyUnavailable` naming the key. Idempotent:
+    a second call finds no key and returns None. Other processes drop the
+    key from memory when they restart; stop them (or let "forget a user"
+    delete the rows too) for the forgetting to be immediate everywhere.
+
+    Returns:
+        The id of the key destroyed, or None when the user had none.
+    """
+    if not isinstance(app_name, str) or not isinstance(user_id, str) or not app_name:
+        raise errors.InvalidArgument("shred_user takes an app name and a user id")
+    row = await store.fetchrow("user_key_delete", {"app_name": app_name, "user_id": user_id})
+    if store.codec is not None:
+        store.codec.forget(app_name, user_id)
+    return None if row is None else str(row["key_ref"])
