@@ -249,7 +249,7 @@ async def test_a_missing_or_wrong_key_fails_clearly_and_changes_nothing(
                 await Journal(other).get("charge:1")
     wrong = Keyring([("k1", os.urandom(32))])  # the right id, the wrong bytes
     async with open_store(store_url, keyring=wrong) as other:
-        with pytest.raises(errors.KeyUnavailable, match="k1.*does not open"):
+        with pytest.raises(errors.KeyUnavailable, match=r"k1.*does not open"):
             await JobTable(other).get("report:1")
     assert await raw_values(sealed) == before
 

@@ -17,7 +17,14 @@ from contextvars import ContextVar
 from typing import Any
 
 from durable_adk.limits import DEFAULT_LIMITS, PayloadLimits
-from durable_adk.store.codec import MARK, SEALED_PARAMS, Codec, open_rows, seal_params
+from durable_adk.store.codec import (
+    MARK,
+    SEALED_PARAMS,
+    SEALED_TOO,
+    Codec,
+    open_rows,
+    seal_params,
+)
 from durable_adk.store.queries import Query
 from durable_adk.store.wakeups import Wakeups
 
@@ -108,6 +115,9 @@ class Store(abc.ABC):
         if params and self.codec is not None and query in SEALED_PARAMS:
             table, names = SEALED_PARAMS[query]
             params = await seal_params(self, table, dict(params), names=names)
+            if query in SEALED_TOO:
+                table, names = SEALED_TOO[query]
+                params = await seal_params(self, table, params, names=names)
         rows = await self._fetch(query, params)
         for row in rows:
             for value in row.values():

@@ -186,7 +186,7 @@ _BY_NAME = {c.name: c for c in COLUMNS}
 SEALED_PARAMS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "run_submit": ("runs", ("request",)),
     "run_submit_answer": ("runs", ("request",)),
-    "run_start": ("runs", ("request",)),
+    "run_start": ("runs", ("request",)),  # and the session it makes: see SEALED_TOO
     "run_park": ("dead_letters", ("last_events",)),
     "dead_letter_add": ("dead_letters", ("request", "last_events")),
     "dead_letter_add_once": ("dead_letters", ("request", "last_events")),
@@ -207,6 +207,11 @@ SEALED_PARAMS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 names, with the row's identity beside them: :meth:`Store.fetch` seals these. The
 units that pack values into JSON, or name a row otherwise (events, an inbox, an
 answer), seal them where they are made."""
+
+SEALED_TOO: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "run_start": ("sessions", ("initial_state",)),
+}
+"""A second table a unit of :data:`SEALED_PARAMS` writes a sealed column of."""
 
 
 def column(table: str, name: str) -> Column:

@@ -20,11 +20,12 @@ added to the store once (:meth:`~durable_adk.store.base.Store.add_queries`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from durable_adk import errors
+from durable_adk.faults import crash_point
 from durable_adk.store.base import Store
 from durable_adk.store.codec import (
     COLUMNS,
@@ -152,7 +153,7 @@ async def rotate(
     *,
     batch: int = 200,
     columns: tuple[str, ...] | None = None,
-    on_batch: Callable[[str, int], Any] | None = None,
+    before_swap: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
 ) -> RotationReport:
     """Re-seals every clear or older-key value under the keyring's first key.
 
@@ -160,8 +161,8 @@ async def rotate(
         store: A store opened with the keyring (new key first).
         batch: Rows read per statement (1-10000).
         columns: Only these ``table.column`` names (default: all).
-        on_batch: Called after each batch with the column and the values
-            moved in it (tests kill the process there).
+        before_swap: Awaited before each value is swapped, with the column
+            and the row as read (tests write the row there, as a run would).
 
     Raises:
         InvalidArgument: The store has no keyring, or ``batch`` is out of range.
@@ -184,7 +185,7 @@ async def rotate(
     for col in COLUMNS:
         if columns is not None and col.name not in columns:
             continue
-        await _rotate_column(store, codec, col, keep, batch, report, on_batch)
+        await _rotate_column(store, codec, col, keep, batch, report, before_swap)
     return report
 
 
@@ -195,7 +196,7 @@ async def _rotate_column(
     keep: str,
     batch: int,
     report: RotationReport,
-    on_batch: Callable[[str, int], Any] | None,
+    before_swap: Callable[[str, dict[str, Any]], Awaitable[None]] | None,
 ) -> None:
     after: list[Any] = [None] * len(col.order)
     first = 1
@@ -225,14 +226,15 @@ async def _rotate_column(
                 key_id = await user_key_id(store, codec, str(row["u_app"]), str(row["u_user"]))
             new = codec.seal(clear, col, identity, key_id=key_id)
             swap = {"new": new, "old": old, **{f"i{i}": v for i, v in enumerate(identity)}}
+            if before_swap is not None:
+                await before_swap(col.name, dict(row))
             if await store.fetch(_qname("swap", col), swap):
                 moved += 1
+                crash_point("keys.rotate.swapped")
             else:
                 report.raced[col.name] = report.raced.get(col.name, 0) + 1
         if moved:
             report.moved[col.name] = report.moved.get(col.name, 0) + moved
-        if on_batch is not None:
-            on_batch(col.name, moved)
         if len(rows) < batch:
             return
         first = 0

@@ -404,7 +404,8 @@ class RunLedger:
         params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id)
         try:
             rows, sent = await self.store.fetch_sent(
-                "run_start", {**params, "backoff": self.backoff_seconds, "now": now}
+                "run_start",
+                {**params, "backoff": self.backoff_seconds, "now": now, "initial_state": "{}"},
             )
         except errors.UniqueViolation:
             return None

@@ -73,7 +73,7 @@ DELETE FROM answer_claims
 -- submits QUEUED and waits its turn.
 WITH sess AS (
     INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
-    VALUES (:app_name::text, :user_id::text, :session_id::text, '{}', :now::float8, :now::float8)
+    VALUES (:app_name::text, :user_id::text, :session_id::text, :initial_state::text, :now::float8, :now::float8)
     ON CONFLICT (app_name, user_id, session_id) DO NOTHING
     RETURNING pk
 ), busy AS (

@@ -79,7 +79,7 @@ SELECT :run_id, :app_name, :user_id, :session_id, :invocation_id, :request,
                         WHERE app_name = :app_name AND user_id = :user_id
                           AND session_id = :session_id AND status IN ('RUNNING', 'QUEUED')) AS busy);
 INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
-VALUES (:app_name, :user_id, :session_id, '{}', :now, :now)
+VALUES (:app_name, :user_id, :session_id, :initial_state, :now, :now)
 ON CONFLICT (app_name, user_id, session_id) DO NOTHING;
 SELECT r.*, CASE WHEN changes() > 0 THEN s.pk END AS created_session_pk,
        (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
