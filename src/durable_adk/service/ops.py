@@ -34,6 +34,7 @@ from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.store.base import Store
+from durable_adk.store.codec import PLACEHOLDER_KEY, placeholder_note
 from durable_adk.tables.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import (
@@ -68,6 +69,9 @@ class SessionKey:
         return {"app_name": self.app_name, "user_id": self.user_id, "session_id": self.session_id}
 
 
+_SEALED = PLACEHOLDER_KEY  # a cheap test before parsing a row read without its key
+
+
 @dataclass(frozen=True, slots=True)
 class SeqEvent:
     """One stored event with its place in the session's log.
@@ -90,15 +94,23 @@ class SeqEvent:
         response could not be written with.
         """
         try:
-            parsed: dict[str, Any] = pydantic_core.from_json(self.data)
+            parsed: Any = pydantic_core.from_json(self.data)
+            reason = placeholder_note(parsed)  # a sealed row read without its key
         except ValueError as exc:
-            stand_in = placeholder(seq=self.seq, data=self.data, reason=f"Invalid JSON: {exc}")
+            reason = f"Invalid JSON: {exc}"
+        if reason is not None:
+            stand_in = placeholder(seq=self.seq, data=self.data, reason=reason)
             shown: dict[str, Any] = stand_in.model_dump(mode="json", exclude_none=True)
             return shown
-        return parsed
+        return dict(parsed)
 
     def as_event(self) -> Event:
         """The ADK event; an unreadable row as its stand-in (``eventlog.unreadable``)."""
+        note = (
+            placeholder_note(pydantic_core.from_json(self.data)) if _SEALED in self.data else None
+        )
+        if note is not None:
+            return placeholder(seq=self.seq, data=self.data, reason=note)
         try:
             return load_event(self.data)
         except READ_ERRORS as exc:

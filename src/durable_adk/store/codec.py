@@ -73,6 +73,7 @@ __all__ = [
     "open_rows",
     "open_value",
     "placeholder",
+    "placeholder_note",
     "seal_params",
     "seal_value",
     "user_key_id",
@@ -240,9 +241,21 @@ def _parts(value: str) -> tuple[str, str, str]:
     return key_id, tag, payload
 
 
-def placeholder(key_id: str) -> str:
-    """What a reader without the key shows in place of a value."""
-    return f"<encrypted: key {key_id} not held by this process>"
+PLACEHOLDER_KEY = "durable_adk_encrypted"
+"""The one key of :func:`placeholder`'s object."""
+
+
+def placeholder(key_id: str) -> dict[str, Any]:
+    """What a view without the key shows in place of a value (a JSON object)."""
+    return {PLACEHOLDER_KEY: {"key_id": key_id, "note": f"key {key_id} not held by this process"}}
+
+
+def placeholder_note(value: object) -> str | None:
+    """The note of a :func:`placeholder` (parsed), or None for any other value."""
+    if isinstance(value, dict) and set(value) == {PLACEHOLDER_KEY}:
+        inner = value[PLACEHOLDER_KEY]
+        return f"encrypted: {inner.get('note')}" if isinstance(inner, dict) else None
+    return None
 
 
 def _aead(secret: bytes) -> Any:
