@@ -36,6 +36,10 @@ _EXPORTS: dict[str, str] = {
     "open_store": "durable_adk.store",
     "Store": "durable_adk.store",
     "DEFAULT_URL": "durable_adk.store",
+    # encryption at rest
+    "Keyring": "durable_adk.store",
+    "KeyUnavailable": "durable_adk.errors",
+    "shred_user": "durable_adk.store.rotation",
     # run ledger
     "RunLedger": "durable_adk.tables.ledger",
     "Run": "durable_adk.tables.ledger",
@@ -171,6 +175,8 @@ __all__ = [
     "JobTable",
     "Journal",
     "JournalEntry",
+    "KeyUnavailable",
+    "Keyring",
     "LookupUnavailable",
     "NotFound",
     "OrphanClass",
@@ -228,6 +234,7 @@ __all__ = [
     "open_store",
     "reattach_open_calls",
     "register_session_uris",
+    "shred_user",
     "sleep_node",
     "sleep_tool",
     "webhooks",
@@ -291,6 +298,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         FenceRefused,
         InvalidArgument,
         InvocationCancelled,
+        KeyUnavailable,
         LookupUnavailable,
         NotFound,
         PayloadTooDeep,
@@ -311,7 +319,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         fence_headers,
     )
     from durable_adk.limits import PayloadLimits
-    from durable_adk.store import DEFAULT_URL, Store, open_store
+    from durable_adk.store import DEFAULT_URL, Keyring, Store, open_store
+    from durable_adk.store.rotation import shred_user
     from durable_adk.tables.interrupts import Interrupt, InterruptTable
     from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
     from durable_adk.tables.journal import Journal, JournalEntry, OutcomeUnknown

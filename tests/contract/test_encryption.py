@@ -9,8 +9,11 @@ through the same paths to get the values.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,12 +21,14 @@ import pytest
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.genai import types
+from typer.testing import CliRunner
 
 from durable_adk import errors
 from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.cli import app as cli_app
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import COLUMNS, MARK, envelope_key
+from durable_adk.store.codec import COLUMNS, KEY_FILE_ENV, MARK, envelope_key
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate, shred_user
 from durable_adk.tables.interrupts import InterruptKind, InterruptTable
@@ -342,3 +347,35 @@ async def test_per_user_keys_shred_one_user_only(store_url: str) -> None:
 def test_marker_is_not_json() -> None:
     # A clear value is JSON text, which never starts with the marker.
     assert not MARK.startswith(("{", "[", '"', "t", "f", "n")) and not MARK[0].isdigit()
+
+
+def test_keys_without_the_crypto_extra_name_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
+    with pytest.raises(errors.InvalidArgument, match=r"durable-adk\[crypto\]"):
+        Keyring([("k1", KEYS["k1"])])
+
+
+def test_keys_commands_refuse_bad_input_and_change_nothing(store_url: str, tmp_path: Any) -> None:
+    asyncio.run(_clear_run(store_url))
+    runner = CliRunner()
+    env = {"COLUMNS": "300", KEY_FILE_ENV: ""}
+    result = runner.invoke(cli_app, ["keys", "rotate", "--db", store_url], env=env)
+    assert result.exit_code == 2 and "--key-file" in result.output
+    bad = tmp_path / "bad.keys"
+    bad.write_text("k1 c2hvcnQ=\n")
+    result = runner.invoke(
+        cli_app, ["keys", "rotate", "--db", store_url, "--key-file", str(bad)], env=env
+    )
+    assert result.exit_code == 2 and "32 bytes" in result.output
+    result = runner.invoke(cli_app, ["keys", "new", "u-1"], env=env)
+    assert result.exit_code == 2 and "users' data keys" in result.output
+    result = runner.invoke(cli_app, ["keys", "status", "--db", store_url, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert [k["key_id"] for k in json.loads(result.output)["keys"]] == ["clear"]
+
+
+async def _clear_run(url: str) -> None:
+    async with open_store(url) as store:
+        await RunLedger(store).submit(
+            app_name=APP, user_id=USER, session_id="s1", request={"text": SECRET}, owner="w"
+        )

@@ -11,8 +11,10 @@ and a one-line reason; nothing is written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -117,15 +119,25 @@ KeyFileOpt = Annotated[
 ]
 
 
-def _use_key_file(key_file: str | None, url: str | None) -> None:
-    """Checks the key file and makes it the one the store is opened with."""
+@contextlib.contextmanager
+def _key_file(key_file: str | None, url: str | None) -> Iterator[None]:
+    """Within it, the store is opened with ``key_file``'s keys (checked first)."""
     if key_file is None or url:
+        yield
         return
     try:
         Keyring.from_file(key_file)
     except errors.DurableError as exc:
         _fail(str(exc))
+    before = os.environ.get(KEY_FILE_ENV)
     os.environ[KEY_FILE_ENV] = key_file
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[KEY_FILE_ENV]
+        else:
+            os.environ[KEY_FILE_ENV] = before
 
 
 @keys_app.command("new")
@@ -161,8 +173,8 @@ def keys_status(
     as_json: JsonOpt = False,
 ) -> None:
     """Stored values on each key ('clear': not encrypted): what rotation has left to do."""
-    _use_key_file(key_file, url)
-    status = _call(db, url, token, lambda source: source.keys_status())
+    with _key_file(key_file, url):
+        status = _call(db, url, token, lambda source: source.keys_status())
     if as_json:
         _print_json(status)
         return
@@ -185,10 +197,10 @@ def keys_rotate(
     Runs go on meanwhile; a value a run rewrites during the rotation keeps the
     run's. Safe to stop and run again: what is done is skipped.
     """
-    _use_key_file(key_file, url)
     if not url and not (key_file or os.environ.get(KEY_FILE_ENV)):
         _fail("keys rotate needs the keys: --key-file FILE (or DURABLE_ADK_KEY_FILE)")
-    done = _call(db, url, token, lambda source: source.keys_rotate(batch))
+    with _key_file(key_file, url):
+        done = _call(db, url, token, lambda source: source.keys_rotate(batch))
     if as_json:
         _print_json(done)
         return

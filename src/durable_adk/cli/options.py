@@ -170,6 +170,7 @@ def _refused(exc: errors.DurableError) -> NoReturn:
 async def _source(db: str | None, url: str | None, token: str | None) -> AsyncIterator[OpsSource]:
     from durable_adk.cli.client import HttpOps, StoreOps
     from durable_adk.store import open_store
+    from durable_adk.store.codec import lenient_reads
 
     if url:
         if not token:
@@ -184,7 +185,8 @@ async def _source(db: str | None, url: str | None, token: str | None) -> AsyncIt
             await client.aclose()
         return
     async with open_store(db or DEFAULT_URL, create_if_empty=False) as store:
-        yield StoreOps(store)
+        with lenient_reads():  # a value under a key not held: shown as a placeholder naming it
+            yield StoreOps(store)
 
 
 def require_database(where: str) -> None:
