@@ -16,10 +16,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 
 from children import run_module
+from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.codec import KEY_FILE_ENV
@@ -145,3 +147,26 @@ async def test_a_rotation_killed_half_way_then_retried_finishes(
                 app_name=APP, user_id="u", session_id=f"s{n}"
             )
             assert session is not None and len(session.events) == 5
+
+
+async def test_a_run_on_data_whose_key_is_missing_fails_clearly_and_writes_nothing(
+    store_url: str, tmp_path: Path
+) -> None:
+    old = key_file(tmp_path / "old.keys", "k1")
+    async with open_store(store_url, keyring=Keyring.from_file(old)) as store:
+        await drive(store, range(1))
+        before = await key_status(store)
+    async with open_store(store_url) as keyless:
+        runner = DurableRunner(app=shop(), store=keyless)
+        with pytest.raises(errors.KeyUnavailable, match="'k1'"):
+            async for _ in runner.run(user_id="u", session_id="s0", message="again"):
+                pass
+    async with open_store(store_url, keyring=Keyring.from_file(old)) as store:
+        after = await key_status(store)
+        assert after["k1"] == before["k1"]  # not one event more, nothing rewritten
+        runs = await DurableRunner(app=shop(), store=store).ledger.list_runs()
+        assert sorted(r.status.value for r in runs) != ["DONE", "DONE"]  # the new one did not end
+        session = await DurableRunner(app=shop(), store=store).sessions.get_session(
+            app_name=APP, user_id="u", session_id="s0"
+        )
+        assert session is not None and len(session.events) == 5

@@ -2,8 +2,9 @@
 -- replaces one with a readable stand-in, audited, the original kept.
 
 -- name: event_repair_target
--- The session and the stored row of one of its events, by event id.
-SELECT s.pk, s.repairs, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
+-- The session and the stored row of one of its events, by event id (session_pk:
+-- the row names its encrypted columns, which the store then opens).
+SELECT s.pk, s.pk AS session_pk, s.repairs, e.seq, e.event_id, e.invocation_id, e.author, e.timestamp,
        e.delta, e.data
   FROM sessions s
   JOIN events e ON e.session_pk = s.pk AND e.event_id = :event_id::text
