@@ -137,6 +137,8 @@ GUARDED = [
     ("GET", "/v1/jobs"),
     ("POST", "/v1/jobs/job-x/complete"),
     ("GET", "/v1/sagas"),
+    ("GET", "/v1/keys"),
+    ("POST", "/v1/keys/rotate"),
     ("GET", "/v1/interrupts"),
     ("POST", "/v1/interrupts/call-x"),
     ("POST", "/v1/users/u1/sessions/s1/runs"),
