@@ -69,7 +69,6 @@ __all__ = [
     "envelope_key",
     "keyring_from_env",
     "lenient_reads",
-    "open_row",
     "open_rows",
     "open_value",
     "placeholder",
@@ -631,40 +630,6 @@ async def open_rows(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, 
             identity = [row[c] for c in col.identity]
             row[name] = await open_value(store, col.table, col.column, identity, value)
     return rows
-
-
-async def open_row(
-    store: Store,
-    table: str,
-    row: Mapping[str, Any] | None,
-    *,
-    names: Sequence[str] | None = None,
-    lenient: bool = False,
-) -> dict[str, Any] | None:
-    """A row with its encrypted columns opened (identity read from the row itself).
-
-    ``names`` limits it to those columns (default: every encrypted column of
-    ``table`` the row carries). With ``lenient``, a value whose key is not
-    held reads as :func:`placeholder` (for views; never for a run).
-    """
-    if row is None:
-        return None
-    out = dict(row)
-    for col in COLUMNS:
-        if col.table != table or col.column not in out:
-            continue
-        if names is not None and col.column not in names:
-            continue
-        if envelope_key(out[col.column]) is None:
-            continue
-        identity = [out[c] for c in col.identity]
-        try:
-            out[col.column] = await _open_value(store, table, col.column, identity, out[col.column])
-        except errors.KeyUnavailable as exc:
-            if not (lenient or _lenient.get()):
-                raise
-            out[col.column] = json.dumps(placeholder(exc.key_id or "?"))
-    return out
 
 
 async def seal_params(
