@@ -39,7 +39,10 @@ from durable_adk.store.codec import KEY_FILE_ENV, Keyring
 from durable_adk.store.migrate import redact
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Crash-proof runs for Google ADK agents."
+    add_completion=False,
+    no_args_is_help=True,
+    help="Crash-proof runs for Google ADK agents.",
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(no_args_is_help=True, help="Database schema commands.")
 app.add_typer(db_app, name="db")
