@@ -75,9 +75,9 @@ def test_interrupts_list_and_answer_on_the_database(store_url: str) -> None:
         (("interrupts", "answer", call_id), 2, "give --approve, --deny or --payload"),
         (("interrupts", "answer", call_id, "--approve", "--deny"), 2, "not both"),
         (("interrupts", "answer", call_id, "--payload", "{nope"), 2, "not JSON"),
-        (("interrupts", "answer", call_id, "--payload", '{"a": 1}'), 1, "approve or deny"),
+        (("interrupts", "answer", call_id, "--payload", '{"a": 1}'), 2, "approve or deny"),
         (("interrupts", "answer", "no-such-call", "--approve"), 1, "no interrupt"),
-        (("interrupts", "list", "--status", "LOST"), 1, "LOST"),
+        (("interrupts", "list", "--status", "LOST"), 2, "unknown --status 'LOST'"),
     ):
         code, out = cli(*args, *db)
         assert code == code_wanted and words in out, (args, out)

@@ -63,7 +63,7 @@ def test_operator_commands_on_the_database(store_url: str) -> None:
         code, out = cli(*args, *db)
         assert code == 2 and words in out, out
     code, out = cli("runs", "resolve", run.run_id, "--call", 'call-x={"a": 1}', *db)
-    assert code == 1 and "not an unanswered call" in out and call_id in out
+    assert code == 2 and "not an unanswered call" in out and call_id in out  # rejected input
     code, out = cli("runs", "abandon", "run-nope", "--reason", "x", *db)
     assert code == 1 and "no run 'run-nope'" in out
     assert asyncio.run(stats(store_url)) == before

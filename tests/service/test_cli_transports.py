@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,16 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
     _same_json(db, worker, "jobs", "list")
     _same_json(db, worker, "sagas", "list")
     _same_json(db, worker, "interrupts", "list", "--app", "stock_assistant")
-    _same_json(db, worker, "sessions", "unreadable", "stock_assistant", "ann", "order-7")
+    repairs = _same_json(db, worker, "sessions", "unreadable", "ann", "order-7")
+    assert _same_json(db, worker, "sessions", "unreadable", "ann", "order-7", "--app",
+                      "stock_assistant") == repairs  # fmt: skip
+    # The older form, the app first, still answers the same, with a note on stderr.
+    for where in (["--db", db], ["--url", worker.base_url, "--token", TOKEN]):
+        older = runner.invoke(
+            app, ["sessions", "unreadable", "stock_assistant", "ann", "order-7", "--json", *where]
+        )
+        assert older.exit_code == 0 and json.loads(older.stdout) == repairs, older.output
+        assert "deprecated" in older.stderr and "--app stock_assistant" in older.stderr
     listed = _same_json(db, worker, "schedules", "list")  # no --app: the only app
     assert [s["name"] for s in listed] == ["nightly"]
     assert _same_json(db, worker, "schedules", "list", "--app", "stock_assistant") == listed
@@ -160,29 +170,10 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
     code, out = cli("jobs", "complete", "report:Q3", "--json", *first)
     assert code == 0 and json.loads(out)["changed"] is False
 
-    # Refusals: the same exit code and the same words either way.
-    _same_refusal(db, worker, 1, "runs", "retry", run_id)  # not parked any more
-    for args in (
-        ("runs", "show", "run-nope"),
-        ("runs", "cancel", "run-nope"),
-        ("runs", "abandon", "run-nope", "--reason", "x"),
-        ("runs", "resolve", "run-nope", "--result", "{}"),
-        ("jobs", "complete", "job-nope"),
-        ("interrupts", "answer", "call-nope", "--approve", "--session", "order-7"),
-        ("schedules", "pause", "nope"),
-        ("schedules", "ticks", "nope"),
-        ("versions", "drain", "blue"),
-        ("versions", "move", "1.0", "--to", "0.5"),
-    ):
-        said = _same_refusal(db, worker, 1, *args)
-        assert said.startswith("error: "), said
-    # Bad input: exit 2 either way.
-    _same_refusal(db, worker, 2, "runs", "list", "--status", "sideways")
-    _same_refusal(db, worker, 2, "runs", "resolve", run_id, "--result", "{nope")
-    (code_db, out_db), (code_url, out_url) = _both(db, worker, "schedules", "list", "--app", "x")
-    assert code_db == code_url == 2
-    assert "no app 'x'" in out_db and "stock_assistant" in out_db
-    assert "serves app 'stock_assistant', not 'x'" in out_url
+    # A refusal: the same exit code and the same words either way (the table
+    # of exit codes is test_exit_codes_are_the_same_through_either_transport).
+    said = _same_refusal(db, worker, 1, "runs", "retry", run_id)  # not parked any more
+    assert said.startswith("error: ") and "not PARKED" in said, said
 
 
 async def _second_app(url: str) -> None:
@@ -206,3 +197,146 @@ def test_app_is_asked_for_only_when_the_database_holds_several(store_url: str) -
         assert code == 2 and "holds 2 apps (billing, stock_assistant): give --app" in out, out
     code, out = cli("versions", "list", "--app", "billing", "--json", "--db", store_url)
     assert code == 0 and json.loads(out)["items"][0]["total"] == 1
+
+
+# Exit codes (issue 42): 0 done, 1 refused, 2 bad input, the same through either
+# transport. "Not found" is a refusal (1): the command is well formed, the
+# record it names is not there. ``same`` says whether both transports print the
+# same words (a worker names the app it serves where a database lists its apps).
+RUN, CANCELLED = "{run}", "{cancelled}"
+EXIT_CASES: list[tuple[int, tuple[str, ...], str, bool]] = [
+    # refused: not found
+    (1, ("runs", "show", "run-nope"), "no run 'run-nope'", True),
+    (1, ("runs", "cancel", "run-nope"), "no run 'run-nope'", True),
+    (1, ("runs", "abandon", "run-nope", "--reason", "x"), "no run 'run-nope'", True),
+    (1, ("runs", "resolve", "run-nope", "--result", "{}"), "no run 'run-nope'", True),
+    (1, ("jobs", "complete", "job-nope"), "job-nope", True),
+    (1, ("interrupts", "answer", "call-nope", "--approve", "--session", "order-7"),
+     "no interrupt 'call-nope'", True),
+    (1, ("schedules", "pause", "nope"), "no schedule 'nope'", True),
+    (1, ("schedules", "trigger", "nope"), "no schedule 'nope'", True),
+    (1, ("schedules", "ticks", "nope"), "no schedule 'nope'", True),
+    (1, ("sessions", "unreadable", "ann", "nope"), "no session 'nope'", True),
+    (1, ("sessions", "repair", "ann", "order-7", "ev-nope", "--reason", "x", "--drop"),
+     "no event 'ev-nope'", True),
+    (1, ("schedules", "list", "--app", "zzz"), "'zzz'", False),
+    (1, ("versions", "list", "--app", "zzz"), "'zzz'", False),
+    (1, ("sessions", "unreadable", "ann", "order-7", "--app", "zzz"), "'zzz'", False),
+    # refused: the record's state forbids it
+    (1, ("runs", "retry", CANCELLED), "not PARKED", True),
+    (1, ("runs", "abandon", CANCELLED, "--reason", "x"), CANCELLED, True),
+    (1, ("schedules", "trigger", "nightly"), "paused", True),
+    # bad input, caught by the CLI
+    (2, ("runs", "list", "--status", "sideways"), "unknown --status 'sideways'", True),
+    (2, ("runs", "list", "--limit", "0"), "--limit", True),
+    (2, ("runs", "resolve", RUN, "--result", "{nope"), "line 1 column 2", True),
+    (2, ("runs", "resolve", RUN, "--call", "no-equals"), "CALL_ID=JSON", True),
+    (2, ("runs", "resolve", RUN), "exactly one of --result and --call", True),
+    (2, ("jobs", "list", "--state", "sideways"), "unknown --state 'sideways'", True),
+    (2, ("jobs", "complete", "report:Q3", "--state", "EXPIRED"), "unknown --state", True),
+    (2, ("jobs", "complete", "report:Q3", "--result", "{x"), "--result is not JSON", True),
+    (2, ("sagas", "list", "--status", "sideways"), "unknown --status 'sideways'", True),
+    (2, ("interrupts", "list", "--status", "sideways"), "unknown --status 'sideways'", True),
+    (2, ("interrupts", "list", "--kind", "sideways"), "unknown --kind 'sideways'", True),
+    (2, ("interrupts", "answer", "c1", "--approve", "--deny"), "not both", True),
+    (2, ("interrupts", "answer", "c1", "--payload", "{x"), "--payload is not JSON", True),
+    (2, ("interrupts", "answer", "c1"), "give --approve, --deny or --payload", True),
+    (2, ("sessions", "repair", "ann", "order-7", "ev", "--reason", "x"), "exactly one", True),
+    (2, ("sessions", "unreadable", "stock_assistant", "ann", "order-7", "--app", "x"),
+     "give the app once", True),
+    (2, ("runs", "nope"), "No such command", True),
+    # bad input, caught by the library (on the database) or the worker (over HTTP)
+    (2, ("runs", "abandon", RUN, "--reason", " "), "a reason is required", True),
+    (2, ("versions", "drain", "blue"), "'blue' is not a PEP 440 version", True),
+    (2, ("versions", "undrain", "blue"), "'blue' is not a PEP 440 version", True),
+    (2, ("versions", "move", "blue", "--to", "2.0"), "'blue' is not a PEP 440 version", True),
+    (2, ("versions", "move", "1.0", "--to", "0.5"), "only move to a newer version", True),
+    (2, ("versions", "abandon", "blue", "--reason", "x"), "not a PEP 440 version", True),
+]  # fmt: skip
+
+
+def test_exit_codes_are_the_same_through_either_transport(
+    store_url: str, worker: ServeProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = asyncio.run(prepare(store_url))
+    db = store_url
+    cancelled = asyncio.run(_parked_run(store_url, "order-8"))
+    assert cli("runs", "cancel", cancelled, "--db", db)[0] == 0
+    assert cli("schedules", "pause", "nightly", "--db", db)[0] == 0
+    before = _database_state(db)
+    for code, args, words, same in EXIT_CASES:
+        filled = tuple(a.replace(RUN, run_id).replace(CANCELLED, cancelled) for a in args)
+        expected = words.replace(CANCELLED, cancelled)
+        (code_db, out_db), (code_url, out_url) = _both(db, worker, *filled)
+        assert (code_db, code_url) == (code, code), (filled, out_db, out_url)
+        for out in (out_db, out_url):
+            assert expected in out, (filled, out)
+        if same:
+            assert out_db == out_url, (filled, out_db, out_url)
+    # Nothing refused or rejected changed anything.
+    assert _database_state(db) == before
+
+    # serve, recover and db work on a database only: the same codes there, the
+    # library's rejections (a bad cron in the app's module, a bad version, a
+    # bad URL) naming their place.
+    module = f"bad_cron_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text(_MODULE.replace('cron="0 2 * * *"', 'cron="61 2 * * *"'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    demo = "durable_adk.demo.service_app:app"
+    unreachable = "postgresql://nobody@127.0.0.1:1/none"
+    for code, args, words in (
+        (2, ("serve", f"{module}:app", "--db", db, "--port", "0"), "schedule 'nightly'"),
+        (2, ("recover", f"{module}:app", "--db", db), f"module '{module}'"),
+        (2, ("serve", demo, "--db", db, "--port", "0", "--app-version", "blue"), "'blue'"),
+        (2, ("recover", demo, "--db", db, "--app-version", "blue"), "'blue'"),
+        (2, ("serve", demo, "--db", "nosuch://x", "--port", "0"), "unsupported store URL"),
+        (2, ("recover", demo, "--db", "nosuch://x"), "unsupported store URL"),
+        (2, ("db", "upgrade", "--db", "nosuch://x"), "unsupported store URL"),
+        (2, ("runs", "list", "--db", "nosuch://x"), "unsupported store URL"),
+        (1, ("db", "version", "--db", unreachable), "127.0.0.1"),
+        (1, ("runs", "list", "--db", unreachable), "127.0.0.1"),
+        (1, ("runs", "list", "--url", "http://127.0.0.1:1", "--token", TOKEN), "cannot reach"),
+        (1, ("runs", "list", "--url", worker.base_url, "--token", "wrong-token"), "--token"),
+        (2, ("runs", "list", "--url", worker.base_url), "--url needs --token"),
+    ):
+        said_code, said = cli(*args)
+        assert said_code == code and words in said, (args, said)
+    assert "61 is outside 0-59" in cli("serve", f"{module}:app", "--db", db)[1]
+    assert _database_state(db) == before
+
+
+async def _parked_run(url: str, session_id: str) -> str:
+    async with open_store(url) as store:
+        ledger = RunLedger(store)
+        run = await ledger.submit(
+            app_name="stock_assistant",
+            user_id="ann",
+            session_id=session_id,
+            request={"role": "user", "parts": [{"text": "lamps"}]},
+            owner="dead-worker",
+        )
+        claimed = await ledger.claim_queued(run.run_id, "dead-worker")
+        assert claimed is not None
+        await ledger.park(claimed.lease, error="outcome unknown", classification="X")
+        return run.run_id
+
+
+def _database_state(db: str) -> list[Any]:
+    """What the refused commands could have changed: runs, jobs, schedules, versions, actions."""
+    reads = (
+        ("runs", "list"),
+        ("runs", "actions"),
+        ("jobs", "list"),
+        ("schedules", "list"),
+        ("schedules", "ticks", "nightly"),
+        ("versions", "list"),
+    )
+    state = []
+    for args in reads:
+        code, out = cli(*args, "--json", "--db", db)
+        assert code == 0, out
+        items = json.loads(out)["items"]
+        for item in items:
+            item.pop("live_workers", None), item.pop("own_workers", None)
+        state.append(items)
+    return state

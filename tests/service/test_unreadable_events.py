@@ -372,7 +372,7 @@ def test_the_cli_lists_shows_and_repairs(store_url: str, tmp_path: Path) -> None
 
     code, out = cli("runs", "show", run_id)
     assert code == 0, out
-    code, out = cli("sessions", "unreadable", APP_NAME, "u1", "s4")
+    code, out = cli("sessions", "unreadable", "u1", "s4", "--app", APP_NAME)
     assert code == 0 and poison.id in out and "recursion limit" in out, out
     answer = {
         "content": {
@@ -392,17 +392,16 @@ def test_the_cli_lists_shows_and_repairs(store_url: str, tmp_path: Path) -> None
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({**answer, "actions": {"state_delta": {"other": 1}}}))
     code, out = cli(
-        "sessions", "repair", APP_NAME, "u1", "s4", poison.id, "--reason", "x", "--with", str(wrong)
+        "sessions", "repair", "u1", "s4", poison.id, "--reason", "x", "--with", str(wrong)
     )
-    assert code == 1 and "state delta" in out, out
-    code, out = cli("sessions", "repair", APP_NAME, "u1", "s4", poison.id, "--reason", "x")
+    assert code == 2 and "state delta" in out, out  # the library rejects it: bad input
+    code, out = cli("sessions", "repair", "u1", "s4", poison.id, "--reason", "x")
     assert code == 2 and "exactly one of --drop and --with" in out, out
     replacement = tmp_path / "answer.json"
     replacement.write_text(json.dumps(answer))
     code, out = cli(
         "sessions",
         "repair",
-        APP_NAME,
         "u1",
         "s4",
         poison.id,
@@ -416,7 +415,7 @@ def test_the_cli_lists_shows_and_repairs(store_url: str, tmp_path: Path) -> None
     )
     assert code == 0, out
     assert json.loads(out)["repair"]["action"] == "replace"
-    code, out = cli("sessions", "unreadable", APP_NAME, "u1", "s4")
+    code, out = cli("sessions", "unreadable", "u1", "s4", "--app", APP_NAME)
     assert code == 0 and "every event is readable" in out and "replace by ops-ben" in out, out
     assert asyncio.run(_answer_of(store_url, "s4")) == {"result": "the report (trimmed)"}
 

@@ -40,7 +40,12 @@ JSON = dict[str, Any]
 
 
 class AppUnclear(errors.InvalidArgument):
-    """No ``--app`` and no single app to choose, or a worker serving another (exit 2)."""
+    """No ``--app`` and no single app to choose (exit 2: the command must name one)."""
+
+
+class UnknownApp(errors.NotFound):
+    """The ``--app`` named is not on the database, or not the app the worker serves
+    (exit 1, as any record not found)."""
 
 
 _ERROR_BY_CODE: dict[str, type[errors.DurableError]] = {
@@ -168,7 +173,9 @@ class OpsSource(Protocol):
 
         Raises:
             AppUnclear: No app was given and there is none or several to
-                choose from (the message lists them), or a worker serves another.
+                choose from (the message lists them).
+            UnknownApp: The app named is not on the database (the message
+                lists those that are), or a worker serves another.
         """
         ...
 
@@ -348,7 +355,7 @@ class StoreOps:
         if app_name is not None:
             if app_name in known:
                 return app_name
-            raise AppUnclear(
+            raise UnknownApp(
                 f"the database knows no app {app_name!r} (it holds: "
                 f"{', '.join(known) or 'none yet'}): check --app"
             )
@@ -568,7 +575,7 @@ class HttpOps:
 
     async def _of_app(self, app_name: str, found: JSON) -> JSON:
         if found.get("app_name", app_name) != app_name:
-            raise errors.InvalidArgument(
+            raise UnknownApp(
                 f"the worker serves app {found['app_name']!r}, not {app_name!r}: "
                 "ask a worker of that app, or use --db"
             )
@@ -597,7 +604,7 @@ class HttpOps:
     async def app_of(self, app_name: str | None) -> str:
         serving = str((await self._call("GET", "/v1/apps"))["serving"])
         if app_name is not None and app_name != serving:
-            raise AppUnclear(
+            raise UnknownApp(
                 f"the worker serves app {serving!r}, not {app_name!r}: "
                 "ask a worker of that app, or use --db"
             )

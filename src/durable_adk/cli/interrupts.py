@@ -24,6 +24,7 @@ from durable_adk.cli.options import (
     _table,
     _when,
     _who,
+    choice,
     console,
 )
 
@@ -57,11 +58,13 @@ def interrupts_list(
     as_json: JsonOpt = False,
 ) -> None:
     """What paused runs wait on, across sessions: confirmations, inputs, long-running calls."""
+    wanted = choice(status, "--status", ["OPEN", "ANSWERED", "EXPIRED", "CLOSED"])
+    of_kind = choice(kind, "--kind", ["confirmation", "input", "long_running"])
     found = _call(
         db,
         url,
         token,
-        lambda source: source.interrupts(status.upper(), app, session, kind, limit),
+        lambda source: source.interrupts(wanted, app, session, of_kind, limit),
     )
     if as_json:
         _print_items(found)

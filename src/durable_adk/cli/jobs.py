@@ -17,8 +17,12 @@ from durable_adk.cli.options import (
     _fail,
     _listing,
     _print_json,
+    choice,
     console,
 )
+
+_STATES = ["STARTED", "SUCCEEDED", "FAILED", "EXPIRED", "CANCELLED"]
+_ENDINGS = ["SUCCEEDED", "FAILED", "CANCELLED"]
 
 jobs_app = typer.Typer(no_args_is_help=True, help="Long-running jobs: list, complete.")
 
@@ -35,7 +39,7 @@ def jobs_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Long-running jobs, newest first."""
-    chosen = state.upper() if state else None
+    chosen = choice(state, "--state", _STATES)
     listing = _call(db, url, token, lambda source: source.jobs(chosen, limit))
     columns = ["job_id", "tool_name", "state", "session_id", "resume_run_id", "deadline_at"]
     _listing("job(s)", listing, columns, as_json)
@@ -52,11 +56,12 @@ def jobs_complete(
     as_json: JsonOpt = False,
 ) -> None:
     """Ends a job with its result, as its webhook would; the first result wins."""
+    ending = choice(state, "--state", _ENDINGS) or ""
     try:
         value = json.loads(result)
     except json.JSONDecodeError as exc:
         _fail(f"--result is not JSON: {exc}")
-    done = _call(db, url, token, lambda source: source.complete_job(job_id, state.upper(), value))
+    done = _call(db, url, token, lambda source: source.complete_job(job_id, ending, value))
     if as_json:
         _print_json(done)
         return

@@ -30,6 +30,7 @@ from durable_adk.cli.options import (
     _call,
     _print_json,
     _table,
+    exit_code,
 )
 from durable_adk.cli.recover import register as register_recover
 from durable_adk.cli.schedules import register as register_schedules
@@ -56,9 +57,9 @@ DbOption = Annotated[
 ]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
     console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 @db_app.command("upgrade")
@@ -75,7 +76,7 @@ def db_upgrade(db: DbOption = DEFAULT_URL) -> None:
     try:
         applied, version = asyncio.run(go())
     except errors.DurableError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exit_code(exc))
         return
     where = redact(db)
     if applied:
@@ -102,7 +103,7 @@ def db_version(db: DbOption = DEFAULT_URL) -> None:
     try:
         have, need = asyncio.run(go())
     except errors.DurableError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exit_code(exc))
         return
     state = (
         "current"
@@ -131,7 +132,7 @@ def _key_file(key_file: str | None, url: str | None) -> Iterator[None]:
     try:
         Keyring.from_file(key_file)
     except errors.DurableError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exit_code(exc))
     before = os.environ.get(KEY_FILE_ENV)
     os.environ[KEY_FILE_ENV] = key_file
     try:
@@ -151,7 +152,7 @@ def keys_new(
     try:
         print(Keyring.new_line(key_id))
     except errors.DurableError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exit_code(exc))
 
 
 def _print_status(status: dict[str, Any]) -> None:

@@ -4,11 +4,17 @@ A command reads (and, for its actions, acts) either straight on a database
 (``--db URL``, no worker needed) or through a running worker (``--url
 http://... --token T``); both give the same answers (:mod:`durable_adk.cli.client`),
 printed as Rich tables or, with ``--json``, as JSON (a list as one envelope,
-:func:`envelope`). An operation that fails (unknown run, run not parked, wrong
-token, unreachable worker) exits 1 with a one-line reason that says what to run
-instead where there is something (:func:`instead`); bad arguments, and an
-``--app`` that is missing where the database holds several apps, exit 2. Heavy
-imports (ADK, FastAPI) happen inside the commands, so ``db upgrade`` stays quick.
+:func:`envelope`). Exit codes, the same through either transport: 0 done; 1
+refused, the command being well formed (what it names is not there: an
+unknown run, job, schedule, version, session or app; or its state forbids it:
+a run not parked, a version served elsewhere; or the way in failed: a wrong
+token, an unreachable worker or database), with a one-line reason that says
+what to run instead where there is something (:func:`instead`); 2 bad input,
+whoever caught it (the CLI's own checks, or the library's and the worker's
+``InvalidArgument``: a bad version string, JSON, status name, an empty
+reason; and an ``--app`` left out where the database holds several apps).
+Heavy imports (ADK, FastAPI) happen inside the commands, so ``db upgrade``
+stays quick.
 """
 
 from __future__ import annotations
@@ -137,7 +143,11 @@ def instead(exc: errors.DurableError) -> str:
     the worker comes from. A refusal that names a command (a schema behind:
     ``durable-adk db upgrade``) is left as it is.
     """
+    from durable_adk.cli.client import UnknownApp
+
     group = _group()
+    if isinstance(exc, UnknownApp):  # its message lists the apps there are
+        return ""
     if isinstance(exc, errors.NotFound) and group in _LISTED:
         return f"; see them with `durable-adk {group} list`"
     if isinstance(exc, errors.Conflict) and group == "runs":
@@ -154,13 +164,28 @@ def instead(exc: errors.DurableError) -> str:
     return ""
 
 
-def _refused(exc: errors.DurableError) -> NoReturn:
-    """Exits 1 with a refusal of the library (on the database or through a worker alike)
-    and, unless it names one, what to run instead; an unclear app is bad input (2)."""
-    from durable_adk.cli.client import AppUnclear
+def exit_code(exc: errors.DurableError) -> int:
+    """2 when the library (or the worker) rejected an argument, else 1 (a refusal)."""
+    return 2 if isinstance(exc, errors.InvalidArgument) else 1
 
+
+def _refused(exc: errors.DurableError) -> NoReturn:
+    """Exits with a refusal of the library (on the database or through a worker alike)
+    and, unless it names one, what to run instead: 2 for a rejected argument
+    (an unclear app too), 1 for anything else (:func:`exit_code`)."""
     said = str(exc)
-    _fail(said if "`" in said else said + instead(exc), 2 if isinstance(exc, AppUnclear) else 1)
+    _fail(said if "`" in said else said + instead(exc), exit_code(exc))
+
+
+def choice(value: str | None, option: str, choices: list[str]) -> str | None:
+    """``value`` (upper-cased when the choices are) if it is one of ``choices``, else exit 2
+    naming the option and the choices; None stays None."""
+    if value is None:
+        return None
+    chosen = value.upper() if all(c.isupper() for c in choices) else value
+    if chosen not in choices:
+        _fail(f"unknown {option} {value!r}: use {', '.join(choices)}")
+    return chosen
 
 
 # --------------------------------------------------------------- plumbing
@@ -205,7 +230,7 @@ def require_database(where: str) -> None:
 
 def on_database(db: str | None, work: Callable[[Store], Awaitable[T]]) -> T:
     """Runs ``work`` on the database (``--db``, default the embedded SQLite file), which must
-    exist; a refusal of the library exits 1 with its reason."""
+    exist; a refusal of the library exits 1, a rejected argument 2, with its reason."""
     from durable_adk.store import open_store
 
     where = db or DEFAULT_URL

@@ -35,6 +35,7 @@ from durable_adk.cli.options import (
     _short,
     _table,
     console,
+    exit_code,
     require_database,
 )
 from durable_adk.cli.serve import load_app_and_services
@@ -130,7 +131,7 @@ def recover(
     try:
         app_name, report, sessions = asyncio.run(go())
     except errors.DurableError as exc:
-        _fail(str(exc), 1)
+        _fail(str(exc), exit_code(exc))
     summary = _summary(app_name, report, sessions)
     if as_json:
         print(json.dumps(summary, indent=2, default=str))

@@ -27,6 +27,7 @@ from durable_adk.cli.options import (
     _version_of,
     _when,
     _who,
+    choice,
     console,
 )
 
@@ -68,10 +69,8 @@ def runs_list(
     """Runs, newest first (of every app on the database, or of one with --app)."""
     from durable_adk.tables.ledger import RunStatus
 
-    try:
-        chosen = RunStatus(status.upper()) if status else None
-    except ValueError:
-        _fail(f"unknown status {status!r}: use {', '.join(s.value for s in RunStatus)}")
+    wanted = choice(status, "--status", [s.value for s in RunStatus])
+    chosen = RunStatus(wanted) if wanted else None
     runs = _call(db, url, token, lambda source: source.list_runs(chosen, limit, app))
     if as_json:
         _print_items(runs)

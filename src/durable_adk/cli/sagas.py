@@ -14,7 +14,10 @@ from durable_adk.cli.options import (
     UrlOpt,
     _call,
     _listing,
+    choice,
 )
+
+_STATUSES = ["RUNNING", "COMPENSATING", "COMMITTED", "COMPENSATED", "COMPENSATION_FAILED"]
 
 sagas_app = typer.Typer(no_args_is_help=True, help="Sagas: list.")
 
@@ -31,7 +34,7 @@ def sagas_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Sagas, newest first."""
-    chosen = status.upper() if status else None
+    chosen = choice(status, "--status", _STATUSES)
     listing = _call(db, url, token, lambda source: source.sagas(chosen, limit))
     columns = ["saga_id", "name", "status", "session_id", "reason", "updated_at"]
     _listing("saga(s)", listing, columns, as_json)

@@ -13,6 +13,7 @@ from durable_adk.cli.options import (
     LogLevelOpt,
     ServicesOpt,
     _fail,
+    exit_code,
 )
 from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from durable_adk.store import DEFAULT_URL
@@ -190,7 +191,7 @@ def serve(
     try:
         asyncio.run(run_worker(agent, settings, on_ready=ready, log_level=http_log_level))
     except errors.DurableError as exc:
-        _fail(str(exc), 1)
+        _fail(str(exc), exit_code(exc))
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,11 @@ stores, say) is kept in the log as stored and shown as unreadable; a run that
 meets it is parked with the reason. ``unreadable`` lists such events with
 their past repairs; ``repair`` writes a readable stand-in over one, audited,
 the original kept (:mod:`durable_adk.adk.services.repairs`).
+
+As in every other command group, the app is ``--app`` (optional when the
+database holds one app; through a worker, the app it serves). The older form
+with the app as first argument (``sessions unreadable APP USER SESSION``)
+still works in this release, with a note on stderr; it goes in the next.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from durable_adk.cli.options import (
     JsonOpt,
     TokenOpt,
     UrlOpt,
-    _call,
+    _call_for_app,
     _fail,
     _print_json,
     _who,
@@ -32,24 +37,57 @@ sessions_app = typer.Typer(
     no_args_is_help=True, help="A session's unreadable events: list them, repair one."
 )
 
-AppArg = Annotated[str, typer.Argument(help="The session's app.")]
+AppOpt = Annotated[
+    str | None,
+    typer.Option("--app", help="The session's app (default: the only one there is)."),
+]
 UserArg = Annotated[str, typer.Argument(help="The session's user.")]
 SessionArg = Annotated[str, typer.Argument(help="The session.")]
+# The older form's last argument: its arguments then start with the app.
+Legacy = Annotated[str | None, typer.Argument(hidden=True, show_default=False)]
+
+
+def _app_first(
+    app_name: str | None, given: list[str], legacy: str | None
+) -> tuple[str | None, list[str]]:
+    """The app and the command's arguments, from ``--app`` or the older form's first argument.
+
+    ``given`` are the arguments the command takes; when one more (``legacy``)
+    was given, the first is the app (the older form, deprecated: a note on stderr).
+    """
+    if legacy is None:
+        return app_name, given
+    if app_name is not None:
+        _fail("give the app once: --app APP (the app as first argument is the older form)")
+    first = given[0]
+    typer.echo(
+        "note: `durable-adk sessions ... APP USER SESSION` is deprecated and goes in the "
+        f"next release: use `--app {first} USER SESSION` (or leave --app out when the "
+        "database holds one app)",
+        err=True,
+    )
+    return first, [*given[1:], legacy]
 
 
 @sessions_app.command("unreadable")
 def sessions_unreadable(
-    app_name: AppArg,
     user_id: UserArg,
     session_id: SessionArg,
+    legacy: Legacy = None,
+    app_name: AppOpt = None,
     db: DbOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The session's events the reader cannot parse, and the repairs of its events."""
-    found = _call(
-        db, url, token, lambda source: source.session_repairs(app_name, user_id, session_id)
+    app_name, (user_id, session_id) = _app_first(app_name, [user_id, session_id], legacy)
+    _, found = _call_for_app(
+        db,
+        url,
+        token,
+        app_name,
+        lambda source, app: source.session_repairs(app, user_id, session_id),
     )
     if as_json:
         _print_json(found)
@@ -73,7 +111,6 @@ def sessions_unreadable(
 
 @sessions_app.command("repair")
 def sessions_repair(
-    app_name: AppArg,
     user_id: UserArg,
     session_id: SessionArg,
     event_id: Annotated[str, typer.Argument(help="The unreadable event's id.")],
@@ -94,6 +131,8 @@ def sessions_repair(
             "and timestamp are the stored ones).",
         ),
     ] = None,
+    legacy: Legacy = None,
+    app_name: AppOpt = None,
     by: ByOpt = None,
     db: DbOpt = None,
     url: UrlOpt = None,
@@ -101,6 +140,9 @@ def sessions_repair(
     as_json: JsonOpt = False,
 ) -> None:
     """Writes a readable stand-in over an unreadable event (the original stays in the audit)."""
+    app_name, (user_id, session_id, event_id) = _app_first(
+        app_name, [user_id, session_id, event_id], legacy
+    )
     if drop == (replacement is not None):
         _fail("give exactly one of --drop and --with FILE")
     value: dict[str, Any] | None = None
@@ -112,12 +154,13 @@ def sessions_repair(
         if not isinstance(value, dict):
             _fail(f"--with {replacement}: the event must be a JSON object")
     who = _who(by)
-    done = _call(
+    _, done = _call_for_app(
         db,
         url,
         token,
-        lambda source: source.repair_event(
-            app_name, user_id, session_id, event_id, who, reason, value
+        app_name,
+        lambda source, app: source.repair_event(
+            app, user_id, session_id, event_id, who, reason, value
         ),
     )
     if as_json:

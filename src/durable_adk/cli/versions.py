@@ -7,7 +7,8 @@ worker of the app (``--url``/``--token``, its ``/v1/versions`` routes), with
 the same answers. ``--app`` may be left out when the database holds one app
 (a worker: the app it serves). ``drain`` and ``undrain`` write their line in
 the operators' audit trail in the same unit of work as the change; a bad
-version or operator name exits 2 with the reason, changing nothing.
+version or operator name, or a move to an older version, exits 2 with the
+reason, changing nothing; an unknown `--app` exits 1 (not found).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -54,6 +54,8 @@ JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="The job.")]
 UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]
 SessionPath = Annotated[str, Path(pattern=ID_PATTERN, description="The session.")]
 EventPath = Annotated[str, Path(min_length=1, max_length=256, description="The event's id.")]
+
+E = TypeVar("E", bound=StrEnum)
 
 _WEBHOOK_CODES: tuple[tuple[type[webhooks.WebhookError], str], ...] = (
     (webhooks.BadSignature, "bad_signature"),
@@ -93,6 +95,15 @@ def _plain(record: Any) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, StrEnum) else v) for k, v in asdict(record).items()}
 
 
+def _member(kind: type[E], value: str, name: str) -> E:
+    """``value`` as a member of ``kind``; an unknown one is bad input naming ``name``."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise errors.InvalidArgument(f"unknown {name} {value!r}: use {choices}") from None
+
+
 def completion_outcome(changed: bool, state: JobState) -> str:
     """The job-completions metric's label: applied, late (after expiry) or duplicate."""
     if changed:
@@ -101,8 +112,12 @@ def completion_outcome(changed: bool, state: JobState) -> str:
 
 
 async def list_jobs(store: Store, *, state: str | None, limit: int) -> ListOut:
-    """Jobs, newest first, optionally of one state."""
-    chosen = JobState(state) if state else None
+    """Jobs, newest first, optionally of one state.
+
+    Raises:
+        InvalidArgument: An unknown state (the message lists the states).
+    """
+    chosen = _member(JobState, state, "state") if state else None
     jobs = await JobTable(store).list_jobs(state=chosen, limit=limit)
     return ListOut(available=True, items=[_plain(j) for j in jobs])
 
@@ -295,8 +310,12 @@ def add_repair_routes(router: APIRouter, sessions: DurableSessionService, app_na
 
 
 async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut:
-    """Sagas, newest first, optionally of one status."""
-    chosen = SagaStatus(status) if status else None
+    """Sagas, newest first, optionally of one status.
+
+    Raises:
+        InvalidArgument: An unknown status (the message lists the statuses).
+    """
+    chosen = _member(SagaStatus, status, "status") if status else None
     sagas = await SagaLedger(store).list_sagas(status=chosen, limit=limit)
     return ListOut(available=True, items=[_plain(s) for s in sagas])
 

@@ -392,9 +392,14 @@ class Operations:
         """
         try:
             wanted = InterruptStatus(status) if status else None
+        except ValueError:
+            choices = ", ".join(s.value for s in InterruptStatus)
+            raise errors.InvalidArgument(f"unknown status {status!r}: use {choices}") from None
+        try:
             of_kind = InterruptKind(kind) if kind else None
-        except ValueError as exc:
-            raise errors.InvalidArgument(str(exc)) from None
+        except ValueError:
+            choices = ", ".join(k.value for k in InterruptKind)
+            raise errors.InvalidArgument(f"unknown kind {kind!r}: use {choices}") from None
         return await InterruptTable(self.store).list_interrupts(
             status=wanted,
             app_name=app_name,

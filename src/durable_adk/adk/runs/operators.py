@@ -84,9 +84,9 @@ class Outcome:
 
 
 def _check_reason(reason: str | None, *, required: bool = False) -> str | None:
-    if reason is None or reason == "":
-        if required:
-            raise errors.InvalidArgument("a reason is required")
+    if reason is None or (isinstance(reason, str) and not reason.strip()):
+        if required:  # a blank reason says nothing in the audit trail
+            raise errors.InvalidArgument("a reason is required (not blank)")
         return None
     if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS or "\x00" in reason:
         raise errors.InvalidArgument(
