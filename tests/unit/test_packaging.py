@@ -3,10 +3,13 @@
 The first wheel test installs with ``--no-deps`` so it needs nothing from a
 package index: it proves the wheel carries the package data (SQL files,
 migrations, dashboard) and that the core runs on the standard library alone, as
-``import durable_adk`` promises. The README's install test runs the commands
-the README gives (until durable-adk is published: from a clone, or a wheel
-built from one) in a new virtualenv, dependencies and the ``postgresql`` extra
-included; it needs the package index (pip's cache makes it faster). The facts
+``import durable_adk`` promises. The documented blocks' test runs every shell
+and Python block of README.md and docs/quickstart.md as written (a short list
+names the few it does not run, each with its reason) in one new virtualenv:
+the README's install commands (from a clone, and a wheel built from one), its
+example, the quickstart's script on SQLite and on the test's PostgreSQL, its
+schema commands; the new virtualenv reuses the suite's installed
+dependencies, and its build step needs the package index (setuptools). The facts
 script re-checks, against the ADK installed here, every private ADK behaviour
 docs/adk-notes.md says we rely on: an ADK upgrade that breaks one fails this
 suite.
@@ -21,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import tomllib
 import zipfile
@@ -80,6 +84,7 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
             str(ROOT),
         ],
         timeout=600,
+        env=_clean_env(),
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("durable_adk-*.whl")
@@ -115,13 +120,18 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
     for extra in ("postgresql", "service", "otel"):
         assert f"Provides-Extra: {extra}" in text
 
+    # A virtualenv of the standard library alone (not even pip: this pip
+    # installs into it), so the core is shown to need nothing else.
     venv = tmp_path / "venv"
-    assert run([sys.executable, "-m", "venv", str(venv)], timeout=300).returncode == 0
+    made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=300)
+    assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     installed = run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+         str(wheel)],
         timeout=300,
-    )
+        env=_clean_env(),
+    )  # fmt: skip
     assert installed.returncode == 0, installed.stderr
     script = textwrap.dedent(
         """
@@ -155,15 +165,52 @@ def test_the_wheel_installs_and_runs_the_core_in_a_fresh_virtualenv(tmp_path: Pa
     assert "core-ok 0.1.0" in ran.stdout
 
 
-def readme_install_blocks() -> list[list[str]]:
-    """The shell blocks of the README's install section, one command a line, comments cut."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Adding it to an existing project", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
-    return [
-        [line.split(" #", 1)[0].strip() for line in block.splitlines() if line.strip()]
-        for block in blocks
-    ]
+# ------------------------------------------------ the documented code blocks
+
+DOCUMENTED = ("README.md", "docs/quickstart.md")
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.M | re.S)
+PG_PLACEHOLDER = "postgresql://user:password@db-host:5432/agents"
+
+# The shell and Python blocks of DOCUMENTED this test does not run, each with
+# its reason (keyed by the block's file and first line). Every other such
+# block is run, as written, by test_the_documented_blocks_run_as_written; a
+# block in neither is a failure, and so is a reason whose block is gone.
+NOT_RUN: dict[tuple[str, str], str] = {
+    ("README.md", "make demo"): (
+        "`make demo` and `make test` first install the clone's .venv with the dev extras "
+        "(pytest, playwright, ...) from the package index, and `make test` is this suite: "
+        "CI runs `make test` on a fresh clone (.ci/run), which runs that install; the demo's "
+        "parts are tested one by one (tests/adk/test_end_to_end.py, "
+        "tests/crash/test_lifecycle.py, tests/crash/test_invoicing.py)"
+    ),
+    ("docs/quickstart.md", "make install"): (
+        "installs the dev extras from the package index into the clone's .venv, as CI's "
+        "`make test` does first (.ci/run); here the virtualenv the README's install made "
+        "stands in for .venv (a link), so the blocks after it run as written"
+    ),
+}
+
+
+def fenced_blocks(name: str) -> list[tuple[str, str]]:
+    """Every fenced block of a documentation file, in order: (language, text)."""
+    return [(m.group(1), m.group(2)) for m in _FENCE.finditer((ROOT / name).read_text())]
+
+
+def _output_after(blocks: list[tuple[str, str]], index: int) -> list[str]:
+    """The ``text`` block right after block ``index``: the output the docs show for it."""
+    language, text = blocks[index + 1]
+    assert language == "text", f"block {index} has no output block after it"
+    return text.splitlines()
+
+
+def _matches(shown: list[str], printed: str) -> bool:
+    """Whether ``printed`` is the output ``shown``, line for line; ``adk-…`` in the docs
+    stands for a generated call id."""
+    lines = printed.splitlines()
+    patterns = [re.escape(line).replace(re.escape("adk-…"), "adk-[0-9a-f-]+") for line in shown]
+    return len(lines) == len(patterns) and all(
+        re.fullmatch(p, line) for p, line in zip(patterns, lines, strict=True)
+    )
 
 
 def copy_checkout(target: Path) -> None:
@@ -187,75 +234,135 @@ def copy_checkout(target: Path) -> None:
     )
 
 
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without what points into the suite's own virtualenv."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")
+    }
+    env.update(extra)
+    return env
+
+
+def _bash(script: str, *, cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
+    """Runs a documented block with bash (stopping at its first failing command)."""
+    ran = run(["bash", "-c", "set -euo pipefail\n" + script], cwd=cwd, env=env, timeout=timeout)
+    assert ran.returncode == 0, f"{script}\n---\n{ran.stdout[-4000:]}{ran.stderr[-4000:]}"
+    return ran.stdout
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(960)  # its own bound (900 s) first: it reports pip's output
-def test_the_readme_install_commands_work_in_a_new_virtualenv(tmp_path: Path) -> None:
-    """The README's commands, verbatim: the wheel into a new virtualenv, then the clone."""
+@pytest.mark.timeout(960)  # its own bounds (600 s a block) first: they report the output
+def test_the_documented_blocks_run_as_written(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Every shell and Python block of the README and the quickstart, as written, in one
+    new virtualenv: the README's install (the wheel, then the clone, over it), its
+    example, the quickstart's script on SQLite and on PostgreSQL, its schema commands.
+
+    The new virtualenv sees the suite's installed dependencies (a ``.pth`` file
+    naming this interpreter's site-packages) instead of downloading them
+    again: pip still resolves the README's requirements, extras included,
+    against them, and installs durable-adk itself (from the wheel, then from
+    the clone) into the new virtualenv, where its script and imports are
+    checked to come from. That the dependencies install from the package
+    index is what `make install` proves on every CI run (.ci/run).
+    """
+    readme, quickstart = (fenced_blocks(name) for name in DOCUMENTED)
+    runnable = {
+        (name, text.splitlines()[0].split(" #", 1)[0].strip()): text
+        for name, blocks in zip(DOCUMENTED, (readme, quickstart), strict=True)
+        for language, text in blocks
+        if language in ("sh", "python")
+    }
+    assert set(NOT_RUN) <= set(runnable), "a reason in NOT_RUN names a block that is gone"
+    done: set[tuple[str, str]] = set()
+
+    # The README's install section: the clone's commands, then the wheel's.
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     wheel = f"dist/durable_adk-{version}-py3-none-any.whl"
-    from_clone, from_wheel = readme_install_blocks()
-    assert from_clone == [
-        "python3 -m venv venv",
-        ". venv/bin/activate",
-        "python -m pip install './durable-adk[postgresql]'",
-        "durable-adk --help",
-    ]
-    assert from_wheel == [
-        "python -m pip wheel --no-deps -w dist ./durable-adk",
-        f"python -m pip install '{wheel}[postgresql]'",
-    ]
+    from_clone_key = ("README.md", "python3 -m venv venv")
+    from_wheel_key = ("README.md", "python -m pip wheel --no-deps -w dist ./durable-adk")
+    from_clone, from_wheel = runnable[from_clone_key].splitlines(), runnable[from_wheel_key]
+    assert f"python -m pip install '{wheel}[postgresql]'" in from_wheel  # this version's
+    done |= {from_clone_key, from_wheel_key}
     project = tmp_path / "project"
-    copy_checkout(project / "durable-adk")
+    clone = project / "durable-adk"
+    copy_checkout(clone)
+    # The suite's site-packages, seen by the new virtualenv after its own.
+    seen = f"venv/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/suite.pth"
     check = (
         "import asyncpg, durable_adk, durable_adk.store, durable_adk.adk;"
         " print('imported', durable_adk.__version__, durable_adk.__file__)"
     )
     script = "\n".join(
         [
-            "set -euo pipefail",
             # The interpreter running this suite, not whatever `python3` is on
             # PATH: the README asks for Python 3.11 or newer, as this one is.
             from_clone[0].replace("python3", shlex.quote(sys.executable), 1),
+            f"echo {shlex.quote(sysconfig.get_paths()['purelib'])} > {seen}",
             from_clone[1],
-            # The wheel first, so that it is what goes into the new virtualenv
-            # with its dependencies; then the clone's install, over it.
-            *from_wheel,
+            # The wheel first, so that it is what goes into the new virtualenv;
+            # then the clone's install, over it.
+            from_wheel,
             f"python -c {shlex.quote(check)}",
-            "durable-adk --help",
             "echo WHEEL-OK",
             *from_clone[2:],
             f"python -c {shlex.quote(check)}",
         ]
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")
-    }
-    # pip's cache (under HOME) is used as usual. PIP_NO_COMPILE skips compiling
-    # every dependency's .pyc files at install (Python compiles what it imports
-    # when it imports it): the longest part of the install on a busy machine.
-    # A stalled download fails within a minute instead of holding the suite.
-    env.update(
+    # PIP_NO_COMPILE skips compiling .pyc files at install (Python compiles
+    # what it imports when it imports it). A stalled download (the build's
+    # setuptools) fails within a minute instead of holding the suite.
+    env = _clean_env(
         PIP_PROGRESS_BAR="off", PIP_NO_COMPILE="1", PIP_DEFAULT_TIMEOUT="60", PIP_RETRIES="2"
     )
-    ran = run(
-        ["bash", "-c", script],
-        cwd=project,
-        env=env,
-        timeout=900,
-    )
-    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-4000:]
+    out = _bash(script, cwd=project, env=env)
     assert (project / wheel).is_file()
-    venv_lib = str(project / "venv" / "lib")
-    wheel_part, clone_part = ran.stdout.split("WHEEL-OK", 1)
+    venv = project / "venv"
+    venv_lib = str(venv / "lib")
+    wheel_part, clone_part = out.split("WHEEL-OK", 1)
     for part in (wheel_part, clone_part):
         (line,) = [x for x in part.splitlines() if x.startswith("imported ")]
         assert line.startswith(f"imported {version} {venv_lib}"), line
-    assert wheel_part.count("Usage: durable-adk") == 1
-    assert clone_part.count("Usage: durable-adk") == 1
-    for command in ("serve", "recover", "db"):  # its commands are listed
-        assert re.search(rf"\b{command}\b", wheel_part), command
+    assert clone_part.count("Usage: durable-adk") == 1  # `durable-adk --help`, the new script
+    for command in ("serve", "recover", "db", "runs", "schedules"):  # its commands are listed
+        assert re.search(rf"\b{command}\b", clone_part), command
+
+    # The README's example, with the Python of the environment it was installed in.
+    (index,) = [i for i, (lang, _) in enumerate(readme) if lang == "python"]
+    (project / "example.py").write_text(readme[index][1])
+    printed = _bash("venv/bin/python example.py", cwd=project, env=_clean_env())
+    assert _matches(_output_after(readme, index), printed), printed
+    done.add(("README.md", readme[index][1].splitlines()[0].split(" #", 1)[0].strip()))
+
+    # The quickstart, from the repository root, where `make install` makes .venv.
+    (clone / ".venv").symlink_to(venv)
+    (index,) = [i for i, (lang, _) in enumerate(quickstart) if lang == "python"]
+    (clone / "quickstart.py").write_text(quickstart[index][1])
+    shown = _output_after(quickstart, index)
+    told = "Save this as `quickstart.py` and run it with `.venv/bin/python quickstart.py`."
+    assert told in (ROOT / "docs" / "quickstart.md").read_text()
+    printed = _bash(".venv/bin/python quickstart.py", cwd=clone, env=_clean_env())
+    assert _matches(shown, printed), printed
+    done.add(("docs/quickstart.md", quickstart[index][1].splitlines()[0].split(" #", 1)[0].strip()))
+
+    # Its PostgreSQL blocks, on a database of the test's own server.
+    cluster = request.getfixturevalue("pg_cluster")
+    url = cluster.create_database(f"quickstart_{os.getpid()}")
+    for key, text in runnable.items():
+        if key[0] != "docs/quickstart.md" or PG_PLACEHOLDER not in text:
+            continue
+        printed = _bash(text.replace(PG_PLACEHOLDER, url), cwd=clone, env=_clean_env())
+        if "quickstart.py" in text:
+            assert _matches(shown, printed), printed
+        else:
+            assert "already at schema version" in printed and "(current)" in printed, printed
+        done.add(key)
+
+    left = set(runnable) - done - set(NOT_RUN)
+    assert left == set(), f"documented blocks neither run nor given a reason: {sorted(left)}"
 
 
 def test_the_adk_facts_we_rely_on_still_hold() -> None:
