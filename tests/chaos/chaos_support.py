@@ -145,6 +145,25 @@ def wait_marker(folder: Path, suffix: str, worker: Worker, timeout: float = 240)
     return marker
 
 
+def wait_given_up(worker: Worker, run_id: str, epoch: int, timeout: float = 120) -> None:
+    """Waits until ``worker`` logs that it gave up its drive of ``run_id`` at ``epoch``.
+
+    A worker that finds its lease lost (or its writes fenced) cancels the
+    drive, its tools with it (the chaos app's tools are coroutines), and says
+    so: ``run <id> (epoch <n>, caller gone): TAKEN_OVER (...)``. From then on
+    it holds nothing of the run that could still call out.
+    """
+    head = f"run {run_id} (epoch {epoch}, caller gone): TAKEN_OVER"
+
+    def said() -> bool:
+        return any(head in line for line in worker.log.read_text(errors="replace").splitlines())
+
+    try:
+        wait_until(said, timeout, f"{worker.name} giving up run {run_id}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- {worker.name} ---\n{worker.output()}") from None
+
+
 @dataclass
 class Outcome:
     """What the world holds at the end of a test."""

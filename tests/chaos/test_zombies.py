@@ -36,6 +36,7 @@ from chaos_support import (
     run_row,
     stop,
     submit,
+    wait_given_up,
     wait_marker,
     wait_until,
 )
@@ -48,9 +49,10 @@ from postgres_required import postgres_or_skip
 
 pytestmark = pytest.mark.slow
 
-# After the thaw or the heal, how long the old worker gets to show what it
-# would still do: its tool had at most a few seconds of work left.
-AFTERMATH = 8.0
+# After the old worker said it gave its drive up (its tool cancelled with it)
+# and its tool's own time is over, how long a request it had already sent
+# gets to reach the service (local sockets: milliseconds).
+GRACE = 1.0
 
 
 def finished(worker: Worker, run_id: str) -> Callable[[], dict[str, Any] | None]:
@@ -125,11 +127,15 @@ def test_a_worker_frozen_past_its_lease_calls_out_no_more_after_takeover(
         try:
             ready(frozen, rescuer)
             run_id = submit(frozen, "s1", "ORD-F1")
-            wait_marker(markers, ".1.charge", frozen)  # epoch 1's charge is at work
+            marker = wait_marker(markers, ".1.charge", frozen)  # epoch 1's charge is at work
             frozen.signal(signal.SIGSTOP)
             row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
             frozen.signal(signal.SIGCONT)
-            time.sleep(AFTERMATH)  # waiting for a non-event: nothing can be polled for
+            # Thawed, it finds its lease lost and gives the drive up: then nothing of
+            # the run is left in it that could call out (a non-event cannot be
+            # polled for; its cause's end can).
+            wait_given_up(frozen, run_id, 1)
+            time.sleep(max(0.0, marker.stat().st_mtime + 2.0 - time.time()) + GRACE)
         finally:
             stop(frozen, rescuer)
         result = outcome(store_url, urls, [run_id])
@@ -158,8 +164,11 @@ def test_a_worker_cut_off_by_a_partition_calls_out_no_more_after_takeover(
             net.link(up=False)
             row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
             net.link(up=True)
-            # the cut-off worker's tool ends 12 s after it began; then give it time to call out
-            time.sleep(max(0.0, started + 12.0 - time.time()) + AFTERMATH)
+            # The cut-off worker gives its drive up (its lease ran out with the
+            # database out of reach) and its tool's 12 s are over: nothing of the
+            # run is left in it that could call out.
+            wait_given_up(cut, run_id, 1)
+            time.sleep(max(0.0, started + 12.0 - time.time()) + GRACE)
         finally:
             stop(cut, rescuer)
             net.delete()
