@@ -118,6 +118,8 @@ class Scheduler:
         self._synced = False  # this process made its set the app's at least once
         self._checked_at: float | None = None
         self._warned = False
+        self._left_to: tuple[str | None, str] | None = None  # the set it last left in force
+        self._said_drained = False
         self._drives: set[asyncio.Task[None]] = set()
 
     async def sync(self, seen: ScheduleSet | Literal["read"] | None = "read") -> list[ScheduleRow]:
@@ -158,6 +160,15 @@ class Scheduler:
                     self._warned = True
                 return False
         elif current is not None and not await self._takes_over(current.version):
+            if self._left_to != (current.version, current.digest):  # said once per set
+                self._left_to = (current.version, current.digest)
+                logger.info(
+                    "schedules of app %r: %s leaves those of %s in force (a newer version "
+                    "not drained)",
+                    self.path.app_name,
+                    self.version or "unversioned",
+                    current.version or "unversioned",
+                )
             return False
         try:
             await self.sync(current)
@@ -189,6 +200,14 @@ class Scheduler:
         except errors.Draining:
             # A drained version starts no run and never touches the schedules:
             # a worker of the version in force takes the ticks.
+            if not self._said_drained:
+                self._said_drained = True
+                logger.info(
+                    "schedules of app %r: %s is drained: it leaves the schedules to the "
+                    "version in force",
+                    self.path.app_name,
+                    self.version or "unversioned",
+                )
             return []
         if self.may_sync:
             await self.sync_if_due()
