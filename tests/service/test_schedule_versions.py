@@ -76,7 +76,7 @@ def on(db: str, work: Callable[[Any], Any]) -> Any:
     return asyncio.run(main())
 
 
-def until(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
+def until(what: str, check: Callable[[], T | None], timeout: float = 120.0) -> T:
     deadline = time.monotonic() + timeout
     while True:
         found = check()
@@ -132,6 +132,21 @@ def restart_killed(
     return serve(started, db, worker_id, "1.0", "1.0")
 
 
+def left_alone(db: str, old: ServeProcess, says: str) -> None:
+    """Waits until the restarted old worker has checked the set in force (or its drain)
+    and left 2.0's schedules alone (it ``says`` so, once), and then for a tick
+    recorded after that: its polls had their round beside the 2.0 worker's."""
+    until(
+        f"the old worker saying {says!r}",
+        lambda: any(says in line for line in old.lines),
+    )
+    since = db_now(db)
+    until(
+        "a tick after that",
+        lambda: any(t["at"] > since for name in ("fresh", "pulse") for t in fired(db, name)),
+    )
+
+
 def has_2_0_set(db: str) -> bool:
     found = rows(db)
     return {n: (r["state"], r["message"]) for n, r in found.items()} == {
@@ -176,15 +191,14 @@ def test_an_old_worker_restarting_mid_rollout_never_rewrites_the_new_versions_sc
 
     # An older worker (1.0, still taking runs) restarts: it leaves 2.0's set alone.
     again = restart_killed(workers, first, db, "w-old-2")
-    time.sleep(4)  # its first polls: drain check, set check, claims
+    left_alone(db, again, "1.0 leaves those of 2.0 in force")  # drain check, set check
     assert_2_0_in_force(db)
 
     # 1.0 is drained (the rollout goes on); its worker restarts once more.
     with httpx.Client(base_url=workers[1].base_url, headers=AUTH, timeout=30) as client:
         drained = client.post("/v1/versions/1.0/drain", json={"by": "ops"})
         assert drained.status_code == 200, drained.text
-    restart_killed(workers, again, db, "w-old-3")
-    time.sleep(4)
+    left_alone(db, restart_killed(workers, again, db, "w-old-3"), "1.0 is drained")
     assert_2_0_in_force(db)
 
     # Not a tick lost nor fired with 1.0's definition, the new schedule included.
@@ -232,9 +246,14 @@ def test_a_one_off_recover_never_syncs_nor_re_times_the_fleets_schedules(
     )  # fmt: skip
     assert recover.returncode == 0, recover.stdout + recover.stderr
     json.loads(recover.stdout)
-    time.sleep(3)
     assert_2_0_in_force(db)
-    up_to = db_now(db) - 2
+    # The ticks up to one after the pass came in 2.0's rhythm, with its definition.
+    recovered = db_now(db)
+    up_to = until(
+        "a tick after the pass",
+        lambda: max((t["at"] for t in fired(db, "pulse") if t["at"] > recovered), default=None),
+    )
+    assert_2_0_in_force(db)
     until(
         "the ticks' runs ended",
         lambda: all(t["status"] is RunStatus.DONE for t in fired(db, "pulse") if t["at"] <= up_to),
