@@ -394,8 +394,11 @@ async def test_a_heartbeat_is_not_kept_waiting_by_claims_on_the_lease_pool(store
         await asyncio.sleep(0.2)
         second_claim = asyncio.create_task(ledger.claim_queued(queued.run_id, "w1"))
         renewal = asyncio.create_task(ledger.renew_many("w1", [r.lease for r in runs]))
-        done, _ = await asyncio.wait({second_claim, renewal}, timeout=20)
+        done, _ = await asyncio.wait(
+            {second_claim, renewal}, timeout=20, return_when=asyncio.FIRST_COMPLETED
+        )
         assert done == {renewal}  # renewed while the claims still wait
+        assert not second_claim.done()
         assert all(r.ok for r in renewal.result().values())
         release.set()
         await holding
