@@ -178,11 +178,15 @@ def _refused(exc: errors.DurableError) -> NoReturn:
 
 
 def choice(value: str | None, option: str, choices: list[str]) -> str | None:
-    """``value`` (upper-cased when the choices are) if it is one of ``choices``, else exit 2
-    naming the option and the choices; None stays None."""
+    """``value`` (in the choices' case) if it is one of ``choices``, else exit 2 naming the
+    option and the choices; None stays None."""
     if value is None:
         return None
-    chosen = value.upper() if all(c.isupper() for c in choices) else value
+    chosen = value
+    if all(c.isupper() for c in choices):
+        chosen = value.upper()
+    elif all(c.islower() for c in choices):
+        chosen = value.lower()
     if chosen not in choices:
         _fail(f"unknown {option} {value!r}: use {', '.join(choices)}")
     return chosen

@@ -41,8 +41,8 @@ AppOpt = Annotated[
     str | None,
     typer.Option("--app", help="The session's app (default: the only one there is)."),
 ]
-UserArg = Annotated[str, typer.Argument(help="The session's user.")]
-SessionArg = Annotated[str, typer.Argument(help="The session.")]
+UserArg = Annotated[str, typer.Argument(metavar="USER", help="The session's user.")]
+SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="The session.")]
 # The older form's last argument: its arguments then start with the app.
 Legacy = Annotated[str | None, typer.Argument(hidden=True, show_default=False)]
 
@@ -113,7 +113,7 @@ def sessions_unreadable(
 def sessions_repair(
     user_id: UserArg,
     session_id: SessionArg,
-    event_id: Annotated[str, typer.Argument(help="The unreadable event's id.")],
+    event_id: Annotated[str, typer.Argument(metavar="EVENT_ID", help="The unreadable event's id.")],
     reason: Annotated[str, typer.Option("--reason", help="Why, for the audit trail.")],
     drop: Annotated[
         bool,
