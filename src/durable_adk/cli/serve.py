@@ -127,7 +127,10 @@ def serve(
     ] = None,
     per_user_keys: Annotated[
         bool,
-        typer.Option(help="Encrypt each user's rows under a key of their own (crypto-shredding)."),
+        typer.Option(
+            "--per-user-keys",
+            help="Encrypt each user's rows under a key of their own (crypto-shredding).",
+        ),
     ] = False,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
