@@ -155,7 +155,7 @@ FLOORS: list[set[str]] = [
     },
     {"durable_adk.store"},
     {"durable_adk.schedules"},
-    {"durable_adk.tables"},
+    {"durable_adk.tables", "durable_adk.a2a_tables"},
     {"durable_adk.fencing", "durable_adk.webhooks"},
     {"durable_adk.adk.shapes", "durable_adk.adk.eventlog"},
     {"durable_adk.adk.commits"},
@@ -166,6 +166,7 @@ FLOORS: list[set[str]] = [
     {"durable_adk.adk"},  # runner.py: DurableRunner, the facade
     {
         "durable_adk.adk.servers",
+        "durable_adk.a2a",
         "durable_adk.service",
         "durable_adk.testing",
         "durable_adk.testing.fakes",
@@ -194,6 +195,7 @@ def test_every_room_has_its_floor_and_imports_only_down() -> None:
 # Everything above the core: the core imports none of it.
 ABOVE_THE_CORE = (
     "durable_adk.adk",
+    "durable_adk.a2a",
     "durable_adk.service",
     "durable_adk.cli",
     "durable_adk.testing",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from durable_adk import errors
@@ -117,7 +118,7 @@ def _who(by: str | None) -> str:
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 

@@ -132,6 +132,14 @@ def serve(
             help="Encrypt each user's rows under a key of their own (crypto-shredding).",
         ),
     ] = False,
+    a2a: Annotated[
+        bool,
+        typer.Option(
+            "--a2a",
+            help="Serve the app over A2A too: agent card at /.well-known/agent-card.json, "
+            "JSON-RPC at /a2a, every task a durable run (needs the a2a extra).",
+        ),
+    ] = False,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
@@ -171,7 +179,12 @@ def serve(
             compatible_versions=tuple(compatible_version or ()),
             key_file=key_file,
             per_user_keys=per_user_keys,
+            a2a=a2a,
         )
+        if a2a:
+            from durable_adk.service.server import require_a2a
+
+            require_a2a()
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
         settings = dataclasses.replace(settings, services=app_services)
@@ -188,6 +201,8 @@ def serve(
             f"dashboard: {base}/dashboard/{fragment}",
             flush=True,
         )
+        if settings.a2a:
+            print(f"A2A: {base}/.well-known/agent-card.json (JSON-RPC at {base}/a2a)", flush=True)
         if generated:
             print(f"bearer token (generated): {settings.token}", flush=True)
 

@@ -72,6 +72,14 @@ def load_app(spec: str, *, search: Path | None = None) -> App | BaseAgent:
     return found
 
 
+def require_a2a() -> None:
+    """Refuses ``--a2a`` without the A2A SDK, naming the extra to install."""
+    try:
+        import durable_adk.a2a  # noqa: F401
+    except ImportError as exc:
+        raise errors.InvalidArgument(str(exc)) from exc
+
+
 class WorkerServer(uvicorn.Server):
     """uvicorn's server, taught to drain the worker before it exits."""
 
@@ -160,6 +168,14 @@ async def serve(
     ) as store:
         worker = Worker(app=app, store=store, settings=settings, metrics=metrics)
         http = create_app(worker)
+        served_a2a = None
+        if settings.a2a:
+            require_a2a()
+            from durable_adk.a2a.mount import mount_a2a
+
+            served_a2a = await mount_a2a(
+                http, worker.runner, host=settings.host, port=settings.port
+            )
         config = uvicorn.Config(
             http,
             host=settings.host,
@@ -169,6 +185,22 @@ async def serve(
             timeout_graceful_shutdown=max(1, int(settings.drain_seconds)),
             access_log=False,
         )
-        server = WorkerServer(config, worker, on_ready=on_ready)
+        ready = on_ready
+        if served_a2a is not None:
+            served = served_a2a
+
+            def ready(server: WorkerServer) -> None:
+                served.card_names(f"http://{settings.host}:{server.bound_port()}/a2a")
+                if on_ready is not None:
+                    on_ready(server)
+
+        server = WorkerServer(config, worker, on_ready=ready)
         async with worker.running():
-            await server.serve()
+            if served_a2a is None:
+                await server.serve()
+                return
+            served_a2a.start()
+            try:
+                await server.serve()
+            finally:
+                await served_a2a.stop()

@@ -86,6 +86,9 @@ class ServiceSettings:
             (None: ``DURABLE_ADK_KEY_FILE`` if set, else values in clear).
         per_user_keys: Seal each user's rows under a data key of their own
             (needs keys), so ``shred_user`` can make them unreadable.
+        a2a: Serve the app over A2A too (needs the ``a2a`` extra): the agent
+            card at ``/.well-known/agent-card.json``, JSON-RPC at ``/a2a``,
+            every task a durable run (docs/a2a.md).
     """
 
     db: str
@@ -118,6 +121,7 @@ class ServiceSettings:
     compatible_versions: tuple[str, ...] = ()
     key_file: str | None = None
     per_user_keys: bool = False
+    a2a: bool = False
 
     def __post_init__(self) -> None:
         from durable_adk.versions import Serving  # refuses a bad declaration before anything runs

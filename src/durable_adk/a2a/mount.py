@@ -1,0 +1,26 @@
+"""``durable-adk serve --a2a``: the app's A2A routes beside the worker's run API.
+
+The agent card at ``/.well-known/agent-card.json`` (its capabilities say
+what this worker serves), JSON-RPC at ``/a2a``; every task is a durable run
+of the worker's own runner (:mod:`durable_adk.a2a`), so any worker on the
+same database answers tasks/get, tasks/resubscribe and tasks/cancel for any
+task. Imported only with ``--a2a``: the A2A SDK is the ``a2a`` extra.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from durable_adk.a2a.server import DurableA2aServer
+from durable_adk.adk.runner import DurableRunner
+
+RPC_PATH = "/a2a"
+
+
+async def mount_a2a(
+    http: FastAPI, runner: DurableRunner, *, host: str, port: int
+) -> DurableA2aServer:
+    """Adds the A2A routes of ``runner``'s app to a worker's HTTP app; returns the A2A server."""
+    served = DurableA2aServer(runner, rpc_url=f"http://{host}:{port}{RPC_PATH}")
+    http.router.routes.extend(await served.routes(rpc_path=RPC_PATH))
+    return served

@@ -1,0 +1,194 @@
+"""Tasks whose run ended while no worker watched: their end, published from the ledger.
+
+A worker killed while a task is working leaves the task WORKING; recovery
+(any worker's sweeper) finishes the run. :class:`TaskSync`, run by every
+A2A worker, finds the open tasks whose newest run has ended (one query,
+:meth:`~durable_adk.a2a_tables.tasks.A2aTable.to_sync`), rebuilds what the live
+executor would have published from the invocation's stored events (ADK's
+own converter and aggregator) and saves the task's end with its events,
+compare-and-swap on the version: a live writer that got there first wins and
+the sync moves on. Subscribers on any worker read those events from the
+stream (:class:`~durable_adk.a2a.stores.DurableEventStream`).
+
+A task linked to an invocation that has no run ``orphan_grace`` seconds
+later (the worker died between the link and the run's record) is failed
+with a reason: nothing ran, and nothing will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from a2a.auth.user import User
+from a2a.server.cluster.task_store import ConcurrentTaskModificationError
+from a2a.server.cluster.version import TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+from google.adk.a2a.executor.config import A2aAgentExecutorConfig
+from google.adk.a2a.executor.task_result_aggregator import TaskResultAggregator
+
+from durable_adk import errors
+from durable_adk.a2a import codec
+from durable_adk.a2a.executor import (
+    TASK_ID_KEY,
+    convert,
+    ending_events,
+    ids_metadata,
+    invocation_view,
+    status_event,
+)
+from durable_adk.a2a.stores import DurableVersionedTaskStore
+from durable_adk.a2a_tables.tasks import TaskToSync
+from durable_adk.adk.runner import DurableRunner
+
+logger = logging.getLogger("durable_adk.a2a")
+
+
+class _Owner(User):
+    """A ServerCallContext user standing for the task's stored owner."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def is_authenticated(self) -> bool:
+        return bool(self._name)
+
+    @property
+    def user_name(self) -> str:
+        return self._name
+
+
+def apply(task: Task, event: Event) -> None:
+    """Applies a status or artifact update to the task, as the SDK's task manager does."""
+    if isinstance(event, TaskStatusUpdateEvent):
+        if task.status.HasField("message"):
+            task.history.append(task.status.message)
+        task.status.CopyFrom(event.status)
+        for key, value in event.metadata.items():
+            task.metadata[key] = value
+    elif isinstance(event, TaskArtifactUpdateEvent):
+        for i, artifact in enumerate(task.artifacts):
+            if artifact.artifact_id == event.artifact.artifact_id:
+                task.artifacts[i].CopyFrom(event.artifact)
+                break
+        else:
+            task.artifacts.append(event.artifact)
+
+
+class TaskSync:
+    """Publishes the end of tasks whose run ended unwatched (see the module)."""
+
+    def __init__(
+        self,
+        runner: DurableRunner,
+        tasks: DurableVersionedTaskStore,
+        *,
+        active: set[str] | None = None,
+        config: A2aAgentExecutorConfig | None = None,
+        grace: float = 2.0,
+        orphan_grace: float = 30.0,
+        every: float = 1.0,
+    ) -> None:
+        """Binds the sync to the app's runner and task store.
+
+        Args:
+            runner: The app's DurableRunner (its ledger and sessions).
+            tasks: The task store whose rows it ends.
+            active: Tasks this process drives now (left to their drive).
+            config: ADK's converters (as the executor's).
+            grace: Seconds after a run's end before the sync takes its task
+                (the live drive publishes its own end first).
+            orphan_grace: Seconds a linked invocation may go without a run.
+            every: Seconds between two passes of :meth:`run`.
+        """
+        self.runner = runner
+        self.tasks = tasks
+        self.active = active if active is not None else set()
+        self.config = config or A2aAgentExecutorConfig()
+        self.grace = grace
+        self.orphan_grace = orphan_grace
+        self.every = every
+
+    async def once(self) -> int:
+        """One pass; returns how many tasks it ended."""
+        found = await self.tasks.table.to_sync(grace=self.grace, orphan_grace=self.orphan_grace)
+        done = 0
+        for item in found:
+            if item.task.task_id in self.active:
+                continue
+            try:
+                if await self._sync(item):
+                    done += 1
+            except errors.StoreError as exc:
+                logger.warning("task %s: could not publish its end yet: %s", item.task.task_id, exc)
+        return done
+
+    async def run(self) -> None:
+        """Passes every ``every`` seconds until cancelled."""
+        while True:
+            with contextlib.suppress(errors.StoreError):
+                await self.once()
+            await asyncio.sleep(self.every)
+
+    async def _sync(self, item: TaskToSync) -> bool:
+        task = codec.task_from_text(item.task.body)
+        linked = item.run
+        if linked.run_id is None:
+            events: list[Event] = [
+                status_event(
+                    task.id,
+                    task.context_id,
+                    TaskState.TASK_STATE_FAILED,
+                    text="the worker serving this task stopped before its run was recorded; "
+                    "nothing ran: send the message again with a new message id",
+                    metadata={TASK_ID_KEY: task.id},
+                )
+            ]
+        else:
+            run = await self.runner.ledger.get(linked.run_id)
+            if run is None:
+                return False
+            aggregator = await self._replay(
+                task, linked.user_id, linked.session_id, run.invocation_id
+            )
+            events = ending_events(
+                task.id, task.context_id, run, aggregator, ids_metadata(task.id, run)
+            )
+        if not events:
+            return False
+        version = TaskVersion(item.task.version)
+        context = ServerCallContext(user=_Owner(item.task.owner))
+        for event in events:
+            before = Task()
+            before.CopyFrom(task)
+            apply(task, event)
+            try:
+                version = await self.tasks.save(
+                    task, event=event, prev=before, prev_version=version, context=context
+                )
+            except ConcurrentTaskModificationError:
+                return False  # a live writer published first
+        logger.info("task %s: published its end (%s)", task.id, codec.state_name(task.status.state))
+        return True
+
+    async def _replay(
+        self, task: Task, user_id: str, session_id: str, invocation_id: str
+    ) -> TaskResultAggregator:
+        """The aggregator of the invocation's stored events, as the live drive built it."""
+        aggregator = TaskResultAggregator()
+        session = await self.runner.session_service.get_session(
+            app_name=self.runner.app_name, user_id=user_id, session_id=session_id
+        )
+        if session is None:
+            return aggregator
+        view = invocation_view(self.runner.app_name, user_id, session_id, invocation_id)
+        for event in session.events:
+            if event.invocation_id != invocation_id or event.author == "user":
+                continue
+            for converted in convert(self.config, event, view, task.id, task.context_id):
+                aggregator.process_event(converted)
+        return aggregator

@@ -1,0 +1,160 @@
+-- Durable A2A (issue 44): tasks, their events, the runs they drove, message
+-- ids taken, push configs. A task's state, version and the event that made the
+-- version are written in one unit.
+
+-- name: a2a_task_get
+SELECT task_id, app_name, owner, context_id, state, version, body
+  FROM a2a_tasks
+ WHERE task_id = :task_id AND app_name = :app_name AND owner = :owner;
+
+-- name: a2a_task_save guarded
+-- A save of a task (compare-and-swap on its version): :prev_version 0 is a
+-- first write; :force 1 writes whatever the stored version (the SDK's plain
+-- TaskStore); :canceling 1 moves a task that is not terminal to CANCELED
+-- whatever its version. Another owner's or app's task is never written. The
+-- event (a StreamResponse) that made the new version is stored with it.
+SELECT CASE
+         WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
+                       AND (app_name <> :app_name OR owner <> :owner)) THEN 'conflict'
+         WHEN :force = 1 THEN 'ok'
+         WHEN :canceling = 1 THEN
+              CASE WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
+                                 AND state NOT IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED',
+                                                   'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED'))
+                   THEN 'ok' ELSE 'conflict' END
+         WHEN :prev_version = 0 THEN
+              CASE WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id)
+                   THEN 'conflict' ELSE 'ok' END
+         WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
+                       AND version = :prev_version) THEN 'ok'
+         ELSE 'conflict' END AS status;
+INSERT INTO a2a_tasks (task_id, app_name, owner, context_id, state, version, body,
+                       created_at, updated_at)
+VALUES (:task_id, :app_name, :owner, :context_id, :state, 1, :body,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (task_id) DO UPDATE
+   SET state = excluded.state, body = excluded.body, context_id = excluded.context_id,
+       version = a2a_tasks.version + 1, updated_at = excluded.updated_at;
+INSERT INTO a2a_task_events (task_id, version, body, created_at)
+SELECT task_id, version, :event, updated_at FROM a2a_tasks
+ WHERE task_id = :task_id AND :event IS NOT NULL
+ON CONFLICT (task_id, version) DO NOTHING;
+SELECT 'ok' AS status, version FROM a2a_tasks WHERE task_id = :task_id;
+
+-- name: a2a_task_delete
+DELETE FROM a2a_task_events
+ WHERE task_id IN (SELECT task_id FROM a2a_tasks WHERE task_id = :task_id
+                    AND app_name = :app_name AND owner = :owner);
+DELETE FROM a2a_push_configs
+ WHERE task_id IN (SELECT task_id FROM a2a_tasks WHERE task_id = :task_id
+                    AND app_name = :app_name AND owner = :owner);
+DELETE FROM a2a_tasks WHERE task_id = :task_id AND app_name = :app_name AND owner = :owner;
+
+-- name: a2a_task_list
+-- One page of an owner's tasks, newest change first (:context_id and :state
+-- NULL: any), with how many match in all.
+SELECT task_id, version, body,
+       (SELECT COUNT(*) FROM a2a_tasks c
+         WHERE c.app_name = :app_name AND c.owner = :owner
+           AND (:context_id IS NULL OR c.context_id = :context_id)
+           AND (:state IS NULL OR c.state = :state)
+           AND (:updated_after IS NULL OR c.updated_at >= :updated_after)) AS total
+  FROM a2a_tasks
+ WHERE app_name = :app_name AND owner = :owner
+   AND (:context_id IS NULL OR context_id = :context_id)
+   AND (:state IS NULL OR state = :state)
+   AND (:updated_after IS NULL OR updated_at >= :updated_after)
+ ORDER BY updated_at DESC, task_id DESC
+ LIMIT :limit OFFSET :offset;
+
+-- name: a2a_event_publish
+-- An event a replica published that no save stored (a save stores its own).
+INSERT INTO a2a_task_events (task_id, version, body, created_at)
+VALUES (:task_id, :version, :body, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (task_id, version) DO NOTHING;
+
+-- name: a2a_events_after
+SELECT version, body FROM a2a_task_events
+ WHERE task_id = :task_id AND version > :after
+ ORDER BY version
+ LIMIT :limit;
+
+-- name: a2a_task_link_run
+-- The invocation a task drives (its first run, or a new turn it started).
+INSERT INTO a2a_task_runs (task_id, app_name, user_id, session_id, invocation_id, created_at)
+VALUES (:task_id, :app_name, :user_id, :session_id, :invocation_id,
+        (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (task_id, invocation_id) DO NOTHING;
+
+-- name: a2a_task_runs_of
+-- A task's invocations, newest last, each with its newest run.
+SELECT l.task_id, l.user_id, l.session_id, l.invocation_id, r.run_id, r.status,
+       r.last_error, r.classification
+  FROM a2a_task_runs l
+  LEFT JOIN runs r
+    ON r.pk = (SELECT MAX(pk) FROM runs x
+                WHERE x.app_name = l.app_name AND x.user_id = l.user_id
+                  AND x.session_id = l.session_id AND x.invocation_id = l.invocation_id)
+ WHERE l.task_id = :task_id AND l.app_name = :app_name
+ ORDER BY l.created_at, l.invocation_id;
+
+-- name: a2a_tasks_of_invocation
+SELECT l.task_id, t.state, t.context_id, t.owner
+  FROM a2a_task_runs l JOIN a2a_tasks t ON t.task_id = l.task_id
+ WHERE l.invocation_id = :invocation_id
+ ORDER BY l.created_at;
+
+-- name: a2a_tasks_to_sync
+-- Open tasks (submitted or working) of an app whose newest invocation's newest
+-- run has ended (at least :grace seconds ago, so a live drive publishes its own
+-- end first), or whose invocation has no run :orphan_grace seconds after the
+-- link (the worker died before the run was recorded).
+SELECT t.task_id, t.owner, t.context_id, t.state, t.version, t.body,
+       l.user_id, l.session_id, l.invocation_id, r.run_id, r.status AS run_status,
+       r.last_error, r.classification
+  FROM a2a_tasks t
+  JOIN a2a_task_runs l
+    ON l.task_id = t.task_id
+   AND l.invocation_id = (SELECT y.invocation_id FROM a2a_task_runs y WHERE y.task_id = t.task_id
+                           ORDER BY y.created_at DESC, y.invocation_id DESC LIMIT 1)
+  LEFT JOIN runs r
+    ON r.pk = (SELECT MAX(pk) FROM runs x
+                WHERE x.app_name = l.app_name AND x.user_id = l.user_id
+                  AND x.session_id = l.session_id AND x.invocation_id = l.invocation_id)
+ WHERE t.app_name = :app_name
+   AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')
+   AND ((r.status IN ('DONE', 'FAILED', 'CANCELLED', 'PAUSED')
+         AND r.updated_at <= (julianday('now') - 2440587.5) * 86400.0 - :grace)
+        OR (r.pk IS NULL
+            AND l.created_at <= (julianday('now') - 2440587.5) * 86400.0 - :orphan_grace))
+ LIMIT :limit;
+
+-- name: a2a_message_claim
+-- Takes a message id for a task in its context, or finds the task that took it.
+INSERT INTO a2a_messages (app_name, owner, context_id, message_id, task_id, nonce, created_at)
+VALUES (:app_name, :owner, :context_id, :message_id, :task_id, :nonce,
+        (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (app_name, owner, context_id, message_id) DO NOTHING;
+SELECT task_id, nonce FROM a2a_messages
+ WHERE app_name = :app_name AND owner = :owner AND context_id = :context_id
+   AND message_id = :message_id;
+
+-- name: a2a_push_set
+INSERT INTO a2a_push_configs (task_id, owner, config_id, body, created_at)
+VALUES (:task_id, :owner, :config_id, :body, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (task_id, owner, config_id) DO UPDATE SET body = excluded.body;
+
+-- name: a2a_push_get
+SELECT config_id, body FROM a2a_push_configs
+ WHERE task_id = :task_id AND owner = :owner
+ ORDER BY created_at, config_id;
+
+-- name: a2a_push_for_dispatch
+SELECT owner, config_id, body FROM a2a_push_configs
+ WHERE task_id = :task_id
+ ORDER BY created_at, config_id;
+
+-- name: a2a_push_delete
+DELETE FROM a2a_push_configs
+ WHERE task_id = :task_id AND owner = :owner
+   AND (:config_id IS NULL OR config_id = :config_id);
