@@ -116,7 +116,8 @@ async def test_a_cancel_overwrites_a_live_task_but_not_an_ended_one(store: Store
         context=ALICE,
     )
     assert cancelled == ["t1"]
-    # the live writer's next save from v1 is refused; a second cancel too
+    # the live writer's next save from v1 is refused, from the new version too (a
+    # terminal task is never written again); a second cancel too
     with pytest.raises(ConcurrentTaskModificationError):
         await tasks.save(
             task("t1", TaskState.TASK_STATE_COMPLETED),
@@ -131,6 +132,16 @@ async def test_a_cancel_overwrites_a_live_task_but_not_an_ended_one(store: Store
             event=None,
             prev=None,
             prev_version=TaskVersion.MISSING,
+            context=ALICE,
+        )
+    now = await tasks.get("t1", ALICE)
+    assert now is not None
+    with pytest.raises(ConcurrentTaskModificationError):
+        await tasks.save(
+            task("t1", TaskState.TASK_STATE_WORKING),
+            event=None,
+            prev=None,
+            prev_version=now.version,
             context=ALICE,
         )
     assert cancelled == ["t1"]

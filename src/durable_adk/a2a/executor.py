@@ -21,6 +21,7 @@ recorded with it (``a2a_task_runs``); every status update carries
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -297,6 +298,11 @@ class DurableA2aExecutor(AgentExecutor):
                 "task %s: run %s was taken over; its new owner ends it", task_id, run.run_id
             )
             return
+        except asyncio.CancelledError:
+            # The SDK stops this drive when the task was canceled elsewhere (its
+            # save found the task CANCELED): the run is cancelled too, at once.
+            await asyncio.shield(self._cancel_if_canceled(task_id))
+            raise
         except errors.RunCancelled:
             pass
         except Exception:
@@ -313,6 +319,13 @@ class DurableA2aExecutor(AgentExecutor):
             return  # cancel() publishes the canceled state
         for event in ending_events(task_id, context_id, ended, aggregator, metadata):
             await queue.enqueue_event(event)
+
+    async def _cancel_if_canceled(self, task_id: str) -> None:
+        """Cancels the task's runs when its stored state is CANCELED."""
+        for owner_task in await self.table.tasks_state(task_id):
+            if owner_task == "TASK_STATE_CANCELED":
+                await cancel_task_runs(self.runner, self.table, task_id)
+                return
 
     async def _submit(
         self, task_id: str, user_id: str, session_id: str, content: types.Content
@@ -356,6 +369,9 @@ async def cancel_task_runs(runner: DurableRunner, table: A2aTable, task_id: str)
         if linked.run_id is None or linked.status in ("DONE", "FAILED", "CANCELLED"):
             continue
         try:
-            await runner.cancel(linked.run_id, by="a2a", reason=f"tasks/cancel of task {task_id}")
+            outcome = await runner.cancel(
+                linked.run_id, by="a2a", reason=f"tasks/cancel of task {task_id}"
+            )
         except errors.NotFound:
             continue
+        logger.info("task %s: cancel of run %s: %s", task_id, linked.run_id, outcome)

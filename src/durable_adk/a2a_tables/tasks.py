@@ -229,6 +229,13 @@ class A2aTable:
         )
         return [_task_run(r) for r in rows]
 
+    async def tasks_state(self, task_id: str) -> list[str]:
+        """The stored state of the task, whoever owns it (empty: no such task)."""
+        rows = await self.store.fetch(
+            "a2a_task_state", {"task_id": task_id, "app_name": self.app_name}
+        )
+        return [r["state"] for r in rows]
+
     async def tasks_of_invocation(self, invocation_id: str) -> list[str]:
         """The tasks that drove an invocation (usually one)."""
         rows = await self.store.fetch("a2a_tasks_of_invocation", {"invocation_id": invocation_id})

@@ -7,11 +7,15 @@ SELECT task_id, app_name, owner, context_id, state, version, body
   FROM a2a_tasks
  WHERE task_id = :task_id::text AND app_name = :app_name::text AND owner = :owner::text;
 
+-- name: a2a_task_state
+SELECT state FROM a2a_tasks WHERE task_id = :task_id::text AND app_name = :app_name::text;
+
 -- name: a2a_task_save
 -- A save of a task (compare-and-swap on its version): :prev_version 0 is a
 -- first write; :force 1 writes whatever the stored version (the SDK's plain
 -- TaskStore); :canceling 1 moves a task that is not terminal to CANCELED
--- whatever its version. Another owner's or app's task is never written. The
+-- whatever its version. A terminal task is never written again (a late event
+-- of a canceled task changes nothing), nor another owner's or app's. The
 -- event (a StreamResponse) that made the new version is stored with it. The
 -- stored row is locked first, so two saves from one version: one wins.
 WITH cur AS (
@@ -21,6 +25,9 @@ WITH cur AS (
     SELECT 1 AS one
      WHERE NOT EXISTS (SELECT 1 FROM cur WHERE app_name <> :app_name::text
                                             OR owner <> :owner::text)
+       AND (:force::int = 1 OR NOT EXISTS (
+            SELECT 1 FROM cur WHERE state IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED',
+                                              'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED')))
        AND CASE
              WHEN :force::int = 1 THEN true
              WHEN :canceling::int = 1 THEN EXISTS (

@@ -7,16 +7,23 @@ SELECT task_id, app_name, owner, context_id, state, version, body
   FROM a2a_tasks
  WHERE task_id = :task_id AND app_name = :app_name AND owner = :owner;
 
+-- name: a2a_task_state
+SELECT state FROM a2a_tasks WHERE task_id = :task_id AND app_name = :app_name;
+
 -- name: a2a_task_save guarded
 -- A save of a task (compare-and-swap on its version): :prev_version 0 is a
 -- first write; :force 1 writes whatever the stored version (the SDK's plain
 -- TaskStore); :canceling 1 moves a task that is not terminal to CANCELED
--- whatever its version. Another owner's or app's task is never written. The
+-- whatever its version. A terminal task is never written again (a late event
+-- of a canceled task changes nothing), nor another owner's or app's. The
 -- event (a StreamResponse) that made the new version is stored with it.
 SELECT CASE
          WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
                        AND (app_name <> :app_name OR owner <> :owner)) THEN 'conflict'
          WHEN :force = 1 THEN 'ok'
+         WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
+                       AND state IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED',
+                                     'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED')) THEN 'conflict'
          WHEN :canceling = 1 THEN
               CASE WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
                                  AND state NOT IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED',

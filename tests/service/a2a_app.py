@@ -1,0 +1,114 @@
+"""The agent the A2A service tests serve: invoices through a counting billing service.
+
+``invoice N`` makes the scripted model call ``send_invoice`` (journaled by
+``invoice:N``, one invoice in the billing service at ``$DADK_BILLING_URL``),
+then say ``N sent``. With ``$DADK_GO_DIR`` set, the tool writes
+``N.reached`` there and waits for ``N.go`` before it acts, so a test can
+kill the worker in the middle of the tool. ``slow invoice N`` first calls
+``prepare_invoice`` (no outside act, waits for ``N.go`` the same way), then
+``send_invoice``. ``approve N`` calls
+``approve_invoice``, which asks for a person's confirmation first (the task
+is input-required until the client answers), then says ``N approved``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.models.llm_request import LlmRequest
+
+from durable_adk import journaled
+from durable_adk.demo.service_app import EveryTurn, last_user_text
+from durable_adk.testing import Call, Say, ScriptedModel
+from durable_adk.testing.fakes.clients import BillingClient
+from durable_adk.testing.scripted_model import Turn
+
+APP_NAME = "invoicer"
+
+
+def _billing() -> BillingClient:
+    return BillingClient(os.environ["DADK_BILLING_URL"])
+
+
+def find_invoice(idempotency_key: str) -> Any:
+    return _billing().find_invoice(idempotency_key)
+
+
+async def _wait_for_go(invoice_id: str) -> None:
+    folder = os.environ.get("DADK_GO_DIR")
+    if not folder:
+        return
+    (Path(folder) / f"{invoice_id}.reached").write_text("reached")
+    deadline = time.monotonic() + 120
+    while not (Path(folder) / f"{invoice_id}.go").exists() and time.monotonic() < deadline:  # noqa: ASYNC110 - another process writes the file
+        await asyncio.sleep(0.05)
+
+
+@journaled(key="invoice:{invoice_id}", lookup=find_invoice)
+async def send_invoice(invoice_id: str, idempotency_key: str) -> dict[str, Any]:
+    """Sends invoice ``invoice_id`` (once, whatever crashes)."""
+    await _wait_for_go(invoice_id)
+    invoice = await asyncio.to_thread(
+        _billing().create_invoice, invoice_id, "acme", 10.0, idempotency_key
+    )
+    return {"invoice": invoice["id"]}
+
+
+async def prepare_invoice(invoice_id: str) -> dict[str, Any]:
+    """Prepares invoice ``invoice_id`` (no outside act; waits like send_invoice)."""
+    await _wait_for_go(invoice_id)
+    return {"prepared": invoice_id}
+
+
+@journaled(key="approve:{invoice_id}", lookup=find_invoice, require_confirmation=True)
+async def approve_invoice(invoice_id: str, idempotency_key: str) -> dict[str, Any]:
+    """Approves and sends invoice ``invoice_id`` once a person confirmed."""
+    invoice = await asyncio.to_thread(
+        _billing().create_invoice, invoice_id, "acme", 20.0, idempotency_key
+    )
+    return {"approved": invoice["id"]}
+
+
+def _answered(request: LlmRequest) -> str | None:
+    last = request.contents[-1] if request.contents else None
+    for part in (last.parts or ()) if last is not None else ():
+        response = part.function_response
+        if response is not None and response.name in (
+            "prepare_invoice",
+            "send_invoice",
+            "approve_invoice",
+        ):
+            return response.name
+    return None
+
+
+def _step(request: LlmRequest) -> Turn:
+    words = last_user_text(request).split()
+    invoice_id = words[-1] if words else "X"
+    answered = _answered(request)
+    if answered == "prepare_invoice":
+        return Call("send_invoice", {"invoice_id": invoice_id})
+    if answered == "send_invoice":
+        return Say(f"{invoice_id} sent")
+    if answered == "approve_invoice":
+        return Say(f"{invoice_id} approved")
+    if words and words[0] == "slow":
+        return Call("prepare_invoice", {"invoice_id": invoice_id})
+    if words and words[0] == "approve":
+        return Call("approve_invoice", {"invoice_id": invoice_id})
+    return Call("send_invoice", {"invoice_id": invoice_id})
+
+
+def app() -> LlmAgent:
+    """The invoicer (a fresh agent and model per call)."""
+    return LlmAgent(
+        name=APP_NAME,
+        model=ScriptedModel({APP_NAME: EveryTurn(_step)}),
+        instruction="Send invoices with send_invoice.",
+        tools=[prepare_invoice, send_invoice, approve_invoice],
+    )

@@ -1,0 +1,169 @@
+"""Helpers of the A2A service tests: ``durable-adk serve --a2a`` workers and the SDK's client."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from a2a.client import ClientConfig, ClientFactory
+from a2a.client.card_resolver import A2ACardResolver
+from a2a.client.client import Client
+from a2a.types import (
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+)
+
+from durable_adk.store import open_store
+from durable_adk.tables.ledger import Run, RunLedger
+
+HERE = Path(__file__).parent
+APP = "a2a_app:app"
+TOKEN = "a2a-test-token"
+
+
+@dataclass
+class A2aWorker:
+    """A ``durable-adk serve --a2a`` child process and its address."""
+
+    process: subprocess.Popen[str]
+    base_url: str
+    lines: list[str]
+
+    def kill(self) -> None:
+        """SIGKILL: nothing handed back."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(30)
+
+
+def start_worker(db: str, worker_id: str, env: dict[str, str]) -> A2aWorker:
+    """Starts a worker serving the invoicer over A2A; returns once it listens."""
+    command = [
+        sys.executable, "-m", "durable_adk.cli", "serve", APP, "--a2a",
+        "--db", db, "--port", "0", "--token", TOKEN, "--worker-id", worker_id,
+        "--lease", "2", "--sweep-interval", "0.2", "--drain-seconds", "1",
+        "--max-body-bytes", "65536",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=HERE,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 90
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("listening on "):
+            url = line.split()[-1]
+            threading.Thread(target=_drain, args=(process, lines), daemon=True).start()
+            return A2aWorker(process, url, lines)
+    process.kill()
+    raise AssertionError("serve --a2a did not start:\n" + "".join(lines))
+
+
+def _drain(process: subprocess.Popen[str], lines: list[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+
+
+@contextlib.contextmanager
+def workers(db: str, env: dict[str, str], *names: str) -> Iterator[list[A2aWorker]]:
+    started: list[A2aWorker] = []
+    try:
+        for name in names:
+            started.append(start_worker(db, name, env))
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+@contextlib.asynccontextmanager
+async def a2a_client(base_url: str, *, streaming: bool = False) -> AsyncIterator[Client]:
+    """The SDK's client for the worker at ``base_url`` (from its agent card)."""
+    async with httpx.AsyncClient(timeout=60) as http:
+        card = await A2ACardResolver(http, base_url).get_agent_card()
+        yield ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+
+
+def message(
+    text: str, *, context_id: str = "", task_id: str = "", message_id: str | None = None
+) -> Message:
+    return Message(
+        message_id=message_id or uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        context_id=context_id,
+        task_id=task_id,
+        parts=[Part(text=text)],
+    )
+
+
+async def send(client: Client, msg: Message, *, return_immediately: bool = False) -> Task:
+    """Sends ``msg``; returns the task of the last response."""
+    request = SendMessageRequest(
+        message=msg, configuration=SendMessageConfiguration(return_immediately=return_immediately)
+    )
+    found: Task | None = None
+    async for response in client.send_message(request):
+        if response.HasField("task"):
+            found = response.task
+    assert found is not None, "no task in the answer"
+    return found
+
+
+async def stream(client: Client, msg: Message) -> list[StreamResponse]:
+    request = SendMessageRequest(message=msg)
+    return [response async for response in client.send_message(request)]
+
+
+def answer_text(task: Task) -> str:
+    return "".join(p.text for a in task.artifacts for p in a.parts)
+
+
+async def runs_of(db: str, app_name: str = "invoicer") -> list[Run]:
+    async with open_store(db) as store:
+        found = await RunLedger(store).list_runs(limit=1000)
+    return [r for r in found if r.app_name == app_name]
+
+
+def wait_for_file(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def meta(task: Task, key: str) -> Any:
+    return task.metadata.get(key, None)
