@@ -166,4 +166,4 @@ def wait_for_file(path: Path, timeout: float = 60.0) -> None:
 
 
 def meta(task: Task, key: str) -> Any:
-    return task.metadata.get(key, None)
+    return task.metadata[key] if key in task.metadata else None  # noqa: SIM401 - a Struct has no get
