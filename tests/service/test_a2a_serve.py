@@ -11,10 +11,19 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
+from a2a.types import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
 from a2a.utils.errors import UnsupportedOperationError
 from a2a_support import (
     a2a_client,
@@ -27,6 +36,8 @@ from a2a_support import (
     wait_for_file,
     workers,
 )
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
 
 from durable_adk.testing.fakes.process import FakeService
 
@@ -214,3 +225,53 @@ async def test_bad_input_gets_the_a2a_error_and_changes_nothing(
             assert "error" in to_done.json(), to_done.json()
         assert len(await runs_of(store_url)) == before
         assert billing.acts("invoices", "create") == 1
+
+
+def _confirmation_call(task: Task) -> dict[str, Any]:
+    """The adk_request_confirmation call the input-required task asks about."""
+    for part in task.status.message.parts:
+        if part.HasField("data"):
+            data = MessageToDict(part.data)
+            if data.get("name") == "adk_request_confirmation":
+                return dict(data)
+    raise AssertionError(f"no confirmation asked in {task.status}")
+
+
+def _confirm(task: Task, call: dict[str, Any], message_id: str) -> Message:
+    data = Value()
+    ParseDict({"id": call["id"], "name": call["name"], "response": {"confirmed": True}}, data)
+    return Message(
+        message_id=message_id,
+        role=Role.ROLE_USER,
+        task_id=task.id,
+        context_id=task.context_id,
+        parts=[Part(data=data, metadata={"adk_type": "function_response"})],
+    )
+
+
+async def test_input_required_is_answered_once_across_a_restart(
+    store_url: str, tmp_path: Path, billing: FakeService
+) -> None:
+    env = {"DADK_BILLING_URL": billing.url}
+    with workers(store_url, env, "w1") as (w1,):
+        async with a2a_client(w1.base_url) as client:
+            asked = await send(client, message("approve P1"))
+        assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        call = _confirmation_call(asked)
+        w1.kill()
+    assert [r.status.value for r in await runs_of(store_url)] == ["PAUSED"]
+    with workers(store_url, env, "w2") as (w2,):
+        async with a2a_client(w2.base_url) as client:
+            answer = _confirm(asked, call, "answer-1")
+            done = await send(client, answer)
+            assert done.id == asked.id
+            assert done.status.state == TaskState.TASK_STATE_COMPLETED
+            assert answer_text(done) == "P1 approved"
+            # the same answer again (its message id taken): the task as it stands
+            again = await send(client, answer)
+            assert again.id == asked.id
+            assert again.status.state == TaskState.TASK_STATE_COMPLETED
+    runs = await runs_of(store_url)
+    assert sorted(r.status.value for r in runs) == ["DONE", "DONE"]
+    assert {r.invocation_id for r in runs} == {meta(asked, "durable_adk_invocation_id")}
+    assert billing.acts("invoices", "create") == 1
