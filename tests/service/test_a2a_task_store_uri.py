@@ -1,4 +1,4 @@
-"""get_fast_api_app(task_store_uri=...): a durable+ URI gives the task store on the runs database."""
+"""get_fast_api_app(task_store_uri=...): a durable+ URI gives the task store on the runs DB."""
 
 from __future__ import annotations
 
