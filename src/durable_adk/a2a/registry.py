@@ -19,9 +19,13 @@ ended by the task sync; ``durable-adk serve --a2a`` and :func:`to_a2a` do both.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from google.adk.cli.service_registry import ServiceRegistry, get_service_registry
+from google.adk.cli.service_registry import (
+    ServiceFactory,
+    ServiceRegistry,
+    get_service_registry,
+)
 
 from durable_adk.a2a.stores import DurableVersionedTaskStore
 from durable_adk.adk.servers.uri import SCHEMES, LazyStore, store_url
@@ -48,4 +52,7 @@ def register_task_store_uris(registry: ServiceRegistry | None = None) -> None:
     """
     target = registry if registry is not None else get_service_registry()
     for scheme in SCHEMES:
-        target._register_task_store_service(scheme, task_store_from_uri)
+        # ADK types its factories as making sessions, artifacts or memories; its
+        # task store registry (the only way in) takes any maker of a task store.
+        factory = cast(ServiceFactory, task_store_from_uri)
+        target._register_task_store_service(scheme, factory)
