@@ -42,6 +42,7 @@ from google.adk.a2a.utils.agent_card_builder import AgentCardBuilder
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from durable_adk import errors
 from durable_adk.a2a import codec
 from durable_adk.a2a.executor import DurableA2aExecutor, cancel_task_runs
 from durable_adk.a2a.stores import (
@@ -51,6 +52,7 @@ from durable_adk.a2a.stores import (
 )
 from durable_adk.a2a.sync import TaskSync
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.store import open_store
 
 logger = logging.getLogger("durable_adk.a2a")
 
@@ -285,46 +287,72 @@ class DurableA2aServer:
 
 
 def to_a2a(
-    runner: DurableRunner,
+    agent: Any = None,
     *,
+    db: str | None = None,
+    runner: DurableRunner | None = None,
     host: str = "localhost",
     port: int = 8000,
     protocol: str = "http",
     rpc_path: str = "",
     agent_card: AgentCard | None = None,
     config: A2aAgentExecutorConfig | None = None,
+    **runner_options: Any,
 ) -> Starlette:
-    """ADK's ``to_a2a`` with durable tasks: a Starlette app serving ``runner``'s app over A2A.
+    """ADK's ``to_a2a`` with durable tasks: a Starlette app serving an agent over A2A.
 
-    The runner's background loops (recovery, resumer) and the task sync run
-    for the app's lifespan. Serve it with uvicorn (``uvicorn module:app``);
-    run several behind one address on PostgreSQL and any of them answers
-    for any task.
+    Either ``agent`` (an ADK App or root agent) with ``db`` (the store URL; the
+    store is opened and a DurableRunner made when the app starts), or a
+    ``runner`` made by the caller on an open store. The runner's background
+    loops (recovery, resumer) and the task sync run for the app's lifespan.
+    Serve it with uvicorn (``uvicorn module:app``); run several on one
+    PostgreSQL behind one address and any of them answers for any task.
 
     Args:
-        runner: The app's DurableRunner (its store holds runs and tasks).
+        agent: The ADK App or root agent (with ``db``).
+        db: ``sqlite:///path.db`` or ``postgresql://...`` (with ``agent``).
+        runner: A DurableRunner instead of ``agent`` and ``db``.
         host: The host the built card names.
         port: The port the built card names.
         protocol: ``http`` or ``https``, for the card.
         rpc_path: A path prefix the routes are mounted under (``""``: the root).
         agent_card: A card to serve instead of the built one.
         config: ADK's converters (``A2aAgentExecutorConfig``).
-    """
-    prefix = "/" + rpc_path.strip("/") if rpc_path.strip("/") else ""
-    server = DurableA2aServer(
-        runner, agent_card=agent_card, rpc_url=f"{protocol}://{host}:{port}{prefix}/", config=config
-    )
+        **runner_options: More DurableRunner arguments (with ``agent``), e.g.
+            ``lease=``, ``idempotent_tools=``.
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    Raises:
+        durable_adk.errors.InvalidArgument: Neither or both of ``runner`` and
+            ``agent`` with ``db``.
+    """
+    by_runner = runner is not None and agent is None and db is None
+    by_agent = runner is None and agent is not None and db is not None
+    if not (by_runner or by_agent):
+        raise errors.InvalidArgument("to_a2a takes a runner, or an agent with db=")
+    prefix = "/" + rpc_path.strip("/") if rpc_path.strip("/") else ""
+    rpc_url = f"{protocol}://{host}:{port}{prefix}/"
+
+    async def serve(app: Starlette, made: DurableRunner) -> AsyncIterator[None]:
+        server = DurableA2aServer(made, agent_card=agent_card, rpc_url=rpc_url, config=config)
+        app.state.durable_a2a = server
         app.router.routes.extend(await server.routes(prefix))
-        async with runner:
+        async with made:
             server.start()
             try:
                 yield
             finally:
                 await server.stop()
 
-    app = Starlette(lifespan=lifespan)
-    app.state.durable_a2a = server
-    return app
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if runner is not None:
+            async for _ in serve(app, runner):
+                yield
+            return
+        assert db is not None
+        async with open_store(db) as store:
+            made = DurableRunner(app=agent, store=store, **runner_options)
+            async for _ in serve(app, made):
+                yield
+
+    return Starlette(lifespan=lifespan)
