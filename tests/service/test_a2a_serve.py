@@ -8,6 +8,9 @@ issue 44 it reproduces.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +71,14 @@ async def test_a_task_is_a_run_and_a_resent_message_id_starts_nothing(
                 task.context_id,
             )
             assert run.status.value == "DONE"
+            # the run names its task: durable-adk runs show
+            shown = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "durable_adk.cli", "runs", "show", run.run_id,
+                 "--db", store_url, "--json"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert json.loads(shown.stdout)["a2a_tasks"] == [task.id], shown.stderr
             # the same message id again: the task it started, nothing run again
             again = await send(client, first)
             assert again.id == task.id and again.status.state == TaskState.TASK_STATE_COMPLETED

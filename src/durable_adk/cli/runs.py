@@ -141,6 +141,8 @@ def runs_show(
     ]
     if detail.get("wakes_at") is not None:
         fields.append(["wakes at", _when(detail["wakes_at"])])
+    if detail.get("a2a_tasks"):
+        fields.append(["A2A tasks", ", ".join(detail["a2a_tasks"])])
     finding = detail.get("finding")
     if finding:
         fields.append(["classifier now", f"{finding['cls']}: {finding['reason']}"])

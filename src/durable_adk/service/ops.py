@@ -23,6 +23,7 @@ import pydantic_core
 from google.adk.events.event import Event
 
 from durable_adk import errors
+from durable_adk.a2a_tables.tasks import A2aTable
 from durable_adk.adk.eventlog.classify import NodeKind, classify
 from durable_adk.adk.eventlog.stored import load_event
 from durable_adk.adk.eventlog.unreadable import (
@@ -169,6 +170,7 @@ class RunDetail:
         note: Why there is no finding, when there is none.
         wakes_at: When its durable sleep is due (its invocation's earliest
             open timer, database clock), None when it sleeps on none.
+        a2a_tasks: The A2A tasks whose run this is (served with ``--a2a``).
     """
 
     run: Run
@@ -179,6 +181,7 @@ class RunDetail:
     attempts: tuple[Attempt, ...] = ()
     note: str | None = None
     wakes_at: float | None = None
+    a2a_tasks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +345,9 @@ class Operations:
             attempts=attempts_of(events),
             note=note,
             wakes_at=await JobTable(self.store).wakes_at(run.invocation_id),
+            a2a_tasks=tuple(
+                await A2aTable(self.store, run.app_name).tasks_of_invocation(run.invocation_id)
+            ),
         )
 
     async def retry(self, run_id: str, *, by: str = "operator", reason: str | None = None) -> Run:

@@ -221,6 +221,10 @@ class RunDetailOut(_Out):
     attempts: list[AttemptOut] = Field(
         description="Its holders by fencing epoch, from its events' stamps, oldest first."
     )
+    a2a_tasks: list[str] = Field(
+        default_factory=list,
+        description="The A2A tasks whose run this is (durable-adk serve --a2a).",
+    )
     wakes_at: float | None = Field(
         default=None,
         description="When its durable sleep is due (epoch seconds, database clock), if it sleeps.",
@@ -369,6 +373,7 @@ def detail_out(detail: RunDetail) -> RunDetailOut:
         request=json.loads(detail.run.request),
         note=detail.note,
         wakes_at=detail.wakes_at,
+        a2a_tasks=list(detail.a2a_tasks),
         actions=[action_out(a) for a in detail.actions],
         attempts=[AttemptOut.model_validate(a, from_attributes=True) for a in detail.attempts],
         finding=None
