@@ -278,3 +278,52 @@ async def test_push_configs_are_the_owners_own_and_all_go_to_dispatch(store: Sto
     assert len(await configs.get_info_for_dispatch("t1")) == 2
     await configs.delete_info("t1", ALICE)
     assert [c.id for c in await configs.get_info_for_dispatch("t1")] == ["b"]
+
+
+async def test_a_save_owes_a_push_per_config_and_the_outbox_retries_then_gives_up(
+    store: Store,
+) -> None:
+    from durable_adk.a2a_tables.outbox import PushOutbox
+
+    configs = DurablePushConfigStore(store, "app")
+    await configs.set_info(
+        "t1", TaskPushNotificationConfig(url="http://127.0.0.1:9/x", token="tok"), ALICE
+    )
+    tasks = DurableVersionedTaskStore(store, "app")
+    v1 = await tasks.save(
+        task("t1", TaskState.TASK_STATE_SUBMITTED),
+        event=task("t1", TaskState.TASK_STATE_SUBMITTED),
+        prev=None,
+        prev_version=TaskVersion.MISSING,
+        context=ALICE,
+    )
+    # a refused save owes nothing
+    with pytest.raises(ConcurrentTaskModificationError):
+        await tasks.save(
+            task("t1", TaskState.TASK_STATE_WORKING),
+            event=status("t1", TaskState.TASK_STATE_WORKING),
+            prev=None,
+            prev_version=TaskVersion.MISSING,
+            context=ALICE,
+        )
+    await tasks.save(
+        task("t1", TaskState.TASK_STATE_WORKING),
+        event=status("t1", TaskState.TASK_STATE_WORKING),
+        prev=None,
+        prev_version=v1,
+        context=ALICE,
+    )
+    outbox = PushOutbox(store, "app")
+    taken = await outbox.claim(lease=30)
+    assert [(p.version, p.attempts) for p in taken] == [(1, 1), (2, 1)]
+    assert taken[0].idempotency_key == "t1:1:t1"
+    assert await outbox.claim(lease=30) == []  # leased: nobody else takes them
+    await outbox.sent(taken[0])
+    await outbox.failed(taken[1], error="HTTP 503", backoff=0, max_attempts=2)
+    (again,) = await outbox.claim(lease=30)
+    assert (again.version, again.attempts) == (2, 2)
+    await outbox.failed(again, error="HTTP 503", backoff=0, max_attempts=2)
+    assert await outbox.claim(lease=30) == []
+    listed = {(r.version, r.status, r.last_error) for r in await outbox.list_pushes()}
+    assert listed == {(1, "SENT", None), (2, "DEAD", "HTTP 503")}
+    assert [r.version for r in await outbox.list_pushes(status="DEAD")] == [2]

@@ -45,6 +45,7 @@ from starlette.routing import BaseRoute
 from durable_adk import errors
 from durable_adk.a2a import codec
 from durable_adk.a2a.executor import DurableA2aExecutor, cancel_task_runs
+from durable_adk.a2a.push import PushDelivery
 from durable_adk.a2a.stores import (
     DurableEventStream,
     DurablePushConfigStore,
@@ -189,6 +190,7 @@ class DurableA2aServer:
         config: A2aAgentExecutorConfig | None = None,
         sync_grace: float = 2.0,
         sync_every: float = 1.0,
+        push_options: dict[str, Any] | None = None,
     ) -> None:
         """Builds the executor, stores, handler and sync of the app.
 
@@ -201,6 +203,8 @@ class DurableA2aServer:
             config: ADK's converters.
             sync_grace: Seconds after a run's end before the task sync takes it.
             sync_every: Seconds between the task sync's passes.
+            push_options: :class:`~durable_adk.a2a.push.PushDelivery`'s
+                settings (back-off, attempts, timeout).
         """
         self.runner = runner
         self.executor = DurableA2aExecutor(runner, config=config)
@@ -217,10 +221,11 @@ class DurableA2aServer:
             grace=sync_grace,
             every=sync_every,
         )
+        self.push = PushDelivery(runner.store, runner.app_name, **(push_options or {}))
         self.rpc_url = rpc_url
         self._card = agent_card
         self._handler: DurableRequestHandler | None = None
-        self._sync_task: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
 
     async def _cancel_runs(self, task_id: str) -> None:
         await cancel_task_runs(self.runner, self.tasks.table, task_id)
@@ -230,9 +235,7 @@ class DurableA2aServer:
         if self._card is None:
             card = await AgentCardBuilder(agent=self.runner.agent, rpc_url=self.rpc_url).build()
             self._card = card
-        self._card.capabilities.CopyFrom(
-            AgentCapabilities(streaming=True, push_notifications=False)
-        )
+        self._card.capabilities.CopyFrom(AgentCapabilities(streaming=True, push_notifications=True))
         return self._card
 
     async def handler(self) -> DurableRequestHandler:
@@ -271,15 +274,19 @@ class DurableA2aServer:
             interface.url = url
 
     def start(self) -> None:
-        """Starts the task sync in this event loop."""
-        if self._sync_task is None:
-            self._sync_task = asyncio.create_task(self.sync.run(), name="durable-adk-a2a-sync")
+        """Starts the task sync and the push delivery in this event loop."""
+        if not self._loops:
+            self._loops = [
+                asyncio.create_task(self.sync.run(), name="durable-adk-a2a-sync"),
+                asyncio.create_task(self.push.run(), name="durable-adk-a2a-push"),
+            ]
 
     async def stop(self) -> None:
-        """Stops the task sync and releases the handler's tasks."""
-        task, self._sync_task = self._sync_task, None
-        if task is not None:
+        """Stops the task sync and the push delivery, and releases the handler's tasks."""
+        loops, self._loops = self._loops, []
+        for task in loops:
             task.cancel()
+        for task in loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._handler is not None:

@@ -16,7 +16,8 @@ SELECT state FROM a2a_tasks WHERE task_id = :task_id::text AND app_name = :app_n
 -- TaskStore); :canceling 1 moves a task that is not terminal to CANCELED
 -- whatever its version. A terminal task is never written again (a late event
 -- of a canceled task changes nothing), nor another owner's or app's. The
--- event (a StreamResponse) that made the new version is stored with it. The
+-- event (a StreamResponse) that made the new version is stored with it, and
+-- queued in the push outbox for each push config of the task. The
 -- stored row is locked first, so two saves from one version: one wins.
 WITH cur AS (
     SELECT version, state, app_name, owner FROM a2a_tasks
@@ -53,6 +54,14 @@ WITH cur AS (
     SELECT :task_id::text, version, :event::text, updated_at FROM up
      WHERE :event::text IS NOT NULL
     ON CONFLICT (task_id, version) DO NOTHING
+), push AS (
+    INSERT INTO a2a_push_outbox (app_name, task_id, owner, config_id, version, config, body,
+                                 status, attempts, next_attempt_at, created_at)
+    SELECT :app_name::text, p.task_id, p.owner, p.config_id, up.version, p.body, :event::text,
+           'PENDING', 0, up.updated_at, up.updated_at
+      FROM a2a_push_configs p, up
+     WHERE p.task_id = :task_id::text AND :event::text IS NOT NULL
+    ON CONFLICT (task_id, owner, config_id, version) DO NOTHING
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 'ok' ELSE 'conflict' END AS status,
        (SELECT version FROM up) AS version;
@@ -179,3 +188,37 @@ SELECT owner, config_id, body FROM a2a_push_configs
 DELETE FROM a2a_push_configs
  WHERE task_id = :task_id::text AND owner = :owner::text
    AND (:config_id::text IS NULL OR config_id = :config_id::text);
+
+-- name: a2a_push_claim
+-- Takes the app's due pushes for :lease seconds (a delivery that dies with its
+-- worker is taken again after it), counting the attempt.
+UPDATE a2a_push_outbox
+   SET attempts = attempts + 1,
+       next_attempt_at = extract(epoch FROM clock_timestamp()) + :lease::float8
+ WHERE pk IN (SELECT pk FROM a2a_push_outbox
+               WHERE app_name = :app_name::text AND status = 'PENDING'
+                 AND next_attempt_at <= extract(epoch FROM clock_timestamp())
+               ORDER BY next_attempt_at, pk
+               LIMIT :limit::bigint
+               FOR UPDATE SKIP LOCKED)
+RETURNING pk, task_id, owner, config_id, version, config, body, attempts;
+
+-- name: a2a_push_sent
+UPDATE a2a_push_outbox
+   SET status = 'SENT', sent_at = extract(epoch FROM clock_timestamp()), last_error = NULL
+ WHERE pk = :pk::bigint AND status = 'PENDING';
+
+-- name: a2a_push_failed
+-- A failed attempt: tried again after :backoff seconds, or DEAD after :max_attempts.
+UPDATE a2a_push_outbox
+   SET status = CASE WHEN attempts >= :max_attempts::bigint THEN 'DEAD' ELSE 'PENDING' END,
+       next_attempt_at = extract(epoch FROM clock_timestamp()) + :backoff::float8,
+       last_error = :error::text
+ WHERE pk = :pk::bigint AND status = 'PENDING';
+
+-- name: a2a_push_list
+SELECT pk, task_id, owner, config_id, version, status, attempts, last_error, created_at, sent_at
+  FROM a2a_push_outbox
+ WHERE app_name = :app_name::text AND (:status::text IS NULL OR status = :status::text)
+ ORDER BY pk
+ LIMIT :limit::bigint;

@@ -682,5 +682,24 @@ CREATE TABLE a2a_push_configs (
     PRIMARY KEY (task_id, owner, config_id)
 );
 
+CREATE TABLE a2a_push_outbox (
+    pk          bigserial PRIMARY KEY,
+    app_name    text NOT NULL,
+    task_id     text NOT NULL,
+    owner       text NOT NULL,
+    config_id   text NOT NULL,
+    version     bigint NOT NULL,                         -- the task version whose event this is
+    config      text NOT NULL,                         -- the push config (url, token), as registered
+    body        text NOT NULL,                         -- the event (a StreamResponse, protobuf JSON)
+    status      text NOT NULL,                         -- PENDING, SENT, DEAD
+    attempts    bigint NOT NULL DEFAULT 0,
+    next_attempt_at double precision NOT NULL,                     -- database clock
+    last_error  text,
+    created_at  double precision NOT NULL,
+    sent_at     double precision,
+    UNIQUE (task_id, owner, config_id, version)
+);
+CREATE INDEX a2a_push_due ON a2a_push_outbox (app_name, status, next_attempt_at);
+
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (21, 'a2a', extract(epoch FROM clock_timestamp()));

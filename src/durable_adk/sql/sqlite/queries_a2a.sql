@@ -16,7 +16,8 @@ SELECT state FROM a2a_tasks WHERE task_id = :task_id AND app_name = :app_name;
 -- TaskStore); :canceling 1 moves a task that is not terminal to CANCELED
 -- whatever its version. A terminal task is never written again (a late event
 -- of a canceled task changes nothing), nor another owner's or app's. The
--- event (a StreamResponse) that made the new version is stored with it.
+-- event (a StreamResponse) that made the new version is stored with it, and
+-- queued in the push outbox for each push config of the task.
 SELECT CASE
          WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
                        AND (app_name <> :app_name OR owner <> :owner)) THEN 'conflict'
@@ -46,6 +47,13 @@ INSERT INTO a2a_task_events (task_id, version, body, created_at)
 SELECT task_id, version, :event, updated_at FROM a2a_tasks
  WHERE task_id = :task_id AND :event IS NOT NULL
 ON CONFLICT (task_id, version) DO NOTHING;
+INSERT INTO a2a_push_outbox (app_name, task_id, owner, config_id, version, config, body, status,
+                             attempts, next_attempt_at, created_at)
+SELECT t.app_name, p.task_id, p.owner, p.config_id, t.version, p.body, :event, 'PENDING', 0,
+       t.updated_at, t.updated_at
+  FROM a2a_push_configs p JOIN a2a_tasks t ON t.task_id = p.task_id
+ WHERE p.task_id = :task_id AND :event IS NOT NULL
+ON CONFLICT (task_id, owner, config_id, version) DO NOTHING;
 SELECT 'ok' AS status, version FROM a2a_tasks WHERE task_id = :task_id;
 
 -- name: a2a_task_delete
@@ -165,3 +173,36 @@ SELECT owner, config_id, body FROM a2a_push_configs
 DELETE FROM a2a_push_configs
  WHERE task_id = :task_id AND owner = :owner
    AND (:config_id IS NULL OR config_id = :config_id);
+
+-- name: a2a_push_claim
+-- Takes the app's due pushes for :lease seconds (a delivery that dies with its
+-- worker is taken again after it), counting the attempt.
+UPDATE a2a_push_outbox
+   SET attempts = attempts + 1,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + :lease
+ WHERE pk IN (SELECT pk FROM a2a_push_outbox
+               WHERE app_name = :app_name AND status = 'PENDING'
+                 AND next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
+               ORDER BY next_attempt_at, pk
+               LIMIT :limit)
+RETURNING pk, task_id, owner, config_id, version, config, body, attempts;
+
+-- name: a2a_push_sent
+UPDATE a2a_push_outbox
+   SET status = 'SENT', sent_at = (julianday('now') - 2440587.5) * 86400.0, last_error = NULL
+ WHERE pk = :pk AND status = 'PENDING';
+
+-- name: a2a_push_failed
+-- A failed attempt: tried again after :backoff seconds, or DEAD after :max_attempts.
+UPDATE a2a_push_outbox
+   SET status = CASE WHEN attempts >= :max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + :backoff,
+       last_error = :error
+ WHERE pk = :pk AND status = 'PENDING';
+
+-- name: a2a_push_list
+SELECT pk, task_id, owner, config_id, version, status, attempts, last_error, created_at, sent_at
+  FROM a2a_push_outbox
+ WHERE app_name = :app_name AND (:status IS NULL OR status = :status)
+ ORDER BY pk
+ LIMIT :limit;

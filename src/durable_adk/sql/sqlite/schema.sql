@@ -720,5 +720,24 @@ CREATE TABLE a2a_push_configs (
     PRIMARY KEY (task_id, owner, config_id)
 );
 
+CREATE TABLE a2a_push_outbox (
+    pk          INTEGER PRIMARY KEY AUTOINCREMENT,
+    app_name    TEXT NOT NULL,
+    task_id     TEXT NOT NULL,
+    owner       TEXT NOT NULL,
+    config_id   TEXT NOT NULL,
+    version     INTEGER NOT NULL,                         -- the task version whose event this is
+    config      TEXT NOT NULL,                         -- the push config (url, token), as registered
+    body        TEXT NOT NULL,                         -- the event (a StreamResponse, protobuf JSON)
+    status      TEXT NOT NULL,                         -- PENDING, SENT, DEAD
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,                     -- database clock
+    last_error  TEXT,
+    created_at  REAL NOT NULL,
+    sent_at     REAL,
+    UNIQUE (task_id, owner, config_id, version)
+);
+CREATE INDEX a2a_push_due ON a2a_push_outbox (app_name, status, next_attempt_at);
+
 INSERT INTO schema_version (version, name, applied_at)
 VALUES (21, 'a2a', (julianday('now') - 2440587.5) * 86400.0);

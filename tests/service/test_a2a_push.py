@@ -1,0 +1,140 @@
+"""Push notifications of ``durable-adk serve --a2a``: a durable outbox, sent after a crash.
+
+The receiver is a real HTTP server on 127.0.0.1 that counts every request;
+it answers 503 while it is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.types import TaskPushNotificationConfig, TaskState
+from a2a_support import a2a_client, message, workers
+
+from durable_adk.a2a_tables.outbox import PushOutbox
+from durable_adk.a2a_tables.tasks import A2aTable
+from durable_adk.store import open_store
+from durable_adk.testing.fakes.process import FakeService
+
+pytestmark = pytest.mark.timeout(240)
+
+
+class Receiver:
+    """Counts every POST; answers 503 while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.refused = 0
+        self.received: list[tuple[dict[str, str], dict[str, Any]]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if receiver.down:
+                    receiver.refused += 1
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                receiver.received.append((dict(self.headers), json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/push"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    started = Receiver()
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture
+def billing(tmp_path: Path) -> Iterator[FakeService]:
+    with FakeService("billing", tmp_path / "billing.db") as started:
+        yield started
+
+
+async def test_pushes_owed_by_a_killed_worker_reach_a_receiver_that_was_down(
+    store_url: str, billing: FakeService, receiver: Receiver
+) -> None:
+    from a2a.types import SendMessageConfiguration, SendMessageRequest
+
+    env = {"DADK_BILLING_URL": billing.url}
+    with workers(store_url, env, "w1") as (w1,):
+        async with a2a_client(w1.base_url) as client:
+            got = await asyncio.to_thread(
+                httpx.get, f"{w1.base_url}/.well-known/agent-card.json", timeout=10
+            )
+            card = got.json()
+            assert card["capabilities"]["pushNotifications"] is True
+            request = SendMessageRequest(
+                message=message("invoice N1"),
+                configuration=SendMessageConfiguration(
+                    task_push_notification_config=TaskPushNotificationConfig(
+                        url=receiver.url, token="client-token"
+                    )
+                ),
+            )
+            task = None
+            async for response in client.send_message(request):
+                if response.HasField("task"):
+                    task = response.task
+            assert task is not None and task.status.state == TaskState.TASK_STATE_COMPLETED
+        deadline = time.monotonic() + 30
+        while receiver.refused == 0:  # w1 tried, the receiver was down
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        w1.kill()
+    receiver.down = False
+    with workers(store_url, env, "w2"):
+        stored = await _event_versions(store_url, task.id)
+        deadline = time.monotonic() + 60
+        while _pushed(receiver, task.id) != stored:  # every stored event, at least once
+            assert time.monotonic() < deadline, (_pushed(receiver, task.id), stored)
+            await asyncio.sleep(0.2)
+    assert any(_state(body) == "TASK_STATE_COMPLETED" for _, body in receiver.received)
+    assert all(h["X-A2A-Notification-Token"] == "client-token" for h, _ in receiver.received)
+    async with open_store(store_url) as store:
+        outbox = await PushOutbox(store, "invoicer").list_pushes()
+    assert {r.status for r in outbox} == {"SENT"}
+    assert billing.acts("invoices", "create") == 1
+
+
+def _state(body: dict[str, Any]) -> str | None:
+    for kind in ("statusUpdate", "task"):
+        if kind in body:
+            return str(body[kind]["status"]["state"])
+    return None
+
+
+def _pushed(receiver: Receiver, task_id: str) -> set[int]:
+    keys = [headers["Idempotency-Key"] for headers, _ in receiver.received]
+    assert all(k.startswith(f"{task_id}:") for k in keys)
+    return {int(k.split(":")[1]) for k in keys}
+
+
+async def _event_versions(db: str, task_id: str) -> set[int]:
+    async with open_store(db) as store:
+        return {v for v, _ in await A2aTable(store, "invoicer").events_after(task_id, 0)}
