@@ -286,3 +286,38 @@ async def test_input_required_is_answered_once_across_a_restart(
     assert sorted(r.status.value for r in runs) == ["DONE", "DONE"]
     assert {r.invocation_id for r in runs} == {meta(asked, "durable_adk_invocation_id")}
     assert billing.acts("invoices", "create") == 1
+
+
+async def test_a_second_message_while_the_context_works_queues_as_the_next_turn(
+    store_url: str, tmp_path: Path, billing: FakeService
+) -> None:
+    go = tmp_path / "go"
+    go.mkdir()
+    env = {"DADK_BILLING_URL": billing.url, "DADK_GO_DIR": str(go)}
+    with workers(store_url, env, "w1") as (w1,):
+        async with a2a_client(w1.base_url) as client:
+            first = await send(client, message("slow invoice Q1"), return_immediately=True)
+            await asyncio.to_thread(wait_for_file, go / "Q1.reached")
+            second = await send(
+                client, message("invoice Q2", context_id=first.context_id), return_immediately=True
+            )
+            assert second.id != first.id
+            waiting = await client.get_task(GetTaskRequest(id=second.id))
+            assert waiting.status.state == TaskState.TASK_STATE_SUBMITTED
+            assert sorted(r.status.value for r in await runs_of(store_url)) == [
+                "QUEUED",
+                "RUNNING",
+            ]
+            (go / "Q1.go").write_text("go")
+            (go / "Q2.go").write_text("go")
+            for task, answer in ((first, "Q1 sent"), (second, "Q2 sent")):
+                deadline = time.monotonic() + 60
+                while True:
+                    got = await client.get_task(GetTaskRequest(id=task.id))
+                    if got.status.state == TaskState.TASK_STATE_COMPLETED:
+                        break
+                    assert time.monotonic() < deadline, got.status
+                    await asyncio.sleep(0.2)
+                assert answer_text(got) == answer
+    assert [r.status.value for r in await runs_of(store_url)] == ["DONE", "DONE"]
+    assert billing.acts("invoices", "create") == 2
