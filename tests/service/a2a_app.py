@@ -9,6 +9,8 @@ kill the worker in the middle of the tool. ``slow invoice N`` first calls
 ``send_invoice``. ``approve N`` calls
 ``approve_invoice``, which asks for a person's confirmation first (the task
 is input-required until the client answers), then says ``N approved``.
+``ledger A`` calls ``read_ledger``, which asks the client for a credential
+(the task is auth-required).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fastapi.openapi.models import APIKey, APIKeyIn
 from google.adk.agents import LlmAgent
+from google.adk.auth.auth_tool import AuthConfig
 from google.adk.models.llm_request import LlmRequest
+from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import journaled
 from durable_adk.demo.service_app import EveryTurn, last_user_text
@@ -74,6 +79,17 @@ async def approve_invoice(invoice_id: str, idempotency_key: str) -> dict[str, An
     return {"approved": invoice["id"]}
 
 
+async def read_ledger(account: str, tool_context: ToolContext) -> dict[str, Any]:
+    """Reads an account's ledger: asks the client for an API key first (auth-required)."""
+    tool_context.request_credential(
+        AuthConfig(
+            auth_scheme=APIKey(**{"in": APIKeyIn.header}, name="X-Api-Key"),
+            credential_key="ledger-key",
+        )
+    )
+    return {"status": f"waiting for a credential to read {account}"}
+
+
 def _answered(request: LlmRequest) -> str | None:
     last = request.contents[-1] if request.contents else None
     for part in (last.parts or ()) if last is not None else ():
@@ -99,6 +115,8 @@ def _step(request: LlmRequest) -> Turn:
         return Say(f"{invoice_id} approved")
     if words and words[0] == "slow":
         return Call("prepare_invoice", {"invoice_id": invoice_id})
+    if words and words[0] == "ledger":
+        return Call("read_ledger", {"account": invoice_id})
     if words and words[0] == "approve":
         return Call("approve_invoice", {"invoice_id": invoice_id})
     return Call("send_invoice", {"invoice_id": invoice_id})
@@ -110,5 +128,5 @@ def app() -> LlmAgent:
         name=APP_NAME,
         model=ScriptedModel({APP_NAME: EveryTurn(_step)}),
         instruction="Send invoices with send_invoice.",
-        tools=[prepare_invoice, send_invoice, approve_invoice],
+        tools=[prepare_invoice, send_invoice, approve_invoice, read_ledger],
     )

@@ -321,3 +321,33 @@ async def test_a_second_message_while_the_context_works_queues_as_the_next_turn(
                 assert answer_text(got) == answer
     assert [r.status.value for r in await runs_of(store_url)] == ["DONE", "DONE"]
     assert billing.acts("invoices", "create") == 2
+
+
+async def test_auth_and_input_required_tasks_are_canceled_with_their_runs(
+    store_url: str, tmp_path: Path, billing: FakeService
+) -> None:
+    env = {"DADK_BILLING_URL": billing.url}
+    with workers(store_url, env, "w1", "w2") as (w1, w2):
+        async with a2a_client(w1.base_url) as on_w1, a2a_client(w2.base_url) as on_w2:
+            auth = await send(on_w1, message("ledger L1"))
+            assert auth.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
+            asked = await send(on_w1, message("approve P2"))
+            assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            call = _confirmation_call(asked)
+            assert sorted(r.status.value for r in await runs_of(store_url)) == [
+                "PAUSED",
+                "PAUSED",
+            ]
+            for task in (auth, asked):
+                done = await on_w2.cancel_task(_cancel(task.id))
+                assert done.status.state == TaskState.TASK_STATE_CANCELED
+            assert [r.status.value for r in await runs_of(store_url)] == [
+                "CANCELLED",
+                "CANCELLED",
+            ]
+            # the answer after the cancel is refused and acts on nothing
+            with pytest.raises(UnsupportedOperationError):
+                await send(on_w1, _confirm(asked, call, "late-answer"))
+            got = await on_w1.get_task(GetTaskRequest(id=asked.id))
+            assert got.status.state == TaskState.TASK_STATE_CANCELED
+    assert billing.acts("invoices", "create") == 0
