@@ -20,7 +20,7 @@ from a2a.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from google.protobuf.json_format import MessageToJson, Parse
+from google.protobuf.json_format import MessageToJson, Parse  # type: ignore[import-untyped]
 
 
 def owner_of(context: ServerCallContext | None) -> str:

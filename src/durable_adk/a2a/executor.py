@@ -66,7 +66,7 @@ REFUSED = (errors.InvocationCancelled, errors.Conflict, errors.InvalidArgument, 
 
 
 def _now() -> Any:
-    from google.protobuf import timestamp_pb2
+    from google.protobuf import timestamp_pb2  # type: ignore[import-untyped]
 
     stamp = timestamp_pb2.Timestamp()
     stamp.FromDatetime(datetime.now(UTC))
