@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -119,6 +121,20 @@ async def test_pushes_owed_by_a_killed_worker_reach_a_receiver_that_was_down(
     async with open_store(store_url) as store:
         outbox = await PushOutbox(store, "invoicer").list_pushes()
     assert {r.status for r in outbox} == {"SENT"}
+    # what an operator sees
+    shown = subprocess.run(
+        [sys.executable, "-m", "durable_adk.cli", "dead-letters", "pushes", "--app", "invoicer",
+         "--status", "all", "--db", store_url, "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    items = json.loads(shown.stdout)["items"]
+    assert {(i["task_id"], i["status"]) for i in items} == {(task.id, "SENT")}, shown.stderr
+    dead = subprocess.run(
+        [sys.executable, "-m", "durable_adk.cli", "dead-letters", "pushes", "--app", "invoicer",
+         "--status", "dead", "--db", store_url, "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert json.loads(dead.stdout)["items"] == []
     assert billing.acts("invoices", "create") == 1
 
 

@@ -1,11 +1,13 @@
-"""``durable-adk dead-letters``: dead letters: list."""
+"""``durable-adk dead-letters``: dead letters: list; the A2A pushes that gave up: pushes."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
+from durable_adk.a2a_tables.outbox import PushOutbox, PushRecord
 from durable_adk.cli.options import (
     AppOpt,
     DbOpt,
@@ -14,14 +16,19 @@ from durable_adk.cli.options import (
     TokenOpt,
     UrlOpt,
     _call,
+    _fail,
     _print_items,
     _short,
     _table,
     _when,
     console,
+    on_database,
 )
+from durable_adk.store import Store
 
-letters_app = typer.Typer(no_args_is_help=True, help="Dead letters: list.")
+letters_app = typer.Typer(
+    no_args_is_help=True, help="Dead letters: list; A2A pushes that gave up: pushes."
+)
 
 
 @letters_app.command("list")
@@ -51,6 +58,54 @@ def dead_letters_list(
     ]
     console.print(
         _table(f"{len(letters)} dead letter(s)", ["when", "kind", "run", "class", "error"], rows)
+    )
+
+
+STATUSES = ("PENDING", "SENT", "DEAD")
+
+
+@letters_app.command("pushes")
+def dead_letters_pushes(
+    app: Annotated[str, typer.Option("--app", help="The app served over A2A.")],
+    status: Annotated[
+        str | None, typer.Option(help="PENDING, SENT or DEAD (default: DEAD); 'all': every one.")
+    ] = "DEAD",
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The A2A push notifications of an app that gave up after their last attempt, oldest first."""
+    if status is not None and status.lower() == "all":
+        status = None
+    if status is not None and status.upper() not in STATUSES:
+        _fail(f"--status takes PENDING, SENT, DEAD or all, not {status!r}")
+
+    async def read(store: Store) -> list[PushRecord]:
+        return await PushOutbox(store, app).list_pushes(
+            status=None if status is None else status.upper(), limit=limit
+        )
+
+    pushes = on_database(db, read)
+    if as_json:
+        _print_items([dataclasses.asdict(p) for p in pushes])
+        return
+    rows = [
+        [
+            p.task_id,
+            str(p.version),
+            p.config_id,
+            p.status,
+            str(p.attempts),
+            _short(p.last_error or "", 60),
+        ]
+        for p in pushes
+    ]
+    console.print(
+        _table(
+            f"{len(pushes)} push(es) of {app}",
+            ["task", "version", "config", "status", "attempts", "last error"],
+            rows,
+        )
     )
 
 
