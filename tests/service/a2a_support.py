@@ -60,11 +60,11 @@ class A2aWorker:
                 self.process.wait(30)
 
 
-def start_worker(db: str, worker_id: str, env: dict[str, str]) -> A2aWorker:
+def start_worker(db: str, worker_id: str, env: dict[str, str], *, port: int = 0) -> A2aWorker:
     """Starts a worker serving the invoicer over A2A; returns once it listens."""
     command = [
         sys.executable, "-m", "durable_adk.cli", "serve", APP, "--a2a",
-        "--db", db, "--port", "0", "--token", TOKEN, "--worker-id", worker_id,
+        "--db", db, "--port", str(port), "--token", TOKEN, "--worker-id", worker_id,
         "--lease", "2", "--sweep-interval", "0.2", "--drain-seconds", "1",
         "--max-body-bytes", "65536",
     ]  # fmt: skip
