@@ -79,4 +79,4 @@ CREATE TABLE a2a_push_outbox (
 CREATE INDEX a2a_push_due ON a2a_push_outbox (app_name, status, next_attempt_at);
 
 INSERT INTO schema_version (version, name, applied_at)
-VALUES (21, 'a2a', extract(epoch FROM clock_timestamp()));
+VALUES (22, 'a2a', extract(epoch FROM clock_timestamp()));
