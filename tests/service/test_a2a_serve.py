@@ -351,3 +351,31 @@ async def test_auth_and_input_required_tasks_are_canceled_with_their_runs(
             got = await on_w1.get_task(GetTaskRequest(id=asked.id))
             assert got.status.state == TaskState.TASK_STATE_CANCELED
     assert billing.acts("invoices", "create") == 0
+
+
+async def test_sigterm_mid_task_drains_the_a2a_drive_and_another_worker_ends_it(
+    store_url: str, tmp_path: Path, billing: FakeService
+) -> None:
+    go = tmp_path / "go"
+    go.mkdir()
+    env = {"DADK_BILLING_URL": billing.url, "DADK_GO_DIR": str(go)}
+    with workers(store_url, env, "w1", "w2") as (w1, w2):
+        async with a2a_client(w1.base_url) as on_w1:
+            task = await send(on_w1, message("invoice G1"), return_immediately=True)
+        await asyncio.to_thread(wait_for_file, go / "G1.reached")
+        await asyncio.to_thread(w1.stop)  # SIGTERM: the drive gets drain_seconds, then hands back
+        assert w1.process.returncode == 0
+        assert "the store is closed" not in "".join(w1.lines), "".join(w1.lines)
+        (go / "G1.go").write_text("go")
+        async with a2a_client(w2.base_url) as on_w2:
+            deadline = time.monotonic() + 60
+            while True:
+                got = await on_w2.get_task(GetTaskRequest(id=task.id))
+                if got.status.state == TaskState.TASK_STATE_COMPLETED:
+                    break
+                assert time.monotonic() < deadline, got.status
+                await asyncio.sleep(0.3)
+            assert answer_text(got) == "G1 sent"
+    (run,) = await runs_of(store_url)
+    assert run.status.value == "DONE" and run.owner == "w2"
+    assert billing.acts("invoices", "create") == 1

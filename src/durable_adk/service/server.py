@@ -22,7 +22,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from types import FrameType
 
@@ -89,6 +89,7 @@ class WorkerServer(uvicorn.Server):
         worker: Worker,
         *,
         on_ready: Callable[[WorkerServer], None] | None = None,
+        before_drain: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Wraps a uvicorn config and the worker it fronts.
 
@@ -96,10 +97,13 @@ class WorkerServer(uvicorn.Server):
             config: uvicorn's configuration.
             worker: The started worker.
             on_ready: Called once the socket listens.
+            before_drain: Awaited at shutdown before the worker drains (the
+                A2A side stops there: its drives then drain with the others).
         """
         super().__init__(config)
         self.worker = worker
         self.on_ready = on_ready
+        self.before_drain = before_drain
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """Listens, then tells ``on_ready``."""
@@ -116,6 +120,8 @@ class WorkerServer(uvicorn.Server):
         """Closes the listener and open requests, then drains the worker."""
         self.worker.begin_drain()
         await super().shutdown(sockets)
+        if self.before_drain is not None:
+            await self.before_drain()
         await self.worker.drain()
 
     @contextlib.contextmanager
@@ -194,7 +200,12 @@ async def serve(
                 if on_ready is not None:
                     on_ready(server)
 
-        server = WorkerServer(config, worker, on_ready=ready)
+        server = WorkerServer(
+            config,
+            worker,
+            on_ready=ready,
+            before_drain=None if served_a2a is None else served_a2a.stop,
+        )
         async with worker.running():
             if served_a2a is None:
                 await server.serve()
