@@ -84,6 +84,24 @@ class Metrics:
             buckets=_COMPENSATION_BUCKETS,
             registry=r,
         )
+        self.purged_rows = Counter(
+            "durable_adk_purged_rows",
+            "Rows the purge deleted (or emptied of their payload), by table.",
+            ["table"],
+            registry=r,
+        )
+        self.purged_bytes = Counter(
+            "durable_adk_purged_bytes",
+            "Bytes of payload the purge deleted, by table.",
+            ["table"],
+            registry=r,
+        )
+        self.oldest_kept_seconds = Gauge(
+            "durable_adk_oldest_kept_seconds",
+            "Age of the oldest row kept after the last purge, by table (sessions, runs).",
+            ["table"],
+            registry=r,
+        )
         self.job_completions = Counter(
             "durable_adk_job_completions",
             "Job completions received, by outcome (applied, duplicate, late).",
@@ -97,6 +115,17 @@ class Metrics:
             ["key_id"],
             registry=r,
         )
+
+    def purged(self, table: str, rows: int, size: int) -> None:
+        """Counts rows and bytes a purge deleted (or emptied) in ``table``."""
+        if self.enabled and (rows or size):
+            self.purged_rows.labels(table).inc(rows)
+            self.purged_bytes.labels(table).inc(size)
+
+    def oldest_kept(self, table: str, age: float | None) -> None:
+        """Sets the age (seconds) of the oldest row of ``table`` a purge kept (0: none)."""
+        if self.enabled:
+            self.oldest_kept_seconds.labels(table).set(0.0 if age is None else age)
 
     def saga_outcome(self, status: str, *, compensation_seconds: float | None = None) -> None:
         """Counts a saga's outcome and, when it compensated, how long that took."""

@@ -156,6 +156,7 @@ FLOORS: list[set[str]] = [
     {"durable_adk.store"},
     {"durable_adk.schedules"},
     {"durable_adk.tables", "durable_adk.a2a_tables"},
+    {"durable_adk.lifecycle"},
     {"durable_adk.fencing", "durable_adk.webhooks"},
     {"durable_adk.adk.shapes", "durable_adk.adk.eventlog"},
     {"durable_adk.adk.commits"},

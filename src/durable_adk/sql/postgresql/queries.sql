@@ -49,7 +49,7 @@ SELECT s.pk, s.last_seq, s.initial_state, s.update_time, s.repairs,
   FROM sessions s
   LEFT JOIN events e ON e.session_pk = s.pk AND e.seq > :since_seq::bigint
  WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text
-   AND s.session_id = :session_id::text
+   AND s.session_id = :session_id::text AND s.purging_at IS NULL
  ORDER BY e.seq;
 
 -- name: load_session_head
@@ -64,7 +64,7 @@ SELECT s.pk, s.last_seq, s.initial_state, s.update_time,
        SELECT seq, state FROM state_snapshots
         WHERE session_pk = s.pk ORDER BY seq DESC LIMIT 1) snap ON true
  WHERE s.app_name = :app_name::text AND s.user_id = :user_id::text
-   AND s.session_id = :session_id::text;
+   AND s.session_id = :session_id::text AND s.purging_at IS NULL;
 
 -- name: load_events_partial
 -- Events after :from_seq, plus the whole newest invocation, plus events at or
@@ -114,7 +114,8 @@ SELECT s.pk, s.last_seq, e.seq
 -- event written for a run also names the run's epoch: a worker whose run was
 -- taken over (or finished) is 'fenced' and writes nothing.
 WITH s AS (
-    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
+    SELECT pk, last_seq FROM sessions
+     WHERE pk = :session_pk::bigint AND purging_at IS NULL FOR UPDATE
 ), d AS (
     SELECT seq FROM events WHERE session_pk = :session_pk::bigint AND event_id = :event_id::text
 ), verdict AS (
@@ -167,7 +168,8 @@ SELECT v.status,
 -- The CTEs of a batch of a run's events, for the units that write one (used
 -- as "-- use: events_batch"): the session row locked (s) and the events (e).
 s AS (
-    SELECT pk, last_seq FROM sessions WHERE pk = :session_pk::bigint FOR UPDATE
+    SELECT pk, last_seq FROM sessions
+     WHERE pk = :session_pk::bigint AND purging_at IS NULL FOR UPDATE
 ), e AS (
     SELECT * FROM json_to_recordset(:events::json)
         AS x(seq bigint, event_id text, invocation_id text, author text,

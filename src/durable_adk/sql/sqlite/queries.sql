@@ -29,7 +29,8 @@ SELECT 'ok' AS status, s.pk, s.create_time,
        (SELECT state FROM app_state WHERE app_name = :app_name) AS app_state,
        (SELECT state FROM user_state WHERE app_name = :app_name AND user_id = :user_id) AS user_state
   FROM sessions s
- WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id
+   AND s.purging_at IS NULL;
 
 -- name: load_session_tail
 -- The session row, shared state, and every event after :since_seq, in one read.
@@ -40,6 +41,7 @@ SELECT s.pk, s.last_seq, s.initial_state, s.update_time, s.repairs,
   FROM sessions s
   LEFT JOIN events e ON e.session_pk = s.pk AND e.seq > :since_seq
  WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id
+   AND s.purging_at IS NULL
  ORDER BY e.seq;
 
 -- name: load_session_head
@@ -52,7 +54,8 @@ SELECT s.pk, s.last_seq, s.initial_state, s.update_time,
   LEFT JOIN state_snapshots snap
     ON snap.session_pk = s.pk
    AND snap.seq = (SELECT MAX(seq) FROM state_snapshots WHERE session_pk = s.pk)
- WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id
+   AND s.purging_at IS NULL;
 
 -- name: load_events_partial
 -- Events after :from_seq, plus the whole newest invocation, plus events at or
@@ -91,7 +94,8 @@ SELECT seq, data FROM events WHERE session_pk = :session_pk AND event_id = :even
 SELECT s.pk, s.last_seq, e.seq
   FROM sessions s
   LEFT JOIN events e ON e.session_pk = s.pk AND e.event_id = :event_id
- WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id
+   AND s.purging_at IS NULL;
 
 -- name: append_event guarded inline
 -- The fence: the caller names the last sequence number it saw. Anything else
@@ -109,7 +113,7 @@ SELECT CASE
        END AS status,
        d.seq AS dup_seq, s.last_seq AS last_seq
   FROM (SELECT 1) AS one
-  LEFT JOIN sessions s ON s.pk = :session_pk
+  LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL
   LEFT JOIN events d ON d.session_pk = :session_pk AND d.event_id = :event_id;
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 VALUES (:session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data);
@@ -153,7 +157,7 @@ SELECT CASE
        END AS status,
        s.last_seq AS last_seq
   FROM (SELECT 1) AS one
-  LEFT JOIN sessions s ON s.pk = :session_pk;
+  LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
        json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
@@ -197,7 +201,7 @@ SELECT CASE
        END AS status,
        s.last_seq AS last_seq
   FROM (SELECT 1) AS one
-  LEFT JOIN sessions s ON s.pk = :session_pk;
+  LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
        json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),

@@ -1,0 +1,329 @@
+"""The purge: what a retention policy lets go, deleted in short batches on indexes.
+
+One pass over an app (:func:`purge`) repeats two moves until nothing is left
+to do:
+
+1. **Mark** a batch of sessions the policy lets go (``purge_mark``, oldest
+   first, on ``sessions_by_update``). One statement checks that nothing still
+   needs the session: every run of it ended before the cut-off of its ending
+   (so none is queued, running, paused or asleep), no job is open or has a
+   call still to answer, no saga is unfinished or owes its outcome event, no
+   interrupt is open, no schedule firing is pending. From then on an append
+   to the session finds it missing and a read finds no session: a run
+   submitted to it in that instant fails with "session not found" instead
+   of writing into rows being deleted.
+2. **Drain** the marked sessions table by table (:data:`DELETE_STEPS`): each
+   statement deletes at most ``batch`` rows found through the marked
+   sessions (``sessions_purging``) and an index of the table, and returns one
+   row per row deleted with its size. The rows found through a session's runs
+   (journal entries, dead letters, schedule firings, job calls) go before the
+   runs, and a run goes only once none of them is left, so no row is ever
+   orphaned; the session row goes last.
+
+What it guarantees:
+
+* **No long lock, no scan.** Every statement touches at most ``batch`` rows
+  and finds them on an index (tests/contract/test_retention_plans.py reads the
+  plans on both backends).
+* **Each row once.** Two processes purging one app at a time delete each row
+  once: PostgreSQL's batches skip rows another purge holds (``SKIP LOCKED``),
+  SQLite has one writer at a time, and the counts come from the rows each
+  statement deleted.
+* **A crash costs nothing.** A pass killed half-way leaves sessions marked;
+  the next pass (any process's) drains them from where it stopped.
+* **Payload-only.** With ``payload_only`` the sessions, events, snapshots and
+  artifacts go; the ledger's rows stay with their payload columns emptied
+  (``scrub_*``: picked with their size, then emptied if they still hold one,
+  so two purges count a row once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_adk import errors
+from durable_adk.faults import crash_point
+from durable_adk.lifecycle.policy import RetentionPolicy
+from durable_adk.metrics import Metrics
+from durable_adk.store.base import Store
+
+logger = logging.getLogger("durable_adk.lifecycle")
+
+DELETE_STEPS = (
+    "events",
+    "state_snapshots",
+    "event_repairs",
+    "artifacts",
+    "journal",
+    "dead_letters",
+    "schedule_ticks",
+    "operator_actions",
+    "job_calls",
+    "jobs",
+    "saga_steps",
+    "sagas",
+    "interrupts",
+    "answer_claims",
+    "runs",
+)
+"""The tables a purge drains, in order (each ``purge_<table>``); the sessions go last."""
+
+KEPT_BY_RETENTION = frozenset({"operator_actions"})
+"""Tables retention keeps (the operators' audit trail); forgetting a user deletes them too."""
+
+PAYLOAD_STEPS = ("events", "state_snapshots", "event_repairs", "artifacts")
+"""What payload-only retention deletes (they are payload through and through)."""
+
+SCRUB_STEPS = ("journal", "dead_letters", "jobs", "saga_steps", "interrupts", "runs")
+"""The ledger's tables whose payload columns payload-only retention empties."""
+
+TABLES = (*DELETE_STEPS, "sessions")
+"""Every table a purge or a forget reports on."""
+
+PASS_LIMIT = 10_000
+"""The most statements one pass runs before it yields to the next (a safety bound)."""
+
+
+@dataclass(slots=True)
+class TableCount:
+    """What a purge did (or would do) to one table.
+
+    Attributes:
+        rows: Rows deleted (or, under payload-only, emptied of their payload).
+        bytes: The size of what went: the payload columns' bytes, as stored.
+    """
+
+    rows: int = 0
+    bytes: int = 0
+
+    def add(self, rows: int, size: int) -> None:
+        self.rows += rows
+        self.bytes += size
+
+
+@dataclass(slots=True)
+class PurgeReport:
+    """What one purge of an app did, or, with ``dry_run``, would do.
+
+    Attributes:
+        app_name: The app purged.
+        dry_run: Nothing was deleted: the counts are what a purge would delete now.
+        payload_only: The ledger's rows were emptied of their payloads, not deleted.
+        policy: The policy, as :meth:`RetentionPolicy.parse` reads it.
+        tables: Per table, what went (:class:`TableCount`); tables with nothing are listed too.
+        sessions_marked: Sessions this pass marked for purging.
+        oldest_kept: Per table (``sessions``: last change; ``runs``: end), the
+            age in seconds of the oldest row kept after the pass (None: none left).
+    """
+
+    app_name: str
+    dry_run: bool
+    payload_only: bool
+    policy: str
+    tables: dict[str, TableCount] = field(default_factory=dict)
+    sessions_marked: int = 0
+    oldest_kept: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        """Rows that went, in every table."""
+        return sum(t.rows for t in self.tables.values())
+
+    @property
+    def bytes(self) -> int:
+        """Bytes that went, in every table."""
+        return sum(t.bytes for t in self.tables.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (what ``--json`` and the HTTP route show)."""
+        return {
+            "app_name": self.app_name,
+            "dry_run": self.dry_run,
+            "payload_only": self.payload_only,
+            "policy": self.policy,
+            "sessions_marked": self.sessions_marked,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "tables": {
+                name: {"rows": count.rows, "bytes": count.bytes}
+                for name, count in self.tables.items()
+            },
+            "oldest_kept": dict(self.oldest_kept),
+        }
+
+
+def _counts() -> dict[str, TableCount]:
+    return {name: TableCount() for name in TABLES}
+
+
+async def known_apps(store: Store) -> list[str]:
+    """Every app with sessions or runs on the database (one index probe per app)."""
+    return [str(row["app_name"]) for row in await store.fetch("lifecycle_apps")]
+
+
+async def require_app(store: Store, app_name: str) -> None:
+    """Raises InvalidArgument naming the apps there are when ``app_name`` has no data."""
+    if not isinstance(app_name, str) or not app_name:
+        raise errors.InvalidArgument("app_name must be a non-empty string")
+    apps = await known_apps(store)
+    if app_name not in apps:
+        there = ", ".join(repr(a) for a in apps) or "none"
+        raise errors.InvalidArgument(
+            f"unknown app {app_name!r}: the database holds no session or run of it (apps: {there})"
+        )
+
+
+async def purge(
+    store: Store,
+    app_name: str,
+    policy: RetentionPolicy,
+    *,
+    dry_run: bool = False,
+    metrics: Metrics | None = None,
+    must_exist: bool = True,
+) -> PurgeReport:
+    """Purges what ``policy`` lets go of ``app_name`` now (or says what would go).
+
+    Args:
+        store: The open store.
+        app_name: The app whose data is purged.
+        policy: How long it keeps what.
+        dry_run: Delete nothing; count what a purge would delete now, per table.
+        metrics: Where rows and bytes purged and the oldest row kept go.
+        must_exist: Refuse an app the database holds nothing of (a typo); the
+            purge loop of a worker passes False (its app may have no data yet).
+
+    Raises:
+        InvalidArgument: ``policy`` is not a RetentionPolicy, or the app is unknown.
+    """
+    if not isinstance(policy, RetentionPolicy):
+        raise errors.InvalidArgument(
+            f"policy must be a RetentionPolicy, not {type(policy).__name__}"
+        )
+    if must_exist:
+        await require_app(store, app_name)
+    report = PurgeReport(
+        app_name, dry_run, policy.payload_only, policy.describe(), tables=_counts()
+    )
+    now = float(await store.now())
+    params: dict[str, Any] = {"app_name": app_name, **policy.cutoffs(now)}
+    if dry_run:
+        for row in await store.fetch("purge_preview", params):
+            report.tables[str(row["table_name"])].add(int(row["row_count"]), int(row["bytes"]))
+        if policy.payload_only:  # these keep their rows, payloads and all
+            for name in set(DELETE_STEPS) - set(PAYLOAD_STEPS) - set(SCRUB_STEPS):
+                report.tables[name] = TableCount()
+        return report
+    statements = 0
+    while statements < PASS_LIMIT:
+        marked = await store.fetch("purge_mark", {**params, "batch": policy.batch})
+        statements += 1
+        report.sessions_marked += len(marked)
+        statements += await drain(
+            store,
+            app_name,
+            report.tables,
+            batch=policy.batch,
+            keep_skeleton=policy.payload_only,
+        )
+        if len(marked) < policy.batch:
+            break
+    await _record(store, app_name, report, metrics)
+    return report
+
+
+async def drain(
+    store: Store,
+    app_name: str,
+    tables: dict[str, TableCount],
+    *,
+    batch: int,
+    keep_skeleton: bool,
+    user_id: str | None = None,
+    forget: bool = False,
+    on_batch: Any = None,
+) -> int:
+    """Deletes (or empties) the rows of the app's marked sessions, batch by batch,
+    table by table, then the sessions left with nothing; adds to ``tables``.
+
+    Args:
+        user_id: Only the marked sessions of this user (forgetting a user).
+        forget: Delete the operators' audit lines too (retention keeps them).
+        on_batch: Awaited after each batch that changed rows (forget saves its progress).
+
+    Returns:
+        How many statements it ran.
+    """
+    base = {"app_name": app_name, "user_id": user_id, "batch": batch}
+    statements = 0
+    if keep_skeleton:
+        steps: tuple[str, ...] = PAYLOAD_STEPS
+    else:
+        steps = tuple(s for s in DELETE_STEPS if forget or s not in KEPT_BY_RETENTION)
+    for table in steps:
+        while True:
+            rows = await store.fetch(f"purge_{table}", base)
+            statements += 1
+            tables[table].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
+            crash_point("lifecycle.after_batch")
+            if rows and on_batch is not None:
+                await on_batch()
+            if len(rows) < batch:
+                break
+    if keep_skeleton:
+        for table in SCRUB_STEPS:
+            while True:
+                picked = await store.fetch(f"scrub_pick_{table}", base)
+                statements += 1
+                if not picked:
+                    break
+                sizes = {r["key"]: int(r["bytes"] or 0) for r in picked}
+                done = await store.fetch(f"scrub_{table}", {"keys": json.dumps(list(sizes))})
+                statements += 1
+                tables[table].add(len(done), sum(sizes.get(r["key"], 0) for r in done))
+                crash_point("lifecycle.after_batch")
+                if len(picked) < batch:
+                    break
+    while True:
+        rows = await store.fetch("purge_sessions", {**base, "keep_skeleton": keep_skeleton})
+        statements += 1
+        tables["sessions"].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
+        if rows and on_batch is not None:
+            await on_batch()
+        if len(rows) < batch:
+            break
+    return statements
+
+
+async def _record(
+    store: Store, app_name: str, report: PurgeReport, metrics: Metrics | None
+) -> None:
+    row = await store.fetchrow("purge_oldest", {"app_name": app_name})
+    if row is not None:
+        now = float(row["now"])
+        for table in ("sessions", "runs"):
+            value = row[table]
+            report.oldest_kept[table] = None if value is None else max(0.0, now - float(value))
+    if metrics is not None:
+        for table, count in report.tables.items():
+            metrics.purged(table, count.rows, count.bytes)
+        for table, age in report.oldest_kept.items():
+            metrics.oldest_kept(table, age)
+    if report.rows:
+        logger.info(
+            "purged %d row(s), %d byte(s) of app %r (%s)",
+            report.rows,
+            report.bytes,
+            app_name,
+            ", ".join(f"{t} {c.rows}" for t, c in report.tables.items() if c.rows),
+        )
+
+
+def merge_counts(into: dict[str, TableCount], more: Mapping[str, TableCount]) -> None:
+    """Adds ``more``'s counts to ``into``'s, table by table."""
+    for name, count in more.items():
+        into.setdefault(name, TableCount()).add(count.rows, count.bytes)
