@@ -10,7 +10,13 @@ are fired (their runs driven to their end). For a cron job, a deploy hook,
 or a look after an incident. Runs whose lease has not expired yet are left to
 their holder.
 
-Exit codes: 0 when every run the pass took ended DONE, PAUSED or CANCELLED
+``durable-adk purge`` is the one-off pass of the purge loop (a worker runs it
+with ``--retention``): it deletes what a retention policy lets go, on the
+database (``--db``, every app or ``--app``) or through a worker (``--url``,
+its app), and prints per table the rows and bytes that went; ``--dry-run``
+deletes nothing and shows what would go (docs/data.md).
+
+Exit codes of recover: 0 when every run the pass took ended DONE, PAUSED or CANCELLED
 (or there was nothing to do); 1 when one ended PARKED or FAILED (a person
 must look: ``durable-adk runs list --status PARKED``) or the store failed; 3
 when none did but a re-drive met a transient fault and is back on the ledger
@@ -27,15 +33,20 @@ import typer
 
 from durable_adk import errors
 from durable_adk.cli.options import (
+    AppOpt,
     DbOpt,
     JsonOpt,
     LogLevelOpt,
     ServicesOpt,
+    TokenOpt,
+    UrlOpt,
+    _call,
     _fail,
     _short,
     _table,
     console,
     exit_code,
+    envelope,
     require_database,
 )
 from durable_adk.cli.serve import load_app_and_services
@@ -54,8 +65,9 @@ EXIT_LEFT_FOR_LATER = 3
 
 
 def register(app: typer.Typer) -> None:
-    """Adds ``recover`` to the CLI."""
+    """Adds ``recover`` and ``purge`` to the CLI."""
     app.command("recover")(recover)
+    app.command("purge")(purge_command)
 
 
 def recover(
@@ -218,3 +230,89 @@ def _print(summary: dict[str, Any], where: str) -> None:
             "later pass",
             highlight=False,
         )
+
+
+# ----------------------------------------------------------------- purge
+# ``durable-adk purge`` is the one-off pass of the purge loop, as ``recover`` is
+# of the recovery sweeper: it lives beside it.
+
+
+def purge_command(
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            help="The policy, e.g. done=30d,failed=90d,cancelled=7d,parked=never,"
+            "abandoned=30d,idle=14d[,payload-only] (through --url: default the worker's).",
+        ),
+    ] = None,
+    app: AppOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Delete nothing: show what would go.")
+    ] = False,
+    batch: Annotated[int, typer.Option(min=1, max=100_000, help="Rows per statement.")] = 500,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Purges what a retention policy lets go (every app, or --app): per table, rows and bytes."""
+    from durable_adk.cli.client import HttpOps, OpsSource, StoreOps
+    from durable_adk.lifecycle import RetentionPolicy, known_apps, purge
+
+    policy = None
+    if retention is not None:
+        try:
+            policy = RetentionPolicy.parse(retention, batch=batch)
+        except errors.InvalidArgument as exc:
+            _fail(str(exc))
+    elif not url:
+        _fail("give the policy with --retention, e.g. --retention done=30d,failed=90d")
+
+    async def work(source: OpsSource) -> list[dict[str, Any]]:
+        if isinstance(source, HttpOps):
+            body: dict[str, Any] = {"retention": retention, "dry_run": dry_run}
+            if retention is None and batch != 500:
+                body["batch"] = batch
+            return [await source._call("POST", "/v1/purge", json=body)]
+        assert isinstance(source, StoreOps) and policy is not None
+        apps = [app] if app else await known_apps(source.store)
+        return [
+            (await purge(source.store, name, policy, dry_run=dry_run)).as_dict() for name in apps
+        ]
+
+    reports = _call(db, url, token, work)
+    if as_json:
+        print(json.dumps(reports[0] if app or url else envelope(reports), indent=2))
+        return
+    for report in reports:
+        _print_purge(report)
+
+
+def _print_purge(report: dict[str, Any]) -> None:
+    verb = "would go" if report["dry_run"] else "went"
+    scrub = ""
+    if report["payload_only"]:
+        scrub = " (payload-only: the ledger's rows keep their skeleton)"
+    rows = [
+        [name, str(count["rows"]), _bytes(count["bytes"])]
+        for name, count in report["tables"].items()
+        if count["rows"]
+    ]
+    title = (
+        f"app {report['app_name']!r}, policy {report['policy']}: {report['rows']} row(s), "
+        f"{_bytes(report['bytes'])} {verb}{scrub}"
+    )
+    console.print(_table(title, ["table", "rows", "bytes"], rows))
+    oldest = {k: v for k, v in (report.get("oldest_kept") or {}).items() if v is not None}
+    if oldest:
+        console.print(
+            "oldest kept: " + ", ".join(f"{k} {v / 86400:.1f} days" for k, v in oldest.items())
+        )
+
+
+def _bytes(size: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"

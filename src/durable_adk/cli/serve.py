@@ -140,10 +140,23 @@ def serve(
             "JSON-RPC at /a2a, every task a durable run (needs the a2a extra).",
         ),
     ] = False,
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_ADK_RETENTION",
+            help="Purge what this policy lets go, e.g. done=30d,failed=90d,idle=14d "
+            "(add payload-only to keep the ledger's skeleton); default: purge nothing "
+            "(docs/data.md).",
+        ),
+    ] = None,
+    purge_interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between purge passes (with --retention).")
+    ] = 60.0,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
     """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
+    from durable_adk.lifecycle.policy import RetentionPolicy
     from durable_adk.runlog import configure
     from durable_adk.service.server import serve as run_worker
     from durable_adk.service.settings import ServiceSettings, new_token
@@ -157,6 +170,9 @@ def serve(
         except ValueError:
             _fail(f"--interrupt-deadline takes TOOL=SECONDS, not {spec!r}")
     try:
+        policy = (
+            None if retention is None else RetentionPolicy.parse(retention, interval=purge_interval)
+        )
         settings = ServiceSettings(
             db=db,
             host=host,
@@ -180,6 +196,7 @@ def serve(
             key_file=key_file,
             per_user_keys=per_user_keys,
             a2a=a2a,
+            retention=policy,
         )
         if a2a:
             from durable_adk.service.server import require_a2a

@@ -1,4 +1,5 @@
-"""``durable-adk sessions``: a session's unreadable events: list them, repair one.
+"""``durable-adk sessions``: a session's unreadable events: list them, repair one;
+``durable-adk users forget``: a user's data in every table, gone.
 
 An event the reader cannot parse (written before the library bounded what it
 stores, say) is kept in the log as stored and shown as unreadable; a run that
@@ -10,6 +11,8 @@ As in every other command group, the app is ``--app`` (optional when the
 database holds one app; through a worker, the app it serves). The older form
 with the app as first argument (``sessions unreadable APP USER SESSION``)
 still works in this release, with a note on stderr; it goes in the next.
+``users forget`` deletes a user's sessions and every row of theirs
+(:mod:`durable_adk.lifecycle.forget`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -24,8 +28,10 @@ from durable_adk.cli.options import (
     ByOpt,
     DbOpt,
     JsonOpt,
+    ReasonOpt,
     TokenOpt,
     UrlOpt,
+    _call,
     _call_for_app,
     _fail,
     _print_json,
@@ -169,6 +175,65 @@ def sessions_repair(
     console.print(done["message"], highlight=False)
 
 
+users_app = typer.Typer(no_args_is_help=True, help="A user's data: forget it.")
+
+
+@users_app.command("forget")
+def users_forget(
+    user_id: Annotated[str, typer.Argument(help="The user to forget.")],
+    app: Annotated[
+        str | None,
+        typer.Option("--app", help="Only this app (default: every app; through --url: its app)."),
+    ] = None,
+    cancel_live: Annotated[
+        bool,
+        typer.Option(
+            "--cancel-live", help="Cancel the user's runs under way first instead of refusing."
+        ),
+    ] = False,
+    by: ByOpt = None,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Deletes every row of USER (sessions, user: state, events, runs, journal, jobs, sagas,
+    interrupts, artifacts...), audited first; refused (exit 1) while the user has runs under
+    way unless --cancel-live. Safe to run again after a crash: it carries on."""
+    from durable_adk.cli.client import HttpOps, OpsSource, StoreOps
+    from durable_adk.lifecycle import forget_user
+
+    if not user_id.strip():
+        _fail("USER must not be empty")
+    who = _who(by)
+
+    async def work(source: OpsSource) -> dict[str, Any]:
+        if isinstance(source, HttpOps):
+            body = {"by": who, "reason": reason, "app": app, "cancel_live": cancel_live}
+            path = f"/v1/users/{quote(user_id, safe='')}/forget"
+            return await source._call("POST", path, json=body)
+        assert isinstance(source, StoreOps)
+        report = await forget_user(
+            source.store, user_id, app_name=app, by=who, reason=reason, cancel_live=cancel_live
+        )
+        return report.as_dict()
+
+    done = _call(db, url, token, work)
+    if as_json:
+        _print_json(done)
+        return
+    where = "every app" if done["scope"] == "*" else f"app {done['scope']!r}"
+    lines = [f"forgot user {done['user_id']!r} in {where}: {done['rows']} row(s) deleted"]
+    if done["cancelled"]:
+        lines.append(f"cancelled first: {', '.join(done['cancelled'])}")
+    for name, count in done["deleted"].items():
+        lines.append(f"  {name}: {count['rows']} row(s), {count['bytes']} bytes")
+    lines.append(f"audit: forget request {done['request']}")
+    console.print("\n".join(lines), highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Adds ``sessions``."""
+    """Adds ``sessions`` and ``users``."""
     app.add_typer(sessions_app, name="sessions")
+    app.add_typer(users_app, name="users")

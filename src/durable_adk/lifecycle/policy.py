@@ -39,6 +39,8 @@ def parse_duration(text: str) -> float | None:
     """
     if text.strip().lower() in ("never", "forever"):
         return None
+    if text.strip().startswith("-"):
+        raise errors.InvalidArgument(f"bad duration {text!r}: a duration must not be negative")
     found = _DURATION.match(text)
     if found is None:
         raise errors.InvalidArgument(

@@ -610,6 +610,9 @@ def create_app(worker: Worker) -> FastAPI:
 
     features.add_routes(guarded, worker.store, worker.metrics, elsewhere=job_elsewhere)
     features.add_repair_routes(guarded, worker.sessions, worker.app_name)
+    features.add_data_routes(
+        guarded, worker.store, worker.app_name, worker.metrics, settings.retention
+    )
     schedule_routes.add_routes(guarded, worker.store, worker.app_name)
     version_routes.add_routes(guarded, worker.store, worker.app_name)
     app.include_router(guarded)

@@ -1,4 +1,5 @@
-"""The operations and routes of long-running jobs, sagas and event repairs, and the job webhook.
+"""The operations and routes of long-running jobs, sagas, event repairs and the data
+lifecycle (purge, forget a user: :mod:`durable_adk.lifecycle`), and the job webhook.
 
 Jobs (:mod:`durable_adk.tables.jobs`) and sagas (:mod:`durable_adk.tables.sagas`) keep their
 own ledgers; this module only reads them for operators and passes a job's
@@ -37,6 +38,7 @@ from durable_adk.adk.services.repairs import (
     unreadable_events,
 )
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
 from durable_adk.metrics import Metrics
 from durable_adk.service.guards import error_response
 from durable_adk.service.ops import MAX_PAGE
@@ -490,3 +492,83 @@ def mount_webhooks(app: FastAPI, store: Store, metrics: Metrics, secret: str | N
             return error_response(exc.status, code, str(exc))
         metrics.job_completion(completion_outcome(done.changed, done.state))
         return JSONResponse(done.body(), status_code=done.status)
+
+
+class PurgeIn(BaseModel):
+    """A purge of the worker's app: under a policy given here, or the worker's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retention: str | None = None
+    """The policy as ``durable-adk purge --retention`` takes it (None: the worker's)."""
+    dry_run: bool = False
+    batch: int | None = None
+
+
+class ForgetIn(BaseModel):
+    """Who forgets a user, why, where, and whether the user's runs under way are cancelled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: Who
+    reason: Reason | None = None
+    app: str | None = None
+    """The app (None: the worker's own; ``*``: every app on the database)."""
+    cancel_live: bool = False
+
+
+def add_data_routes(
+    router: APIRouter,
+    store: Store,
+    app_name: str,
+    metrics: Metrics,
+    retention: RetentionPolicy | None,
+) -> None:
+    """Adds the data lifecycle's routes (docs/data.md): purge and forget a user."""
+
+    @router.post("/purge", tags=["data"], responses={422: {"model": ErrorOut}})
+    async def purge_app(body: PurgeIn) -> dict[str, Any]:
+        """Purges what a retention policy lets go of the app (or, dry, says what would go)."""
+        if body.retention is not None:
+            policy = RetentionPolicy.parse(
+                body.retention, **({"batch": body.batch} if body.batch is not None else {})
+            )
+        elif retention is not None:
+            policy = (
+                retention
+                if body.batch is None
+                else RetentionPolicy.parse(retention.describe(), batch=body.batch)
+            )
+        else:
+            raise errors.InvalidArgument(
+                "this worker has no retention policy (durable-adk serve --retention): "
+                "give one in 'retention', e.g. done=30d"
+            )
+        report = await purge(
+            store, app_name, policy, dry_run=body.dry_run, metrics=metrics, must_exist=False
+        )
+        return report.as_dict()
+
+    @router.post(
+        "/users/{user_id}/forget",
+        tags=["data"],
+        responses={409: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    )
+    async def forget(
+        user_id: Annotated[str, Path(min_length=1, max_length=1024)], body: ForgetIn
+    ) -> dict[str, Any]:
+        """Deletes the user's data in every table of the app (or every app: ``app: "*"``).
+
+        Refused (409) while the user has runs under way, unless ``cancel_live``.
+        """
+        scope = app_name if body.app is None else (None if body.app == "*" else body.app)
+        report = await forget_user(
+            store,
+            user_id,
+            app_name=scope,
+            by=body.by,
+            reason=body.reason,
+            cancel_live=body.cancel_live,
+            metrics=metrics,
+        )
+        return report.as_dict()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from durable_adk import errors
 from durable_adk.adk.loops.every import require_positive
 from durable_adk.adk.runs.policy import DEFAULT_POLICY
+from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, PayloadLimits
 from durable_adk.store.codec import Keyring, keyring_from_env
 
@@ -89,6 +90,8 @@ class ServiceSettings:
         a2a: Serve the app over A2A too (needs the ``a2a`` extra): the agent
             card at ``/.well-known/agent-card.json``, JSON-RPC at ``/a2a``,
             every task a durable run (docs/a2a.md).
+        retention: The app's retention policy, run by the worker's purge loop
+            (None, the default: nothing is purged; docs/data.md).
     """
 
     db: str
@@ -122,6 +125,7 @@ class ServiceSettings:
     key_file: str | None = None
     per_user_keys: bool = False
     a2a: bool = False
+    retention: RetentionPolicy | None = None
 
     def __post_init__(self) -> None:
         from durable_adk.versions import Serving  # refuses a bad declaration before anything runs
@@ -159,6 +163,10 @@ class ServiceSettings:
             self.keyring()  # a missing or bad key file is refused before anything runs
         if self.per_user_keys and self.keyring() is None:
             raise errors.InvalidArgument("per_user_keys needs keys: give key_file")
+        if self.retention is not None and not isinstance(self.retention, RetentionPolicy):
+            raise errors.InvalidArgument(
+                f"retention must be a RetentionPolicy, not {type(self.retention).__name__}"
+            )
         if not 0 <= self.port <= 65535:
             raise errors.InvalidArgument(f"port must be 0..65535, got {self.port}")
 

@@ -147,6 +147,7 @@ class Worker:
                 progress_interval=settings.progress_interval,
                 saga_quiet=settings.saga_quiet,
                 drain_seconds=settings.drain_seconds,
+                retention=settings.retention,
             ),
             metrics=self.metrics,
         )

@@ -5,8 +5,9 @@ durable app needs besides its live runs: the recovery sweeper (after ending
 the runs an operator cancelled whose owner died), the job submitter, the job
 resumer, the job deadline sweep, the waker of durable sleeps, the progress
 sender, the interrupts' deadline sweep (an unanswered interrupt past its
-deadline gets its default outcome) and a saga sweeper per
-:class:`SagaSequence` of the app. ``async with DurableRunner(...)`` runs them
+deadline gets its default outcome), a saga sweeper per
+:class:`SagaSequence` of the app and, when the settings carry a retention
+policy, the purge (:mod:`durable_adk.lifecycle.purge`). ``async with DurableRunner(...)`` runs them
 (unless ``background=False``), the worker service runs them through the same
 class, and ``durable-adk recover`` runs each pass once (:meth:`once`).
 
@@ -47,6 +48,7 @@ from durable_adk.adk.runs.inbox import InboxAnswer, InterruptSweeper
 from durable_adk.adk.runs.path import HasRunPath
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaSweeper
+from durable_adk.lifecycle.purge import PurgeReport, purge
 from durable_adk.metrics import Metrics
 from durable_adk.tables.jobs import Job, JobTable
 from durable_adk.tables.ledger import RunStatus
@@ -83,6 +85,7 @@ class PassReport:
         interrupts: Interrupts given their default outcome at their deadline.
         woken: Durable sleeps' timers woken (their calls answered by the resumer).
         ticks: What the schedule poller did with the ticks due.
+        purged: What the purge deleted (None: the app has no retention policy).
     """
 
     cancelled: list[str] = field(default_factory=list)
@@ -94,6 +97,7 @@ class PassReport:
     interrupts: list[InboxAnswer] = field(default_factory=list)
     woken: list[Job] = field(default_factory=list)
     ticks: list[Fired] = field(default_factory=list)
+    purged: PurgeReport | None = None
 
     @property
     def need_a_person(self) -> list[Recovery]:
@@ -202,6 +206,16 @@ class Background:
             finished.extend(await sweeper.sweep_once())
         return finished
 
+    async def purge_once(self) -> PurgeReport | None:
+        """One pass of the purge under the app's retention policy (None: it has none)."""
+        policy = self.settings.retention
+        if policy is None:
+            return None
+        path = self.runner
+        return await purge(
+            path.store, path.app_name, policy, metrics=self.metrics, must_exist=False
+        )
+
     async def once(self) -> PassReport:
         """One pass of each loop, in order; what a ``durable-adk recover`` run does.
 
@@ -218,6 +232,7 @@ class Background:
         sagas = await self.sweep_sagas_once()
         interrupts = await self.inbox.expire_once()
         ticks = await self.scheduler.poll_once(wait=True)
+        purged = await self.purge_once()
         return PassReport(
             cancelled,
             recoveries,
@@ -228,6 +243,7 @@ class Background:
             interrupts,
             woken=woken,
             ticks=ticks,
+            purged=purged,
         )
 
     async def start(self, *, stop: asyncio.Event | None = None) -> None:
@@ -252,6 +268,8 @@ class Background:
         ]
         if self.scheduler.schedules is not None:  # none declared: no poll at all
             passes.append(("schedules", s.schedule_interval, self.scheduler.poll_once))
+        if s.retention is not None:  # off by default: nothing is deleted without a policy
+            passes.append(("purge", s.retention.interval, self.purge_once))
         passes.extend(
             (f"saga-{sweeper.saga.name}", s.sweep_interval, sweeper.sweep_once)
             for sweeper in self.saga_sweepers

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_adk import errors
+from durable_adk.lifecycle.policy import RetentionPolicy
 
 logger = logging.getLogger("durable_adk.loops")
 
@@ -46,6 +47,9 @@ class BackgroundSettings:
             recoveries still in progress get to finish before they are
             cancelled (their leases then expire and another sweeper takes
             them over); None waits for all.
+        retention: The app's retention policy: with one, a purge loop deletes
+            what it lets go every ``retention.interval`` seconds (None, the
+            default: nothing is ever purged; docs/data.md).
     """
 
     sweep_interval: float = 5.0
@@ -58,6 +62,7 @@ class BackgroundSettings:
     schedule_interval: float = 1.0
     schedule_lease: float = 30.0
     drain_seconds: float | None = 10.0
+    retention: RetentionPolicy | None = None
 
     def __post_init__(self) -> None:
         require_positive(
@@ -71,6 +76,10 @@ class BackgroundSettings:
         )
         if self.sweep_batch < 1 or self.sweep_concurrency < 1:
             raise errors.InvalidArgument("sweep_batch and sweep_concurrency must be >= 1")
+        if self.retention is not None and not isinstance(self.retention, RetentionPolicy):
+            raise errors.InvalidArgument(
+                f"retention must be a RetentionPolicy, not {type(self.retention).__name__}"
+            )
         if self.drain_seconds is not None and self.drain_seconds < 0:
             raise errors.InvalidArgument(f"drain_seconds must be >= 0, got {self.drain_seconds}")
 
