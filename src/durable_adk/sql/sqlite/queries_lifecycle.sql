@@ -13,7 +13,7 @@ DELETE FROM events WHERE (session_pk, seq) IN (
     SELECT x.session_pk, x.seq FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN events x ON x.session_pk = p.pk
+      CROSS JOIN events x ON x.session_pk = p.pk
      LIMIT :batch)
 RETURNING length(CAST(data AS BLOB)) + COALESCE(length(CAST(delta AS BLOB)), 0) AS bytes;
 
@@ -24,7 +24,7 @@ DELETE FROM state_snapshots WHERE (session_pk, seq) IN (
     SELECT x.session_pk, x.seq FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN state_snapshots x ON x.session_pk = p.pk
+      CROSS JOIN state_snapshots x ON x.session_pk = p.pk
      LIMIT :batch)
 RETURNING length(CAST(state AS BLOB)) AS bytes;
 
@@ -35,7 +35,7 @@ DELETE FROM event_repairs WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN event_repairs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN event_repairs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      LIMIT :batch)
 RETURNING length(CAST(original AS BLOB)) + length(CAST(replacement AS BLOB)) AS bytes;
 
@@ -46,7 +46,7 @@ DELETE FROM artifacts WHERE (app_name, user_id, session_id, filename, version) I
     SELECT x.app_name, x.user_id, x.session_id, x.filename, x.version FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN artifacts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN artifacts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      LIMIT :batch)
 RETURNING length(CAST(part AS BLOB)) + length(CAST(custom_metadata AS BLOB)) AS bytes;
 
@@ -57,8 +57,8 @@ DELETE FROM journal WHERE key IN (
     SELECT x.key FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN journal x ON x.invocation_id = r.invocation_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN journal x ON x.invocation_id = r.invocation_id
      LIMIT :batch)
 RETURNING length(CAST(key AS BLOB)) + COALESCE(length(CAST(result AS BLOB)), 0) AS bytes;
 
@@ -69,8 +69,8 @@ DELETE FROM dead_letters WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN dead_letters x ON x.run_id = r.run_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN dead_letters x ON x.run_id = r.run_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(request AS BLOB)), 0) + COALESCE(length(CAST(last_events AS BLOB)), 0) + length(CAST(error AS BLOB)) AS bytes;
 
@@ -81,8 +81,8 @@ DELETE FROM schedule_ticks WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN schedule_ticks x ON x.run_id = r.run_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN schedule_ticks x ON x.run_id = r.run_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(detail AS BLOB)), 0) AS bytes;
 
@@ -93,8 +93,8 @@ DELETE FROM operator_actions WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN operator_actions x ON x.run_id = r.run_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN operator_actions x ON x.run_id = r.run_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(reason AS BLOB)), 0) + COALESCE(length(CAST(detail AS BLOB)), 0) AS bytes;
 
@@ -105,8 +105,8 @@ DELETE FROM job_calls WHERE (job_id, app_name, user_id, session_id, function_cal
     SELECT x.job_id, x.app_name, x.user_id, x.session_id, x.function_call_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN job_calls x ON x.invocation_id = r.invocation_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN job_calls x ON x.invocation_id = r.invocation_id
      LIMIT :batch)
 RETURNING length(CAST(function_call_id AS BLOB)) AS bytes;
 
@@ -117,7 +117,7 @@ DELETE FROM jobs WHERE job_id IN (
     SELECT x.job_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(request AS BLOB)), 0) + COALESCE(length(CAST(result AS BLOB)), 0) + COALESCE(length(CAST(progress AS BLOB)), 0) + COALESCE(length(CAST(progress_sent AS BLOB)), 0) AS bytes;
 
@@ -128,8 +128,8 @@ DELETE FROM saga_steps WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
-      JOIN saga_steps x ON x.saga_id = g.saga_id
+      CROSS JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
+      CROSS JOIN saga_steps x ON x.saga_id = g.saga_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(record AS BLOB)), 0) + COALESCE(length(CAST(last_error AS BLOB)), 0) AS bytes;
 
@@ -140,7 +140,7 @@ DELETE FROM sagas WHERE saga_id IN (
     SELECT x.saga_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN sagas x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN sagas x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(reason AS BLOB)), 0) AS bytes;
 
@@ -151,7 +151,7 @@ DELETE FROM interrupts WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      LIMIT :batch)
 RETURNING COALESCE(length(CAST(args AS BLOB)), 0) + COALESCE(length(CAST(answer AS BLOB)), 0) AS bytes;
 
@@ -162,7 +162,7 @@ DELETE FROM answer_claims WHERE (app_name, user_id, session_id, invocation_id, c
     SELECT x.app_name, x.user_id, x.session_id, x.invocation_id, x.call_id, x.ask FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      LIMIT :batch)
 RETURNING length(CAST(call_id AS BLOB)) AS bytes;
 
@@ -174,7 +174,7 @@ DELETE FROM runs WHERE pk IN (
     SELECT x.pk FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
      WHERE NOT EXISTS (SELECT 1 FROM journal j WHERE j.invocation_id = x.invocation_id)
        AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.run_id = x.run_id)
        AND NOT EXISTS (SELECT 1 FROM schedule_ticks k WHERE k.run_id = x.run_id)
@@ -188,8 +188,8 @@ RETURNING length(CAST(request AS BLOB)) + COALESCE(length(CAST(last_error AS BLO
 SELECT x.key AS key, COALESCE(length(CAST(x.result AS BLOB)), 0) AS bytes FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN journal x ON x.invocation_id = r.invocation_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN journal x ON x.invocation_id = r.invocation_id
  WHERE x.result IS NOT NULL
  LIMIT :batch;
 
@@ -207,8 +207,8 @@ RETURNING key AS key;
 SELECT x.pk AS key, COALESCE(length(CAST(x.request AS BLOB)), 0) + COALESCE(length(CAST(x.last_events AS BLOB)), 0) + length(CAST(x.error AS BLOB)) AS bytes FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-      JOIN dead_letters x ON x.run_id = r.run_id
+      CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+      CROSS JOIN dead_letters x ON x.run_id = r.run_id
  WHERE (x.request IS NOT NULL OR x.last_events IS NOT NULL OR x.error <> '')
  LIMIT :batch;
 
@@ -226,7 +226,7 @@ RETURNING pk AS key;
 SELECT x.job_id AS key, COALESCE(length(CAST(x.request AS BLOB)), 0) + COALESCE(length(CAST(x.result AS BLOB)), 0) + COALESCE(length(CAST(x.progress AS BLOB)), 0) + COALESCE(length(CAST(x.progress_sent AS BLOB)), 0) AS bytes FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
  WHERE (x.request IS NOT NULL OR x.result IS NOT NULL OR x.progress IS NOT NULL
         OR x.progress_sent IS NOT NULL)
  LIMIT :batch;
@@ -246,8 +246,8 @@ RETURNING job_id AS key;
 SELECT x.pk AS key, COALESCE(length(CAST(x.record AS BLOB)), 0) + COALESCE(length(CAST(x.last_error AS BLOB)), 0) AS bytes FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
-      JOIN saga_steps x ON x.saga_id = g.saga_id
+      CROSS JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
+      CROSS JOIN saga_steps x ON x.saga_id = g.saga_id
  WHERE (x.record IS NOT NULL OR x.last_error IS NOT NULL)
  LIMIT :batch;
 
@@ -265,7 +265,7 @@ RETURNING pk AS key;
 SELECT x.pk AS key, COALESCE(length(CAST(x.args AS BLOB)), 0) + COALESCE(length(CAST(x.answer AS BLOB)), 0) AS bytes FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
  WHERE (x.args IS NOT NULL OR x.answer IS NOT NULL)
  LIMIT :batch;
 
@@ -283,7 +283,7 @@ RETURNING pk AS key;
 SELECT x.pk AS key, length(CAST(x.request AS BLOB)) + COALESCE(length(CAST(x.last_error AS BLOB)), 0) AS bytes FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-      JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+      CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
  WHERE (x.request <> '' OR x.last_error IS NOT NULL)
  LIMIT :batch;
 
@@ -362,51 +362,51 @@ SELECT 'sessions' AS table_name, COUNT(*) AS row_count,
        COALESCE(SUM(length(CAST(p.initial_state AS BLOB))), 0) AS bytes FROM cand p
 UNION ALL
 SELECT 'events', COUNT(*), COALESCE(SUM(length(CAST(x.data AS BLOB)) + COALESCE(length(CAST(x.delta AS BLOB)), 0)), 0) FROM cand p
-  JOIN events x ON x.session_pk = p.pk
+  CROSS JOIN events x ON x.session_pk = p.pk
 UNION ALL
 SELECT 'state_snapshots', COUNT(*), COALESCE(SUM(length(CAST(x.state AS BLOB))), 0) FROM cand p
-  JOIN state_snapshots x ON x.session_pk = p.pk
+  CROSS JOIN state_snapshots x ON x.session_pk = p.pk
 UNION ALL
 SELECT 'event_repairs', COUNT(*), COALESCE(SUM(length(CAST(x.original AS BLOB)) + length(CAST(x.replacement AS BLOB))), 0) FROM cand p
-  JOIN event_repairs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+  CROSS JOIN event_repairs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'artifacts', COUNT(*), COALESCE(SUM(length(CAST(x.part AS BLOB)) + length(CAST(x.custom_metadata AS BLOB))), 0) FROM cand p
-  JOIN artifacts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+  CROSS JOIN artifacts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'journal', COUNT(*), COALESCE(SUM(length(CAST(x.key AS BLOB)) + COALESCE(length(CAST(x.result AS BLOB)), 0)), 0) FROM cand p
-  JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-  JOIN journal x ON x.invocation_id = r.invocation_id
+  CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+  CROSS JOIN journal x ON x.invocation_id = r.invocation_id
 UNION ALL
 SELECT 'dead_letters', COUNT(*), COALESCE(SUM(COALESCE(length(CAST(x.request AS BLOB)), 0) + COALESCE(length(CAST(x.last_events AS BLOB)), 0) + length(CAST(x.error AS BLOB))), 0) FROM cand p
-  JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-  JOIN dead_letters x ON x.run_id = r.run_id
+  CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+  CROSS JOIN dead_letters x ON x.run_id = r.run_id
 UNION ALL
 SELECT 'schedule_ticks', COUNT(*), COALESCE(SUM(COALESCE(length(CAST(x.detail AS BLOB)), 0)), 0) FROM cand p
-  JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-  JOIN schedule_ticks x ON x.run_id = r.run_id
+  CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+  CROSS JOIN schedule_ticks x ON x.run_id = r.run_id
 UNION ALL
 SELECT 'job_calls', COUNT(*), COALESCE(SUM(length(CAST(x.function_call_id AS BLOB))), 0) FROM cand p
-  JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
-  JOIN job_calls x ON x.invocation_id = r.invocation_id
+  CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+  CROSS JOIN job_calls x ON x.invocation_id = r.invocation_id
 UNION ALL
 SELECT 'jobs', COUNT(*), COALESCE(SUM(COALESCE(length(CAST(x.request AS BLOB)), 0) + COALESCE(length(CAST(x.result AS BLOB)), 0) + COALESCE(length(CAST(x.progress AS BLOB)), 0) + COALESCE(length(CAST(x.progress_sent AS BLOB)), 0)), 0) FROM cand p
-  JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+  CROSS JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'saga_steps', COUNT(*), COALESCE(SUM(COALESCE(length(CAST(x.record AS BLOB)), 0) + COALESCE(length(CAST(x.last_error AS BLOB)), 0)), 0) FROM cand p
-  JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
-  JOIN saga_steps x ON x.saga_id = g.saga_id
+  CROSS JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
+  CROSS JOIN saga_steps x ON x.saga_id = g.saga_id
 UNION ALL
 SELECT 'sagas', COUNT(*), COALESCE(SUM(COALESCE(length(CAST(x.reason AS BLOB)), 0)), 0) FROM cand p
-  JOIN sagas x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+  CROSS JOIN sagas x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'interrupts', COUNT(*), COALESCE(SUM(COALESCE(length(CAST(x.args AS BLOB)), 0) + COALESCE(length(CAST(x.answer AS BLOB)), 0)), 0) FROM cand p
-  JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+  CROSS JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'answer_claims', COUNT(*), COALESCE(SUM(length(CAST(x.call_id AS BLOB))), 0) FROM cand p
-  JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+  CROSS JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'runs', COUNT(*), COALESCE(SUM(length(CAST(x.request AS BLOB)) + COALESCE(length(CAST(x.last_error AS BLOB)), 0)), 0) FROM cand p
-  JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
+  CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
 
 -- name: purge_sessions
 -- Last: the sessions being purged with nothing left of them (nothing at all, or
