@@ -269,9 +269,9 @@ async def drain(
             rows = await store.fetch(f"purge_{table}", base)
             statements += 1
             tables[table].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
-            crash_point("lifecycle.after_batch")
             if rows and on_batch is not None:
                 await on_batch()
+            crash_point("lifecycle.after_batch")  # a batch deleted (and recorded), more to go
             if len(rows) < batch:
                 break
     if keep_skeleton:
