@@ -285,6 +285,8 @@ def purge_command(
     if as_json:
         print(json.dumps(reports[0] if app or url else envelope(reports), indent=2))
         return
+    if not reports:
+        console.print("no app has sessions or runs on this database: nothing to purge")
     for report in reports:
         _print_purge(report)
 
