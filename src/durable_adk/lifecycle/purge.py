@@ -269,8 +269,10 @@ async def drain(
             rows = await store.fetch(f"purge_{table}", base)
             statements += 1
             tables[table].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
-            if rows and on_batch is not None:
-                await on_batch()
+            if rows:
+                await store.execute("purge_checkpoint")  # SQLite: the purge pays for its pages
+                if on_batch is not None:
+                    await on_batch()
             crash_point("lifecycle.after_batch")  # a batch deleted (and recorded), more to go
             if len(rows) < batch:
                 break

@@ -581,6 +581,10 @@ UNION
 SELECT app_name FROM b WHERE app_name IS NOT NULL
 ORDER BY app_name;
 
+-- name: purge_checkpoint
+-- After a batch: nothing to do on PostgreSQL (autovacuum makes the dead rows reusable).
+SELECT 1 AS done;
+
 -- name: purge_oldest
 -- The oldest row kept of an app, per table (a metric): its least recently
 -- updated session and its run that finished first (both on an index).

@@ -454,6 +454,13 @@ UNION
 SELECT app_name FROM b WHERE app_name IS NOT NULL
 ORDER BY app_name;
 
+-- name: purge_checkpoint
+-- After a batch: copy the pages the batch wrote from the WAL back into the database
+-- now, on the purge's own connection, without waiting for writers (PASSIVE). Left
+-- to SQLite's automatic checkpoint, the next small commit of a live run would pay
+-- for the whole batch.
+PRAGMA wal_checkpoint(PASSIVE);
+
 -- name: purge_oldest
 -- The oldest row kept of an app, per table (a metric): its least recently
 -- updated session and its run that finished first (both on an index).
