@@ -157,6 +157,8 @@ GUARDED = [
     ("POST", "/v1/versions/1.0/undrain"),
     ("POST", "/v1/versions/1.0/move"),
     ("POST", "/v1/versions/1.0/abandon"),
+    ("POST", "/v1/purge"),
+    ("POST", "/v1/users/u1/forget"),
 ]
 
 
