@@ -11,6 +11,7 @@ counted; the finished session beside it goes.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ from durable_adk.adk.loops.sleep import Waker
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs.inbox import answer_interrupt
 from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
-from durable_adk.store import Store, open_store
+from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.queries import parse_queries
 from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.jobs import JobState, JobTable
@@ -375,3 +376,20 @@ async def test_forget_refuses_while_a_run_is_live_then_cancels_it_when_asked(
     ]
     again = await forget_user(store, "ada", by="ops")
     assert again.rows == 0
+
+
+async def test_forget_with_per_user_keys_destroys_the_key_and_purge_reads_no_payload(
+    store_url: str,
+) -> None:
+    keys = Keyring([("k1", os.urandom(32))])
+    async with open_store(store_url, keyring=keys, per_user_keys=True) as store:
+        runner = chatter(store)
+        await turn(runner, "a1", "hi", user="ada")
+        await turn(runner, "b1", "hi", user="bob")
+        report = await forget_user(store, "ada", by="ops")
+        assert report.deleted["user_keys"].rows == 1 and report.deleted["events"].rows >= 2
+        assert await session_ids(store, runner, "ada") == []
+        bob = await runner.sessions.get_session(app_name="chat", user_id="bob", session_id="b1")
+        assert bob is not None and len(bob.events) >= 2  # still readable under bob's key
+        done = await purge(store, "chat", ALL_AT_ONCE)
+        assert done.tables["sessions"].rows == 1 and done.tables["events"].bytes > 0

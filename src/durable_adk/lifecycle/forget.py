@@ -8,7 +8,9 @@ the user (and a marked stand-in for each session id the user's rows name
 without a session: a deleted session's runs, the user's own artifacts), and
 drains them with the purge's batches (:func:`durable_adk.lifecycle.purge.drain`),
 the operators' audit lines about the user's runs included; then the user's
-own state (``user:`` keys). The audit line counts what went, per table, after
+own state (``user:`` keys) and, with per-user keys, the user's data key
+(:func:`durable_adk.store.rotation.shred_user`: what backups hold of the
+user is unreadable from then on). The audit line counts what went, per table, after
 each batch, and is closed when nothing is left.
 
 A process killed half-way leaves the audit line open and sessions marked; the
@@ -29,6 +31,7 @@ from durable_adk import errors
 from durable_adk.lifecycle.purge import TABLES, TableCount, drain, known_apps
 from durable_adk.metrics import Metrics
 from durable_adk.store.base import Store
+from durable_adk.store.rotation import shred_user
 from durable_adk.tables.ledger import RunLedger
 
 EVERY_APP = "*"
@@ -192,7 +195,7 @@ async def forget_user(
 
     for app in apps:
         tables: dict[str, TableCount] = report.deleted
-        for name in (*TABLES, "user_state"):
+        for name in (*TABLES, "user_state", "user_keys"):
             tables.setdefault(name, TableCount())
         await store.execute("forget_mark", {"app_name": app, "user_id": user_id})
         await drain(
@@ -207,6 +210,8 @@ async def forget_user(
         )
         rows = await store.fetch("forget_user_state", {"app_name": app, "user_id": user_id})
         tables["user_state"].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
+        if await shred_user(store, app, user_id) is not None:  # backups: unreadable too
+            tables["user_keys"].add(1, 0)
         await save()
     await save(done=True)
     if metrics is not None:
