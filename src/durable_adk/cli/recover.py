@@ -45,8 +45,8 @@ from durable_adk.cli.options import (
     _short,
     _table,
     console,
-    exit_code,
     envelope,
+    exit_code,
     require_database,
 )
 from durable_adk.cli.serve import load_app_and_services
