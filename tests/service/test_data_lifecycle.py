@@ -124,4 +124,4 @@ def test_the_workers_purge_loop_forget_route_and_cli_through_it(
     code, out = cli("purge", "--retention", "done=-1d", "--db", store_url)
     assert code == 2 and "must not be negative" in out
     code, out = cli("purge", "--retention", "done=1d", "--db", store_url, "--app", "nope")
-    assert code == 1 and "unknown app 'nope'" in out
+    assert code == 2 and "unknown app 'nope'" in out  # bad input: exit 2
