@@ -74,12 +74,14 @@ def launch(
     prefix: list[str] | None = None,
     port: int = 0,
     gate: bool = False,
+    lease: float = LEASE,
 ) -> Worker:
-    """Starts ``durable-adk serve`` with the chaos app (lease 3 s, sweeps every 0.3 s).
+    """Starts ``durable-adk serve`` with the chaos app (lease 3 s unless given, sweeps
+    every 0.3 s).
 
     ``gate``: each tool waits for ``<marker>.go`` before it calls out.
     """
-    command = (prefix or []) + serve_command(db, name, lease=LEASE, sweep_interval=0.3, port=port)
+    command = (prefix or []) + serve_command(db, name, lease=lease, sweep_interval=0.3, port=port)
     env = worker_env(name, urls, tool_seconds=tool_seconds, marker_dir=marker_dir, gate=gate)
     log = folder / f"{name}.log"
     return Worker(name, start_logged(command, env, log), log)

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_adk import errors
 from durable_adk.fencing.fence import RunFence
 from durable_adk.tables.ledger import Lease, RenewResult, RunLedger
 
@@ -50,6 +51,10 @@ logger = logging.getLogger("durable_adk.runner")
 LEASE_MARGIN_FRACTION = 1 / 6
 """The share of the lease a drive gives up to be safe: its local deadline is
 ``last renewal sent + lease * (1 - LEASE_MARGIN_FRACTION)``."""
+
+
+RETRY_MAX = 1.0
+"""Most seconds between two tries of a failed renewal."""
 
 
 def trust_from(sent: float | None, lease_seconds: float) -> float:
@@ -219,18 +224,26 @@ class LeaseKeeper:
                     timeout=min(interval * 0.8, until - sent),
                 )
             except Exception as exc:  # the store's, or the timeout: retried until the deadlines
-                logger.warning(
+                # An outage is said once by the store (store.health); each retry at DEBUG.
+                outage = isinstance(exc, errors.StoreUnavailable) or self._store_down()
+                logger.log(
+                    logging.DEBUG if outage else logging.WARNING,
                     "lease renewal of %d runs failed (%s: %s); retrying",
                     len(batch),
                     type(exc).__name__,
                     exc,
                 )
                 await asyncio.sleep(max(0.0, min(retry_in, until - time.monotonic())))
-                retry_in = min(retry_in * 2, interval)
+                # At most RETRY_MAX apart: a store back from an outage is found soon.
+                retry_in = min(retry_in * 2, interval, RETRY_MAX)
                 continue
             self._apply(batch, results, sent)
             self.watchdog.renewed(sent)
             return sent
+
+    def _store_down(self) -> bool:
+        health = getattr(self.ledger.store, "health", None)
+        return bool(getattr(health, "down", False))
 
     def _apply(self, batch: list[Holding], results: dict[str, RenewResult], sent: float) -> None:
         trusted = trust_from(sent, self.lease_seconds)
@@ -359,7 +372,13 @@ class LeaseWatchdog:
                         timeout=self.keeper.interval * 0.8,
                     )
                 except Exception as exc:  # retried at the next look, until the deadlines
-                    logger.warning("the lease watchdog's renewal failed: %s", exc)
+                    logger.log(
+                        logging.DEBUG
+                        if isinstance(exc, errors.StoreUnavailable)
+                        else logging.WARNING,
+                        "the lease watchdog's renewal failed: %s",
+                        exc,
+                    )
                     continue
                 self.renewals += 1
                 self._last_sent = sent

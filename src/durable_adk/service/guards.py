@@ -221,7 +221,11 @@ def install_error_handlers(app: FastAPI) -> None:
         for kind, status, code in _STATUS_BY_ERROR:
             if isinstance(exc, kind):
                 if status >= 500:
-                    logger.warning("request failed: %s", exc)
+                    # A 503 for a store outage is said once, by the store (store.health).
+                    outage = isinstance(exc, errors.StoreUnavailable)
+                    logger.log(
+                        logging.DEBUG if outage else logging.WARNING, "request failed: %s", exc
+                    )
                 return error_response(status, code, str(exc))
         logger.exception("unexpected durable-adk error", exc_info=exc)
         return error_response(500, "internal", "the worker failed; see its log")

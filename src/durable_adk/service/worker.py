@@ -342,15 +342,19 @@ class Worker:
             logger.debug("run %s: %s", run.run_id, exc)
         except errors.RunCancelled as exc:
             logger.info("run %s: %s", run.run_id, exc)
-        except errors.StoreError:
+        except errors.StoreError as exc:
             # Only waiting for the run's turn talks to the store outside the
             # drive (whose store failures end in its outcome): the row is
             # still QUEUED or RUNNING under our lease, which expires, and a
-            # sweeper then recovers the run.
-            logger.exception(
-                "run %s: the store failed before its drive; its lease expires and recovery "
-                "takes it over then",
+            # sweeper then recovers the run. An outage (said once by the
+            # store) needs no traceback.
+            logger.log(
+                logging.WARNING if isinstance(exc, errors.StoreUnavailable) else logging.ERROR,
+                "run %s: the store failed before its drive (%s); its lease expires and "
+                "recovery takes it over then",
                 run.run_id,
+                exc,
+                exc_info=not isinstance(exc, errors.StoreUnavailable),
             )
         else:
             # The one ending logged it (taken_over, lease_lost, parked, handed_back, failed).

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from durable_adk import errors
 from durable_adk.limits import DEFAULT_LIMITS, PayloadLimits
 from durable_adk.store.codec import (
     MARK,
@@ -25,17 +26,31 @@ from durable_adk.store.codec import (
     open_rows,
     seal_params,
 )
+from durable_adk.store.outage import StoreHealth, current_patience, may_send_again
 from durable_adk.store.queries import Query
 from durable_adk.store.wakeups import Wakeups
 
 _sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
+_attempt: ContextVar[list[bool] | None] = ContextVar("durable_adk_attempt", default=None)
 
 
 def note_sent() -> None:
-    """Notes that a statement leaves now, for :meth:`Store.fetch_sent` (if it asked)."""
+    """Notes that a statement leaves now, for :meth:`Store.fetch_sent` (if it asked)
+    and for the outage wait (a statement that left may have acted)."""
     receipt = _sent.get()
     if receipt is not None:
         receipt.append(time.monotonic())
+    attempt = _attempt.get()
+    if attempt is not None:
+        attempt.append(True)
+
+
+def note_maybe_sent() -> None:
+    """Notes that a statement may leave without the caller seeing it (a group's unit):
+    an outage then counts it as sent (it may have acted)."""
+    attempt = _attempt.get()
+    if attempt is not None:
+        attempt.append(True)
 
 
 Row = Mapping[str, Any]
@@ -97,11 +112,37 @@ class Store(abc.ABC):
         """
         self.wakeups.notify(key)
 
+    @property
+    def health(self) -> StoreHealth:
+        """Whether this store takes writes now, and the outage in progress (made on first use)."""
+        found = self.__dict__.get("_health")
+        if found is None:
+            found = self.__dict__["_health"] = StoreHealth(
+                self.probe, self.diagnose, self.describe()
+            )
+        return found
+
+    def describe(self) -> str:
+        """The store as the log names it (no password)."""
+        return self.dialect
+
+    async def probe(self) -> None:
+        """Raises :class:`~durable_adk.errors.StoreUnavailable` unless the store answers now."""
+        await self.fetch("db_now")
+
+    async def diagnose(self) -> list[str]:
+        """One line per host this store connects to, with why it refuses (an outage began)."""
+        return []
+
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         """Runs a named query and returns all its rows.
 
         Sealed values (:mod:`durable_adk.store.codec`) come back opened when
         their row names them.
+
+        Inside a drive that holds its lease (:func:`~durable_adk.store.outage.using_patience`)
+        a statement that meets an outage waits for the store and goes again, when
+        it surely did nothing (:func:`patiently`, :mod:`durable_adk.store.outage`).
 
         Args:
             query: The query's name in ``queries.sql``.
@@ -118,7 +159,8 @@ class Store(abc.ABC):
             if query in SEALED_TOO:
                 table, names = SEALED_TOO[query]
                 params = await seal_params(self, table, params, names=names)
-        rows = await self._fetch(query, params)
+        sealed = params
+        rows = await patiently(self, query, lambda: self._fetch(query, sealed))
         for row in rows:
             for value in row.values():
                 if type(value) is str and value.startswith(MARK):
@@ -193,3 +235,46 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Closes every connection; the store is unusable afterwards."""
+
+    def writes(self, query: str) -> bool:
+        """Whether the named query writes (an unknown name counts as writing)."""
+        found = self._queries.get(query)
+        return True if found is None else found.writes
+
+    async def _close_health(self) -> None:
+        health = self.__dict__.get("_health")
+        if health is not None:
+            await health.aclose()
+
+
+async def patiently(
+    store: Store, query: str, once: Callable[[], Awaitable[Sequence[Row]]]
+) -> Sequence[Row]:
+    """Runs ``once`` (a backend's one try of ``query``); inside a drive's patience, waits
+    out an outage and tries again when the failed try surely did nothing.
+
+    Any StoreUnavailable is told to the store's health (it starts the outage and its
+    log line); a write that works ends the outage in progress.
+    """
+    while True:
+        attempt: list[bool] = []
+        token = _attempt.set(attempt)
+        try:
+            rows = await once()
+        except errors.StoreUnavailable as exc:
+            health = store.health
+            health.failed(exc)
+            patience = current_patience()
+            if patience is None or patience.left() <= 0:
+                raise
+            if not may_send_again(exc, sent=bool(attempt), writes=store.writes(query)):
+                raise
+            if not await health.wait_back(patience):
+                raise
+            continue
+        finally:
+            _attempt.reset(token)
+        known: StoreHealth | None = store.__dict__.get("_health")
+        if known is not None and known.down and store.writes(query):
+            known.succeeded()
+        return rows

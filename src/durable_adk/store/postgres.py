@@ -64,9 +64,10 @@ import asyncpg
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
-from durable_adk.store.base import Params, Row, Store, note_sent
+from durable_adk.store.base import Params, Row, Store, note_maybe_sent, note_sent
 from durable_adk.store.groups import DEFAULT_GROUP_MAX, Pending, Queue, groupable
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
+from durable_adk.store.outage import DIAGNOSE_TIMEOUT, is_store_outage, quiet_logger
 from durable_adk.store.queries import Query, load_queries
 
 T = TypeVar("T")
@@ -74,7 +75,9 @@ T = TypeVar("T")
 logger = logging.getLogger("durable_adk.store")
 
 _BUSY_STATES = {"40001", "40P01", "55P03"}
-_UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57014", "53300"}
+_UNAVAILABLE_STATES = {"57P01", "57P02", "57P03", "57014", "53300", "25006"}
+# 25006 read_only_sql_transaction: a standby (or a primary being demoted) took the
+# write: the database is there but takes no writes, as during a failover.
 # Errors asyncpg raises about input it cannot send: deterministic, not transient.
 _INPUT_ERRORS = (
     asyncpg.DataError,
@@ -185,6 +188,44 @@ def _option(name: str, value: str) -> float | int | bool:
     if not number > 0:
         raise errors.InvalidArgument(f"{name} in the store URL must be seconds > 0: {value!r}")
     return number
+
+
+_WRITABLE = "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
+"""Whether the server of a connection takes writes (the outage probe's question)."""
+
+
+def _hosts(dsn: str) -> tuple[str, list[tuple[str, int]], str]:
+    """A URL's user part (with its ``@``), its hosts with ports, and what follows them.
+
+    ``postgresql://u@h1:5432,h2/db?x=1`` gives ``("u@", [("h1", 5432), ("h2", 5432)],
+    "/db?x=1")``; ``target_session_attrs`` is dropped from what follows (each host
+    is looked at on its own).
+    """
+    parts = urlsplit(dsn)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    hosts = []
+    for item in hostlist.split(","):
+        host, _, port = item.rpartition(":") if not item.endswith("]") else (item, "", "")
+        if not host or not port.isdigit():
+            host, port = item, ""
+        hosts.append((host or "localhost", int(port) if port else 5432))
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "target_session_attrs"])
+    rest = parts.path + (f"?{query}" if query else "")
+    return (f"{userinfo}@" if userinfo else ""), hosts, rest
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (a driver's or ours) is the database being unreachable."""
+    if isinstance(exc, errors.StoreUnavailable):
+        return True
+    if isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)):
+        return isinstance(translate(exc), errors.StoreUnavailable)
+    return is_store_outage(exc)
+
+
+# asyncpg says "Failed to restore the pool connection floor" with a traceback at
+# each try while the server is down: during an outage this worker has said so once.
+quiet_logger("asyncpg.pool", _is_outage)
 
 
 def _unit_error(exc: asyncpg.PostgresError) -> errors.StoreError:
@@ -319,6 +360,7 @@ class PostgresStore(Store):
     async def _listen(self) -> None:
         """Keeps a LISTEN connection up, outside the pools; reconnects with a back-off."""
         delay = 0.5
+        was_lost = False
         while True:
             lost = asyncio.Event()
             conn: Any = None
@@ -332,20 +374,26 @@ class PostgresStore(Store):
                     conn.terminate()
                 return
             except Exception as exc:
-                logger.warning("LISTEN failed (%s); retrying in %.1fs", exc, delay)
+                # Said at DEBUG: an outage has its own line (store.health), and queued
+                # runs poll meanwhile.
+                logger.debug("LISTEN failed (%s); retrying in %.1fs", exc, delay)
                 if conn is not None:
                     conn.terminate()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
                 continue
             delay = 0.5
+            if was_lost:
+                logger.info("the LISTEN connection is back: queued runs are woken again")
+            was_lost = False
             self.listening.set()
             try:
                 await lost.wait()
             finally:
                 self.listening.clear()
                 conn.terminate()
-            logger.warning("the LISTEN connection was lost; reconnecting")
+            was_lost = True
+            logger.info("the LISTEN connection was lost; reconnecting (queued runs poll meanwhile)")
 
     def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         self.wakeups.notify(payload)
@@ -437,6 +485,7 @@ class PostgresStore(Store):
         if self.group_commit and groupable(q) and (self._group or not self._lane.idle(q.lane)):
             # Every connection is busy (or units already wait for one): wait
             # with the others, and the connection that frees up takes them all.
+            note_maybe_sent()  # the group's writer sends it: it may act without us seeing
             pending = self._group.add(q, args)
             self._start_takers()
             rows: list[dict[str, Any]] = await pending.future
@@ -584,7 +633,47 @@ class PostgresStore(Store):
 
         await self._with_connection(run)
 
+    def describe(self) -> str:
+        return "PostgreSQL " + ",".join(f"{h}:{p}" for h, p in _hosts(self._dsn)[1])
+
+    async def probe(self) -> None:
+        """Raises StoreUnavailable unless a pooled connection reaches a server that takes writes."""
+        timeout = min(self.command_timeout, DIAGNOSE_TIMEOUT)
+
+        async def ask(conn: Any) -> bool:
+            return bool(await conn.fetchval(_WRITABLE, timeout=timeout))
+
+        if not await self._with_connection(ask):
+            raise errors.StoreUnavailable("the server is read-only (a standby, or in recovery)")
+
+    async def diagnose(self) -> list[str]:
+        """Each host of the URL on its own: reachable and writable, or why not."""
+        userinfo, hosts, rest = _hosts(self._dsn)
+        looks = [self._look(f"postgresql://{userinfo}{h}:{p}{rest}", h, p) for h, p in hosts]
+        return list(await asyncio.gather(*looks))
+
+    async def _look(self, dsn: str, host: str, port: int) -> str:
+        conn: Any = None
+        try:
+            conn = await asyncpg.connect(dsn, timeout=DIAGNOSE_TIMEOUT)
+            writable = await conn.fetchval(_WRITABLE, timeout=DIAGNOSE_TIMEOUT)
+            state = "takes writes" if writable else "read-only (a standby, or in recovery)"
+        except (
+            asyncpg.InvalidPasswordError,
+            asyncpg.InvalidAuthorizationSpecificationError,
+        ) as exc:
+            state = f"auth refused ({type(exc).__name__})"
+        except (OSError, TimeoutError, asyncpg.CannotConnectNowError) as exc:
+            state = f"unreachable ({type(exc).__name__}: {exc})"
+        except Exception as exc:
+            state = f"refused ({type(exc).__name__}: {exc})"
+        finally:
+            if conn is not None:
+                conn.terminate()
+        return f"{host}:{port} {state}"
+
     async def close(self) -> None:
+        await self._close_health()
         for taker in list(self._takers):
             taker.cancel()
         if self._listener is not None:

@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
-from durable_adk.store.base import Params, Row, Store
+from durable_adk.store.base import Params, Row, Store, note_maybe_sent
 from durable_adk.store.groups import (
     DEFAULT_GROUP_MAX,
     Pending,
@@ -376,6 +376,8 @@ class SqliteStore(Store):
 
     async def _fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         q = self._query(query)
+        if not self._closed:
+            note_maybe_sent()  # it reaches the file from here: a failed write may have acted
         if self._on_fast_path(q):
             loop = asyncio.get_running_loop()
             if self.group_commit and groupable(q) and (self._group or not nothing_else_ready(loop)):
@@ -466,6 +468,9 @@ class SqliteStore(Store):
                 conn.execute("ROLLBACK")
             raise
 
+    def describe(self) -> str:
+        return f"SQLite {self.path}"
+
     async def now(self) -> float:
         value = await self.fetchval("db_now")
         return float(value)
@@ -504,6 +509,7 @@ class SqliteStore(Store):
     async def close(self) -> None:
         if self._closed:
             return
+        await self._close_health()
 
         def shut() -> None:
             if self._conn is not None:

@@ -616,7 +616,7 @@ class RunLedger:
         with contextlib.suppress(errors.StoreError):  # a wake-up lost costs latency only
             await self.store.wake(key, others_waiting=bool(row["queued_behind"]))
 
-    async def release(self, lease: Lease, *, error: str) -> bool:
+    async def release(self, lease: Lease, *, error: str, backoff: float | None = None) -> bool:
         """Hands a RUNNING run back for recovery after a transient fault; False if it was lost.
 
         One conditional statement on ``(owner, epoch)``: the run stays
@@ -624,7 +624,8 @@ class RunLedger:
         ``backoff_seconds * 2 ** (attempts - 1)``; ``error`` becomes its
         ``last_error``. The sweeper's :meth:`claim_expired` then takes it,
         counting an attempt (past ``max_attempts`` it parks the run). With a
-        stale lease nothing changes.
+        stale lease nothing changes. ``backoff`` replaces ``backoff_seconds``
+        (0: recovered at the next sweep, as after a store outage).
         """
         row = await self.store.fetchrow(
             "run_release",
@@ -633,7 +634,7 @@ class RunLedger:
                 "owner": lease.owner,
                 "epoch": lease.epoch,
                 "error": error,
-                "backoff": self.backoff_seconds,
+                "backoff": self.backoff_seconds if backoff is None else backoff,
             },
         )
         return row is not None

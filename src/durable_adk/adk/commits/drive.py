@@ -42,9 +42,14 @@ from durable_adk.adk.shapes.marks import writes_with_its_call
 from durable_adk.fencing.fence import RunFence
 from durable_adk.fencing.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
 from durable_adk.fencing.leases import trust_from as trust_from
+from durable_adk.store.outage import Patience, quiet_logger
 from durable_adk.tables.ledger import RenewResult, Run
 
 logger = logging.getLogger("durable_adk.runner")
+
+# ADK's plugin manager logs a barrier's store error with a traceback before it
+# raises it: during an outage (said once by the store) that is a DEBUG line.
+quiet_logger("google_adk.google.adk.plugins.plugin_manager")
 
 
 def only_asks_for_confirmation(tool: BaseTool, tool_context: ToolContext) -> bool:
@@ -104,6 +109,9 @@ class Drive:
         self.cancelled_by: str | None = None  # who cancelled it, once a heartbeat saw it
         self.lease_lost: str | None = None  # why the lease was lost, if it was
         self.holding: Any = None  # the keeper's holding of the lease while ADK drives
+        # How long its statements may wait out a store outage: the lease's local
+        # deadline, moved by each renewal, given up when the lease is lost.
+        self.patience = Patience(run.run_id, fence.trusted_until)
         self.yield_user_message = False  # ADK yields the stored user message first
         self.stopper: asyncio.Task[None] | None = None  # aborts ADK once the acts in flight end
         self.on_abort: Callable[[], None] | None = None  # aborts an invocation ADK's Runner drives

@@ -274,10 +274,20 @@ class Background:
             (f"saga-{sweeper.saga.name}", s.sweep_interval, sweeper.sweep_once)
             for sweeper in self.saga_sweepers
         )
+        # When the store comes back from an outage (or a run is handed back as it
+        # does), the sweeper passes at once: no run waits out a sweep interval more.
+        nudge = loops.Nudge()
+        self.runner.store.health.on_back(nudge)
         for name, interval, work in passes:
             self._tasks.append(
                 asyncio.create_task(
-                    loops.every(interval, work, f"{name} of {self.runner.app_name}", stop=stop),
+                    loops.every(
+                        interval,
+                        work,
+                        f"{name} of {self.runner.app_name}",
+                        stop=stop,
+                        nudge=nudge if name == "sweeper" else None,
+                    ),
                     name=f"durable-adk-{name}",
                 )
             )

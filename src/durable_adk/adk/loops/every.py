@@ -91,34 +91,66 @@ async def every(
     *,
     first_after: float = 0.0,
     stop: asyncio.Event | None = None,
+    nudge: Nudge | None = None,
 ) -> None:
     """Runs ``work`` every ``interval`` seconds (first after ``first_after``).
 
     Forever, or until ``stop`` is set: then it returns at once, also from a
-    wait between passes (a pass in progress is finished first).
+    wait between passes (a pass in progress is finished first). A ``nudge``
+    ends the wait early: the next pass runs at once (the store came back, or
+    a run was handed back when it did).
+
+    A pass that fails because the store is unavailable is said at DEBUG,
+    without a traceback: the outage has its own line (``store.health``).
     """
-    if await _stopped_within(first_after, stop):
+    if await _stopped_within(first_after, stop, nudge):
         return
     while True:
         try:
             await work()
+        except errors.StoreUnavailable as exc:  # the outage is said once, by the store
+            logger.debug("%s pass failed: the store is unavailable (%s)", what, exc)
         except Exception:  # logged, and retried at the next interval
             logger.exception("%s pass failed; retrying at the next interval", what)
-        if await _stopped_within(interval, stop):
+        if await _stopped_within(interval, stop, nudge):
             return
 
 
-async def _stopped_within(seconds: float, stop: asyncio.Event | None) -> bool:
-    """Waits ``seconds``, or less if ``stop`` is set meanwhile; True if it is set."""
-    if stop is None:
+class Nudge:
+    """Ends the waits of the loops that share it: their next pass runs now."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def __call__(self) -> None:
+        """Nudges: every loop waiting on it passes at once."""
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+    async def wait(self) -> None:
+        """Returns at the next nudge."""
+        await self._event.wait()
+
+
+async def _stopped_within(
+    seconds: float, stop: asyncio.Event | None, nudge: Nudge | None = None
+) -> bool:
+    """Waits ``seconds``, or less if ``stop`` is set (or a nudge comes) meanwhile; True if
+    ``stop`` is set."""
+    if stop is None and nudge is None:
         await asyncio.sleep(seconds)
         return False
     if seconds <= 0:  # no wait: the pass runs in this turn of the loop
-        return stop.is_set()
-    if not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds)
-    return stop.is_set()
+        return stop is not None and stop.is_set()
+    if stop is not None and stop.is_set():
+        return True
+    waits = [asyncio.ensure_future(w.wait()) for w in (stop, nudge) if w is not None]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    return stop is not None and stop.is_set()
 
 
 @contextlib.asynccontextmanager

@@ -262,7 +262,12 @@ class Sweeper:
                 serving=self.runner.serving,
             )
         except errors.StoreError as exc:
-            logger.warning("could not record the sweeper's beat: %s", exc)
+            outage = isinstance(exc, errors.StoreUnavailable)  # said once, by the store
+            logger.log(
+                logging.DEBUG if outage else logging.WARNING,
+                "could not record the sweeper's beat: %s",
+                exc,
+            )
 
     async def cancel_expired(self) -> list[str]:
         """Ends CANCELLED the runs asked to stop whose owner died: they are never re-driven.

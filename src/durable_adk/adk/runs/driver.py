@@ -59,6 +59,7 @@ from durable_adk.fencing.fence import RunFence, using_fence
 from durable_adk.fencing.leases import Holding, LeaseKeeper
 from durable_adk.runlog import run_event
 from durable_adk.store.base import Store
+from durable_adk.store.outage import using_patience
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.journal import Journal, OutcomeUnknown
 from durable_adk.tables.ledger import RenewResult, Run
@@ -332,6 +333,7 @@ class Driver:
         try:
             with (
                 using_fence(drive.fence),
+                using_patience(drive.patience),
                 using_drive(drive),
                 using_batch(drive.batch),
                 path.metrics.span(
@@ -780,6 +782,7 @@ class Driver:
 
         def renewed(renewal: RenewResult) -> None:
             drive.renewal = renewal
+            drive.patience.until = max(drive.patience.until, drive.fence.trusted_until)
             if renewal.cancel_requested_by is not None and drive.cancelled_by is None:
                 self._cancel(drive, renewal.cancel_requested_by)
 
@@ -827,6 +830,7 @@ class Driver:
         if drive.fence.lost is not None:
             return  # the deadline's timer and the renewal loop may both find it
         drive.lease_lost = reason
+        drive.patience.give_up()
         drive.fence.lose(reason)
         self.path.metrics.lease_lost()
         run_event(

@@ -402,6 +402,16 @@ async def _write(
             await ledger.finished(row)
         return True
     if kind is EndKind.HANDED_BACK:
+        if ending.error is not None and _cause(ending.error, errors.StoreUnavailable):
+            # A write the outage broke after it left (it may have committed): the
+            # drive could not wait it out. The store is back (this write works):
+            # recovered from its log at the next sweep, which is nudged now.
+            released = await ledger.release(
+                lease, error=ending.reason or "handed back", backoff=0.0
+            )
+            if released:
+                ledger.store.health.nudge()
+            return released
         return await ledger.release(lease, error=ending.reason or "handed back")
     if kind is EndKind.CANCELLED:
         # The audit row of the cancel, if the drive stopped for a cancel the

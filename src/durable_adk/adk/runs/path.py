@@ -75,6 +75,7 @@ from durable_adk.fencing.leases import LeaseKeeper
 from durable_adk.limits import MESSAGE_ENVELOPE
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.schedules import Schedule
+from durable_adk.store.outage import Patience, using_patience
 from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.tables.versions import VersionTable
@@ -670,14 +671,9 @@ class RunPath:
         holding = self.keeper.hold(run.lease, fence, on_lost)
         try:
             key = (run.app_name, run.user_id, run.session_id)
-            claimed = await self.ledger.wait_turn(
-                run,
-                self.worker_id,
-                first_poll=self.policy.queue_poll,
-                max_poll=self.policy.poll_max,
-                lost=lost,
-                ahead_here=lambda: self.sessions.pinned(key),
-            )
+            # Its polls wait out a store outage while the claim's lease is trusted.
+            with using_patience(Patience(run.run_id, fence.trusted_until)):
+                claimed = await self._wait_turn(run, lost, key)
         finally:
             self.keeper.drop(holding)
         if claimed is None:
@@ -690,6 +686,18 @@ class RunPath:
                 f"queued run {run.run_id} was taken by another worker ({why[0] if why else 'lost'})"
             )
         return claimed
+
+    async def _wait_turn(
+        self, run: Run, lost: asyncio.Event, key: tuple[str, str, str]
+    ) -> Run | None:
+        return await self.ledger.wait_turn(
+            run,
+            self.worker_id,
+            first_poll=self.policy.queue_poll,
+            max_poll=self.policy.poll_max,
+            lost=lost,
+            ahead_here=lambda: self.sessions.pinned(key),
+        )
 
     # ------------------------------------------------------------------- drive
 
