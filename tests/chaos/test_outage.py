@@ -6,16 +6,21 @@ for 3 s while the runs' tools are at work, then started again on the same
 port and data directory. The worker holding the runs keeps them: each run
 ends DONE within a few seconds of the server's return (not when its lease
 would have run out), every effect acted once at the counting services, and
-the soak's whole verdict finds nothing.
+the soak's whole verdict finds nothing. The worker says the outage in two
+WARNING lines, and ``/readyz`` answers 503 while the server is down, 200 once
+it is back.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from chaos_support import (
+    Worker,
     describe,
     fake_services,
     launch,
@@ -44,6 +49,14 @@ AFTER_RETURN = 12.0
 work left, far below the 25 s a run stalled for when its worker handed it back."""
 
 
+def readiness(worker: Worker) -> int:
+    """The worker's ``/readyz`` status (0: no answer)."""
+    try:
+        return httpx.get(f"{worker.url}/readyz", timeout=5).status_code
+    except httpx.HTTPError:
+        return 0
+
+
 def test_runs_in_flight_across_a_short_outage_finish_soon_after_it(tmp_path: Path) -> None:
     postgres_or_skip()
     markers = tmp_path / "markers"
@@ -57,8 +70,15 @@ def test_runs_in_flight_across_a_short_outage_finish_soon_after_it(tmp_path: Pat
         try:
             ready(worker)
             runs = [submit(worker, f"s{i}", f"ORD-O{i}") for i in range(3)]
+            assert readiness(worker) == 200
             wait_marker(markers, ".charge", worker)  # a charge at work
-            restart_postgres(pg, mode="immediate", down=3.0)
+            restart = threading.Thread(
+                target=restart_postgres, args=(pg,), kwargs={"mode": "immediate", "down": 3.0}
+            )
+            restart.start()
+            # An orchestrator sees the worker not ready while the server is down.
+            seen = wait_until(lambda: readiness(worker) == 503, 30, "/readyz answering 503")
+            restart.join()
             back = time.monotonic()
 
             def all_ended() -> list[dict[str, object]] | None:
@@ -68,10 +88,12 @@ def test_runs_in_flight_across_a_short_outage_finish_soon_after_it(tmp_path: Pat
 
             rows = wait_until(all_ended, 90, "the runs ending")
             took = time.monotonic() - back
+            ready_again = wait_until(lambda: readiness(worker) == 200, 30, "/readyz 200 again")
         finally:
             stop(worker)
         result = outcome(db, urls, runs)
         log = worker.log.read_text(errors="replace")
+    assert seen and ready_again
     assert [row["status"] for row in rows] == ["DONE"] * 3, describe(result, worker)
     assert took < AFTER_RETURN, f"ended {took:.1f}s after the return\n" + describe(result, worker)
     for i in range(3):

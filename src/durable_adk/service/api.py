@@ -49,6 +49,7 @@ from durable_adk.service.schemas import (
     HealthOut,
     InterruptListOut,
     OutcomeOut,
+    ReadyOut,
     ResolveIn,
     RunCountsOut,
     RunDetailOut,
@@ -242,6 +243,20 @@ def create_app(worker: Worker) -> FastAPI:
     async def healthz() -> HealthOut:
         """This worker: its id, its app, whether it drains."""
         return HealthOut.model_validate(worker.describe())
+
+    @app.get(
+        "/readyz",
+        response_model=ReadyOut,
+        tags=["worker"],
+        responses={503: {"model": ReadyOut, "description": "not ready: see reason"}},
+    )
+    async def readyz(response: Response) -> ReadyOut:
+        """Whether this worker can take work: 503 while it drains or its store is
+        unreachable or read-only, 200 once a write works (a readiness probe;
+        ``/healthz`` is the liveness probe)."""
+        ready, reason = await worker.readiness()
+        response.status_code = 200 if ready else 503
+        return ReadyOut(worker_id=worker.worker_id, ready=ready, reason=reason)
 
     @app.get(
         "/metrics",

@@ -313,6 +313,14 @@ class HealthOut(_Out):
     active_runs: int
 
 
+class ReadyOut(_Out):
+    """Whether this worker can take work now (``/readyz``: 200 ready, 503 not)."""
+
+    worker_id: str
+    ready: bool
+    reason: str
+
+
 class ListOut(_Out):
     """Records of a feature that may be absent from this build (jobs, sagas).
 

@@ -88,6 +88,10 @@ def declared_with(settings: ServiceSettings) -> dict[str, Any]:
     return services.declared_as(settings.app_version, settings.compatible_versions).runner_kwargs()
 
 
+READY_PROBE_TIMEOUT = 2.0
+"""Seconds ``/readyz``'s probe of the store may take before the worker says it is not ready."""
+
+
 class Worker:
     """One worker process's durable machinery, without its HTTP front."""
 
@@ -365,6 +369,31 @@ class Worker:
         counts = await self.ops.run_counts()
         self.metrics.set_runs_by_status(counts)
         return counts
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Whether this worker can take work now, and why not (``/readyz``).
+
+        Not ready while it drains, while its store is in an outage (unreachable
+        or read-only: :attr:`~durable_adk.store.base.Store.health`), or when a
+        probe of the store finds it so now (one statement, bounded by
+        :data:`READY_PROBE_TIMEOUT`); ready again when a write works.
+        """
+        if self.draining.is_set():
+            return False, "draining: this worker takes no new work"
+        health = self.store.health
+        if health.down:
+            return health.ready()
+        try:
+            await asyncio.wait_for(self.store.probe(), READY_PROBE_TIMEOUT)
+        except (errors.StoreError, TimeoutError) as exc:
+            failure = (
+                exc
+                if isinstance(exc, errors.StoreUnavailable)
+                else errors.StoreUnavailable(f"the store's probe failed: {exc}")
+            )
+            health.failed(failure)
+            return False, f"the store is unavailable: {failure}"
+        return True, "ready: the store takes writes"
 
     def describe(self) -> dict[str, Any]:
         """This worker's identity and state, for the health endpoint."""

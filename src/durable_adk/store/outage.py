@@ -44,6 +44,7 @@ PROBE_EVERY = 0.25
 DIAGNOSE_TIMEOUT = 2.0
 """Seconds the look at each host may take when an outage starts."""
 
+
 class Patience:
     """How long the statements of one drive may wait out an outage.
 
@@ -109,6 +110,7 @@ class StoreHealth:
         self._back = asyncio.Event()
         self._prober: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[], None]] = []
+        self._closed = False
 
     @property
     def down(self) -> bool:
@@ -135,6 +137,8 @@ class StoreHealth:
         self.outages += 1
         self._waited = set()
         self._back = asyncio.Event()
+        if self._closed:
+            return  # the store is closed: nothing to wait for
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -176,6 +180,8 @@ class StoreHealth:
         if self.down_since is None:
             return True
         self._waited.add(patience.run_id)
+        if self._closed:
+            return False
         if self._prober is None or self._prober.done():
             self._prober = asyncio.get_running_loop().create_task(
                 self._watch(), name="durable-adk-store-probe", context=contextvars.Context()
@@ -216,7 +222,8 @@ class StoreHealth:
             return
 
     async def aclose(self) -> None:
-        """Stops the probe (the store is closing)."""
+        """Stops the probe (the store is closing); none starts again."""
+        self._closed = True
         prober, self._prober = self._prober, None
         if prober is not None and not prober.done():
             prober.cancel()
