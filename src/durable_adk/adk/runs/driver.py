@@ -48,6 +48,7 @@ from durable_adk.adk.runs.ending import (
     Outcome,
     Recording,
     decide,
+    outage_hand_back,
     record,
 )
 from durable_adk.adk.runs.fingerprint import Known
@@ -869,5 +870,7 @@ def _log_detached_end(run: Run, outcome: Outcome | None, stopped: BaseException 
             logger.error("%s: failed: %s", where, error, exc_info=error)
         elif kind in (EndKind.DONE, EndKind.PAUSED) and outcome.recorded:
             logger.info("%s: driven to its end (%s)", where, kind.value)
+        elif outage_hand_back(outcome.ending) and outcome.recorded:
+            logger.info("%s: handed back to recovery as the store returned", where)
         else:
             logger.warning("%s: %s (%s)", where, kind.value, outcome.ending.reason)

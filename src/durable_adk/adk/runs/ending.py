@@ -402,7 +402,7 @@ async def _write(
             await ledger.finished(row)
         return True
     if kind is EndKind.HANDED_BACK:
-        if ending.error is not None and _cause(ending.error, errors.StoreUnavailable):
+        if outage_hand_back(ending):
             # A write the outage broke after it left (it may have committed): the
             # drive could not wait it out. The store is back (this write works):
             # recovered from its log at the next sweep, which is nudged now.
@@ -451,10 +451,25 @@ _LOGGED = {
 """The endings that get a run-log line of their own (docs/runs.md, "Logs")."""
 
 
+def outage_hand_back(ending: Ending) -> bool:
+    """Whether ``ending`` hands a run back because the store went away under a write.
+
+    Such a run is recovered at once when the store is back (no back-off): the
+    outage, not the run, is what the log has to say (once, from the store).
+    """
+    return (
+        ending.kind is EndKind.HANDED_BACK
+        and ending.error is not None
+        and _cause(ending.error, errors.StoreUnavailable) is not None
+    )
+
+
 def _log_and_count(metrics: Metrics, run: Run, ending: Ending) -> None:
     kind = ending.kind
     if kind in _LOGGED:
         name, level = _LOGGED[kind]
+        if kind is EndKind.HANDED_BACK and outage_hand_back(ending):
+            level = logging.INFO  # part of an outage, which the store says once
         extra = {"cls": ending.found} if kind is EndKind.PARKED else {}
         run_event(
             logger,
