@@ -11,7 +11,8 @@ workers find the new primary by themselves; their runs are not left to their
 leases), every effect acted once at the counting services, the soak's verdict
 finds nothing; while neither host takes writes ``/readyz`` answers 503 and
 names each host's refusal (the dead one unreachable, the standby read-only),
-and each worker says the outage in two WARNING lines.
+and each worker says the outage in two WARNING lines, the second naming the
+failover (the database came back on a new timeline).
 """
 
 from __future__ import annotations
@@ -115,5 +116,5 @@ def test_a_failover_to_a_synchronous_standby_ends_every_run_soon_after_the_promo
         loud = [line for line in log.splitlines() if " WARNING " in line or " ERROR " in line]
         assert len(loud) == 2, log
         assert "unreachable" in loud[0] and "read-only" in loud[0], log
-        assert "the store is back after" in loud[1], log
+        assert "the store is back after" in loud[1] and "on a new primary" in loud[1], log
         assert "Traceback" not in log, log

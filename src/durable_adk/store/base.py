@@ -126,9 +126,11 @@ class Store(abc.ABC):
         """The store as the log names it (no password)."""
         return self.dialect
 
-    async def probe(self) -> None:
-        """Raises :class:`~durable_adk.errors.StoreUnavailable` unless the store answers now."""
+    async def probe(self) -> str | None:
+        """Raises :class:`~durable_adk.errors.StoreUnavailable` unless the store answers now;
+        returns what identifies the database's history (PostgreSQL: its WAL timeline), if any."""
         await self.fetch("db_now")
+        return None
 
     async def diagnose(self) -> list[str]:
         """One line per host this store connects to, with why it refuses (an outage began)."""
@@ -254,7 +256,7 @@ async def patiently(
     out an outage and tries again when the failed try surely did nothing.
 
     Any StoreUnavailable is told to the store's health (it starts the outage and its
-    log line); a write that works ends the outage in progress.
+    log line); the health's probe ends it.
     """
     while True:
         attempt: list[bool] = []
@@ -274,7 +276,4 @@ async def patiently(
             continue
         finally:
             _attempt.reset(token)
-        known: StoreHealth | None = store.__dict__.get("_health")
-        if known is not None and known.down and store.writes(query):
-            known.succeeded()
         return rows

@@ -7,10 +7,11 @@ What it guarantees (framework-agnostic: no ADK import here):
   WARNING line says which hosts were tried and why each refused
   (unreachable, read-only, auth), from a look at each host on its own
   (:meth:`~durable_adk.store.base.Store.diagnose`). One probe task then asks
-  the store, a few times a second, whether it takes writes again; the first
-  write that works (the probe's or anyone's) ends the outage with a second
-  WARNING line: how long it lasted and how many runs waited. Everything in
-  between (each failed statement, renewal, sweep, reconnect) is DEBUG.
+  the store, a few times a second, whether it takes writes again; when it
+  does, a second WARNING line ends the outage: how long it lasted, how many
+  runs waited, and, when the database came back with another history (a
+  PostgreSQL timeline: a standby was promoted), that it failed over. Everything
+  in between (each failed statement, renewal, sweep, reconnect) is DEBUG.
 * A statement made inside a drive that holds its lease (:func:`using_patience`)
   does not fail on an outage: it waits for the store to come back and is sent
   again, for as long as the lease is trusted (the :class:`Patience`'s
@@ -89,14 +90,15 @@ class StoreHealth:
 
     def __init__(
         self,
-        probe: Callable[[], Awaitable[None]],
+        probe: Callable[[], Awaitable[str | None]],
         diagnose: Callable[[], Awaitable[list[str]]],
         name: str,
     ) -> None:
         """Creates the health of a store.
 
         Args:
-            probe: Raises unless the store takes writes now.
+            probe: Raises unless the store takes writes now; returns the identity of
+                the database's history (a PostgreSQL timeline), if it has one.
             diagnose: One line per host tried, with why it refused.
             name: The store, as the log names it (its URL without password).
         """
@@ -104,6 +106,8 @@ class StoreHealth:
         self._diagnose = diagnose
         self.name = name
         self.down_since: float | None = None
+        self.identity: str | None = None  # the database's history as last probed
+        self.failovers = 0  # outages that ended on a new history (a promoted standby)
         self.error: str | None = None
         self.outages = 0  # outages seen so far (tests)
         self._waited: set[str] = set()
@@ -148,8 +152,8 @@ class StoreHealth:
             self._watch(), name="durable-adk-store-probe", context=contextvars.Context()
         )
 
-    def succeeded(self) -> None:
-        """A write worked: ends the outage in progress, if any."""
+    def succeeded(self, identity: str | None = None) -> None:
+        """A write worked: ends the outage in progress, if any (``identity``: the probe's)."""
         since = self.down_since
         if since is None:
             return
@@ -159,10 +163,21 @@ class StoreHealth:
         if prober is not None and prober is not asyncio.current_task() and not prober.done():
             prober.cancel()
         waited = len(self._waited)
+        moved = ""
+        if identity is not None and self.identity is not None and identity != self.identity:
+            self.failovers += 1
+            moved = (
+                f", on a new primary ({self.identity} -> {identity}: a standby was promoted; "
+                "with asynchronous replication, commits acknowledged just before the failover "
+                "may be lost, see docs/postgres.md)"
+            )
+        if identity is not None:
+            self.identity = identity
         logger.warning(
-            "the store is back after %.1fs (%s); %d run(s) waited for it and go on",
+            "the store is back after %.1fs (%s)%s; %d run(s) waited for it and go on",
             time.monotonic() - since,
             self.name,
+            moved,
             waited,
         )
         self.nudge()
@@ -174,6 +189,23 @@ class StoreHealth:
                 listener()
             except Exception:  # a listener's bug must not stop the others
                 logger.exception("a listener of the store's return failed")
+
+    def seen(self, identity: str | None) -> None:
+        """The database's history as a probe outside an outage found it (a reconnect's):
+        says so once, at WARNING, when it changed (a standby was promoted meanwhile)."""
+        if identity is None or self.down_since is not None:
+            return  # an outage's end compares it, in its own line
+        if self.identity is not None and identity != self.identity:
+            self.failovers += 1
+            logger.warning(
+                "the store (%s) is on a new primary (%s -> %s): a standby was promoted; with "
+                "asynchronous replication, commits acknowledged just before the failover may "
+                "be lost (docs/postgres.md)",
+                self.name,
+                self.identity,
+                identity,
+            )
+        self.identity = identity
 
     async def wait_back(self, patience: Patience) -> bool:
         """Waits until the store is back or the patience runs out; True if it is back."""
@@ -214,11 +246,11 @@ class StoreHealth:
         while self.down_since is not None:
             await asyncio.sleep(PROBE_EVERY)
             try:
-                await self._probe()
+                identity = await self._probe()
             except Exception as exc:
                 logger.debug("store probe failed: %s", exc)
                 continue
-            self.succeeded()
+            self.succeeded(identity)
             return
 
     async def aclose(self) -> None:

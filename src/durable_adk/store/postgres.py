@@ -193,6 +193,12 @@ def _option(name: str, value: str) -> float | int | bool:
 _WRITABLE = "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
 """Whether the server of a connection takes writes (the outage probe's question)."""
 
+_TIMELINE = (
+    "SELECT CASE WHEN pg_is_in_recovery() THEN NULL"
+    " ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END"
+)
+"""The WAL timeline of a primary (a promotion starts a new one), or NULL on a standby."""
+
 
 def _hosts(dsn: str) -> tuple[str, list[tuple[str, int]], str]:
     """A URL's user part (with its ``@``), its hosts with ports, and what follows them.
@@ -339,6 +345,8 @@ class PostgresStore(Store):
             raise errors.StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
         if self.notify:
             self._listener = asyncio.create_task(self._listen(), name="durable-adk-listen")
+        with contextlib.suppress(errors.StoreError):  # a read-only server: said at first use
+            self.health.identity = await self.probe()
         return self
 
     async def _make_pool(self, min_size: int, max_size: int) -> Any:
@@ -385,6 +393,10 @@ class PostgresStore(Store):
             delay = 0.5
             if was_lost:
                 logger.info("the LISTEN connection is back: queued runs are woken again")
+                # A reconnect may reach another server than before (a promoted standby)
+                # without any statement of ours failing: the pool reconnects quietly.
+                with contextlib.suppress(Exception):
+                    self.health.seen(await self.probe())
             was_lost = False
             self.listening.set()
             try:
@@ -636,15 +648,20 @@ class PostgresStore(Store):
     def describe(self) -> str:
         return "PostgreSQL " + ",".join(f"{h}:{p}" for h, p in _hosts(self._dsn)[1])
 
-    async def probe(self) -> None:
-        """Raises StoreUnavailable unless a pooled connection reaches a server that takes writes."""
+    async def probe(self) -> str | None:
+        """Raises StoreUnavailable unless a pooled connection reaches a server that takes
+        writes; returns its WAL timeline (a failover to a promoted standby changes it)."""
         timeout = min(self.command_timeout, DIAGNOSE_TIMEOUT)
 
-        async def ask(conn: Any) -> bool:
-            return bool(await conn.fetchval(_WRITABLE, timeout=timeout))
+        async def ask(conn: Any) -> tuple[bool, str | None]:
+            writable = bool(await conn.fetchval(_WRITABLE, timeout=timeout))
+            timeline = await conn.fetchval(_TIMELINE, timeout=timeout) if writable else None
+            return writable, timeline
 
-        if not await self._with_connection(ask):
+        writable, timeline = await self._with_connection(ask)
+        if not writable:
             raise errors.StoreUnavailable("the server is read-only (a standby, or in recovery)")
+        return None if timeline is None else f"timeline {timeline}"
 
     async def diagnose(self) -> list[str]:
         """Each host of the URL on its own: reachable and writable, or why not."""

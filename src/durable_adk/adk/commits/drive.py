@@ -48,8 +48,10 @@ from durable_adk.tables.ledger import RenewResult, Run
 logger = logging.getLogger("durable_adk.runner")
 
 # ADK's plugin manager logs a barrier's store error with a traceback before it
-# raises it: during an outage (said once by the store) that is a DEBUG line.
-quiet_logger("google_adk.google.adk.plugins.plugin_manager")
+# raises it: for a store outage (said once by the store) that is a DEBUG line.
+# So do its node runner and its Runner (a Workflow or agent root whose drive met it).
+for _name in ("plugins.plugin_manager", "workflow._node_runner", "runners"):
+    quiet_logger(f"google_adk.google.adk.{_name}")
 
 
 def only_asks_for_confirmation(tool: BaseTool, tool_context: ToolContext) -> bool:

@@ -72,10 +72,11 @@ from durable_adk.faults import crash_point
 from durable_adk.ids import check_id
 from durable_adk.metrics import Metrics
 from durable_adk.runlog import run_event, taken_over
+from durable_adk.store.outage import current_patience
 from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.journal import OutcomeUnknown
-from durable_adk.tables.ledger import Run, RunLedger, RunStatus
+from durable_adk.tables.ledger import Lease, Run, RunLedger, RunStatus
 
 logger = logging.getLogger("durable_adk.runner")
 
@@ -404,11 +405,9 @@ async def _write(
     if kind is EndKind.HANDED_BACK:
         if outage_hand_back(ending):
             # A write the outage broke after it left (it may have committed): the
-            # drive could not wait it out. The store is back (this write works):
-            # recovered from its log at the next sweep, which is nudged now.
-            released = await ledger.release(
-                lease, error=ending.reason or "handed back", backoff=0.0
-            )
+            # drive could not wait it out. Once the store is back (this write
+            # works) the run is recovered from its log at the next sweep, nudged now.
+            released = await _release_after_outage(ledger, lease, ending.reason or "handed back")
             if released:
                 ledger.store.health.nudge()
             return released
@@ -441,6 +440,19 @@ async def _write(
     if parked:
         await ledger.wake_session(run)
     return parked
+
+
+async def _release_after_outage(ledger: RunLedger, lease: Lease, error: str) -> bool:
+    """Hands the run back with no back-off, sent again until it answers while the lease
+    is trusted: the release is one conditional statement on (owner, epoch), so a second
+    one after a first that committed unseen changes nothing more."""
+    while True:
+        try:
+            return await ledger.release(lease, error=error, backoff=0.0)
+        except errors.StoreUnavailable:
+            patience = current_patience()
+            if patience is None or not await ledger.store.health.wait_back(patience):
+                raise
 
 
 _LOGGED = {
