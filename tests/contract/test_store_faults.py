@@ -268,6 +268,10 @@ async def test_timeouts_come_from_the_url_and_are_checked(pg_url: str) -> None:
         (asyncpg.exceptions.AdminShutdownError("x"), errors.StoreUnavailable),
         (asyncpg.exceptions.QueryCanceledError("x"), errors.StoreUnavailable),
         (asyncpg.exceptions.TooManyConnectionsError("x"), errors.StoreUnavailable),
+        # A standby (or a primary in recovery) took the write: a failover under way.
+        (asyncpg.exceptions.ReadOnlySQLTransactionError("x"), errors.StoreUnavailable),
+        # target_session_attrs=read-write found no host that takes writes.
+        (asyncpg.exceptions.TargetServerAttributeNotMatched("x"), errors.StoreUnavailable),
         (ConnectionResetError("x"), errors.StoreUnavailable),
         (ConnectionRefusedError("x"), errors.StoreUnavailable),
         (TimeoutError(), errors.StoreUnavailable),

@@ -118,7 +118,7 @@ class Store(abc.ABC):
         found = self.__dict__.get("_health")
         if found is None:
             found = self.__dict__["_health"] = StoreHealth(
-                self.probe, self.diagnose, self.describe()
+                lambda: self.probe(pooled=False), self.diagnose, self.describe()
             )
         return found
 
@@ -126,7 +126,7 @@ class Store(abc.ABC):
         """The store as the log names it (no password)."""
         return self.dialect
 
-    async def probe(self) -> str | None:
+    async def probe(self, *, pooled: bool = True) -> str | None:
         """Raises :class:`~durable_adk.errors.StoreUnavailable` unless the store answers now;
         returns what identifies the database's history (PostgreSQL: its WAL timeline), if any."""
         await self.fetch("db_now")

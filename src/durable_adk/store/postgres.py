@@ -396,7 +396,7 @@ class PostgresStore(Store):
                 # A reconnect may reach another server than before (a promoted standby)
                 # without any statement of ours failing: the pool reconnects quietly.
                 with contextlib.suppress(Exception):
-                    self.health.seen(await self.probe())
+                    self.health.seen(await self.probe(pooled=False))
             was_lost = False
             self.listening.set()
             try:
@@ -648,9 +648,13 @@ class PostgresStore(Store):
     def describe(self) -> str:
         return "PostgreSQL " + ",".join(f"{h}:{p}" for h, p in _hosts(self._dsn)[1])
 
-    async def probe(self) -> str | None:
-        """Raises StoreUnavailable unless a pooled connection reaches a server that takes
-        writes; returns its WAL timeline (a failover to a promoted standby changes it)."""
+    async def probe(self, *, pooled: bool = True) -> str | None:
+        """Raises StoreUnavailable unless the URL reaches a server that takes writes; returns
+        its WAL timeline (a failover to a promoted standby changes it).
+
+        ``pooled`` False asks on a connection of its own (the outage's probe: the
+        pools are left to find their broken connections as their statements do).
+        """
         timeout = min(self.command_timeout, DIAGNOSE_TIMEOUT)
 
         async def ask(conn: Any) -> tuple[bool, str | None]:
@@ -658,7 +662,18 @@ class PostgresStore(Store):
             timeline = await conn.fetchval(_TIMELINE, timeout=timeout) if writable else None
             return writable, timeline
 
-        writable, timeline = await self._with_connection(ask)
+        if pooled:
+            writable, timeline = await self._with_connection(ask)
+        else:
+            conn: Any = None
+            try:
+                conn = await asyncpg.connect(self._dsn, timeout=self.acquire_timeout)
+                writable, timeline = await ask(conn)
+            except Exception as exc:
+                raise translate(exc) from exc
+            finally:
+                if conn is not None:
+                    conn.terminate()
         if not writable:
             raise errors.StoreUnavailable("the server is read-only (a standby, or in recovery)")
         return None if timeline is None else f"timeline {timeline}"
