@@ -34,7 +34,7 @@ lint: $(STAMP)
 
 # The chaos soak (docs/testing.md, "Chaos soak"): 3 `durable-adk serve` workers
 # on a private PostgreSQL, 10 minutes of runs with random SIGKILL, SIGSTOP past
-# the lease, PostgreSQL restarts, rolling deploys (compatible and pinned in
+# the lease, PostgreSQL restarts, a failover to a synchronous standby, rolling deploys (compatible and pinned in
 # turn; from 1.3 on the approval tool is dropped, so older paused approvals
 # are parked for drift) and, as root, a network partition; prints the verdict
 # table and fails on any violation. CHAOS_ARGS adds options (--seed 7).

@@ -52,9 +52,9 @@ def _free_port() -> int:
 class ReplicatedPostgres:
     """A primary and one standby (synchronous unless told otherwise), for tests and the soak."""
 
-    def __init__(self, *, synchronous: bool = True) -> None:
+    def __init__(self, *, synchronous: bool = True, base_dir: Path | None = None) -> None:
         self.synchronous = synchronous
-        self.primary = TempPostgres(settings=REPLICATION_SETTINGS)
+        self.primary = TempPostgres(settings=REPLICATION_SETTINGS, base_dir=base_dir)
         self.standby_port = 0
         self.standby_dir: Path | None = None
         self.promoted_at: float | None = None
@@ -114,6 +114,36 @@ class ReplicatedPostgres:
         self._pg(["pg_ctl", "promote", "--pgdata", str(self.standby_dir), "--wait", "--silent"])
         self.promoted_at = time.monotonic()
         return self.promoted_at
+
+    @property
+    def failed_over(self) -> bool:
+        """Whether the standby was promoted (it is the primary now; the old one is dead)."""
+        return self.promoted_at is not None
+
+    def restart(self, *, mode: str, down: float) -> None:
+        """Stops the server that is primary now (``fast`` or ``immediate``), waits ``down``
+        seconds, starts it again on the same port and data directory.
+
+        Before a failover that is the primary; after it, the promoted standby (the old
+        primary is never started again: it would come back as a second primary).
+        """
+        if not self.failed_over:
+            pg = self.primary
+            pg._pg_ctl_stop(mode)
+            time.sleep(down)
+            self._pg(
+                ["pg_ctl", "start", "--pgdata", str(pg.data_dir), "--log", str(pg.log_path),
+                 "--wait", "--timeout", "60", "--silent"],
+            )  # fmt: skip
+            return
+        assert self.standby_dir is not None
+        self._pg(["pg_ctl", "stop", "--pgdata", str(self.standby_dir), "--mode", mode, "--wait"])
+        time.sleep(down)
+        self._pg(
+            ["pg_ctl", "start", "--pgdata", str(self.standby_dir),
+             "--log", str(self.standby_dir / "standby.log"), "--wait", "--timeout", "60",
+             "--silent"],
+        )  # fmt: skip
 
     def stop(self) -> None:
         """Stops the standby (immediate) and the primary; removes both."""

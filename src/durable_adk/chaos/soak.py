@@ -39,7 +39,11 @@ random, from a seeded generator whose choices are printed as they happen:
   end. Old and new workers share the work meanwhile, and the verdict checks
   that no worker claimed a run of a newer version than its own, or of a
   version it does not serve;
-* ``pg``: stop PostgreSQL (``fast`` or ``immediate``) for up to 3 s, then start it;
+* ``pg``: stop PostgreSQL (``fast`` or ``immediate``) for up to 3 s, then start it
+  (after a failover: the promoted standby);
+* ``failover``: the PostgreSQL primary runs with a synchronous standby and the
+  workers on the two-host URL; SIGKILL of every primary process, the standby
+  promoted 0.5 to 2 s later (once per soak: the old primary stays dead);
 * ``partition`` (root only): cut the last worker, which runs in a network
   namespace of its own (:mod:`durable_adk.chaos.net`), off from
   PostgreSQL and the services for 1.5 to 3 leases, then heal. Without root or
@@ -94,6 +98,7 @@ from durable_adk.chaos.check import (
     event_row,
     judge,
 )
+from durable_adk.chaos.failover import ReplicatedPostgres
 from durable_adk.chaos.net import Namespace, partitions_available, relay_main
 from durable_adk.store import open_store
 from durable_adk.store.queries import load_queries, load_sql_file
@@ -103,7 +108,7 @@ from durable_adk.testing.services import FakeService
 TOKEN = "chaos-soak-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 APP_SPEC = "durable_adk.chaos.app:app"
-FAULTS = ("kill", "stop", "pg", "partition", "deploy")
+FAULTS = ("kill", "stop", "pg", "partition", "deploy", "failover")
 SERVICES = {"payments": chaos_app.PAYMENTS_ENV, "notifications": chaos_app.NOTIFY_ENV}
 
 
@@ -325,6 +330,8 @@ class Soak:
     say: Callable[[str], None] = print
     folder: Path = field(init=False)
     pg: TempPostgres = field(init=False)
+    pair: ReplicatedPostgres | None = None
+    """The primary and its synchronous standby, with ``failover`` among the faults."""
     db: str = field(init=False)
     services: dict[str, FakeService] = field(default_factory=dict)
     workers: list[WorkerProc] = field(default_factory=list)
@@ -358,8 +365,15 @@ class Soak:
         self.folder = cfg.folder or Path(tempfile.mkdtemp(prefix="dadk-chaos-"))
         self.folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder, 0o755)  # the PostgreSQL server's OS user walks through it
-        self.pg = TempPostgres(base_dir=self.folder).start()
-        self.db = self.pg.create_database("chaos")
+        if "failover" in cfg.faults:
+            # A primary and a synchronous standby, the workers on the two-host URL.
+            self.pair = ReplicatedPostgres(base_dir=self.folder).start()
+            self.pg = self.pair.primary
+            self.pair.create_database("chaos")
+            self.db = self.pair.url("chaos")
+        else:
+            self.pg = TempPostgres(base_dir=self.folder).start()
+            self.db = self.pg.create_database("chaos")
         asyncio.run(_install_observer(self.db))
         for name in SERVICES:
             self.services[name] = FakeService(name, self.folder / f"{name}.db", quiet=True).start()
@@ -368,7 +382,8 @@ class Soak:
         if why is not None:
             self.note(f"notice: {why}")
         if partition and why is None:
-            ports = [self.pg.port, *(s.port for s in self.services.values())]
+            standby = [self.pair.standby_port] if self.pair is not None else []
+            ports = [self.pg.port, *standby, *(s.port for s in self.services.values())]
             self.namespace = Namespace(
                 f"dadk-chaos-{os.getpid()}", self.folder / "net", ports, [_free_port()]
             ).create()
@@ -799,7 +814,22 @@ class Soak:
         mode = rng.choice(["fast", "immediate"])
         down = rng.uniform(0.2, 3.0)
         self._log_fault(f"PostgreSQL stop ({mode}), down {down:.1f}s, start")
-        restart_postgres(self.pg, mode=mode, down=down)
+        if self.pair is not None:
+            self.pair.restart(mode=mode, down=down)  # whichever is primary now
+        else:
+            restart_postgres(self.pg, mode=mode, down=down)
+
+    def _fault_failover(self, rng: random.Random) -> None:
+        """SIGKILL of every primary process, then the synchronous standby promoted (once)."""
+        pair = self.pair
+        if pair is None or pair.failed_over:
+            self._log_fault("failover skipped: the standby was promoted already")
+            return
+        wait = rng.uniform(0.5, 2.0)
+        self._log_fault(f"failover: primary SIGKILLed, standby promoted after {wait:.1f}s")
+        pair.kill_primary()
+        time.sleep(wait)
+        pair.promote()
 
     def _fault_partition(self, rng: random.Random) -> None:
         assert self.namespace is not None
@@ -914,7 +944,9 @@ class Soak:
             service.stop()
         if self.namespace is not None:
             self.namespace.delete()
-        if hasattr(self, "pg") and self.pg.running:
+        if self.pair is not None:
+            self.pair.stop()
+        elif hasattr(self, "pg") and self.pg.running:
             self.pg.stop()
         if not self.config.keep and self.config.folder is None:
             shutil.rmtree(self.folder, ignore_errors=True)
