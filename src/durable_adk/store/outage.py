@@ -42,6 +42,9 @@ logger = logging.getLogger("durable_adk.store")
 PROBE_EVERY = 0.25
 """Seconds between two probes of a store that is down."""
 
+OUTAGE_AFTERMATH = 60.0
+"""Seconds after an outage during which what runs report of it is part of it (log levels)."""
+
 DIAGNOSE_TIMEOUT = 2.0
 """Seconds the look at each host may take when an outage starts."""
 
@@ -106,6 +109,7 @@ class StoreHealth:
         self._diagnose = diagnose
         self.name = name
         self.down_since: float | None = None
+        self.ended_at: float | None = None  # when the last outage ended (monotonic)
         self.identity: str | None = None  # the database's history as last probed
         self.failovers = 0  # outages that ended on a new history (a promoted standby)
         self.error: str | None = None
@@ -120,6 +124,13 @@ class StoreHealth:
     def down(self) -> bool:
         """Whether an outage is in progress."""
         return self.down_since is not None
+
+    def in_outage(self, *, within: float = OUTAGE_AFTERMATH) -> bool:
+        """Whether an outage is on, or ended less than ``within`` seconds ago (what a run
+        that met it reports then is part of it, and said by its two lines)."""
+        if self.down_since is not None:
+            return True
+        return self.ended_at is not None and time.monotonic() - self.ended_at < within
 
     def on_back(self, listener: Callable[[], None]) -> None:
         """Calls ``listener`` each time an outage ends (the sweeper's nudge)."""
@@ -158,6 +169,7 @@ class StoreHealth:
         if since is None:
             return
         self.down_since = None
+        self.ended_at = time.monotonic()
         self._back.set()
         prober, self._prober = self._prober, None
         if prober is not None and prober is not asyncio.current_task() and not prober.done():

@@ -369,7 +369,7 @@ class Driver:
             drive.end(outcome, stopped)
             if drive.detached:
                 self._detached.discard(drive)
-                _log_detached_end(run, outcome, stopped)
+                _log_detached_end(run, outcome, stopped, in_outage=path.store.health.in_outage())
 
     async def _drive(
         self, drive: Drive, message: types.Content, *, resume: bool, found: str | None
@@ -852,7 +852,9 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-def _log_detached_end(run: Run, outcome: Outcome | None, stopped: BaseException | None) -> None:
+def _log_detached_end(
+    run: Run, outcome: Outcome | None, stopped: BaseException | None, *, in_outage: bool
+) -> None:
     """Says how a drive nobody was reading ended (its caller cannot be told)."""
     where = f"run {run.run_id} (epoch {run.epoch}, caller gone)"
     if isinstance(stopped, asyncio.CancelledError):
@@ -870,7 +872,7 @@ def _log_detached_end(run: Run, outcome: Outcome | None, stopped: BaseException 
             logger.error("%s: failed: %s", where, error, exc_info=error)
         elif kind in (EndKind.DONE, EndKind.PAUSED) and outcome.recorded:
             logger.info("%s: driven to its end (%s)", where, kind.value)
-        elif outage_hand_back(outcome.ending) and outcome.recorded:
+        elif in_outage and outage_hand_back(outcome.ending) and outcome.recorded:
             logger.info("%s: handed back to recovery as the store returned", where)
         else:
             logger.warning("%s: %s (%s)", where, kind.value, outcome.ending.reason)

@@ -342,7 +342,7 @@ async def record(
     if not written:
         taken_over(logger, run_id=run.run_id, epoch=run.epoch, during="its end", reason=ending)
         return Outcome(run, ending, recorded=False)
-    _log_and_count(path.metrics, run, ending)
+    _log_and_count(path.metrics, run, ending, in_outage=path.ledger.store.health.in_outage())
     crash_point("ending.after_write")  # the ending and its inbox written; a cancel's records not
     try:
         await _bookkeeping(path, run, ending)
@@ -476,11 +476,11 @@ def outage_hand_back(ending: Ending) -> bool:
     )
 
 
-def _log_and_count(metrics: Metrics, run: Run, ending: Ending) -> None:
+def _log_and_count(metrics: Metrics, run: Run, ending: Ending, *, in_outage: bool) -> None:
     kind = ending.kind
     if kind in _LOGGED:
         name, level = _LOGGED[kind]
-        if kind is EndKind.HANDED_BACK and outage_hand_back(ending):
+        if in_outage and outage_hand_back(ending):
             level = logging.INFO  # part of an outage, which the store says once
         extra = {"cls": ending.found} if kind is EndKind.PARKED else {}
         run_event(
