@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.types import TaskPushNotificationConfig, TaskState
-from a2a_support import a2a_client, message, workers
+from a2a_support import TOKEN, a2a_client, message, workers
 
 from durable_adk.a2a_tables.outbox import PushOutbox
 from durable_adk.a2a_tables.tasks import A2aTable
@@ -121,21 +121,28 @@ async def test_pushes_owed_by_a_killed_worker_reach_a_receiver_that_was_down(
     async with open_store(store_url) as store:
         outbox = await PushOutbox(store, "invoicer").list_pushes()
     assert {r.status for r in outbox} == {"SENT"}
-    # what an operator sees
-    shown = subprocess.run(
-        [sys.executable, "-m", "durable_adk.cli", "dead-letters", "pushes", "--app", "invoicer",
-         "--status", "all", "--db", store_url, "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    items = json.loads(shown.stdout)["items"]
-    assert {(i["task_id"], i["status"]) for i in items} == {(task.id, "SENT")}, shown.stderr
-    dead = subprocess.run(
-        [sys.executable, "-m", "durable_adk.cli", "dead-letters", "pushes", "--app", "invoicer",
-         "--status", "dead", "--db", store_url, "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    # What an operator sees, the same on the database and through a worker
+    # (whose one app needs no --app).
+    with workers(store_url, env, "w3") as (w3,):
+        by_url = _pushes_cli("--url", w3.base_url, "--token", TOKEN, "--status", "all")
+        refused = _pushes_cli("--url", w3.base_url, "--token", TOKEN, "--status", "gone")
+    by_db = _pushes_cli("--app", "invoicer", "--db", store_url, "--status", "all")
+    items = json.loads(by_db.stdout)["items"]
+    assert {(i["task_id"], i["status"]) for i in items} == {(task.id, "SENT")}, by_db.stderr
+    assert json.loads(by_url.stdout) == json.loads(by_db.stdout), by_url.stderr
+    assert refused.returncode == 2 and "--status takes" in refused.stdout + refused.stderr
+    dead = _pushes_cli("--app", "invoicer", "--status", "dead", "--db", store_url)
     assert json.loads(dead.stdout)["items"] == []
     assert billing.acts("invoices", "create") == 1
+
+
+def _pushes_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable_adk.cli", "dead-letters", "pushes", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _state(body: dict[str, Any]) -> str | None:

@@ -137,6 +137,7 @@ GUARDED = [
     ("GET", "/v1/jobs"),
     ("POST", "/v1/jobs/job-x/complete"),
     ("GET", "/v1/sagas"),
+    ("GET", "/v1/a2a/pushes"),
     ("GET", "/v1/keys"),
     ("POST", "/v1/keys/rotate"),
     ("GET", "/v1/interrupts"),

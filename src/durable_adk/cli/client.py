@@ -120,6 +120,10 @@ class OpsSource(Protocol):
         """Sagas (``available``, ``note``, ``items``)."""
         ...
 
+    async def a2a_pushes(self, app_name: str, status: str | None, limit: int) -> JSON:
+        """An app's A2A push notifications (``available``, ``note``, ``items``)."""
+        ...
+
     async def keys_status(self) -> JSON:
         """Stored values on each encryption key (``primary``, ``keys``)."""
         ...
@@ -277,6 +281,10 @@ class StoreOps:
 
     async def sagas(self, status: str | None, limit: int) -> JSON:
         return (await features.list_sagas(self.store, status=status, limit=limit)).model_dump()
+
+    async def a2a_pushes(self, app_name: str, status: str | None, limit: int) -> JSON:
+        listed = await features.list_pushes(self.store, app_name, status=status, limit=limit)
+        return listed.model_dump()
 
     async def keys_status(self) -> JSON:
         return await features.keys_status(self.store)
@@ -535,6 +543,12 @@ class HttpOps:
         if status is not None:
             params["status"] = status
         return await self._call("GET", "/v1/sagas", params=params)
+
+    async def a2a_pushes(self, app_name: str, status: str | None, limit: int) -> JSON:
+        params: dict[str, Any] = {"app_name": app_name, "limit": limit}
+        if status is not None:
+            params["status"] = status
+        return await self._call("GET", "/v1/a2a/pushes", params=params)
 
     async def keys_status(self) -> JSON:
         return await self._call("GET", "/v1/keys")

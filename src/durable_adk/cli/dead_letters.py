@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import typer
 
-from durable_adk.a2a_tables.outbox import PushOutbox, PushRecord
 from durable_adk.cli.options import (
     AppOpt,
     DbOpt,
@@ -16,15 +14,15 @@ from durable_adk.cli.options import (
     TokenOpt,
     UrlOpt,
     _call,
+    _call_for_app,
     _fail,
     _print_items,
     _short,
     _table,
     _when,
     console,
-    on_database,
 )
-from durable_adk.store import Store
+from durable_adk.service.features import PUSH_STATUSES
 
 letters_app = typer.Typer(
     no_args_is_help=True, help="Dead letters: list; A2A pushes that gave up: pushes."
@@ -61,48 +59,45 @@ def dead_letters_list(
     )
 
 
-STATUSES = ("PENDING", "SENT", "DEAD")
-
-
 @letters_app.command("pushes")
 def dead_letters_pushes(
-    app: Annotated[str, typer.Option("--app", help="The app served over A2A.")],
+    app: AppOpt = None,
     status: Annotated[
         str | None, typer.Option(help="PENDING, SENT or DEAD (default: DEAD); 'all': every one.")
     ] = "DEAD",
     limit: LimitOpt = 50,
     db: DbOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The A2A push notifications of an app that gave up after their last attempt, oldest first."""
     if status is not None and status.lower() == "all":
         status = None
-    if status is not None and status.upper() not in STATUSES:
+    if status is not None and status.upper() not in PUSH_STATUSES:
         _fail(f"--status takes PENDING, SENT, DEAD or all, not {status!r}")
-
-    async def read(store: Store) -> list[PushRecord]:
-        return await PushOutbox(store, app).list_pushes(
-            status=None if status is None else status.upper(), limit=limit
-        )
-
-    pushes = on_database(db, read)
+    chosen = None if status is None else status.upper()
+    app_name, listed = _call_for_app(
+        db, url, token, app, lambda source, name: source.a2a_pushes(name, chosen, limit)
+    )
+    pushes = listed["items"]
     if as_json:
-        _print_items([dataclasses.asdict(p) for p in pushes])
+        _print_items(pushes)
         return
     rows = [
         [
-            p.task_id,
-            str(p.version),
-            p.config_id,
-            p.status,
-            str(p.attempts),
-            _short(p.last_error or "", 60),
+            p["task_id"],
+            str(p["version"]),
+            p["config_id"],
+            p["status"],
+            str(p["attempts"]),
+            _short(p["last_error"] or "", 60),
         ]
         for p in pushes
     ]
     console.print(
         _table(
-            f"{len(pushes)} push(es) of {app}",
+            f"{len(pushes)} push(es) of {app_name}",
             ["task", "version", "config", "status", "attempts", "last error"],
             rows,
         )

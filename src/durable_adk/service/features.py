@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_adk import errors, webhooks
+from durable_adk.a2a_tables.outbox import PushOutbox
 from durable_adk.adk.services.repairs import (
     EventRepair,
     repair_event,
@@ -322,6 +323,26 @@ async def list_sagas(store: Store, *, status: str | None, limit: int) -> ListOut
     return ListOut(available=True, items=[_plain(s) for s in sagas])
 
 
+PUSH_STATUSES = ("PENDING", "SENT", "DEAD")
+"""The states of an A2A push notification in the outbox."""
+
+
+async def list_pushes(store: Store, app_name: str, *, status: str | None, limit: int) -> ListOut:
+    """The A2A push notifications of ``app_name``, oldest first (``status``: one state only).
+
+    Raises:
+        InvalidArgument: An unknown status (the message lists the states).
+    """
+    if status is not None and status.upper() not in PUSH_STATUSES:
+        raise errors.InvalidArgument(
+            f"status takes {', '.join(PUSH_STATUSES)} (or none for every one), not {status!r}"
+        )
+    pushes = await PushOutbox(store, app_name).list_pushes(
+        status=None if status is None else status.upper(), limit=limit
+    )
+    return ListOut(available=True, items=[asdict(p) for p in pushes])
+
+
 async def keys_status(store: Store, metrics: Metrics | None = None) -> dict[str, Any]:
     """Stored values on each key (``primary``, ``keys``: id, values, per column).
 
@@ -430,6 +451,15 @@ def add_routes(
     async def rotate_route(body: RotateIn | None = None) -> dict[str, Any]:
         """Re-encrypts every value not on this worker's first key, in batches; runs go on."""
         return await keys_rotate(store, batch=(body or RotateIn()).batch, metrics=metrics)
+
+    @router.get("/a2a/pushes", response_model=ListOut, tags=["a2a"])
+    async def pushes_route(
+        app_name: Annotated[str, Query(min_length=1, max_length=256)],
+        status: Annotated[str | None, Query(max_length=16)] = None,
+        limit: Limit = 100,
+    ) -> ListOut:
+        """The A2A push notifications of an app (PENDING, SENT, DEAD; none: every one)."""
+        return await list_pushes(store, app_name, status=status, limit=limit)
 
     @router.get("/sagas", response_model=ListOut, tags=["sagas"])
     async def sagas_route(status: SagaStatus | None = None, limit: Limit = 100) -> ListOut:
