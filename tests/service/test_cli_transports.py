@@ -133,6 +133,14 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
     assert _same_json(db, worker, "schedules", "ticks", "nightly") == []
     versions = _same_json(db, worker, "versions", "list")
     assert "parity" in {w for v in versions for w in v["own_workers"]}
+    # The groups of data lifecycle, keys and A2A.
+    dry = _same_json(db, worker, "purge", "--dry-run", "--retention", "parked=30d")
+    assert dry and all(report["dry_run"] for report in dry), dry
+    keys = _same_json(db, worker, "keys", "status")  # no key: every value is in clear
+    assert keys["primary"] is None and [k["key_id"] for k in keys["keys"]] == ["clear"], keys
+    (code_db, out_db), (code_url, out_url) = _both(db, worker, "keys", "rotate")
+    assert code_db == code_url == 2 and "--key-file" in out_db, (out_db, out_url)
+    assert _same_json(db, worker, "dead-letters", "pushes", "--status", "all") == []
 
     # Actions, each through one transport and then the other: the same shape,
     # and the second sees what the first did.
@@ -169,6 +177,11 @@ def test_every_command_answers_the_same_on_the_database_and_through_a_worker(
     assert code == 0 and json.loads(out)["changed"] is True
     code, out = cli("jobs", "complete", "report:Q3", "--json", *first)
     assert code == 0 and json.loads(out)["changed"] is False
+    code, out = cli("users", "forget", "nobody", "--app", "stock_assistant", "--json", *first)
+    forgot = json.loads(out)
+    assert code == 0 and forgot["rows"] == 0, out
+    code, out = cli("users", "forget", "nobody", "--app", "stock_assistant", "--json", *second)
+    assert code == 0 and set(json.loads(out)) == set(forgot), out
 
     # A refusal: the same exit code and the same words either way (the table
     # of exit codes is test_exit_codes_are_the_same_through_either_transport).
@@ -340,3 +353,43 @@ def _database_state(db: str) -> list[Any]:
             item.pop("live_workers", None), item.pop("own_workers", None)
         state.append(items)
     return state
+
+
+WALKED = {
+    ("runs", "list"), ("runs", "show"), ("runs", "actions"), ("runs", "retry"),
+    ("dead-letters", "list"), ("dead-letters", "pushes"), ("jobs", "list"),
+    ("jobs", "complete"), ("sagas", "list"), ("interrupts", "list"),
+    ("sessions", "unreadable"), ("schedules", "list"), ("schedules", "ticks"),
+    ("schedules", "pause"), ("schedules", "resume"), ("schedules", "trigger"),
+    ("versions", "list"), ("versions", "drain"), ("versions", "undrain"), ("purge",),
+    ("keys", "status"), ("keys", "rotate"), ("users", "forget"),
+}  # fmt: skip
+"""The commands the walk above runs through both transports."""
+
+ELSEWHERE = {case[1][:2] for case in EXIT_CASES}
+"""Commands the exit-code table above runs through both transports."""
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for name, command in getattr(group, "commands", {}).items():
+        if getattr(command, "commands", None):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def test_every_command_that_takes_url_is_walked_through_both_transports() -> None:
+    """A command group added later cannot skip the walk (or the exit-code table)."""
+    import typer.main
+
+    tree = typer.main.get_command(app)
+    with_url = {
+        path
+        for path, command in _commands(tree)
+        if any("--url" in getattr(p, "opts", ()) for p in command.params)
+    }
+    assert with_url, "no command takes --url: the walk is not reading the CLI"
+    missing = with_url - WALKED - ELSEWHERE
+    assert not missing, f"commands taking --url that no transport test walks: {sorted(missing)}"
+    gone = WALKED - with_url
+    assert not gone, f"listed commands that take no --url (renamed?): {sorted(gone)}"

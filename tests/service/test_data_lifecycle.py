@@ -118,7 +118,8 @@ def test_the_workers_purge_loop_forget_route_and_cli_through_it(
     assert report["cancelled"] == [queued] and report["deleted"]["runs"]["rows"] == 1
     code, out = cli("purge", "--dry-run", "--url", worker.base_url, "--token", TOKEN, "--json")
     assert code == 0, out
-    assert json.loads(out)["dry_run"] is True
+    (report,) = json.loads(out)["items"]
+    assert report["dry_run"] is True
     code, out = cli("purge", "--retention", EVERYTHING, "--db", store_url, "--dry-run")
     assert code == 0 and "nothing to purge" in out, out  # the worker took it all
     code, out = cli("purge", "--retention", "done=-1d", "--db", store_url)

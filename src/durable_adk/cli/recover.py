@@ -242,8 +242,9 @@ def purge_command(
         str | None,
         typer.Option(
             "--retention",
-            help="The policy, e.g. done=30d,failed=90d,cancelled=7d,parked=never,"
-            "abandoned=30d,idle=14d[,payload-only] (through --url: default the worker's).",
+            help="The policy: STATUS=AGE pairs joined by commas, e.g. done=30d, failed=90d, "
+            "parked=never, idle=14d, payload-only (docs/data.md; through --url: default "
+            "the worker's).",
         ),
     ] = None,
     app: AppOpt = None,
@@ -283,7 +284,9 @@ def purge_command(
 
     reports = _call(db, url, token, work)
     if as_json:
-        print(json.dumps(reports[0] if app or url else envelope(reports), indent=2))
+        # One shape whichever transport and however many apps: the list envelope,
+        # one report per app purged.
+        print(json.dumps(envelope(reports), indent=2))
         return
     if not reports:
         console.print("no app has sessions or runs on this database: nothing to purge")
