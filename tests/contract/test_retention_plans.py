@@ -88,8 +88,9 @@ async def _scans(conn: Any, store: Store, name: str) -> tuple[list[str], list[st
             for line in p.splitlines()
             if re.match(r"\s*SCAN (?!CONSTANT)", line)
             and "USING" not in line
-            # the marked sessions (a subquery on sessions_purging), CTEs, JSON arrays
-            and not re.match(r"\s*SCAN (p|picked|doomed|json_each|a|b|cand|named|n)\b", line)
+            # the marked sessions (a subquery on sessions_purging), their A2A tasks (k),
+            # CTEs, JSON arrays
+            and not re.match(r"\s*SCAN (p|picked|doomed|json_each|a|b|cand|named|n|k)\b", line)
         ]
     return scans, plans
 

@@ -7,7 +7,8 @@ why, which user and scope) before it deletes anything, marks every session of
 the user (and a marked stand-in for each session id the user's rows name
 without a session: a deleted session's runs, the user's own artifacts), and
 drains them with the purge's batches (:func:`durable_adk.lifecycle.purge.drain`),
-the operators' audit lines about the user's runs included; then the user's
+the operators' audit lines about the user's runs and the user's A2A tasks
+(with their events, push configs and outbox, message ids) included; then the user's
 own state (``user:`` keys) and, with per-user keys, the user's data key
 (:func:`durable_adk.store.rotation.shred_user`: what backups hold of the
 user is unreadable from then on). The audit line counts what went, per table, after

@@ -8,7 +8,9 @@ to do:
    needs the session: every run of it ended before the cut-off of its ending
    (so none is queued, running, paused or asleep), no job is open or has a
    call still to answer, no saga is unfinished or owes its outcome event, no
-   interrupt is open, no schedule firing is pending. From then on an append
+   interrupt is open, no schedule firing is pending, no A2A task of it is
+   still under way (not completed, failed, canceled or rejected) or owes a
+   push not yet delivered. From then on an append
    to the session finds it missing and a read finds no session: a run
    submitted to it in that instant fails with "session not found" instead
    of writing into rows being deleted.
@@ -18,7 +20,10 @@ to do:
    row per row deleted with its size. The rows found through a session's runs
    (journal entries, dead letters, schedule firings, job calls) go before the
    runs, and a run goes only once none of them is left, so no row is ever
-   orphaned; the session row goes last.
+   orphaned. The A2A rows are found through the links of the sessions'
+   invocations to their tasks (``a2a_task_runs``): a task's events, pushes,
+   push configs and message ids go first, then the task, then its links. The
+   session row goes last.
 
 What it guarantees:
 
@@ -53,6 +58,18 @@ from durable_adk.store.base import Store
 
 logger = logging.getLogger("durable_adk.lifecycle")
 
+A2A_STEPS = (
+    "a2a_task_events",
+    "a2a_push_outbox",
+    "a2a_push_configs",
+    "a2a_messages",
+    "a2a_tasks",
+    "a2a_task_runs",
+)
+"""The A2A rows of a session, in the order they go: a task is the session's through
+``a2a_task_runs`` (the invocations it drove), so its events, pushes, push configs,
+message ids and the task itself go before those links."""
+
 DELETE_STEPS = (
     "events",
     "state_snapshots",
@@ -69,14 +86,16 @@ DELETE_STEPS = (
     "interrupts",
     "answer_claims",
     "runs",
+    *A2A_STEPS,
 )
 """The tables a purge drains, in order (each ``purge_<table>``); the sessions go last."""
 
 KEPT_BY_RETENTION = frozenset({"operator_actions"})
 """Tables retention keeps (the operators' audit trail); forgetting a user deletes them too."""
 
-PAYLOAD_STEPS = ("events", "state_snapshots", "event_repairs", "artifacts")
-"""What payload-only retention deletes (they are payload through and through)."""
+PAYLOAD_STEPS = ("events", "state_snapshots", "event_repairs", "artifacts", *A2A_STEPS)
+"""What payload-only retention deletes (they are payload through and through; the
+A2A rows are the protocol's view of the runs, whose skeleton stays)."""
 
 SCRUB_STEPS = ("journal", "dead_letters", "jobs", "saga_steps", "interrupts", "runs")
 """The ledger's tables whose payload columns payload-only retention empties."""

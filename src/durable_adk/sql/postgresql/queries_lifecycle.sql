@@ -282,6 +282,128 @@ doomed AS (
 DELETE FROM runs t USING locked d WHERE t.pk = d.pk
 RETURNING octet_length(t.request) + COALESCE(octet_length(t.last_error), 0) AS bytes;
 
+-- name: purge_a2a_task_events
+-- A batch of the events of their A2A tasks (a task is theirs through the invocations it drove).
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+WITH
+-- use: purging_sessions
+tasks AS (
+    SELECT DISTINCT l.task_id FROM purging p
+      JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
+), doomed AS (
+    SELECT x.task_id, x.version FROM tasks k
+      JOIN a2a_task_events x ON x.task_id = k.task_id
+     LIMIT :batch::int
+)
+, locked AS (
+    SELECT t.task_id, t.version FROM a2a_task_events t JOIN doomed d ON t.task_id = d.task_id AND t.version = d.version
+       FOR UPDATE OF t SKIP LOCKED
+)
+DELETE FROM a2a_task_events t USING locked d WHERE t.task_id = d.task_id AND t.version = d.version
+RETURNING octet_length(t.body) AS bytes;
+
+-- name: purge_a2a_push_outbox
+-- A batch of their A2A tasks' push outbox rows (sent or dead: a pending push keeps the session).
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+WITH
+-- use: purging_sessions
+tasks AS (
+    SELECT DISTINCT l.task_id FROM purging p
+      JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
+), doomed AS (
+    SELECT x.pk FROM tasks k
+      JOIN a2a_push_outbox x ON x.task_id = k.task_id
+     LIMIT :batch::int
+)
+, locked AS (
+    SELECT t.pk FROM a2a_push_outbox t JOIN doomed d ON t.pk = d.pk
+       FOR UPDATE OF t SKIP LOCKED
+)
+DELETE FROM a2a_push_outbox t USING locked d WHERE t.pk = d.pk
+RETURNING octet_length(t.config) + octet_length(t.body) + COALESCE(octet_length(t.last_error), 0) AS bytes;
+
+-- name: purge_a2a_push_configs
+-- A batch of their A2A tasks' push configs (each holds the client's URL and token).
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+WITH
+-- use: purging_sessions
+tasks AS (
+    SELECT DISTINCT l.task_id FROM purging p
+      JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
+), doomed AS (
+    SELECT x.task_id, x.owner, x.config_id FROM tasks k
+      JOIN a2a_push_configs x ON x.task_id = k.task_id
+     LIMIT :batch::int
+)
+, locked AS (
+    SELECT t.task_id, t.owner, t.config_id FROM a2a_push_configs t JOIN doomed d ON t.task_id = d.task_id AND t.owner = d.owner AND t.config_id = d.config_id
+       FOR UPDATE OF t SKIP LOCKED
+)
+DELETE FROM a2a_push_configs t USING locked d WHERE t.task_id = d.task_id AND t.owner = d.owner AND t.config_id = d.config_id
+RETURNING octet_length(t.body) AS bytes;
+
+-- name: purge_a2a_messages
+-- A batch of the message ids their A2A tasks took.
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+WITH
+-- use: purging_sessions
+tasks AS (
+    SELECT DISTINCT l.task_id FROM purging p
+      JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
+), doomed AS (
+    SELECT x.app_name, x.owner, x.context_id, x.message_id FROM tasks k
+      JOIN a2a_messages x ON x.task_id = k.task_id
+     LIMIT :batch::int
+)
+, locked AS (
+    SELECT t.app_name, t.owner, t.context_id, t.message_id FROM a2a_messages t JOIN doomed d ON t.app_name = d.app_name AND t.owner = d.owner AND t.context_id = d.context_id AND t.message_id = d.message_id
+       FOR UPDATE OF t SKIP LOCKED
+)
+DELETE FROM a2a_messages t USING locked d WHERE t.app_name = d.app_name AND t.owner = d.owner AND t.context_id = d.context_id AND t.message_id = d.message_id
+RETURNING octet_length(t.message_id) AS bytes;
+
+-- name: purge_a2a_tasks
+-- A batch of their A2A tasks whose events, pushes, push configs and message ids are gone.
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+WITH
+-- use: purging_sessions
+tasks AS (
+    SELECT DISTINCT l.task_id FROM purging p
+      JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
+), doomed AS (
+    SELECT x.task_id FROM tasks k
+      JOIN a2a_tasks x ON x.task_id = k.task_id
+     WHERE NOT EXISTS (SELECT 1 FROM a2a_task_events e WHERE e.task_id = x.task_id)
+       AND NOT EXISTS (SELECT 1 FROM a2a_push_outbox o WHERE o.task_id = x.task_id)
+       AND NOT EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.task_id = x.task_id)
+       AND NOT EXISTS (SELECT 1 FROM a2a_messages m WHERE m.task_id = x.task_id)
+     LIMIT :batch::int
+)
+, locked AS (
+    SELECT t.task_id FROM a2a_tasks t JOIN doomed d ON t.task_id = d.task_id
+       FOR UPDATE OF t SKIP LOCKED
+)
+DELETE FROM a2a_tasks t USING locked d WHERE t.task_id = d.task_id
+RETURNING octet_length(t.body) AS bytes;
+
+-- name: purge_a2a_task_runs
+-- Last of the A2A rows: a batch of the links of their sessions' invocations to tasks that are gone.
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+WITH
+-- use: purging_sessions
+doomed AS (
+    SELECT x.task_id, x.invocation_id FROM purging p
+      JOIN a2a_task_runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+     WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = x.task_id)
+     LIMIT :batch::int
+)
+, locked AS (
+    SELECT t.task_id, t.invocation_id FROM a2a_task_runs t JOIN doomed d ON t.task_id = d.task_id AND t.invocation_id = d.invocation_id
+       FOR UPDATE OF t SKIP LOCKED
+)
+DELETE FROM a2a_task_runs t USING locked d WHERE t.task_id = d.task_id AND t.invocation_id = d.invocation_id
+RETURNING octet_length(t.invocation_id) AS bytes;
+
 -- name: scrub_pick_journal
 -- Payload-only retention: a batch of journal rows of the sessions being purged that still
 -- carry a payload, with its size (the skeleton stays).
@@ -421,7 +543,9 @@ RETURNING pk AS key;
 -- of its ending (abandoned first, then DONE, FAILED, CANCELLED, PARKED; -1:
 -- kept for ever), so none is queued, running, paused or asleep; no open job
 -- and no job with a call still to answer; no saga unfinished or owing its
--- outcome event; no interrupt still open; no schedule firing pending.
+-- outcome event; no interrupt still open; no schedule firing pending; no A2A
+-- task of it not ended (submitted, working, input- or auth-required) or with
+-- a push still to deliver.
       s.app_name = :app_name::text AND s.purging_at IS NULL
        AND s.update_time < :before::float8
        AND (s.update_time < :idle_before::float8
@@ -452,6 +576,12 @@ RETURNING pk AS key;
             SELECT 1 FROM schedule_ticks t
              WHERE t.app_name = s.app_name AND t.state = 'PENDING'
                AND t.user_id = s.user_id AND t.session_id = s.session_id)
+       AND NOT EXISTS (
+            SELECT 1 FROM a2a_task_runs l JOIN a2a_tasks a ON a.task_id = l.task_id
+             WHERE l.app_name = s.app_name AND l.user_id = s.user_id AND l.session_id = s.session_id
+               AND (a.state NOT IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED', 'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED')
+                    OR EXISTS (SELECT 1 FROM a2a_push_outbox o
+                                WHERE o.task_id = a.task_id AND o.status = 'PENDING')))
 
 -- name: purge_mark
 -- Marks a batch of the sessions retention lets go (oldest first): from now on
@@ -479,6 +609,9 @@ WITH cand AS (
     UNION ALL
     SELECT s.pk, s.app_name, s.user_id, s.session_id, s.initial_state FROM sessions s
      WHERE s.app_name = :app_name::text AND s.purging_at IS NOT NULL
+), k AS (
+    SELECT DISTINCT l.task_id FROM cand p
+      JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
 )
 SELECT 'sessions' AS table_name, COUNT(*) AS row_count,
        COALESCE(SUM(octet_length(p.initial_state)), 0) AS bytes FROM cand p
@@ -528,7 +661,25 @@ SELECT 'answer_claims', COUNT(*), COALESCE(SUM(octet_length(x.call_id)), 0) FROM
   JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'runs', COUNT(*), COALESCE(SUM(octet_length(x.request) + COALESCE(octet_length(x.last_error), 0)), 0) FROM cand p
-  JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
+  JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+UNION ALL
+SELECT 'a2a_task_events', COUNT(*), COALESCE(SUM(octet_length(x.body)), 0) FROM k
+  JOIN a2a_task_events x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_push_outbox', COUNT(*), COALESCE(SUM(octet_length(x.config) + octet_length(x.body) + COALESCE(octet_length(x.last_error), 0)), 0) FROM k
+  JOIN a2a_push_outbox x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_push_configs', COUNT(*), COALESCE(SUM(octet_length(x.body)), 0) FROM k
+  JOIN a2a_push_configs x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_messages', COUNT(*), COALESCE(SUM(octet_length(x.message_id)), 0) FROM k
+  JOIN a2a_messages x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_tasks', COUNT(*), COALESCE(SUM(octet_length(x.body)), 0) FROM k
+  JOIN a2a_tasks x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_task_runs', COUNT(*), COALESCE(SUM(octet_length(x.invocation_id)), 0) FROM cand p
+  JOIN a2a_task_runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
 
 -- name: purge_sessions
 -- Last: the sessions being purged with nothing left of them (nothing at all, or
@@ -552,6 +703,7 @@ doomed AS (
        AND NOT EXISTS (SELECT 1 FROM interrupts i WHERE i.app_name = p.app_name AND i.user_id = p.user_id AND i.session_id = p.session_id
                         AND (NOT :keep_skeleton::boolean OR i.args IS NOT NULL OR i.answer IS NOT NULL))
        AND (:keep_skeleton::boolean OR NOT EXISTS (SELECT 1 FROM answer_claims c WHERE c.app_name = p.app_name AND c.user_id = p.user_id AND c.session_id = p.session_id))
+       AND NOT EXISTS (SELECT 1 FROM a2a_task_runs l WHERE l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id)
      LIMIT :batch::int
 )
 , locked AS (
@@ -618,6 +770,7 @@ WITH marked AS (
     UNION SELECT session_id FROM artifacts WHERE app_name = :app_name::text AND user_id = :user_id::text
     UNION SELECT session_id FROM answer_claims WHERE app_name = :app_name::text AND user_id = :user_id::text
     UNION SELECT session_id FROM event_repairs WHERE app_name = :app_name::text AND user_id = :user_id::text
+    UNION SELECT session_id FROM a2a_task_runs WHERE app_name = :app_name::text AND user_id = :user_id::text
 ), added AS (
     INSERT INTO sessions (app_name, user_id, session_id, initial_state, last_seq,
                           create_time, update_time, purging_at)

@@ -182,6 +182,82 @@ DELETE FROM runs WHERE pk IN (
      LIMIT :batch)
 RETURNING length(CAST(request AS BLOB)) + COALESCE(length(CAST(last_error AS BLOB)), 0) AS bytes;
 
+-- name: purge_a2a_task_events
+-- A batch of the events of their A2A tasks (a task is theirs through the invocations it drove).
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+DELETE FROM a2a_task_events WHERE (task_id, version) IN (
+    SELECT x.task_id, x.version FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_task_events x ON x.task_id = k.task_id
+     LIMIT :batch)
+RETURNING length(CAST(body AS BLOB)) AS bytes;
+
+-- name: purge_a2a_push_outbox
+-- A batch of their A2A tasks' push outbox rows (sent or dead: a pending push keeps the session).
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+DELETE FROM a2a_push_outbox WHERE pk IN (
+    SELECT x.pk FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_push_outbox x ON x.task_id = k.task_id
+     LIMIT :batch)
+RETURNING length(CAST(config AS BLOB)) + length(CAST(body AS BLOB)) + COALESCE(length(CAST(last_error AS BLOB)), 0) AS bytes;
+
+-- name: purge_a2a_push_configs
+-- A batch of their A2A tasks' push configs (each holds the client's URL and token).
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+DELETE FROM a2a_push_configs WHERE (task_id, owner, config_id) IN (
+    SELECT x.task_id, x.owner, x.config_id FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_push_configs x ON x.task_id = k.task_id
+     LIMIT :batch)
+RETURNING length(CAST(body AS BLOB)) AS bytes;
+
+-- name: purge_a2a_messages
+-- A batch of the message ids their A2A tasks took.
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+DELETE FROM a2a_messages WHERE (app_name, owner, context_id, message_id) IN (
+    SELECT x.app_name, x.owner, x.context_id, x.message_id FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_messages x ON x.task_id = k.task_id
+     LIMIT :batch)
+RETURNING length(CAST(message_id AS BLOB)) AS bytes;
+
+-- name: purge_a2a_tasks
+-- A batch of their A2A tasks whose events, pushes, push configs and message ids are gone.
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+DELETE FROM a2a_tasks WHERE task_id IN (
+    SELECT x.task_id FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_tasks x ON x.task_id = k.task_id
+     WHERE NOT EXISTS (SELECT 1 FROM a2a_task_events e WHERE e.task_id = x.task_id)
+       AND NOT EXISTS (SELECT 1 FROM a2a_push_outbox o WHERE o.task_id = x.task_id)
+       AND NOT EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.task_id = x.task_id)
+       AND NOT EXISTS (SELECT 1 FROM a2a_messages m WHERE m.task_id = x.task_id)
+     LIMIT :batch)
+RETURNING length(CAST(body AS BLOB)) AS bytes;
+
+-- name: purge_a2a_task_runs
+-- Last of the A2A rows: a batch of the links of their sessions' invocations to tasks that are gone.
+-- Each row once however many purge at a time: a row another purge holds is skipped.
+DELETE FROM a2a_task_runs WHERE (task_id, invocation_id) IN (
+    SELECT x.task_id, x.invocation_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+      CROSS JOIN a2a_task_runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+     WHERE NOT EXISTS (SELECT 1 FROM a2a_tasks t WHERE t.task_id = x.task_id)
+     LIMIT :batch)
+RETURNING length(CAST(invocation_id AS BLOB)) AS bytes;
+
 -- name: scrub_pick_journal
 -- Payload-only retention: a batch of journal rows of the sessions being purged that still
 -- carry a payload, with its size (the skeleton stays).
@@ -303,7 +379,9 @@ RETURNING pk AS key;
 -- of its ending (abandoned first, then DONE, FAILED, CANCELLED, PARKED; -1:
 -- kept for ever), so none is queued, running, paused or asleep; no open job
 -- and no job with a call still to answer; no saga unfinished or owing its
--- outcome event; no interrupt still open; no schedule firing pending.
+-- outcome event; no interrupt still open; no schedule firing pending; no A2A
+-- task of it not ended (submitted, working, input- or auth-required) or with
+-- a push still to deliver.
       s.app_name = :app_name AND s.purging_at IS NULL
        AND s.update_time < :before
        AND (s.update_time < :idle_before
@@ -334,6 +412,12 @@ RETURNING pk AS key;
             SELECT 1 FROM schedule_ticks t
              WHERE t.app_name = s.app_name AND t.state = 'PENDING'
                AND t.user_id = s.user_id AND t.session_id = s.session_id)
+       AND NOT EXISTS (
+            SELECT 1 FROM a2a_task_runs l CROSS JOIN a2a_tasks a ON a.task_id = l.task_id
+             WHERE l.app_name = s.app_name AND l.user_id = s.user_id AND l.session_id = s.session_id
+               AND (a.state NOT IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED', 'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED')
+                    OR EXISTS (SELECT 1 FROM a2a_push_outbox o
+                                WHERE o.task_id = a.task_id AND o.status = 'PENDING')))
 
 -- name: purge_mark
 -- Marks a batch of the sessions retention lets go (oldest first): from now on
@@ -357,6 +441,9 @@ WITH cand AS (
     UNION ALL
     SELECT s.pk, s.app_name, s.user_id, s.session_id, s.initial_state FROM sessions s
      WHERE s.app_name = :app_name AND s.purging_at IS NOT NULL
+), k AS (
+    SELECT DISTINCT l.task_id FROM cand p
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
 )
 SELECT 'sessions' AS table_name, COUNT(*) AS row_count,
        COALESCE(SUM(length(CAST(p.initial_state AS BLOB))), 0) AS bytes FROM cand p
@@ -406,7 +493,25 @@ SELECT 'answer_claims', COUNT(*), COALESCE(SUM(length(CAST(x.call_id AS BLOB))),
   CROSS JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
 UNION ALL
 SELECT 'runs', COUNT(*), COALESCE(SUM(length(CAST(x.request AS BLOB)) + COALESCE(length(CAST(x.last_error AS BLOB)), 0)), 0) FROM cand p
-  CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
+  CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id
+UNION ALL
+SELECT 'a2a_task_events', COUNT(*), COALESCE(SUM(length(CAST(x.body AS BLOB))), 0) FROM k
+  CROSS JOIN a2a_task_events x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_push_outbox', COUNT(*), COALESCE(SUM(length(CAST(x.config AS BLOB)) + length(CAST(x.body AS BLOB)) + COALESCE(length(CAST(x.last_error AS BLOB)), 0)), 0) FROM k
+  CROSS JOIN a2a_push_outbox x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_push_configs', COUNT(*), COALESCE(SUM(length(CAST(x.body AS BLOB))), 0) FROM k
+  CROSS JOIN a2a_push_configs x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_messages', COUNT(*), COALESCE(SUM(length(CAST(x.message_id AS BLOB))), 0) FROM k
+  CROSS JOIN a2a_messages x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_tasks', COUNT(*), COALESCE(SUM(length(CAST(x.body AS BLOB))), 0) FROM k
+  CROSS JOIN a2a_tasks x ON x.task_id = k.task_id
+UNION ALL
+SELECT 'a2a_task_runs', COUNT(*), COALESCE(SUM(length(CAST(x.invocation_id AS BLOB))), 0) FROM cand p
+  CROSS JOIN a2a_task_runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
 
 -- name: purge_sessions
 -- Last: the sessions being purged with nothing left of them (nothing at all, or
@@ -430,6 +535,7 @@ DELETE FROM sessions WHERE pk IN (
        AND NOT EXISTS (SELECT 1 FROM interrupts i WHERE i.app_name = p.app_name AND i.user_id = p.user_id AND i.session_id = p.session_id
                         AND (NOT :keep_skeleton OR i.args IS NOT NULL OR i.answer IS NOT NULL))
        AND (:keep_skeleton OR NOT EXISTS (SELECT 1 FROM answer_claims c WHERE c.app_name = p.app_name AND c.user_id = p.user_id AND c.session_id = p.session_id))
+       AND NOT EXISTS (SELECT 1 FROM a2a_task_runs l WHERE l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id)
      LIMIT :batch)
 RETURNING length(CAST(initial_state AS BLOB)) AS bytes;
 
@@ -493,7 +599,8 @@ SELECT :app_name, :user_id, n.session_id, '{}', 0, (julianday('now') - 2440587.5
     UNION SELECT session_id FROM interrupts WHERE app_name = :app_name AND user_id = :user_id
     UNION SELECT session_id FROM artifacts WHERE app_name = :app_name AND user_id = :user_id
     UNION SELECT session_id FROM answer_claims WHERE app_name = :app_name AND user_id = :user_id
-    UNION SELECT session_id FROM event_repairs WHERE app_name = :app_name AND user_id = :user_id) n WHERE n.session_id IS NOT NULL
+    UNION SELECT session_id FROM event_repairs WHERE app_name = :app_name AND user_id = :user_id
+    UNION SELECT session_id FROM a2a_task_runs WHERE app_name = :app_name AND user_id = :user_id) n WHERE n.session_id IS NOT NULL
 ON CONFLICT (app_name, user_id, session_id) DO NOTHING;
 
 -- name: forget_user_state

@@ -1,0 +1,232 @@
+"""Retention and forgetting a user over A2A tasks made by the A2A request path, both backends.
+
+Tasks are sent through the served handler (:class:`DurableA2aServer`'s, the
+one ``durable-adk serve --a2a`` and ``to_a2a`` mount), as an authenticated
+caller whose name is the ADK user, with a push config carrying the client's
+token: each task leaves its task row, its events, its push config, push
+outbox rows, its message-id claim and the link to its invocation. A purge
+takes them with the session; a pending push or a task not ended keeps the
+session; forgetting a user takes that user's and no one else's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from a2a.auth.user import User
+from a2a.server.cluster.version import TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.types import (
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+)
+from google.adk.agents import LlmAgent
+
+from durable_adk.a2a.server import DurableA2aServer
+from durable_adk.a2a_tables.outbox import PushOutbox
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
+from durable_adk.lifecycle.purge import A2A_STEPS
+from durable_adk.store import Store
+from durable_adk.store.queries import parse_queries
+from durable_adk.testing import Say, ScriptedModel
+
+APP = "a2a_life"
+ALL_AT_ONCE = RetentionPolicy(
+    done=0, failed=0, cancelled=0, parked=0, abandoned=0, idle_sessions=0, batch=2
+)
+"""Everything finished goes now, two rows a batch (every A2A table takes several)."""
+
+# What the tests read that the library never asks: A2A rows per user (through the
+# links of their invocations), and the sessions of a user.
+TEST_SQL = """
+-- name: test_a2a_rows
+SELECT
+  (SELECT COUNT(*) FROM a2a_task_runs WHERE user_id = :user_id) AS a2a_task_runs,
+  (SELECT COUNT(*) FROM a2a_tasks WHERE task_id IN
+      (SELECT task_id FROM a2a_task_runs WHERE user_id = :user_id)) AS a2a_tasks,
+  (SELECT COUNT(*) FROM a2a_task_events WHERE task_id IN
+      (SELECT task_id FROM a2a_task_runs WHERE user_id = :user_id)) AS a2a_task_events,
+  (SELECT COUNT(*) FROM a2a_push_configs WHERE task_id IN
+      (SELECT task_id FROM a2a_task_runs WHERE user_id = :user_id)) AS a2a_push_configs,
+  (SELECT COUNT(*) FROM a2a_push_outbox WHERE task_id IN
+      (SELECT task_id FROM a2a_task_runs WHERE user_id = :user_id)) AS a2a_push_outbox,
+  (SELECT COUNT(*) FROM a2a_messages WHERE task_id IN
+      (SELECT task_id FROM a2a_task_runs WHERE user_id = :user_id)) AS a2a_messages,
+  (SELECT COUNT(*) FROM sessions WHERE user_id = :user_id) AS sessions;
+
+-- name: test_a2a_all
+SELECT (SELECT COUNT(*) FROM a2a_tasks) AS tasks, (SELECT COUNT(*) FROM a2a_task_events) AS events,
+       (SELECT COUNT(*) FROM a2a_push_configs) AS configs,
+       (SELECT COUNT(*) FROM a2a_push_outbox) AS outbox,
+       (SELECT COUNT(*) FROM a2a_messages) AS messages,
+       (SELECT COUNT(*) FROM a2a_task_runs) AS links;
+"""
+
+
+class Caller(User):
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self._name
+
+
+def context_of(name: str) -> ServerCallContext:
+    return ServerCallContext(user=Caller(name))
+
+
+async def a2a_rows(store: Store, user_id: str) -> dict[str, int]:
+    if "test_a2a_rows" not in store._queries:
+        store.add_queries(parse_queries(TEST_SQL, store.dialect))
+    row = await store.fetchrow("test_a2a_rows", {"user_id": user_id})
+    assert row is not None
+    return {k: int(v) for k, v in row.items()}
+
+
+async def a2a_all(store: Store) -> dict[str, int]:
+    if "test_a2a_all" not in store._queries:
+        store.add_queries(parse_queries(TEST_SQL, store.dialect))
+    row = await store.fetchrow("test_a2a_all")
+    assert row is not None
+    return {k: int(v) for k, v in row.items()}
+
+
+def served(store: Store) -> tuple[DurableRunner, DurableA2aServer]:
+    model = ScriptedModel({"helper": [Say(f"answer {i}") for i in range(10)]})
+    runner = DurableRunner(
+        app=LlmAgent(name="helper", model=model),
+        app_name=APP,
+        store=store,
+        worker_id="w1",
+        queue_poll=0.02,
+    )
+    return runner, DurableA2aServer(runner)
+
+
+async def send_task(server: DurableA2aServer, user: str, text: str) -> Task:
+    """A message from ``user`` with a push config (the client's token): the task, ended."""
+    handler = await server.handler()
+    request = SendMessageRequest(
+        message=Message(
+            message_id=uuid.uuid4().hex,
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+        ),
+        configuration=SendMessageConfiguration(
+            task_push_notification_config=TaskPushNotificationConfig(
+                url="http://127.0.0.1:9/push", token=f"{user}-push-token"
+            )
+        ),
+    )
+    task = await handler.on_message_send(request, context_of(user))
+    assert isinstance(task, Task)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+    return task
+
+
+async def deliver_all(store: Store) -> int:
+    """What a push deliverer does once its receiver answered 2xx: every due push marked sent."""
+    outbox = PushOutbox(store, APP)
+    done = 0
+    while pushes := await outbox.claim(lease=30.0, limit=50):
+        for push in pushes:
+            await outbox.sent(push)
+            done += 1
+    return done
+
+
+async def test_purge_takes_a_sessions_a2a_rows_and_keeps_a_pending_push_and_a_live_task(
+    store: Store,
+) -> None:
+    runner, server = served(store)
+    async with runner:
+        for user in ("alice", "bob"):
+            await send_task(server, user, f"order for {user}")
+        # carol's task was left working by a worker that died after its run ended
+        # (the task sync has not published the end yet): the task still needs its session.
+        events = [e async for e in runner.run(user_id="carol", session_id="c1", message="hi")]
+        live = await server.tasks.save(
+            Task(
+                id="t-carol", context_id="c1", status=TaskStatus(state=TaskState.TASK_STATE_WORKING)
+            ),
+            event=None,
+            prev=None,
+            prev_version=TaskVersion.MISSING,
+            context=context_of("carol"),
+        )
+        assert live.is_after(TaskVersion.MISSING)
+        await server.tasks.table.link_run(
+            "t-carol", user_id="carol", session_id="c1", invocation_id=events[-1].invocation_id
+        )
+        await server.stop()
+    for user in ("alice", "bob"):
+        found = await a2a_rows(store, user)
+        assert all(found[t] > 0 for t in A2A_STEPS), found
+        assert found["a2a_push_outbox"] >= 2  # the task's events after the config was set
+
+    # every push still owed: nothing of alice's or bob's goes, carol's task is not ended
+    kept = await purge(store, APP, ALL_AT_ONCE)
+    assert kept.sessions_marked == 0
+    assert (await a2a_rows(store, "alice"))["sessions"] == 1
+
+    assert await deliver_all(store) > 0
+    preview = await purge(store, APP, ALL_AT_ONCE, dry_run=True)
+    shown = preview.as_dict()["tables"]
+    for table in A2A_STEPS:
+        assert shown[table]["rows"] > 0, (table, shown)
+    assert shown["a2a_push_configs"]["bytes"] > 0
+    assert (await a2a_rows(store, "alice"))["a2a_tasks"] == 1  # a dry run deletes nothing
+
+    report = await purge(store, APP, ALL_AT_ONCE)
+    for user in ("alice", "bob"):
+        assert all(n == 0 for n in (await a2a_rows(store, user)).values()), user
+    tables = report.as_dict()["tables"]
+    for table in A2A_STEPS:
+        assert tables[table]["rows"] == shown[table]["rows"], (table, tables, shown)
+    carol = await a2a_rows(store, "carol")
+    assert carol["sessions"] == 1 and carol["a2a_tasks"] == 1 and carol["a2a_task_runs"] == 1
+    assert await a2a_all(store) == {
+        "tasks": 1,
+        "events": 0,
+        "configs": 0,
+        "outbox": 0,
+        "messages": 0,
+        "links": 1,
+    }
+
+
+async def test_forget_takes_the_users_a2a_rows_and_no_one_elses(store: Store) -> None:
+    runner, server = served(store)
+    async with runner:
+        await send_task(server, "alice", "alice's private order")
+        await send_task(server, "alice", "alice's second order")
+        await send_task(server, "bob", "bob's order")
+        await server.stop()
+    before_bob = await a2a_rows(store, "bob")
+    assert (await a2a_rows(store, "alice"))["a2a_tasks"] == 2
+
+    # pushes still owed do not hold a forget back: the user asked to be forgotten
+    report = await forget_user(store, "alice", app_name=APP, by="dpo", batch=2)
+    assert all(n == 0 for n in (await a2a_rows(store, "alice")).values())
+    deleted: dict[str, Any] = report.as_dict()["deleted"]
+    for table in A2A_STEPS:
+        assert deleted[table]["rows"] > 0, (table, deleted)
+    assert await a2a_rows(store, "bob") == before_bob
+    # and again: nothing left to delete, nothing of bob's touched
+    again = await forget_user(store, "alice", app_name=None, by="dpo")
+    assert again.rows == 0
+    assert await a2a_rows(store, "bob") == before_bob
