@@ -11,13 +11,16 @@ session; forgetting a user takes that user's and no one else's.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
+import pytest
 from a2a.auth.user import User
 from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.types import (
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -27,16 +30,22 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
+    TaskStatusUpdateEvent,
 )
 from google.adk.agents import LlmAgent
 
+from durable_adk import errors
+from durable_adk.a2a import codec as a2a_codec
 from durable_adk.a2a.server import DurableA2aServer
+from durable_adk.a2a.stores import DurableVersionedTaskStore
 from durable_adk.a2a_tables.outbox import PushOutbox
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
 from durable_adk.lifecycle.purge import A2A_STEPS
-from durable_adk.store import Store
+from durable_adk.store import Keyring, Store, open_store
+from durable_adk.store.codec import COLUMNS, envelope_key
 from durable_adk.store.queries import parse_queries
+from durable_adk.store.rotation import key_status, rotate
 from durable_adk.testing import Say, ScriptedModel
 
 APP = "a2a_life"
@@ -230,3 +239,138 @@ async def test_forget_takes_the_users_a2a_rows_and_no_one_elses(store: Store) ->
     again = await forget_user(store, "alice", app_name=None, by="dpo")
     assert again.rows == 0
     assert await a2a_rows(store, "bob") == before_bob
+
+
+# ------------------------------------------------------------------ encryption at rest
+
+SECRET = "SECRET-A2A-4711"
+TOKEN = "alice-push-token"
+SEALED = (
+    "a2a_tasks.body",
+    "a2a_task_events.body",
+    "a2a_push_configs.body",
+    "a2a_push_outbox.config",
+    "a2a_push_outbox.body",
+)
+"""The A2A columns that carry the caller's data (messages, answers, the push token)."""
+RAW_SQL = "\n".join(
+    f"-- name: raw_a2a__{name.replace('.', '__')}\n"
+    f"SELECT {name.split('.')[1]} AS v FROM {name.split('.')[0]};\n"
+    for name in SEALED
+)
+
+
+async def raw_a2a(store: Store) -> dict[str, list[str]]:
+    """Every stored value of the A2A columns that carry the caller's data, as stored."""
+    if "raw_a2a__a2a_tasks__body" not in store._queries:
+        store.add_queries(parse_queries(RAW_SQL, store.dialect))
+    return {
+        name: [r["v"] for r in await store._fetch(f"raw_a2a__{name.replace('.', '__')}")]
+        for name in SEALED
+    }
+
+
+async def write_tasks(store: Store) -> str:
+    """alice's task through the handler (her message holds SECRET), and a task cancelled
+    by another replica that read no version (the save that overwrites); the first's id."""
+    runner, server = served(store)
+    async with runner:
+        task = await send_task(server, "alice", f"order {SECRET}")
+        alice = context_of("alice")
+        v1 = await server.tasks.save(
+            Task(
+                id="t-cancel",
+                context_id="c2",
+                status=TaskStatus(state=TaskState.TASK_STATE_WORKING),
+            ),
+            event=Task(
+                id="t-cancel",
+                context_id="c2",
+                status=TaskStatus(state=TaskState.TASK_STATE_WORKING),
+            ),
+            prev=None,
+            prev_version=TaskVersion.MISSING,
+            context=alice,
+        )
+        cancel = TaskStatusUpdateEvent(
+            task_id="t-cancel",
+            context_id="c2",
+            status=TaskStatus(
+                state=TaskState.TASK_STATE_CANCELED,
+                message=Message(message_id="m", role=Role.ROLE_AGENT, parts=[Part(text=SECRET)]),
+            ),
+        )
+        v2 = await server.tasks.save(
+            Task(id="t-cancel", context_id="c2", status=cancel.status),
+            event=cancel,
+            prev=None,
+            prev_version=TaskVersion.MISSING,
+            context=alice,
+        )
+        assert v2.is_after(v1)
+        await server.stop()
+    return task.id
+
+
+async def read_tasks(store: Store, task_id: str) -> None:
+    """Everything of alice's tasks reads back in clear through the A2A stores."""
+    _, server = served(store)
+    alice = context_of("alice")
+    stored = await server.tasks.get(task_id, alice)
+    assert stored is not None and SECRET in a2a_codec.task_to_text(stored.task)
+    listed = await server.tasks.list(ListTasksRequest(), alice)
+    assert {t.id for t in listed.tasks} == {task_id, "t-cancel"}
+    events = await server.tasks.table.events_after(task_id, 0)
+    assert events and any(SECRET in body for _, body in events)
+    for _, body in events:
+        a2a_codec.event_from_text(body)
+    cancelled = await server.tasks.table.events_after("t-cancel", 0)
+    assert [v for v, _ in cancelled] == [1, 2] and SECRET in cancelled[-1][1]
+    [config] = await server.push_configs.get_info(task_id, alice)
+    assert config.token == TOKEN
+    [config] = await server.push_configs.get_info_for_dispatch(task_id)
+    assert config.token == TOKEN
+    pushes = await PushOutbox(store, APP).claim(lease=30.0, limit=50)
+    assert pushes and all(TOKEN in p.config for p in pushes)
+    assert any(SECRET in p.body for p in pushes)
+    for push in pushes:
+        a2a_codec.event_from_text(push.body)
+        await PushOutbox(store, APP).failed(push, error="test", backoff=0.0, max_attempts=99)
+
+
+async def test_a2a_rows_are_sealed_and_read_back_through_the_a2a_stores(store_url: str) -> None:
+    ring = Keyring([("k1", os.urandom(32))])
+    async with open_store(store_url, keyring=ring) as sealed:
+        task_id = await write_tasks(sealed)
+        for name, values in (await raw_a2a(sealed)).items():
+            assert values, f"{name}: nothing was written there"
+            for value in values:
+                assert SECRET not in value and TOKEN not in value, (name, value)
+                assert envelope_key(value) == "k1", (name, value)
+        await read_tasks(sealed, task_id)
+        status = await key_status(sealed)
+        assert set(SEALED) <= set(status["k1"])
+        assert set(SEALED) <= {c.name for c in COLUMNS}
+    async with open_store(store_url) as keyless:  # no key: a clear error naming it
+        with pytest.raises(errors.KeyUnavailable, match="'k1'"):
+            await DurableVersionedTaskStore(keyless, APP).get(task_id, context_of("alice"))
+
+
+async def test_a2a_rows_written_in_clear_stay_readable_and_rotate_to_the_key(
+    store_url: str,
+) -> None:
+    async with open_store(store_url) as clear:
+        task_id = await write_tasks(clear)
+        raw = await raw_a2a(clear)
+        assert any(SECRET in v for v in raw["a2a_tasks.body"])
+        assert any(TOKEN in v for v in raw["a2a_push_configs.body"])
+    async with open_store(store_url, keyring=Keyring([("k1", os.urandom(32))])) as sealed:
+        await read_tasks(sealed, task_id)
+        assert "a2a_push_outbox.config" in (await key_status(sealed))["clear"]
+        report = await rotate(sealed, batch=2)
+        assert not report.unreadable, report.errors
+        assert set(await key_status(sealed)) == {"k1"}
+        for name, values in (await raw_a2a(sealed)).items():
+            for value in values:
+                assert SECRET not in value and TOKEN not in value, (name, value)
+        await read_tasks(sealed, task_id)

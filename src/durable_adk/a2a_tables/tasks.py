@@ -10,6 +10,11 @@ bodies are the SDK's protobuf JSON, kept as text):
   the events after version *n* (:meth:`A2aTable.events_after`) sees every
   change once, in order, on any worker. A refused save writes nothing.
 * A task is read and written only by its owner, within its app.
+* With keys configured (docs/data.md), a task's body, its events and its
+  push configs are sealed with their row's identity (the task; the task and
+  the version the event made; the task, owner and config) before they are
+  written, and opened as they are read; the push outbox's copies of an event
+  and a config open as the rows they were copied from.
 * A message id is taken once per (app, owner, context)
   (:meth:`A2aTable.claim_message`): the second taker learns the task of the
   first, so a re-sent message never starts work twice.
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 
 from durable_adk import errors
 from durable_adk.store.base import Row, Store
+from durable_adk.store.codec import seal_value
 
 TERMINAL_STATES = frozenset(
     {
@@ -36,6 +42,9 @@ TERMINAL_STATES = frozenset(
     }
 )
 """A2A's terminal task states: a task in one takes no further message."""
+
+_STALE_TRIES = 5
+"""Saves an overwrite tries when other writers keep moving the version it sealed for."""
 
 OPEN_STATES = frozenset({"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"})
 """States in which a task's run is queued or under way."""
@@ -131,21 +140,38 @@ class A2aTable:
                 another owner's; nothing was written.
         """
         self.store.limits.check(body, "the A2A task")
-        row = await self.store.fetchrow(
-            "a2a_task_save",
-            {
-                "task_id": task_id,
-                "app_name": self.app_name,
-                "owner": owner,
-                "context_id": context_id,
-                "state": state,
-                "body": body,
-                "prev_version": prev_version,
-                "event": event,
-                "force": 1 if force else 0,
-                "canceling": 1 if state == "TASK_STATE_CANCELED" and not force else 0,
-            },
-        )
+        canceling = state == "TASK_STATE_CANCELED" and not force
+        params = {
+            "task_id": task_id,
+            "app_name": self.app_name,
+            "owner": owner,
+            "context_id": context_id,
+            "state": state,
+            "body": await seal_value(self.store, "a2a_tasks", "body", (task_id,), body),
+            "prev_version": prev_version,
+            "event": event,
+            "force": 1 if force else 0,
+            "canceling": 1 if canceling else 0,
+            "expect": None,
+        }
+        for _ in range(_STALE_TRIES):
+            if self.store.codec is not None and event is not None:
+                # The event is sealed for the version it makes (its row's identity):
+                # a compare-and-swap knows it; an overwrite reads it first and the
+                # save checks it is still the stored one ('stale': read again).
+                if force or canceling:
+                    found = await self.store.fetchrow("a2a_task_version", {"task_id": task_id})
+                    expect = 0 if found is None else int(found["version"])
+                    params["expect"] = expect
+                    made = expect + 1
+                else:
+                    made = prev_version + 1
+                params["event"] = await seal_value(
+                    self.store, "a2a_task_events", "body", (task_id, made), event
+                )
+            row = await self.store.fetchrow("a2a_task_save", params)
+            if row is None or row["status"] != "stale":
+                break
         if row is None or row["status"] != "ok" or row["version"] is None:
             raise VersionConflict(f"task {task_id} was modified concurrently by another writer")
         return int(row["version"])
@@ -194,8 +220,9 @@ class A2aTable:
 
     async def publish(self, task_id: str, version: int, body: str) -> None:
         """Stores an event a save did not store (the first one stored at a version stays)."""
+        sealed = await seal_value(self.store, "a2a_task_events", "body", (task_id, version), body)
         await self.store.execute(
-            "a2a_event_publish", {"task_id": task_id, "version": version, "body": body}
+            "a2a_event_publish", {"task_id": task_id, "version": version, "body": sealed}
         )
 
     async def events_after(
@@ -306,9 +333,12 @@ class A2aTable:
     async def set_push(self, task_id: str, owner: str, config_id: str, body: str) -> None:
         """Stores (or replaces) the owner's push config ``config_id`` of the task."""
         self.store.limits.check(body, "the push notification config")
+        sealed = await seal_value(
+            self.store, "a2a_push_configs", "body", (task_id, owner, config_id), body
+        )
         await self.store.execute(
             "a2a_push_set",
-            {"task_id": task_id, "owner": owner, "config_id": config_id, "body": body},
+            {"task_id": task_id, "owner": owner, "config_id": config_id, "body": sealed},
         )
 
     async def get_push(self, task_id: str, owner: str) -> list[str]:

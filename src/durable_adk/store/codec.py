@@ -7,7 +7,8 @@ What it guarantees, once a :class:`Keyring` is given to the store
 * every column listed in :data:`COLUMNS` (what carries user or outside data:
   events and their state deltas, snapshots, a session's initial state, run
   requests, dead letters, journal results, job requests, results and
-  progress, interrupt payloads and answers, saga step records, artifacts) is
+  progress, interrupt payloads and answers, saga step records, artifacts,
+  A2A task bodies, their events, push configs and the push outbox) is
   written as an envelope ``dadk:enc:v1:<key id>:<table.column>:<nonce+ciphertext,
   base64>``,
   sealed with AES-256-GCM (pyca ``cryptography``) under the keyring's first
@@ -169,6 +170,24 @@ COLUMNS: tuple[Column, ...] = (
     *_col("saga_steps", ("record",), ("saga_id", "step"), ("pk",), user=()),
     # What an operator's answer said (the function response), beside the audit line.
     *_col("operator_actions", ("detail",), ("run_id", "action"), ("pk",), user=()),
+    # A2A (docs/a2a.md): a task as the protocol sees it (the caller's messages,
+    # the answers), the events that made its versions, push configs (the
+    # client's URL and token) and the push outbox's copies of an event and a
+    # config, made by SQL from those rows: each copy names the same task and
+    # version, or task, owner and config, so it opens as its source's.
+    # The A2A rows name no ADK user: they keep the keyring key (per-user keys
+    # do not apply; forgetting a user deletes them).
+    *_col("a2a_tasks", ("body",), ("task_id",), ("task_id",), user=()),
+    *_col("a2a_task_events", ("body",), ("task_id", "version"), ("task_id", "version"), user=()),
+    *_col(
+        "a2a_push_configs",
+        ("body",),
+        ("task_id", "owner", "config_id"),
+        ("task_id", "owner", "config_id"),
+        user=(),
+    ),
+    *_col("a2a_push_outbox", ("config",), ("task_id", "owner", "config_id"), ("pk",), user=()),
+    *_col("a2a_push_outbox", ("body",), ("task_id", "version"), ("pk",), user=()),
     # An artifact's version number is chosen by the insert itself: its row is
     # named by its file and the digest of its bytes (equal digests: equal bytes).
     *_col(

@@ -10,6 +10,10 @@ SELECT task_id, app_name, owner, context_id, state, version, body
 -- name: a2a_task_state
 SELECT state FROM a2a_tasks WHERE task_id = :task_id::text AND app_name = :app_name::text;
 
+-- name: a2a_task_version
+-- The stored version of a task (what a save that overwrites it will make the next of).
+SELECT version FROM a2a_tasks WHERE task_id = :task_id::text;
+
 -- name: a2a_task_save
 -- A save of a task (compare-and-swap on its version): :prev_version 0 is a
 -- first write; :force 1 writes whatever the stored version (the SDK's plain
@@ -19,6 +23,9 @@ SELECT state FROM a2a_tasks WHERE task_id = :task_id::text AND app_name = :app_n
 -- event (a StreamResponse) that made the new version is stored with it, and
 -- queued in the push outbox for each push config of the task. The
 -- stored row is locked first, so two saves from one version: one wins.
+-- :expect (not NULL) is the version the writer sealed its event for
+-- (encryption at rest: the event's associated data names the version it
+-- makes): another stored version is 'stale', and the writer reads again.
 WITH cur AS (
     SELECT version, state, app_name, owner FROM a2a_tasks
      WHERE task_id = :task_id::text FOR UPDATE
@@ -26,6 +33,8 @@ WITH cur AS (
     SELECT 1 AS one
      WHERE NOT EXISTS (SELECT 1 FROM cur WHERE app_name <> :app_name::text
                                             OR owner <> :owner::text)
+       AND (:expect::bigint IS NULL
+            OR COALESCE((SELECT version FROM cur), 0) = :expect::bigint)
        AND (:force::int = 1 OR NOT EXISTS (
             SELECT 1 FROM cur WHERE state IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED',
                                               'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED')))
@@ -63,7 +72,12 @@ WITH cur AS (
      WHERE p.task_id = :task_id::text AND :event::text IS NOT NULL
     ON CONFLICT (task_id, owner, config_id, version) DO NOTHING
 )
-SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 'ok' ELSE 'conflict' END AS status,
+SELECT CASE WHEN EXISTS (SELECT 1 FROM up) THEN 'ok'
+            WHEN :expect::bigint IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM cur WHERE app_name <> :app_name::text
+                                                    OR owner <> :owner::text)
+                 AND COALESCE((SELECT version FROM cur), 0) <> :expect::bigint THEN 'stale'
+            ELSE 'conflict' END AS status,
        (SELECT version FROM up) AS version;
 
 -- name: a2a_task_delete
@@ -97,7 +111,7 @@ VALUES (:task_id::text, :version::bigint, :body::text, extract(epoch FROM clock_
 ON CONFLICT (task_id, version) DO NOTHING;
 
 -- name: a2a_events_after
-SELECT version, body FROM a2a_task_events
+SELECT task_id, version, body FROM a2a_task_events
  WHERE task_id = :task_id::text AND version > :after::bigint
  ORDER BY version
  LIMIT :limit::bigint;
@@ -175,12 +189,12 @@ VALUES (:task_id::text, :owner::text, :config_id::text, :body::text,
 ON CONFLICT (task_id, owner, config_id) DO UPDATE SET body = excluded.body;
 
 -- name: a2a_push_get
-SELECT config_id, body FROM a2a_push_configs
+SELECT task_id, owner, config_id, body FROM a2a_push_configs
  WHERE task_id = :task_id::text AND owner = :owner::text
  ORDER BY created_at, config_id;
 
 -- name: a2a_push_for_dispatch
-SELECT owner, config_id, body FROM a2a_push_configs
+SELECT task_id, owner, config_id, body FROM a2a_push_configs
  WHERE task_id = :task_id::text
  ORDER BY created_at, config_id;
 

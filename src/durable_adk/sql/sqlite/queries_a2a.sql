@@ -10,6 +10,10 @@ SELECT task_id, app_name, owner, context_id, state, version, body
 -- name: a2a_task_state
 SELECT state FROM a2a_tasks WHERE task_id = :task_id AND app_name = :app_name;
 
+-- name: a2a_task_version
+-- The stored version of a task (what a save that overwrites it will make the next of).
+SELECT version FROM a2a_tasks WHERE task_id = :task_id;
+
 -- name: a2a_task_save guarded
 -- A save of a task (compare-and-swap on its version): :prev_version 0 is a
 -- first write; :force 1 writes whatever the stored version (the SDK's plain
@@ -17,10 +21,16 @@ SELECT state FROM a2a_tasks WHERE task_id = :task_id AND app_name = :app_name;
 -- whatever its version. A terminal task is never written again (a late event
 -- of a canceled task changes nothing), nor another owner's or app's. The
 -- event (a StreamResponse) that made the new version is stored with it, and
--- queued in the push outbox for each push config of the task.
+-- queued in the push outbox for each push config of the task. :expect (not
+-- NULL) is the version the writer sealed its event for (encryption at rest:
+-- the event's associated data names the version it makes): another stored
+-- version is 'stale', and the writer reads again and retries.
 SELECT CASE
          WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
                        AND (app_name <> :app_name OR owner <> :owner)) THEN 'conflict'
+         WHEN :expect IS NOT NULL
+              AND COALESCE((SELECT version FROM a2a_tasks WHERE task_id = :task_id), 0) <> :expect
+              THEN 'stale'
          WHEN :force = 1 THEN 'ok'
          WHEN EXISTS (SELECT 1 FROM a2a_tasks WHERE task_id = :task_id
                        AND state IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED',
@@ -89,7 +99,7 @@ VALUES (:task_id, :version, :body, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (task_id, version) DO NOTHING;
 
 -- name: a2a_events_after
-SELECT version, body FROM a2a_task_events
+SELECT task_id, version, body FROM a2a_task_events
  WHERE task_id = :task_id AND version > :after
  ORDER BY version
  LIMIT :limit;
@@ -160,12 +170,12 @@ VALUES (:task_id, :owner, :config_id, :body, (julianday('now') - 2440587.5) * 86
 ON CONFLICT (task_id, owner, config_id) DO UPDATE SET body = excluded.body;
 
 -- name: a2a_push_get
-SELECT config_id, body FROM a2a_push_configs
+SELECT task_id, owner, config_id, body FROM a2a_push_configs
  WHERE task_id = :task_id AND owner = :owner
  ORDER BY created_at, config_id;
 
 -- name: a2a_push_for_dispatch
-SELECT owner, config_id, body FROM a2a_push_configs
+SELECT task_id, owner, config_id, body FROM a2a_push_configs
  WHERE task_id = :task_id
  ORDER BY created_at, config_id;
 
