@@ -374,3 +374,64 @@ async def test_a2a_rows_written_in_clear_stay_readable_and_rotate_to_the_key(
             for value in values:
                 assert SECRET not in value and TOKEN not in value, (name, value)
         await read_tasks(sealed, task_id)
+
+
+async def test_a_cancel_that_meets_a_newer_version_seals_its_event_for_the_one_it_makes(
+    store_url: str,
+) -> None:
+    """A cancel from a replica that read no version overwrites whatever is stored: it
+    reads the version first, and when a live writer moves the task in between, it
+    reads again, so its event opens at the version it made."""
+    async with open_store(store_url, keyring=Keyring([("k1", os.urandom(32))])) as sealed:
+        tasks = DurableVersionedTaskStore(sealed, APP)
+        alice = context_of("alice")
+        working = TaskStatus(state=TaskState.TASK_STATE_WORKING)
+        v1 = await tasks.save(
+            Task(id="t1", context_id="c", status=working),
+            event=Task(id="t1", context_id="c", status=working),
+            prev=None,
+            prev_version=TaskVersion.MISSING,
+            context=alice,
+        )
+        real_fetch = sealed.fetch
+        moved: list[int] = []
+
+        async def fetch(query: str, params: Any = None) -> Any:
+            rows = await real_fetch(query, params)
+            if query == "a2a_task_version" and not moved:  # the live writer goes first
+                update = TaskStatusUpdateEvent(task_id="t1", context_id="c", status=working)
+                done = await tasks.save(
+                    Task(id="t1", context_id="c", status=working),
+                    event=update,
+                    prev=None,
+                    prev_version=v1,
+                    context=alice,
+                )
+                moved.append(int(done._value))
+            return rows
+
+        sealed.fetch = fetch  # type: ignore[method-assign]
+        try:
+            cancel = TaskStatusUpdateEvent(
+                task_id="t1",
+                context_id="c",
+                status=TaskStatus(
+                    state=TaskState.TASK_STATE_CANCELED,
+                    message=Message(
+                        message_id="m", role=Role.ROLE_AGENT, parts=[Part(text=SECRET)]
+                    ),
+                ),
+            )
+            v3 = await tasks.save(
+                Task(id="t1", context_id="c", status=cancel.status),
+                event=cancel,
+                prev=None,
+                prev_version=TaskVersion.MISSING,
+                context=alice,
+            )
+        finally:
+            del sealed.fetch
+        assert moved == [2] and int(v3._value) == 3
+        events = await tasks.table.events_after("t1", 0)
+        assert [v for v, _ in events] == [1, 2, 3] and SECRET in events[-1][1]
+        assert all(SECRET not in v for v in (await raw_a2a(sealed))["a2a_task_events.body"])
