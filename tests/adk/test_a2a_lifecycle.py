@@ -46,6 +46,7 @@ from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.codec import COLUMNS, envelope_key
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import Say, ScriptedModel
 
 APP = "a2a_life"
@@ -435,3 +436,19 @@ async def test_a_cancel_that_meets_a_newer_version_seals_its_event_for_the_one_i
         events = await tasks.table.events_after("t1", 0)
         assert [v for v, _ in events] == [1, 2, 3] and SECRET in events[-1][1]
         assert all(SECRET not in v for v in (await raw_a2a(sealed))["a2a_task_events.body"])
+
+
+async def test_payload_only_retention_takes_the_a2a_rows_and_keeps_the_runs(store: Store) -> None:
+    runner, server = served(store)
+    async with runner:
+        await send_task(server, "alice", "alice's order")
+        await server.stop()
+    assert await deliver_all(store) > 0
+    policy = RetentionPolicy(
+        done=0, failed=0, cancelled=0, parked=0, abandoned=0, payload_only=True, batch=2
+    )
+    report = await purge(store, APP, policy)
+    assert report.as_dict()["tables"]["a2a_tasks"]["rows"] == 1
+    assert all(n == 0 for n in (await a2a_rows(store, "alice")).values())
+    [run] = await RunLedger(store).list_runs()  # the run's skeleton stays, emptied
+    assert run.status == RunStatus.DONE and run.user_id == "alice"
