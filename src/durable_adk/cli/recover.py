@@ -50,6 +50,7 @@ from durable_adk.cli.options import (
     require_database,
 )
 from durable_adk.cli.serve import load_app_and_services
+from durable_adk.lifecycle.policy import DEFAULT_DUTY
 from durable_adk.runlog import configure
 from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact
@@ -252,6 +253,14 @@ def purge_command(
         bool, typer.Option("--dry-run", help="Delete nothing: show what would go.")
     ] = False,
     batch: Annotated[int, typer.Option(min=1, max=100_000, help="Rows per statement.")] = 500,
+    duty: Annotated[
+        float,
+        typer.Option(
+            help="Share of the time the purge spends in its statements, resting between "
+            "them so live runs' appends barely wait (0 < duty <= 1; 1: flat out, e.g. "
+            "at a quiet hour).",
+        ),
+    ] = DEFAULT_DUTY,
     db: DbOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
@@ -261,10 +270,12 @@ def purge_command(
     from durable_adk.cli.client import HttpOps, OpsSource, StoreOps
     from durable_adk.lifecycle import RetentionPolicy, known_apps, purge
 
+    if not 0 < duty <= 1:
+        _fail(f"duty must be a share of the time in (0, 1], e.g. 0.05 or 1, got {duty!r}")
     policy = None
     if retention is not None:
         try:
-            policy = RetentionPolicy.parse(retention, batch=batch)
+            policy = RetentionPolicy.parse(retention, batch=batch, duty=duty)
         except errors.InvalidArgument as exc:
             _fail(str(exc))
     elif not url:
@@ -275,6 +286,8 @@ def purge_command(
             body: dict[str, Any] = {"retention": retention, "dry_run": dry_run}
             if retention is None and batch != 500:
                 body["batch"] = batch
+            if duty != DEFAULT_DUTY:
+                body["duty"] = duty
             return [await source._call("POST", "/v1/purge", json=body)]
         assert isinstance(source, StoreOps) and policy is not None
         apps = [app] if app else await known_apps(source.store)

@@ -15,6 +15,7 @@ from durable_adk.cli.options import (
     _fail,
     exit_code,
 )
+from durable_adk.lifecycle.policy import DEFAULT_DUTY
 from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from durable_adk.store import DEFAULT_URL
 from durable_adk.store.migrate import redact
@@ -152,6 +153,13 @@ def serve(
     purge_interval: Annotated[
         float, typer.Option(min=0.1, help="Seconds between purge passes (with --retention).")
     ] = 60.0,
+    purge_duty: Annotated[
+        float,
+        typer.Option(
+            help="Share of the time the purge spends in its statements, resting between "
+            "them so live runs' appends barely wait (0 < duty <= 1).",
+        ),
+    ] = DEFAULT_DUTY,
     log_level: LogLevelOpt = None,
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
@@ -171,7 +179,9 @@ def serve(
             _fail(f"--interrupt-deadline takes TOOL=SECONDS, not {spec!r}")
     try:
         policy = (
-            None if retention is None else RetentionPolicy.parse(retention, interval=purge_interval)
+            None
+            if retention is None
+            else RetentionPolicy.parse(retention, interval=purge_interval, duty=purge_duty)
         )
         settings = ServiceSettings(
             db=db,

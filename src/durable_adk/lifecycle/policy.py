@@ -26,6 +26,9 @@ _DURATION = re.compile(r"^\s*(?P<n>\d+(\.\d+)?)\s*(?P<unit>[smhdw]?)\s*$")
 STATUSES = ("done", "failed", "cancelled", "parked", "abandoned")
 """The endings a policy gives a duration, as written in a spec."""
 
+DEFAULT_DUTY = 0.05
+"""The share of the time a purge spends in its statements unless told otherwise."""
+
 KEEP_FOR_EVER = -1.0
 """The cut-off passed to SQL for an ending kept for ever: no time is before it."""
 
@@ -86,6 +89,12 @@ class RetentionPolicy:
         batch: The most rows one statement of the purge deletes (and sessions
             one statement marks).
         interval: Seconds between passes of the purge loop of a worker.
+        duty: The share of the time a pass may spend in its statements
+            (0 < duty <= 1, :mod:`durable_adk.lifecycle.pacing`): after each
+            statement it rests for that statement's time times
+            ``(1 - duty) / duty``, with batches sized to a few milliseconds,
+            so the appends of live runs barely wait for it. 1.0: no rest and
+            ``batch`` rows a statement (a one-off purge by an operator).
 
     A session goes when every one of its runs ended before the cut-off of its
     ending, whichever is longest among them; a run whose ending is kept for
@@ -101,6 +110,7 @@ class RetentionPolicy:
     payload_only: bool = False
     batch: int = 500
     interval: float = 60.0
+    duty: float = DEFAULT_DUTY
 
     def __post_init__(self) -> None:
         for name in (*STATUSES, "idle_sessions"):
@@ -117,9 +127,27 @@ class RetentionPolicy:
         if not interval:
             raise errors.InvalidArgument(f"interval must be > 0 seconds, got {self.interval!r}")
         object.__setattr__(self, "interval", interval)
+        duty = self.duty
+        if (
+            isinstance(duty, bool)
+            or not isinstance(duty, int | float)
+            or math.isnan(duty)
+            or not 0 < duty <= 1
+        ):
+            raise errors.InvalidArgument(
+                f"duty must be a share of the time in (0, 1], e.g. 0.05, got {duty!r}"
+            )
+        object.__setattr__(self, "duty", float(duty))
 
     @classmethod
-    def parse(cls, spec: str, *, batch: int = 500, interval: float = 60.0) -> RetentionPolicy:
+    def parse(
+        cls,
+        spec: str,
+        *,
+        batch: int = 500,
+        interval: float = 60.0,
+        duty: float = DEFAULT_DUTY,
+    ) -> RetentionPolicy:
         """Reads a policy written as ``done=30d,failed=90d,cancelled=7d,parked=never,
         abandoned=30d,idle=14d,payload-only`` (any subset, any order).
 
@@ -154,7 +182,7 @@ class RetentionPolicy:
                 "an empty retention policy: give at least one of "
                 f"{', '.join(STATUSES)}, idle (e.g. done=30d)"
             )
-        return cls(batch=batch, interval=interval, **values)  # type: ignore[arg-type]
+        return cls(batch=batch, interval=interval, duty=duty, **values)  # type: ignore[arg-type]
 
     @property
     def purges_anything(self) -> bool:

@@ -36,6 +36,10 @@ What it guarantees:
   statement deleted.
 * **A crash costs nothing.** A pass killed half-way leaves sessions marked;
   the next pass (any process's) drains them from where it stopped.
+* **Paced.** A pass keeps to the policy's ``duty`` (:mod:`.pacing`): after
+  each statement it rests in proportion to the statement's time, and sizes
+  the batches to a few milliseconds, so the appends of live runs wait little
+  for it (BENCHMARKS.md, retention). ``duty=1`` purges flat out.
 * **Payload-only.** With ``payload_only`` the sessions, events, snapshots and
   artifacts go; the ledger's rows stay with their payload columns emptied
   (``scrub_*``: picked with their size, then emptied if they still hold one,
@@ -52,6 +56,7 @@ from typing import Any
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
+from durable_adk.lifecycle.pacing import Pacer
 from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.metrics import Metrics
 from durable_adk.store.base import Store
@@ -204,6 +209,7 @@ async def purge(
     dry_run: bool = False,
     metrics: Metrics | None = None,
     must_exist: bool = True,
+    pacer: Pacer | None = None,
 ) -> PurgeReport:
     """Purges what ``policy`` lets go of ``app_name`` now (or says what would go).
 
@@ -215,6 +221,8 @@ async def purge(
         metrics: Where rows and bytes purged and the oldest row kept go.
         must_exist: Refuse an app the database holds nothing of (a typo); the
             purge loop of a worker passes False (its app may have no data yet).
+        pacer: Times the statements and rests between them (default: one at
+            the policy's ``duty`` and ``batch``).
 
     Raises:
         InvalidArgument: ``policy`` is not a RetentionPolicy, or the app is unknown.
@@ -237,19 +245,24 @@ async def purge(
             for name in set(DELETE_STEPS) - set(PAYLOAD_STEPS) - set(SCRUB_STEPS):
                 report.tables[name] = TableCount()
         return report
+    pacer = pacer or Pacer(policy.duty, policy.batch)
     statements = 0
     while statements < PASS_LIMIT:
-        marked = await store.fetch("purge_mark", {**params, "batch": policy.batch})
+        size = pacer.batch
+        began = pacer.clock()
+        marked = await store.fetch("purge_mark", {**params, "batch": size})
         statements += 1
         report.sessions_marked += len(marked)
+        await pacer.rest(began, len(marked) == size)
         statements += await drain(
             store,
             app_name,
             report.tables,
             batch=policy.batch,
             keep_skeleton=policy.payload_only,
+            pacer=pacer,
         )
-        if len(marked) < policy.batch:
+        if len(marked) < size:
             break
     await _record(store, app_name, report, metrics)
     return report
@@ -265,6 +278,7 @@ async def drain(
     user_id: str | None = None,
     forget: bool = False,
     on_batch: Any = None,
+    pacer: Pacer | None = None,
 ) -> int:
     """Deletes (or empties) the rows of the app's marked sessions, batch by batch,
     table by table, then the sessions left with nothing; adds to ``tables``.
@@ -273,10 +287,12 @@ async def drain(
         user_id: Only the marked sessions of this user (forgetting a user).
         forget: Delete the operators' audit lines too (retention keeps them).
         on_batch: Awaited after each batch that changed rows (forget saves its progress).
+        pacer: Sizes each batch and rests after it (None: ``batch`` rows, no rest).
 
     Returns:
         How many statements it ran.
     """
+    pacer = pacer or Pacer(1.0, batch)
     base = {"app_name": app_name, "user_id": user_id, "batch": batch}
     statements = 0
     if keep_skeleton:
@@ -285,6 +301,8 @@ async def drain(
         steps = tuple(s for s in DELETE_STEPS if forget or s not in KEPT_BY_RETENTION)
     for table in steps:
         while True:
+            size = base["batch"] = pacer.batch
+            began = pacer.clock()
             rows = await store.fetch(f"purge_{table}", base)
             statements += 1
             tables[table].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
@@ -292,30 +310,37 @@ async def drain(
                 await store.execute("purge_checkpoint")  # SQLite: the purge pays for its pages
                 if on_batch is not None:
                     await on_batch()
+            await pacer.rest(began, len(rows) == size)
             crash_point("lifecycle.after_batch")  # a batch deleted (and recorded), more to go
-            if len(rows) < batch:
+            if len(rows) < size:
                 break
     if keep_skeleton:
         for table in SCRUB_STEPS:
             while True:
+                size = base["batch"] = pacer.batch
                 picked = await store.fetch(f"scrub_pick_{table}", base)
                 statements += 1
                 if not picked:
                     break
                 sizes = {r["key"]: int(r["bytes"] or 0) for r in picked}
+                began = pacer.clock()
                 done = await store.fetch(f"scrub_{table}", {"keys": json.dumps(list(sizes))})
                 statements += 1
                 tables[table].add(len(done), sum(sizes.get(r["key"], 0) for r in done))
+                await pacer.rest(began, len(picked) == size)
                 crash_point("lifecycle.after_batch")
-                if len(picked) < batch:
+                if len(picked) < size:
                     break
     while True:
+        size = base["batch"] = pacer.batch
+        began = pacer.clock()
         rows = await store.fetch("purge_sessions", {**base, "keep_skeleton": keep_skeleton})
         statements += 1
         tables["sessions"].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
         if rows and on_batch is not None:
             await on_batch()
-        if len(rows) < batch:
+        await pacer.rest(began, len(rows) == size)
+        if len(rows) < size:
             break
     return statements
 

@@ -19,6 +19,7 @@ timestamp, malformed body, unknown job) happens before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -533,6 +534,8 @@ class PurgeIn(BaseModel):
     """The policy as ``durable-adk purge --retention`` takes it (None: the worker's)."""
     dry_run: bool = False
     batch: int | None = None
+    duty: float | None = None
+    """The share of the time the purge spends in its statements (None: the policy's)."""
 
 
 class ForgetIn(BaseModel):
@@ -559,16 +562,15 @@ def add_data_routes(
     @router.post("/purge", tags=["data"], responses={422: {"model": ErrorOut}})
     async def purge_app(body: PurgeIn) -> dict[str, Any]:
         """Purges what a retention policy lets go of the app (or, dry, says what would go)."""
+        given: dict[str, Any] = {}
+        if body.batch is not None:
+            given["batch"] = body.batch
+        if body.duty is not None:
+            given["duty"] = body.duty
         if body.retention is not None:
-            policy = RetentionPolicy.parse(
-                body.retention, **({"batch": body.batch} if body.batch is not None else {})
-            )
+            policy = RetentionPolicy.parse(body.retention, **given)
         elif retention is not None:
-            policy = (
-                retention
-                if body.batch is None
-                else RetentionPolicy.parse(retention.describe(), batch=body.batch)
-            )
+            policy = dataclasses.replace(retention, **given) if given else retention
         else:
             raise errors.InvalidArgument(
                 "this worker has no retention policy (durable-adk serve --retention): "

@@ -1,0 +1,102 @@
+"""The purge's pace: how much of the time it may hold the writer, and how big a batch is.
+
+A purge that deletes as fast as it can takes the database's writer (SQLite has
+one; on PostgreSQL it takes the CPU and the WAL) from the appends of the runs
+under way, and their p99 latency pays for it. A :class:`Pacer` keeps the purge
+to a **duty cycle**: after each statement it sleeps for the statement's own
+time multiplied by ``(1 - duty) / duty``, so the purge holds the writer at most
+``duty`` of the time (0.05: a 4 ms batch, then 76 ms of rest). And it sizes the
+batches by time, not by rows: it aims each statement at ``target`` seconds
+(a few milliseconds, so an append arriving during a batch waits little),
+halving the rows after a batch that took much longer and doubling them after
+one that took much less, between ``min_batch`` and the policy's ``batch``.
+
+``duty=1.0`` is a one-off purge by an operator (``durable-adk purge --duty
+1``): no rest, and the policy's ``batch`` rows in every statement.
+
+The clock and the sleep are given, so tests drive a pacer without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+TARGET_SECONDS = 0.004
+"""What a paced purge aims each statement's time at (an append waits at most about this)."""
+
+MIN_BATCH = 20
+"""The fewest rows a paced statement deletes, however slow the database is."""
+
+MAX_REST = 5.0
+"""The longest rest after one statement (a statement slowed by something else, e.g. a
+stall of the machine, does not stop the purge for minutes)."""
+
+
+class Pacer:
+    """Times each statement of a purge, rests after it, and sizes the next batch.
+
+    Use: ``size = pacer.batch``; ``began = pacer.clock()``; run the statement
+    with ``size`` rows; ``await pacer.rest(began, len(rows) == size)``.
+
+    Args:
+        duty: The share of the time the purge may spend in its statements
+            (0 < duty <= 1; 1: no rest, fixed batches).
+        batch: The most rows one statement deletes (the policy's ``batch``).
+        target: The seconds each statement aims at (when ``duty`` < 1).
+        min_batch: The fewest rows one statement deletes.
+        clock: Seconds, monotonic (default :func:`time.perf_counter`).
+        sleep: Awaited with the seconds of each rest (default :func:`asyncio.sleep`).
+    """
+
+    def __init__(
+        self,
+        duty: float,
+        batch: int,
+        *,
+        target: float = TARGET_SECONDS,
+        min_batch: int = MIN_BATCH,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        if not 0 < duty <= 1:
+            raise ValueError(f"duty must be in (0, 1], got {duty!r}")
+        self.duty = duty
+        self.max_batch = batch
+        self.min_batch = min(min_batch, batch)
+        self.target = target
+        self.clock = clock
+        self._sleep = sleep
+        self.batch = batch if duty >= 1 else max(self.min_batch, min(batch, 100))
+        """The rows the next statement deletes."""
+        self.busy = 0.0
+        """Seconds spent in statements so far."""
+        self.rested = 0.0
+        """Seconds spent resting so far."""
+
+    def rest_for(self, took: float) -> float:
+        """The rest after a statement that took ``took`` seconds."""
+        if self.duty >= 1 or took <= 0:
+            return 0.0
+        return min(MAX_REST, took * (1 - self.duty) / self.duty)
+
+    def resize(self, took: float, full: bool) -> None:
+        """Sizes the next batch after one that took ``took`` seconds (``full``: it
+        deleted as many rows as it was let, so there may be more)."""
+        if self.duty >= 1:
+            return
+        if took > 2 * self.target:
+            self.batch = max(self.min_batch, self.batch // 2)
+        elif full and took < self.target / 2:
+            self.batch = min(self.max_batch, self.batch * 2)
+
+    async def rest(self, began: float, full: bool) -> None:
+        """After a statement begun at ``began`` (by :attr:`clock`): resizes, then rests."""
+        took = max(0.0, self.clock() - began)
+        self.busy += took
+        self.resize(took, full)
+        pause = self.rest_for(took)
+        if pause > 0:
+            self.rested += pause
+            await self._sleep(pause)

@@ -1,0 +1,119 @@
+"""A paced purge on a real database, both backends (issue 43): it rests after its
+statements (the rest measured by an injected sleep, so nothing here waits),
+sizes them under the policy's batch, and still deletes every row once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from google.adk.events.event import Event
+from google.genai import types
+from typer.testing import CliRunner
+
+from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.cli import app
+from durable_adk.lifecycle import RetentionPolicy, purge
+from durable_adk.lifecycle.pacing import Pacer
+from durable_adk.store import Store, open_store
+
+
+class Ticks:
+    """A clock that moves 1 ms each time it is read; ``sleep`` records the rests."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+async def seed(store: Store, sessions: int, events: int) -> None:
+    service = DurableSessionService(store)
+    for n in range(sessions):
+        session = await service.create_session(app_name="old", user_id=f"u{n % 3}")
+        for k in range(events):
+            await service.append_event(
+                session,
+                Event(
+                    invocation_id=f"i{k}",
+                    author="user",
+                    content=types.Content(role="user", parts=[types.Part(text=f"m{k}")]),
+                ),
+            )
+
+
+async def test_a_paced_purge_rests_at_its_duty_and_deletes_everything_once(
+    store: Store,
+) -> None:
+    await seed(store, sessions=6, events=12)
+    policy = RetentionPolicy(idle_sessions=0, batch=40, duty=0.2)
+    ticks = Ticks()
+    # Every statement "takes" 1 ms on this clock, under the 4 ms target: batches grow.
+    pacer = Pacer(policy.duty, policy.batch, min_batch=5, clock=ticks, sleep=ticks.sleep)
+    pacer.batch = 5
+    report = await purge(store, "old", policy, pacer=pacer)
+    assert report.tables["events"].rows == 72
+    assert report.tables["sessions"].rows == 6
+    assert ticks.slept and all(abs(s - 0.004) < 1e-9 for s in ticks.slept)  # 1 ms * 0.8/0.2
+    assert pacer.batch == 40  # grew from 5 to the policy's batch, never past it
+    assert abs(pacer.busy / (pacer.busy + pacer.rested) - 0.2) < 1e-9
+    again = await purge(store, "old", policy, pacer=pacer, must_exist=False)
+    assert again.rows == 0
+
+
+async def test_an_operators_flat_out_purge_never_rests(store: Store) -> None:
+    await seed(store, sessions=3, events=5)
+    policy = RetentionPolicy(idle_sessions=0, batch=2, duty=1.0)
+    ticks = Ticks()
+    pacer = Pacer(policy.duty, policy.batch, clock=ticks, sleep=ticks.sleep)
+    report = await purge(store, "old", policy, pacer=pacer)
+    assert (report.tables["events"].rows, report.tables["sessions"].rows) == (15, 3)
+    assert ticks.slept == [] and pacer.batch == 2
+
+
+def test_the_cli_takes_a_duty_refuses_a_bad_one_and_purges_flat_out_with_duty_one(
+    store_url: str,
+) -> None:
+    async def seeded() -> int:
+        async with open_store(store_url) as store:
+            await seed(store, sessions=2, events=3)
+            return await count_events(store)
+
+    async def left() -> int:
+        async with open_store(store_url) as store:
+            return await count_events(store)
+
+    assert asyncio.run(seeded()) == 6
+    for bad in ("0", "1.5", "-1"):
+        code, out = cli("purge", "--retention", "idle=0", "--duty", bad, "--db", store_url)
+        assert code == 2 and "duty must be a share of the time" in out, out
+    assert asyncio.run(left()) == 6  # bad input changes nothing
+    code, out = cli(
+        "purge", "--retention", "idle=0", "--duty", "1", "--db", store_url, "--app", "old",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    assert json.loads(out)["tables"]["events"]["rows"] == 6
+    assert asyncio.run(left()) == 0
+
+
+async def count_events(store: Store) -> int:
+    rows = await DurableSessionService(store).list_sessions(app_name="old")
+    total = 0
+    for listed in rows.sessions:
+        session = await DurableSessionService(store).get_session(
+            app_name="old", user_id=listed.user_id, session_id=listed.id
+        )
+        total += len(session.events) if session else 0
+    return total
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "400"})
+    return result.exit_code, result.output

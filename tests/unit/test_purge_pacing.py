@@ -1,0 +1,90 @@
+"""The purge's pacing (issue 43): rests in proportion to each statement's time, batches
+sized by time; driven by an injected clock and sleep (nothing here waits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_adk import errors
+from durable_adk.lifecycle import RetentionPolicy
+from durable_adk.lifecycle.pacing import MAX_REST, Pacer
+
+
+class Clock:
+    """A clock the test moves; ``sleep`` records each rest and moves the clock by it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def pacer(duty: float, batch: int = 1000, **kw: float) -> tuple[Pacer, Clock]:
+    clock = Clock()
+    return Pacer(duty, batch, clock=clock, sleep=clock.sleep, **kw), clock  # type: ignore[arg-type]
+
+
+async def statement(p: Pacer, clock: Clock, took: float, *, full: bool = True) -> None:
+    began = p.clock()
+    clock.now += took
+    await p.rest(began, full)
+
+
+async def test_rest_keeps_the_purge_to_its_duty() -> None:
+    p, clock = pacer(0.05, target=0.004)
+    for took in (0.004, 0.002, 0.006):
+        await statement(p, clock, took)
+    assert clock.slept == pytest.approx([0.076, 0.038, 0.114])
+    assert p.busy == pytest.approx(0.012)
+    assert p.busy / (p.busy + p.rested) == pytest.approx(0.05)
+
+
+async def test_duty_one_never_rests_and_keeps_the_policys_batch() -> None:
+    p, clock = pacer(1.0, batch=700)
+    assert p.batch == 700
+    for took in (0.5, 0.0001, 2.0):
+        await statement(p, clock, took)
+    assert clock.slept == [] and p.batch == 700
+
+
+async def test_batches_grow_while_quick_and_halve_when_slow_within_bounds() -> None:
+    p, clock = pacer(0.1, batch=1000, target=0.004, min_batch=10)
+    assert p.batch == 100  # a paced purge starts small
+    sizes = []
+    for _ in range(5):  # quick and full: doubles up to the policy's batch
+        await statement(p, clock, 0.001)
+        sizes.append(p.batch)
+    assert sizes == [200, 400, 800, 1000, 1000]
+    await statement(p, clock, 0.001, full=False)  # quick but not full: nothing more to find
+    assert p.batch == 1000
+    await statement(p, clock, 0.004)  # on target: kept
+    assert p.batch == 1000
+    sizes = []
+    for _ in range(8):  # slow: halves down to min_batch
+        await statement(p, clock, 0.05)
+        sizes.append(p.batch)
+    assert sizes == [500, 250, 125, 62, 31, 15, 10, 10]
+
+
+async def test_a_stalled_statement_rests_at_most_max_rest() -> None:
+    p, clock = pacer(0.01)
+    await statement(p, clock, 30.0)
+    assert clock.slept == [MAX_REST]
+
+
+def test_pacer_and_policy_refuse_a_duty_outside_zero_to_one() -> None:
+    for bad in (0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="duty"):
+            Pacer(bad, 100)
+        with pytest.raises(errors.InvalidArgument, match="duty must be a share"):
+            RetentionPolicy(done=0, duty=bad)
+    with pytest.raises(errors.InvalidArgument, match="duty"):
+        RetentionPolicy(done=0, duty=True)
+    assert RetentionPolicy(done=0).duty == 0.05
+    assert RetentionPolicy.parse("done=1d", duty=1).duty == 1.0
