@@ -108,6 +108,8 @@ def test_the_workers_purge_loop_forget_route_and_cli_through_it(
         )
         bad = client.post("/v1/purge", json={"retention": "finished=1d"})
         assert bad.status_code == 422 and "unknown retention name" in bad.text
+        bad = client.post("/v1/purge", json={"duty": 2})
+        assert bad.status_code == 422 and "duty must be a share of the time" in bad.text
 
     code, out = cli(
         "users", "forget", "busy", "--cancel-live", "--url", worker.base_url,
