@@ -66,10 +66,20 @@ async def test_batches_grow_while_quick_and_halve_when_slow_within_bounds() -> N
     await statement(p, clock, 0.004)  # on target: kept
     assert p.batch == 1000
     sizes = []
-    for _ in range(8):  # slow: halves down to min_batch
+    for _ in range(8):  # slow (the floor stays low): halves down to min_batch
         await statement(p, clock, 0.05)
+        await statement(p, clock, 0.0005, full=False)  # a quick one keeps the floor down
         sizes.append(p.batch)
     assert sizes == [500, 250, 125, 62, 31, 15, 10, 10]
+
+
+async def test_where_every_statement_is_slow_batches_are_not_shrunk_for_nothing() -> None:
+    p, clock = pacer(0.1, batch=1000, target=0.004, min_batch=10)
+    for _ in range(6):  # even the smallest statements take 20 ms (a loaded machine)
+        await statement(p, clock, 0.02)
+    assert p.batch == 100  # kept: 20 ms is the floor, the aim is 40 ms
+    await statement(p, clock, 0.1)  # more than twice the aim: halves
+    assert p.batch == 50
 
 
 async def test_a_stalled_statement_rests_at_most_max_rest() -> None:

@@ -10,6 +10,10 @@ batches by time, not by rows: it aims each statement at ``target`` seconds
 (a few milliseconds, so an append arriving during a batch waits little),
 halving the rows after a batch that took much longer and doubling them after
 one that took much less, between ``min_batch`` and the policy's ``batch``.
+The aim is never below twice the quickest statement seen lately (its
+``floor``, what a statement costs whatever its rows: a round trip, a loaded
+machine's scheduling): where even an empty statement takes 10 ms, batches of
+20 rows would only make the purge slower, not the appends' wait shorter.
 
 ``duty=1.0`` is a one-off purge by an operator (``durable-adk purge --duty
 1``): no rest, and the policy's ``batch`` rows in every statement.
@@ -74,6 +78,8 @@ class Pacer:
         """Seconds spent in statements so far."""
         self.rested = 0.0
         """Seconds spent resting so far."""
+        self.floor: float | None = None
+        """The quickest statement lately (seconds; rises 10 % a statement until beaten)."""
 
     def rest_for(self, took: float) -> float:
         """The rest after a statement that took ``took`` seconds."""
@@ -86,9 +92,11 @@ class Pacer:
         deleted as many rows as it was let, so there may be more)."""
         if self.duty >= 1:
             return
-        if took > 2 * self.target:
+        self.floor = took if self.floor is None else min(took, self.floor * 1.1)
+        aim = max(self.target, 2 * self.floor)
+        if took > 2 * aim:
             self.batch = max(self.min_batch, self.batch // 2)
-        elif full and took < self.target / 2:
+        elif full and took < aim / 2:
             self.batch = min(self.max_batch, self.batch * 2)
 
     async def rest(self, began: float, full: bool) -> None:
