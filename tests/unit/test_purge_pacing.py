@@ -54,8 +54,8 @@ async def test_duty_one_never_rests_and_keeps_the_policys_batch() -> None:
 
 
 async def test_batches_grow_while_quick_and_halve_when_slow_within_bounds() -> None:
-    p, clock = pacer(0.1, batch=1000, target=0.004, min_batch=10)
-    assert p.batch == 100  # a paced purge starts small
+    p, clock = pacer(0.1, batch=1000, target=0.004, min_batch=100)
+    assert p.batch == 100  # a paced purge starts at min_batch
     sizes = []
     for _ in range(5):  # quick and full: doubles up to the policy's batch
         await statement(p, clock, 0.001)
@@ -70,21 +70,28 @@ async def test_batches_grow_while_quick_and_halve_when_slow_within_bounds() -> N
         await statement(p, clock, 0.05)
         await statement(p, clock, 0.0005, full=False)  # a quick one keeps the floor down
         sizes.append(p.batch)
-    assert sizes == [500, 250, 125, 62, 31, 15, 10, 10]
+    assert sizes == [500, 250, 125, 100, 100, 100, 100, 100]
 
 
 async def test_where_every_statement_is_slow_batches_are_not_shrunk_for_nothing() -> None:
-    p, clock = pacer(0.1, batch=1000, target=0.004, min_batch=10)
+    p, clock = pacer(0.1, batch=1000, target=0.004, min_batch=200)
     for _ in range(6):  # even the smallest statements take 20 ms (a loaded machine)
         await statement(p, clock, 0.02)
-    assert p.batch == 100  # kept: 20 ms is the floor, the aim is 40 ms
-    await statement(p, clock, 0.1)  # more than twice the aim: halves
-    assert p.batch == 50
+    assert p.batch == 200  # kept: 20 ms is the floor, the aim is 40 ms
+    await statement(p, clock, 0.1)  # more than twice the aim: halves, not below min_batch
+    assert p.batch == 200
+    p.batch = 800
+    await statement(p, clock, 0.2)
+    assert p.batch == 400
 
 
-async def test_a_stalled_statement_rests_at_most_max_rest() -> None:
-    p, clock = pacer(0.01)
-    await statement(p, clock, 30.0)
+async def test_a_statement_waiting_for_the_writer_is_billed_up_to_twice_the_aim() -> None:
+    p, clock = pacer(0.05, target=0.004)
+    await statement(p, clock, 0.002)  # floor 2 ms: the aim is 4 ms
+    await statement(p, clock, 0.060)  # 60 ms, most of it waiting: billed 2 x 2 x 2.2 ms
+    assert clock.slept == pytest.approx([0.038, 0.0088 * 19])  # the floor rose 10 %
+    p, clock = pacer(0.01, target=0.004)
+    await statement(p, clock, 30.0)  # a stall: the rest is at most MAX_REST
     assert clock.slept == [MAX_REST]
 
 

@@ -30,12 +30,15 @@ from collections.abc import Awaitable, Callable
 TARGET_SECONDS = 0.004
 """What a paced purge aims each statement's time at (an append waits at most about this)."""
 
-MIN_BATCH = 20
+MIN_BATCH = 200
 """The fewest rows a paced statement deletes, however slow the database is."""
 
-MAX_REST = 5.0
-"""The longest rest after one statement (a statement slowed by something else, e.g. a
-stall of the machine, does not stop the purge for minutes)."""
+MAX_REST = 0.25
+"""The longest rest after one statement. A statement's time includes its wait for
+the writer (SQLite's lock, held by the appends) and the machine's stalls, not only
+the time it held the writer; billing all of it made a pass over a busy database
+rest for seconds after every statement and fall behind the load it must keep up
+with (bench/retention.py)."""
 
 
 class Pacer:
@@ -72,7 +75,7 @@ class Pacer:
         self.target = target
         self.clock = clock
         self._sleep = sleep
-        self.batch = batch if duty >= 1 else max(self.min_batch, min(batch, 100))
+        self.batch = batch if duty >= 1 else self.min_batch
         """The rows the next statement deletes."""
         self.busy = 0.0
         """Seconds spent in statements so far."""
@@ -81,11 +84,18 @@ class Pacer:
         self.floor: float | None = None
         """The quickest statement lately (seconds; rises 10 % a statement until beaten)."""
 
+    def aim(self) -> float:
+        """The seconds the next statement aims at: ``target``, or twice the floor."""
+        return max(self.target, 2 * (self.floor or 0.0))
+
     def rest_for(self, took: float) -> float:
-        """The rest after a statement that took ``took`` seconds."""
+        """The rest after a statement that took ``took`` seconds: its time, billed
+        up to twice the aim (beyond that it was waiting for the writer, not
+        holding it), times ``(1 - duty) / duty``, at most :data:`MAX_REST`."""
         if self.duty >= 1 or took <= 0:
             return 0.0
-        return min(MAX_REST, took * (1 - self.duty) / self.duty)
+        billed = min(took, 2 * self.aim())
+        return min(MAX_REST, billed * (1 - self.duty) / self.duty)
 
     def resize(self, took: float, full: bool) -> None:
         """Sizes the next batch after one that took ``took`` seconds (``full``: it
@@ -93,7 +103,7 @@ class Pacer:
         if self.duty >= 1:
             return
         self.floor = took if self.floor is None else min(took, self.floor * 1.1)
-        aim = max(self.target, 2 * self.floor)
+        aim = self.aim()
         if took > 2 * aim:
             self.batch = max(self.min_batch, self.batch // 2)
         elif full and took < aim / 2:
