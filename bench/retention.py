@@ -11,7 +11,9 @@ be, deleting the old data in batches of ``--batch`` rows) and a window
 *without*; the purge process is stopped (SIGSTOP) in the windows without it
 and continued (SIGCONT) in the windows with it, until it has deleted
 everything. Reported: p99 (and median) append latency in each kind of
-window, and their ratio (target: p99 with <= 1.2x p99 without).
+window, and their ratio (target: p99 with <= 1.2x p99 without), and the
+purge's throughput (rows per second of open windows) at ``--duty`` (the
+policy's duty cycle, :mod:`durable_adk.lifecycle.pacing`; 1: flat out).
 
 (b) **A bounded database.** Steady load: sessions are created, get 20
 appends, and go idle; the worker's purge (``RetentionPolicy(idle_sessions=...)``
@@ -21,7 +23,8 @@ pages in use, ``page_count - freelist_count``; PostgreSQL:
 ``pg_total_relation_size`` of the events table). Flat: the last third's
 mean within 15 % of the middle third's.
 
-Run: ``.venv/bin/python -m bench.retention [--events N] [--backend sqlite|postgresql]``.
+Run: ``.venv/bin/python -m bench.retention [--events N] [--backend sqlite|postgresql]
+[--duty D] [--skip-cost|--skip-steady]``.
 Not part of the test suite; the figures go to BENCHMARKS.md by hand.
 """
 
@@ -40,6 +43,8 @@ from google.genai import types
 from bench.common import percentile
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.lifecycle import RetentionPolicy, purge
+from durable_adk.lifecycle.pacing import TARGET_SECONDS, Pacer
+from durable_adk.lifecycle.policy import DEFAULT_DUTY
 from durable_adk.store import Store, open_store
 from durable_adk.store.queries import parse_queries
 from durable_adk.testing.pg_cluster import TempPostgres
@@ -165,17 +170,29 @@ async def appender(
 
 
 class Gated:
-    """The purge's store: each statement waits for the gate (open in the windows *with*)."""
+    """The purge's store: each statement waits for the gate (open in the windows *with*).
+
+    ``clock`` is the purge's pacer's clock with the time spent at the closed
+    gate taken out, so a statement held over a window *without* is not taken
+    for a slow one (which would make the pacer rest for it).
+    """
 
     def __init__(self, store: Store, gate: asyncio.Event) -> None:
         self._store = store
         self._gate = gate
+        self.held = 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
+    def clock(self) -> float:
+        return time.perf_counter() - self.held
+
     async def fetch(self, query: str, params: Any = None) -> Any:
-        await self._gate.wait()
+        if not self._gate.is_set():
+            began = time.perf_counter()
+            await self._gate.wait()
+            self.held += time.perf_counter() - began
         return await self._store.fetch(query, params)
 
     async def execute(self, query: str, params: Any = None) -> None:
@@ -196,12 +213,14 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
         ]
         policy = RetentionPolicy(
             done=86400, failed=86400, cancelled=86400, parked=86400, abandoned=86400,
-            batch=args.batch,
+            batch=args.batch, duty=args.duty,
         )  # fmt: skip
         await asyncio.sleep(args.window)  # warm up, not counted
         out.without.clear()
         # Another worker's purge: a store (connections) of its own, gated between statements.
-        purging = asyncio.create_task(purge(Gated(purge_store, gate), "old", policy))  # type: ignore[arg-type]
+        gated = Gated(purge_store, gate)
+        pacer = Pacer(policy.duty, policy.batch, target=args.target, clock=gated.clock)
+        purging = asyncio.create_task(purge(gated, "old", policy, pacer=pacer))  # type: ignore[arg-type]
         started = time.monotonic()
         with_s = 0.0
         windows = 0
@@ -226,6 +245,11 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
         return {
             "events": args.events,
             "batch": args.batch,
+            "duty": args.duty,
+            "target": args.target,
+            "last_batch": pacer.batch,
+            "busy_share": round(pacer.busy / max(with_s, 1e-9), 3),
+            "rows_per_s": round(report.rows / max(with_s, 1e-9)),
             "windows": windows,
             "purging_s": round(with_s, 1),
             "wall_s": round(time.monotonic() - started, 1),
@@ -247,7 +271,8 @@ async def bounded(url: str, args: argparse.Namespace) -> dict[str, Any]:
     async with open_store(url) as store:
         store.add_queries(parse_queries(SEED_SQL[store.dialect] + MAX_PK, store.dialect))
         service = DurableSessionService(store)
-        policy = RetentionPolicy(idle_sessions=args.idle, batch=args.batch)
+        policy = RetentionPolicy(idle_sessions=args.idle, batch=args.batch, duty=args.duty)
+        appended = [0]
         stop = asyncio.Event()
 
         async def load(n: int) -> None:
@@ -257,6 +282,7 @@ async def bounded(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 for _ in range(20):
                     await service.append_event(session, event(count))
                     count += 1
+                    appended[0] += 1
                     await asyncio.sleep(args_pause[0])
 
         async def purge_loop() -> None:
@@ -283,6 +309,8 @@ async def bounded(url: str, args: argparse.Namespace) -> dict[str, Any]:
             return sum(values) / len(values)
 
         return {
+            "duty": args.duty,
+            "appends_per_s": round(appended[0] / (time.monotonic() - started)),
             "samples": samples,
             "size_growth": mean([s[1] for s in last]) / mean([s[1] for s in middle]),
             "events_growth": mean([s[2] for s in last]) / mean([s[2] for s in middle]),
@@ -302,10 +330,12 @@ async def main(args: argparse.Namespace) -> None:
                 url = f"sqlite:///{tmp}/bench.db"
                 url2 = f"sqlite:///{tmp}/bench2.db"
             try:
-                cost = await cost_to_appends(url, args)
-                print(backend, "cost to appends:", cost, flush=True)
-                size = await bounded(url2, args)
-                print(backend, "bounded:", size, flush=True)
+                if not args.skip_cost:
+                    cost = await cost_to_appends(url, args)
+                    print(backend, "cost to appends:", cost, flush=True)
+                if not args.skip_steady:
+                    size = await bounded(url2, args)
+                    print(backend, "bounded:", size, flush=True)
             finally:
                 if cluster is not None:
                     cluster.stop()
@@ -315,6 +345,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--duty", type=float, default=DEFAULT_DUTY)
+    parser.add_argument("--target", type=float, default=TARGET_SECONDS)
+    parser.add_argument("--skip-steady", action="store_true")
+    parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--appenders", type=int, default=4)
     parser.add_argument("--window", type=float, default=2.0)
     parser.add_argument("--idle", type=float, default=3.0)
