@@ -5,12 +5,11 @@
 two days ago), seeded by named bulk inserts. Appenders keep appending to
 sessions of their own through ``DurableSessionService.append_event`` (the
 real append path), one coroutine each. Side by side in one run, in
-alternating windows of ``--window`` seconds: a window *with* a purge (a
-separate ``durable-adk purge`` process, as another worker's purge loop would
-be, deleting the old data in batches of ``--batch`` rows) and a window
-*without*; the purge process is stopped (SIGSTOP) in the windows without it
-and continued (SIGCONT) in the windows with it, until it has deleted
-everything. Reported: p99 (and median) append latency in each kind of
+alternating windows of ``--window`` seconds: a window *with* a purge (on a
+store, connections and all, of its own, as another worker's purge loop would
+be, deleting the old data in batches of at most ``--batch`` rows) and a
+window *without*; the purge's statements wait at a gate closed in the
+windows without it, until it has deleted everything. Reported: p99 (and median) append latency in each kind of
 window, and their ratio (target: p99 with <= 1.2x p99 without), and the
 purge's throughput (rows per second of open windows) at ``--duty`` (the
 policy's duty cycle, :mod:`durable_adk.lifecycle.pacing`; 1: flat out).
