@@ -9,10 +9,11 @@ alternating windows of ``--window`` seconds: a window *with* a purge (on a
 store, connections and all, of its own, as another worker's purge loop would
 be, deleting the old data in batches of at most ``--batch`` rows) and a
 window *without*; the purge's statements wait at a gate closed in the
-windows without it, until it has deleted everything. Reported: p99 (and median) append latency in each kind of
-window, and their ratio (target: p99 with <= 1.2x p99 without), and the
-purge's throughput (rows per second of open windows) at ``--duty`` (the
-policy's duty cycle, :mod:`durable_adk.lifecycle.pacing`; 1: flat out).
+windows without it, until it has deleted everything. Reported: p99 (and
+median) append latency in each kind of window, and their ratio (target:
+p99 with <= 1.2x p99 without), and the purge's throughput (rows per second
+of open windows) at ``--duty`` (the policy's duty cycle,
+:mod:`durable_adk.lifecycle.pacing`; 1: flat out).
 
 (b) **A bounded database.** Steady load: sessions are created, get 20
 appends, and go idle; the worker's purge (``RetentionPolicy(idle_sessions=...)``
