@@ -99,7 +99,8 @@ def test_the_cli_takes_a_duty_refuses_a_bad_one_and_purges_flat_out_with_duty_on
         "--json",
     )  # fmt: skip
     assert code == 0, out
-    assert json.loads(out)["tables"]["events"]["rows"] == 6
+    (report,) = json.loads(out)["items"]
+    assert report["tables"]["events"]["rows"] == 6 and report["app_name"] == "old"
     assert asyncio.run(left()) == 0
 
 
