@@ -42,9 +42,11 @@ from durable_adk.tables.sagas import Compensation, SagaLedger, SagaStatus, Undo
 from durable_adk.testing import Call, Say, ScriptedModel
 
 ALL_AT_ONCE = RetentionPolicy(
-    done=0, failed=0, cancelled=0, parked=0, abandoned=0, idle_sessions=0, batch=3
+    done=0, failed=0, cancelled=0, parked=0, abandoned=0, idle_sessions=0, batch=3, duty=1.0
 )
-"""Everything finished goes now; batches of 3 rows, so every table takes several."""
+"""Everything finished goes now, flat out (the pacing has tests of its own:
+test_purge_pacing, test_retention_pacing); batches of 3 rows, so every table
+takes several."""
 
 # What the tests read that the library never asks: rows per table, payloads left.
 TEST_SQL = """
