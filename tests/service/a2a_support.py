@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -28,6 +29,7 @@ from a2a.types import (
     StreamResponse,
     Task,
 )
+from typer.testing import CliRunner
 
 from durable_adk.store import open_store
 from durable_adk.tables.ledger import Run, RunLedger
@@ -100,14 +102,23 @@ def _drain(process: subprocess.Popen[str], lines: list[str]) -> None:
 
 @contextlib.contextmanager
 def workers(db: str, env: dict[str, str], *names: str) -> Iterator[list[A2aWorker]]:
+    """Starts the named workers side by side (each import of google-adk takes seconds)."""
     started: list[A2aWorker] = []
     try:
-        for name in names:
-            started.append(start_worker(db, name, env))
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(names))) as pool:
+            futures = [pool.submit(start_worker, db, name, env) for name in names]
+            failures: list[BaseException] = []
+            for future in futures:
+                try:
+                    started.append(future.result())
+                except BaseException as exc:  # the others still get stopped
+                    failures.append(exc)
+            if failures:
+                raise failures[0]
         yield started
     finally:
-        for worker in started:
-            worker.stop()
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(started))) as pool:
+            list(pool.map(A2aWorker.stop, started))
 
 
 @contextlib.asynccontextmanager
@@ -167,3 +178,17 @@ def wait_for_file(path: Path, timeout: float = 60.0) -> None:
 
 def meta(task: Task, key: str) -> Any:
     return task.metadata[key] if key in task.metadata else None  # noqa: SIM401 - a Struct has no get
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``durable-adk ARGS`` run in this process by typer's runner (as tests/service/test_cli.py).
+
+    The CLI's own code, without a child process that imports google-adk again
+    (seconds of CPU each). One call at a time: the runner swaps ``sys.stdout``.
+    """
+    from durable_adk.cli import app
+
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return subprocess.CompletedProcess(
+        ["durable-adk", *args], result.exit_code, result.stdout, result.stderr
+    )

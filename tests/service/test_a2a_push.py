@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 from a2a.types import TaskPushNotificationConfig, TaskState
-from a2a_support import TOKEN, a2a_client, message, workers
+from a2a_support import TOKEN, a2a_client, cli, message, workers
 
-from durable_adk.a2a_tables.outbox import PushOutbox
+from durable_adk.a2a_tables.outbox import PushOutbox, PushRecord
 from durable_adk.a2a_tables.tasks import A2aTable
 from durable_adk.store import open_store
 from durable_adk.testing.fakes.process import FakeService
@@ -110,39 +109,39 @@ async def test_pushes_owed_by_a_killed_worker_reach_a_receiver_that_was_down(
             await asyncio.sleep(0.1)
         w1.kill()
     receiver.down = False
-    with workers(store_url, env, "w2"):
+    with workers(store_url, env, "w2") as (w2,):
         stored = await _event_versions(store_url, task.id)
         deadline = time.monotonic() + 60
         while _pushed(receiver, task.id) != stored:  # every stored event, at least once
             assert time.monotonic() < deadline, (_pushed(receiver, task.id), stored)
             await asyncio.sleep(0.2)
-    assert any(_state(body) == "TASK_STATE_COMPLETED" for _, body in receiver.received)
-    assert all(h["X-A2A-Notification-Token"] == "client-token" for h, _ in receiver.received)
-    async with open_store(store_url) as store:
-        outbox = await PushOutbox(store, "invoicer").list_pushes()
-    assert {r.status for r in outbox} == {"SENT"}
-    # What an operator sees, the same on the database and through a worker
-    # (whose one app needs no --app).
-    with workers(store_url, env, "w3") as (w3,):
-        by_url = _pushes_cli("--url", w3.base_url, "--token", TOKEN, "--status", "all")
-        refused = _pushes_cli("--url", w3.base_url, "--token", TOKEN, "--status", "gone")
-    by_db = _pushes_cli("--app", "invoicer", "--db", store_url, "--status", "all")
+        assert any(_state(body) == "TASK_STATE_COMPLETED" for _, body in receiver.received)
+        assert all(h["X-A2A-Notification-Token"] == "client-token" for h, _ in receiver.received)
+        # the last push the receiver took is marked SENT just after (w2 still runs)
+        deadline = time.monotonic() + 30
+        while {r.status for r in await _outbox(store_url)} != {"SENT"}:
+            assert time.monotonic() < deadline, await _outbox(store_url)
+            await asyncio.sleep(0.1)
+        # What an operator sees, the same on the database and through a worker
+        # (whose one app needs no --app).
+        by_url, refused, by_db, dead = await asyncio.to_thread(
+            lambda: [
+                _pushes_cli("--url", w2.base_url, "--token", TOKEN, "--status", "all"),
+                _pushes_cli("--url", w2.base_url, "--token", TOKEN, "--status", "gone"),
+                _pushes_cli("--app", "invoicer", "--db", store_url, "--status", "all"),
+                _pushes_cli("--app", "invoicer", "--status", "dead", "--db", store_url),
+            ]
+        )
     items = json.loads(by_db.stdout)["items"]
     assert {(i["task_id"], i["status"]) for i in items} == {(task.id, "SENT")}, by_db.stderr
     assert json.loads(by_url.stdout) == json.loads(by_db.stdout), by_url.stderr
     assert refused.returncode == 2 and "--status takes" in refused.stdout + refused.stderr
-    dead = _pushes_cli("--app", "invoicer", "--status", "dead", "--db", store_url)
     assert json.loads(dead.stdout)["items"] == []
     assert billing.acts("invoices", "create") == 1
 
 
 def _pushes_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "durable_adk.cli", "dead-letters", "pushes", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cli("dead-letters", "pushes", "--json", *args)
 
 
 def _state(body: dict[str, Any]) -> str | None:
@@ -161,3 +160,8 @@ def _pushed(receiver: Receiver, task_id: str) -> set[int]:
 async def _event_versions(db: str, task_id: str) -> set[int]:
     async with open_store(db) as store:
         return {v for v, _ in await A2aTable(store, "invoicer").events_after(task_id, 0)}
+
+
+async def _outbox(db: str) -> list[PushRecord]:
+    async with open_store(db) as store:
+        return await PushOutbox(store, "invoicer").list_pushes()

@@ -8,9 +8,8 @@ issue 44 it reproduces.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from a2a.utils.errors import UnsupportedOperationError
 from a2a_support import (
     a2a_client,
     answer_text,
+    cli,
     message,
     meta,
     runs_of,
@@ -73,11 +73,8 @@ async def test_a_task_is_a_run_and_a_resent_message_id_starts_nothing(
             assert run.status.value == "DONE"
             # the run names its task: durable-adk runs show
             shown = await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "durable_adk.cli", "runs", "show", run.run_id,
-                 "--db", store_url, "--json"],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+                cli, "runs", "show", run.run_id, "--db", store_url, "--json"
+            )
             assert json.loads(shown.stdout)["a2a_tasks"] == [task.id], shown.stderr
             # the same message id again: the task it started, nothing run again
             again = await send(client, first)
@@ -117,13 +114,17 @@ async def test_a_worker_killed_mid_tool_its_task_ends_on_another_worker(
             assert seen.status.state == TaskState.TASK_STATE_WORKING
             # w2 follows the task from where it stands; w1 dies in the middle of the tool
             followed: list[object] = []
+            subscribed = asyncio.Event()
 
             async def follow() -> None:
                 async for response in on_w2.subscribe(SubscribeToTaskRequest(id=task.id)):
                     followed.append(response)
+                    subscribed.set()
 
             follower = asyncio.create_task(follow())
-            await asyncio.sleep(0.5)
+            # w2 answers the subscribe with the task as it stands: then it follows
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(subscribed.wait(), 0.5)
             w1.kill()
             (go / "K1.go").write_text("go")
             await asyncio.wait_for(follower, 60)
