@@ -181,3 +181,21 @@ async def test_a_resolve_race_tells_the_loser_who_resolved(
             f"round {n}: {loser!r} does not name {action.actor}"
         )
         assert action.detail is not None and call_id in str(action.detail)
+
+
+async def test_a_resolve_read_between_the_winners_claim_and_its_record_names_the_winner(
+    two: tuple[Store, Store, Store],
+) -> None:
+    """The window the race above hits only sometimes, held open: the winner has
+    claimed the run (RUNNING, owner ``operator:ops-a``) and not yet recorded its
+    action; the loser is told who is resolving it, and nothing changes."""
+    a, b, judge = two
+    run, _ = await park_in_store(judge, "held")
+    claimed = await RunLedger(a).operator_claim(run, "operator:ops-a")
+    assert claimed is not None
+    with pytest.raises(errors.Conflict, match="being resolved by ops-a"):
+        await resolve_run(RunLedger(b), run.run_id, by="ops-b", result={"in_stock": 2})
+    assert await RunLedger(judge).actions(run_id=run.run_id) == []
+    after = await RunLedger(judge).get(run.run_id)
+    assert after is not None and after.status is RunStatus.RUNNING
+    assert after.owner == "operator:ops-a"

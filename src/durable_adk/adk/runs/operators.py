@@ -315,6 +315,9 @@ async def resolve_run(
                 f"run {run_id} was already resolved by {last.actor} at {_when(last.created_at)}; "
                 f"it is {run.status.value}: nothing changed",
             )
+        if run.status is RunStatus.RUNNING and (run.owner or "").startswith("operator:"):
+            # Read between another operator's claim and its action record.
+            raise errors.Conflict(await _changed_meanwhile(ledger, run_id))
         raise errors.Conflict(
             f"run {run_id!r} is {run.status.value}: only a PARKED or FAILED run is resolved"
         )
