@@ -17,6 +17,7 @@ import httpx
 from durable_adk import errors
 from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.lifecycle import forget_user
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
 from durable_adk.service.paths import segment
@@ -130,6 +131,12 @@ class OpsSource(Protocol):
 
     async def keys_rotate(self, batch: int) -> JSON:
         """Re-encrypts every value not on the first key (what it did, then the status)."""
+        ...
+
+    async def forget_user(
+        self, user_id: str, app_name: str | None, by: str, reason: str | None, cancel_live: bool
+    ) -> JSON:
+        """Deletes every row of a user, audited first (what went, per table)."""
         ...
 
     async def interrupts(
@@ -291,6 +298,14 @@ class StoreOps:
 
     async def keys_rotate(self, batch: int) -> JSON:
         return await features.keys_rotate(self.store, batch=batch)
+
+    async def forget_user(
+        self, user_id: str, app_name: str | None, by: str, reason: str | None, cancel_live: bool
+    ) -> JSON:
+        report = await forget_user(
+            self.store, user_id, app_name=app_name, by=by, reason=reason, cancel_live=cancel_live
+        )
+        return report.as_dict()
 
     async def interrupts(
         self,
@@ -555,6 +570,12 @@ class HttpOps:
 
     async def keys_rotate(self, batch: int) -> JSON:
         return await self._call("POST", "/v1/keys/rotate", json={"batch": batch})
+
+    async def forget_user(
+        self, user_id: str, app_name: str | None, by: str, reason: str | None, cancel_live: bool
+    ) -> JSON:
+        body = {"by": by, "reason": reason, "app": app_name, "cancel_live": cancel_live}
+        return await self._call("POST", f"/v1/users/{segment(user_id)}/forget", json=body)
 
     async def interrupts(
         self,

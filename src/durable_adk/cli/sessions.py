@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 
@@ -201,25 +200,15 @@ def users_forget(
     """Deletes every row of USER (sessions, user: state, events, runs, journal, jobs, sagas,
     interrupts, artifacts...), audited first; refused (exit 1) while the user has runs under
     way unless --cancel-live. Safe to run again after a crash: it carries on."""
-    from durable_adk.cli.client import HttpOps, OpsSource, StoreOps
-    from durable_adk.lifecycle import forget_user
-
     if not user_id.strip():
         _fail("USER must not be empty")
     who = _who(by)
-
-    async def work(source: OpsSource) -> dict[str, Any]:
-        if isinstance(source, HttpOps):
-            body = {"by": who, "reason": reason, "app": app, "cancel_live": cancel_live}
-            path = f"/v1/users/{quote(user_id, safe='')}/forget"
-            return await source._call("POST", path, json=body)
-        assert isinstance(source, StoreOps)
-        report = await forget_user(
-            source.store, user_id, app_name=app, by=who, reason=reason, cancel_live=cancel_live
-        )
-        return report.as_dict()
-
-    done = _call(db, url, token, work)
+    done = _call(
+        db,
+        url,
+        token,
+        lambda source: source.forget_user(user_id, app, who, reason, cancel_live),
+    )
     if as_json:
         _print_json(done)
         return
