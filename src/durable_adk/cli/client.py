@@ -17,7 +17,8 @@ import httpx
 from durable_adk import errors
 from durable_adk.adk.runs.operators import abandon_version
 from durable_adk.adk.services.sessions import DurableSessionService
-from durable_adk.lifecycle import forget_user
+from durable_adk.lifecycle import RetentionPolicy, forget_user, known_apps, purge
+from durable_adk.lifecycle.policy import DEFAULT_DUTY
 from durable_adk.service import features
 from durable_adk.service.ops import Operations
 from durable_adk.service.paths import segment
@@ -137,6 +138,19 @@ class OpsSource(Protocol):
         self, user_id: str, app_name: str | None, by: str, reason: str | None, cancel_live: bool
     ) -> JSON:
         """Deletes every row of a user, audited first (what went, per table)."""
+        ...
+
+    async def purge(
+        self,
+        retention: str | None,
+        policy: RetentionPolicy | None,
+        app_name: str | None,
+        dry_run: bool,
+        batch: int,
+        duty: float,
+    ) -> list[JSON]:
+        """Purges what the policy lets go (one report per app; ``retention`` is the
+        policy as given, ``policy`` as parsed; through a worker, none: its own)."""
         ...
 
     async def interrupts(
@@ -306,6 +320,22 @@ class StoreOps:
             self.store, user_id, app_name=app_name, by=by, reason=reason, cancel_live=cancel_live
         )
         return report.as_dict()
+
+    async def purge(
+        self,
+        retention: str | None,
+        policy: RetentionPolicy | None,
+        app_name: str | None,
+        dry_run: bool,
+        batch: int,
+        duty: float,
+    ) -> list[JSON]:
+        if policy is None:
+            raise errors.InvalidArgument(
+                "give the policy with --retention, e.g. --retention done=30d,failed=90d"
+            )
+        apps = [app_name] if app_name else await known_apps(self.store)
+        return [(await purge(self.store, name, policy, dry_run=dry_run)).as_dict() for name in apps]
 
     async def interrupts(
         self,
@@ -576,6 +606,22 @@ class HttpOps:
     ) -> JSON:
         body = {"by": by, "reason": reason, "app": app_name, "cancel_live": cancel_live}
         return await self._call("POST", f"/v1/users/{segment(user_id)}/forget", json=body)
+
+    async def purge(
+        self,
+        retention: str | None,
+        policy: RetentionPolicy | None,
+        app_name: str | None,
+        dry_run: bool,
+        batch: int,
+        duty: float,
+    ) -> list[JSON]:
+        body: dict[str, Any] = {"retention": retention, "dry_run": dry_run}
+        if retention is None and batch != 500:
+            body["batch"] = batch
+        if duty != DEFAULT_DUTY:
+            body["duty"] = duty
+        return [await self._call("POST", "/v1/purge", json=body)]
 
     async def interrupts(
         self,

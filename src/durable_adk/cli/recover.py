@@ -267,8 +267,7 @@ def purge_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Purges what a retention policy lets go (every app, or --app): per table, rows and bytes."""
-    from durable_adk.cli.client import HttpOps, OpsSource, StoreOps
-    from durable_adk.lifecycle import RetentionPolicy, known_apps, purge
+    from durable_adk.lifecycle import RetentionPolicy
 
     if not 0 < duty <= 1:
         _fail(f"duty must be a share of the time in (0, 1], e.g. 0.05 or 1, got {duty!r}")
@@ -281,21 +280,12 @@ def purge_command(
     elif not url:
         _fail("give the policy with --retention, e.g. --retention done=30d,failed=90d")
 
-    async def work(source: OpsSource) -> list[dict[str, Any]]:
-        if isinstance(source, HttpOps):
-            body: dict[str, Any] = {"retention": retention, "dry_run": dry_run}
-            if retention is None and batch != 500:
-                body["batch"] = batch
-            if duty != DEFAULT_DUTY:
-                body["duty"] = duty
-            return [await source._call("POST", "/v1/purge", json=body)]
-        assert isinstance(source, StoreOps) and policy is not None
-        apps = [app] if app else await known_apps(source.store)
-        return [
-            (await purge(source.store, name, policy, dry_run=dry_run)).as_dict() for name in apps
-        ]
-
-    reports = _call(db, url, token, work)
+    reports = _call(
+        db,
+        url,
+        token,
+        lambda source: source.purge(retention, policy, app, dry_run, batch, duty),
+    )
     if as_json:
         # One shape whichever transport and however many apps: the list envelope,
         # one report per app purged.
