@@ -352,8 +352,11 @@ class LeaseWatchdog:
 
         store: Any = None
         try:
-            while not self._stop.is_set() and self.keeper.held():
-                await asyncio.sleep(self.every)
+            while self.keeper.held():
+                # Waits on the stop event, not a sleep, so stop() returns at once
+                # (this thread's loop runs nothing else between looks).
+                if self._stop.wait(self.every):
+                    break
                 now = time.monotonic()
                 stalled = now - self._seen > self.keeper.interval / 2
                 due = now - self._last_sent >= self.keeper.interval
