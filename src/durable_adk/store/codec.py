@@ -23,6 +23,9 @@ What it guarantees, once a :class:`Keyring` is given to the store
 * a value whose key this process does not hold, or that does not open
   (wrong key, moved, damaged), raises :class:`~durable_adk.errors.KeyUnavailable`
   naming the key id: nothing is guessed and nothing is written back;
+* the shared ``app:`` and ``user:`` state (:data:`STATE_COLUMNS`) is sealed
+  value by value, each with its row and its state key as associated data,
+  so the database still merges a delta into it key by key;
 * with ``per_user=True``, the columns of rows that name their user are
   sealed under that user's own data key instead: a random key stored only
   wrapped (sealed by the keyring's first key) in ``user_keys``. Destroying it
@@ -63,6 +66,7 @@ __all__ = [
     "COLUMNS",
     "KEY_FILE_ENV",
     "MARK",
+    "STATE_COLUMNS",
     "USER_KEY_PREFIX",
     "Codec",
     "Column",
@@ -71,11 +75,14 @@ __all__ = [
     "keyring_from_env",
     "lenient_reads",
     "open_rows",
+    "open_state",
     "open_value",
     "placeholder",
     "placeholder_note",
     "seal_params",
+    "seal_state",
     "seal_value",
+    "state_envelope",
     "user_key_id",
 ]
 
@@ -109,6 +116,10 @@ class Column:
         source: The FROM clause rows are read from (with the alias ``t``).
         user: Expressions of ``source`` for the row's app and user when the
             row names its user (per-user keys apply), else empty.
+        keyed: The column holds a JSON object whose values are sealed one
+            by one (the shared ``app:``/``user:`` state, merged key by key by
+            the database); the last name of ``identity`` stands for the
+            object's key, which is part of each value's associated data.
     """
 
     table: str
@@ -117,6 +128,7 @@ class Column:
     order: tuple[str, ...]
     source: str = ""
     user: tuple[str, str] | tuple[()] = ()
+    keyed: bool = False
 
     @property
     def name(self) -> str:
@@ -168,7 +180,10 @@ COLUMNS: tuple[Column, ...] = (
         ("pk",),
     ),
     *_col("saga_steps", ("record",), ("saga_id", "step"), ("pk",), user=()),
-    # What an operator's answer said (the function response), beside the audit line.
+    # What an operator gave with an action: an answer's response, a resolve's
+    # tool results (the detail the library writes from code; the detail SQL
+    # writes itself, a cancel's outcome or the previous error, stays clear
+    # until ``keys rotate`` seals it). The reason stays clear (docs/data.md).
     *_col("operator_actions", ("detail",), ("run_id", "action"), ("pk",), user=()),
     # A2A (docs/a2a.md): a task as the protocol sees it (the caller's messages,
     # the answers), the events that made its versions, push configs (the
@@ -192,7 +207,7 @@ COLUMNS: tuple[Column, ...] = (
     # named by its file and the digest of its bytes (equal digests: equal bytes).
     *_col(
         "artifacts",
-        ("part",),
+        ("part", "custom_metadata"),
         ("app_name", "user_id", "session_id", "filename", "digest"),
         ("app_name", "user_id", "session_id", "filename", "version"),
     ),
@@ -200,7 +215,24 @@ COLUMNS: tuple[Column, ...] = (
 """Every encrypted column. Anything else (ids, statuses, times, who answered)
 stays in clear: the ledger skeleton an operator reads without the key."""
 
-_BY_NAME = {c.name: c for c in COLUMNS}
+STATE_COLUMNS: tuple[Column, ...] = (
+    Column("app_state", "state", ("app_name", "key"), ("app_name",), "app_state t", (), True),
+    Column(
+        "user_state",
+        "state",
+        ("app_name", "user_id", "key"),
+        ("app_name", "user_id"),
+        "user_state t",
+        ("t.app_name", "t.user_id"),
+        True,
+    ),
+)
+"""The shared ``app:`` and ``user:`` state: JSON objects the database merges key
+by key (``||`` on PostgreSQL, ``dadk_merge`` on SQLite), so each value is sealed
+on its own, with the row and the state key as associated data, and the object
+stays an object (:func:`seal_state`, :func:`open_state`)."""
+
+_BY_NAME = {c.name: c for c in (*COLUMNS, *STATE_COLUMNS)}
 
 SEALED_PARAMS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "run_submit": ("runs", ("request",)),
@@ -219,7 +251,9 @@ SEALED_PARAMS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "job_complete": ("jobs", ("result",)),
     "job_progress": ("jobs", ("progress",)),
     "saga_step_done": ("saga_steps", ("record",)),
-    "artifact_save": ("artifacts", ("part",)),
+    "artifact_save": ("artifacts", ("part", "custom_metadata")),
+    "operator_action_record": ("operator_actions", ("detail",)),
+    "run_operator_requeue": ("operator_actions", ("detail",)),
     "interrupt_open": ("interrupts", ("args",)),
 }
 """The named units whose parameters carry encrypted columns under the columns' own
@@ -680,3 +714,66 @@ async def seal_params(
             store, table, col.column, identity, params[col.column], user=who
         )
     return params
+
+
+def state_envelope(value: object, col: Column) -> bool:
+    """Whether a state value is an envelope sealed for ``col`` (else a clear value)."""
+    return isinstance(value, str) and value.startswith(MARK) and _parts(value)[1] == col.name
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def seal_state(
+    store: Store, table: str, owner: Sequence[str], text: str | None
+) -> str | None:
+    """An ``app:``/``user:`` delta (a JSON object) with each value sealed, for ``table``.
+
+    ``owner`` names the row: ``(app_name,)`` for ``app_state``,
+    ``(app_name, user_id)`` for ``user_state``. Each value is sealed as its
+    JSON text with ``(*owner, key)`` as its identity; the keys stay as they
+    are, so the database merges the sealed delta into the stored object key
+    by key. A user's state takes the user's data key with per-user keys.
+    Clear (as given) without a codec.
+    """
+    codec: Codec | None = getattr(store, "codec", None)
+    if codec is None or text is None:
+        return text
+    col = column(table, "state")
+    values = json.loads(text)
+    if not isinstance(values, dict):
+        raise errors.InvalidArgument(f"{col.name}: a state delta is a JSON object")
+    key_id = None
+    if codec.per_user and col.user and len(owner) == 2:
+        key_id = await user_key_id(store, codec, str(owner[0]), str(owner[1]))
+    return _json_text(
+        {k: codec.seal(_json_text(v), col, (*owner, k), key_id=key_id) for k, v in values.items()}
+    )
+
+
+async def open_state(
+    store: Store, table: str, owner: Sequence[str], text: str | None
+) -> str | None:
+    """The shared state read from ``table`` with every sealed value opened (JSON text).
+
+    A value not sealed (written before keys were turned on) is kept as it
+    is. Within :func:`lenient_reads` a value that does not open reads as its
+    :func:`placeholder`.
+
+    Raises:
+        KeyUnavailable: A value is sealed under a key this process does not
+            hold, or does not open; names the key id and the state key.
+    """
+    if text is None or MARK not in text:
+        return text
+    values = json.loads(text)
+    if not isinstance(values, dict):
+        return text
+    col = column(table, "state")
+    opened: dict[str, Any] = {}
+    for k, v in values.items():
+        if state_envelope(v, col):
+            v = json.loads(await open_value(store, table, "state", (*owner, k), v))
+        opened[k] = v
+    return _json_text(opened)

@@ -7,7 +7,11 @@ re-reads what an earlier one passed), while runs keep writing: each value is
 replaced by one conditional statement that names the ciphertext it read
 (``... WHERE <row> AND <column> = :old``), so a row a run rewrote meanwhile
 keeps the run's value (which is already sealed under the first key). Killed
-half-way, it is simply run again: what is done is skipped. Users' data keys
+half-way, it is simply run again: what is done is skipped. The shared
+``app:``/``user:`` state (:data:`~durable_adk.store.codec.STATE_COLUMNS`) is
+sealed value by value: its rows are swapped whole, each by the same
+conditional statement, and a row a run merged into meanwhile is read again
+and redone (its other values may still be on an older key). Users' data keys
 wrapped under an older key are re-wrapped the same way; the values sealed
 under them do not change.
 
@@ -20,6 +24,7 @@ added to the store once (:meth:`~durable_adk.store.base.Store.add_queries`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +35,12 @@ from durable_adk.store.base import Store
 from durable_adk.store.codec import (
     COLUMNS,
     MARK,
+    STATE_COLUMNS,
     USER_KEY_PREFIX,
     Codec,
     Column,
     open_value,
+    state_envelope,
     user_key_id,
 )
 from durable_adk.store.queries import parse_queries
@@ -91,7 +98,63 @@ UPDATE {col.table} SET {col.column} = :new
 RETURNING 1 AS ok;
 """
         )
+    for col in STATE_COLUMNS:
+        parts.append(_state_queries_text(col, dialect))
     return "\n".join(parts)
+
+
+_SWAP_TRIES = 5
+"""How often a shared-state row a run keeps merging into is read again before
+the rotation leaves it for its next run (counted in ``raced``)."""
+
+
+def _state_queries_text(col: Column, dialect: str) -> str:
+    """The queries of a keyed column (one JSON object of sealed values a row)."""
+    user_mark = MARK + USER_KEY_PREFIX
+    names = [c for c in col.identity if c != "key"]
+    order = ", ".join(f"t.{c}" for c in col.order)
+    after = ", ".join(f":a{i}" for i in range(len(col.order)))
+    keyset = f"({order}) > ({after})" if len(col.order) > 1 else f"{order} > {after}"
+    user = f", {col.user[0]} AS u_app, {col.user[1]} AS u_user" if col.user else ""
+    where = " AND ".join(f"{c} = :i{i}" for i, c in enumerate(names))
+    if dialect == "postgresql":
+        each = f"jsonb_each(t.{col.column}) j"
+        text = "(j.value #>> '{}')"
+        is_text = "jsonb_typeof(j.value) = 'string'"
+        value = f"t.{col.column}::text"
+        new, old = ":new::jsonb", ":old::jsonb"
+    else:
+        each = f"json_each(t.{col.column}) j"
+        text = "j.value"
+        is_text = "j.type = 'text'"
+        value = f"t.{col.column}"
+        new, old = ":new", ":old"
+    return f"""-- name: {_qname("count", col)}
+SELECT CASE WHEN {is_text} THEN {_key_expr(text, dialect)} ELSE '{CLEAR}' END AS key_id,
+       COUNT(*) AS n
+  FROM {col.table} t, {each} GROUP BY 1;
+
+-- name: {_qname("batch", col)}
+SELECT {", ".join(f"t.{c}" for c in names)}{user}, {value} AS value
+  FROM {col.source}
+ WHERE (:first = 1 OR {keyset})
+   AND EXISTS (SELECT 1 FROM {each}
+                WHERE NOT ({is_text})
+                   OR (substr({text}, 1, :keep_len) <> :keep
+                       AND substr({text}, 1, {len(user_mark)}) <> '{user_mark}'))
+ ORDER BY {order}
+ LIMIT :limit;
+
+-- name: {_qname("row", col)}
+SELECT {", ".join(f"t.{c}" for c in names)}{user}, {value} AS value
+  FROM {col.source}
+ WHERE {" AND ".join(f"t.{c} = :i{i}" for i, c in enumerate(names))};
+
+-- name: {_qname("swap", col)}
+UPDATE {col.table} SET {col.column} = {new}
+ WHERE {where} AND {col.column} = {old}
+RETURNING 1 AS ok;
+"""
 
 
 def _ensure_queries(store: Store) -> None:
@@ -104,13 +167,16 @@ def _ensure_queries(store: Store) -> None:
 async def key_status(store: Store) -> dict[str, dict[str, int]]:
     """Values on each key: ``{key id: {"table.column": rows}}`` (``clear`` for clear values).
 
+    The shared state (``app_state.state``, ``user_state.state``) counts each
+    value of its objects: its values are sealed one by one.
+
     Users' data keys are counted as the column values sealed under them
     (ids ``u-...``); ``user_keys`` (under ``"user_keys"``) counts the users'
     data keys by the keyring key that wraps them.
     """
     _ensure_queries(store)
     found: dict[str, dict[str, int]] = {}
-    for col in COLUMNS:
+    for col in (*COLUMNS, *STATE_COLUMNS):
         for row in await store.fetch(_qname("count", col)):
             key_id = str(row["key_id"])
             if key_id.startswith(USER_KEY_PREFIX):
@@ -175,7 +241,7 @@ async def rotate(
     if not 1 <= batch <= 10000:
         raise errors.InvalidArgument("batch takes 1 to 10000 rows")
     if columns is not None:
-        unknown = set(columns) - {c.name for c in COLUMNS}
+        unknown = set(columns) - {c.name for c in (*COLUMNS, *STATE_COLUMNS)}
         if unknown:
             raise errors.InvalidArgument(f"not encrypted columns: {sorted(unknown)}")
     _ensure_queries(store)
@@ -186,6 +252,10 @@ async def rotate(
         if columns is not None and col.name not in columns:
             continue
         await _rotate_column(store, codec, col, keep, batch, report, before_swap)
+    for col in STATE_COLUMNS:
+        if columns is not None and col.name not in columns:
+            continue
+        await _rotate_state(store, codec, col, keep, batch, report, before_swap)
     return report
 
 
@@ -286,3 +356,93 @@ async def shred_user(store: Store, app_name: str, user_id: str) -> str | None:
     if store.codec is not None:
         store.codec.forget(app_name, user_id)
     return None if row is None else str(row["key_ref"])
+
+
+async def _rotate_state(
+    store: Store,
+    codec: Codec,
+    col: Column,
+    keep: str,
+    batch: int,
+    report: RotationReport,
+    before_swap: Callable[[str, dict[str, Any]], Awaitable[None]] | None,
+) -> None:
+    """Re-seals a keyed column's values, a row (one JSON object) at a time."""
+    names = [c for c in col.identity if c != "key"]
+    after: list[Any] = [None] * len(col.order)
+    first = 1
+    while True:
+        params: dict[str, Any] = {
+            "first": first,
+            "keep": keep,
+            "keep_len": len(keep),
+            "limit": batch,
+            **{f"a{i}": v for i, v in enumerate(after)},
+        }
+        rows = await store._fetch(_qname("batch", col), params)
+        for row in rows:
+            where = {f"i{i}": row[c] for i, c in enumerate(names)}
+            current: dict[str, Any] | None = dict(row)
+            for _ in range(_SWAP_TRIES):
+                assert current is not None
+                new, moved = await _reseal_state(store, codec, col, keep, current, report)
+                if not moved:
+                    break
+                if before_swap is not None:
+                    await before_swap(col.name, dict(current))
+                swap = {"new": new, "old": current["value"], **where}
+                if await store.fetch(_qname("swap", col), swap):
+                    report.moved[col.name] = report.moved.get(col.name, 0) + moved
+                    crash_point("keys.rotate.swapped")
+                    break
+                # A run merged a delta in meanwhile: read the row again and redo it.
+                found = await store._fetch(_qname("row", col), where)
+                current = dict(found[0]) if found else None
+                if current is None:
+                    break
+            else:
+                report.raced[col.name] = report.raced.get(col.name, 0) + 1
+        if len(rows) < batch:
+            return
+        first = 0
+        after = [rows[-1][c] for c in col.order]
+
+
+async def _reseal_state(
+    store: Store,
+    codec: Codec,
+    col: Column,
+    keep: str,
+    row: dict[str, Any],
+    report: RotationReport,
+) -> tuple[str, int]:
+    """(the row's object with every value to move re-sealed, how many were moved)."""
+    owner = [row[c] for c in col.identity if c != "key"]
+    values = json.loads(row["value"])
+    key_id = None
+    if codec.per_user and col.user and row.get("u_user") is not None:
+        key_id = await user_key_id(store, codec, str(row["u_app"]), str(row["u_user"]))
+    moved = 0
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        sealed = state_envelope(v, col)
+        if sealed and (v.startswith(keep) or v.startswith(MARK + USER_KEY_PREFIX)):
+            out[k] = v
+            continue
+        clear = _json(v)
+        if sealed:
+            try:
+                clear = await open_value(store, col.table, col.column, (*owner, k), v)
+            except errors.KeyUnavailable as exc:
+                report.unreadable[col.name] = report.unreadable.get(col.name, 0) + 1
+                if len(report.errors) < 5:
+                    report.errors.append(str(exc))
+                out[k] = v
+                continue
+        out[k] = codec.seal(clear, col, (*owner, k), key_id=key_id)
+        moved += 1
+    return _json(out), moved
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

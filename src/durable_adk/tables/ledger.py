@@ -33,6 +33,7 @@ from typing import Any
 from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
+from durable_adk.store.codec import open_state
 from durable_adk.store.wakeups import session_key
 from durable_adk.versions import UNVERSIONED, Serving
 
@@ -164,6 +165,7 @@ class Started:
             state is empty and it has no events), else None.
         app_state: The app's shared state (JSON), read in the same unit.
         user_state: The user's shared state (JSON), read in the same unit.
+            Both are opened (clear JSON) when the store has keys.
     """
 
     run: Run
@@ -414,8 +416,10 @@ class RunLedger:
         return Started(
             run=Run.from_row(row, sent=sent),
             created_session_pk=None if created is None else int(created),
-            app_state=row["app_state"],
-            user_state=row["user_state"],
+            app_state=await open_state(self.store, "app_state", (app_name,), row["app_state"]),
+            user_state=await open_state(
+                self.store, "user_state", (app_name, user_id), row["user_state"]
+            ),
         )
 
     async def claim_queued(self, run_id: str, owner: str) -> Run | None:

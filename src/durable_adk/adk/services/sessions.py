@@ -68,7 +68,7 @@ from durable_adk.adk.services.fold import (
 )
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
-from durable_adk.store.codec import envelope_key, open_value, seal_value
+from durable_adk.store.codec import envelope_key, open_state, open_value, seal_state, seal_value
 from durable_adk.store.wakeups import session_key
 
 _Key = tuple[str, str, str]
@@ -371,8 +371,7 @@ class DurableSessionService(BaseSessionService):
                     user=(app_name, user_id),
                 ),
                 "now": now,
-                "app_delta": _shared_json(app_part, "app"),
-                "user_delta": _shared_json(user_part, "user"),
+                **await self._shared_deltas(app_name, user_id, app_part, user_part),
             },
         )
         if row is None or row["status"] != "ok":
@@ -386,8 +385,7 @@ class DurableSessionService(BaseSessionService):
             seq=0,
             events=[],
             state=initial,
-            app_state=_loads_state(row["app_state"]),
-            user_state=_loads_state(row["user_state"]),
+            **await self._shared_states(app_name, user_id, row),
             update_time=now,
         )
 
@@ -491,7 +489,8 @@ class DurableSessionService(BaseSessionService):
                 state=fold(state, (split_delta(e.actions.state_delta)[0] for e in tail)),
                 repairs=repairs,
             )
-        entry.app_state, entry.user_state = head["app_state"], head["user_state"]
+        app_text, user_text = await self._shared_texts(app_name, user_id, head)
+        entry.app_state, entry.user_state = app_text, user_text
         entry.update_time = float(head["update_time"])
         if entry.seq != last_seq:
             raise errors.StoreError(
@@ -507,8 +506,8 @@ class DurableSessionService(BaseSessionService):
             seq=last_seq,
             events=events,
             state=entry.state,
-            app_state=_loads_state(head["app_state"]),
-            user_state=_loads_state(head["user_state"]),
+            app_state=_loads_state(app_text),
+            user_state=_loads_state(user_text),
             update_time=float(head["update_time"]),
         )
 
@@ -564,6 +563,37 @@ class DurableSessionService(BaseSessionService):
                     placeholder(seq=seq, data=row["data"], reason=reason, columns=columns)
                 )
         return events
+
+    async def _shared_deltas(
+        self,
+        app_name: str,
+        user_id: str,
+        app_delta: Mapping[str, Any] | None,
+        user_delta: Mapping[str, Any] | None,
+    ) -> dict[str, str | None]:
+        """The ``app:``/``user:`` deltas as the shared-state tables take them (sealed with keys)."""
+        return {
+            "app_delta": await seal_state(
+                self.store, "app_state", (app_name,), _shared_json(app_delta, "app")
+            ),
+            "user_delta": await seal_state(
+                self.store, "user_state", (app_name, user_id), _shared_json(user_delta, "user")
+            ),
+        }
+
+    async def _shared_texts(
+        self, app_name: str, user_id: str, head: Row
+    ) -> tuple[str | None, str | None]:
+        """A row's ``app_state`` and ``user_state`` (JSON text), their values opened."""
+        return (
+            await open_state(self.store, "app_state", (app_name,), head["app_state"]),
+            await open_state(self.store, "user_state", (app_name, user_id), head["user_state"]),
+        )
+
+    async def _shared_states(self, app_name: str, user_id: str, head: Row) -> dict[str, Any]:
+        """A row's shared state as :meth:`_build` takes it, opened."""
+        app_text, user_text = await self._shared_texts(app_name, user_id, head)
+        return {"app_state": _loads_state(app_text), "user_state": _loads_state(user_text)}
 
     async def _initial(self, key: _Key, head: Row) -> str | None:
         """The session's stored initial state, opened."""
@@ -630,8 +660,7 @@ class DurableSessionService(BaseSessionService):
             seq=last_seq,
             events=_select([e for _, e in fetched], config),
             state=state,
-            app_state=_loads_state(head["app_state"]),
-            user_state=_loads_state(head["user_state"]),
+            **await self._shared_states(app_name, user_id, head),
             update_time=float(head["update_time"]),
         )
 
@@ -643,9 +672,18 @@ class DurableSessionService(BaseSessionService):
         if user_id is not None:
             check_id("user_id", user_id)
         rows = await self.store.fetch("list_sessions", {"app_name": app_name, "user_id": user_id})
-        app_state = _loads_state(await self.store.fetchval("get_app_state", {"app_name": app_name}))
+        app_state = _loads_state(
+            await open_state(
+                self.store,
+                "app_state",
+                (app_name,),
+                await self.store.fetchval("get_app_state", {"app_name": app_name}),
+            )
+        )
         user_states = {
-            r["user_id"]: _loads_state(r["state"])
+            r["user_id"]: _loads_state(
+                await open_state(self.store, "user_state", (app_name, r["user_id"]), r["state"])
+            )
             for r in await self.store.fetch(
                 "list_user_states", {"app_name": app_name, "user_id": user_id}
             )
@@ -686,9 +724,10 @@ class DurableSessionService(BaseSessionService):
 
     @override
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return _loads_state(
-            await self.store.fetchval("get_user_state", {"app_name": app_name, "user_id": user_id})
+        text = await self.store.fetchval(
+            "get_user_state", {"app_name": app_name, "user_id": user_id}
         )
+        return _loads_state(await open_state(self.store, "user_state", (app_name, user_id), text))
 
     # ---------------------------------------------------------------- append
 
@@ -752,8 +791,9 @@ class DurableSessionService(BaseSessionService):
                 ),
                 "app_name": session.app_name,
                 "user_id": session.user_id,
-                "app_delta": _shared_json(app_delta, "app"),
-                "user_delta": _shared_json(user_delta, "user"),
+                **await self._shared_deltas(
+                    session.app_name, session.user_id, app_delta, user_delta
+                ),
                 "snapshot": await self._sealed_snapshot(key, pk, new_seq, snapshot),
                 **fence,
             },
@@ -990,8 +1030,7 @@ class DurableSessionService(BaseSessionService):
             "expected_seq": expected,
             "app_name": key[0],
             "user_id": key[1],
-            "app_delta": _shared_json(app_delta, "app"),
-            "user_delta": _shared_json(user_delta, "user"),
+            **await self._shared_deltas(key[0], key[1], app_delta, user_delta),
             **first.row["fence"],
         }
         if len(pending) == 1 and unit == "append_events":

@@ -45,7 +45,7 @@ SELECT * FROM artifacts
  ORDER BY version DESC LIMIT 1;
 
 -- name: artifact_versions
-SELECT app_name, user_id, session_id, filename, version, mime_type, custom_metadata,
+SELECT app_name, user_id, session_id, filename, version, mime_type, custom_metadata, digest,
        created_at
   FROM artifacts
  WHERE app_name = :app_name AND user_id = :user_id
