@@ -1,0 +1,312 @@
+"""Retention and encryption meeting a deploy and a ParallelAgent (issue 43), both backends.
+
+The app fans out to two branches: ``north`` invoices at the fake billing
+service (a real process counting every request), ``south`` sleeps durably,
+so the run stays PAUSED with one branch finished and one open. Purges run
+under a policy that lets everything finished go at once, at the same time as
+the continuation the open run is waiting for; the stores hold keys, so the
+events of both branches are sealed.
+
+* A deploy: the run is pinned to 1.0.0; the keys rotate to a new key and the
+  old key is dropped; a 2.0.0 worker that continues 1.0.0 wakes the run
+  while a purge runs, reads its sealed events under the new key only, and
+  finishes it without invoicing again; the version's records stay.
+* A ParallelAgent: a run whose branch is still open is never purged; once
+  it ended, a purge takes both branches' rows.
+* Forgetting the user of such a run is refused while it is open; with
+  ``cancel_live`` it is cancelled and every row of the user goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent, ParallelAgent
+from google.adk.models.llm_request import LlmRequest
+
+from durable_adk import errors, journaled
+from durable_adk.adk.loops.resume import Resumer
+from durable_adk.adk.loops.sleep import Waker, sleep_tool
+from durable_adk.adk.runner import DurableRunner
+from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
+from durable_adk.store import Keyring, Store, open_store
+from durable_adk.store.codec import envelope_key
+from durable_adk.store.queries import parse_queries
+from durable_adk.store.rotation import key_status, rotate
+from durable_adk.tables.jobs import JobTable
+from durable_adk.tables.ledger import RunStatus
+from durable_adk.tables.versions import VersionTable
+from durable_adk.testing import Call, Say, ScriptedModel
+from durable_adk.testing.scripted_model import Turn
+from durable_adk.testing.services import BillingClient, FakeService
+
+APP = "fan"
+SECRET = "INV-7731"
+WOKE = "awake and done"
+KEYS = {i: os.urandom(32) for i in ("k1", "k2")}
+ALL_AT_ONCE = RetentionPolicy(
+    done=0, failed=0, cancelled=0, parked=0, abandoned=0, idle_sessions=0, batch=3, duty=1.0
+)
+
+TEST_SQL = """
+-- name: t_rows
+SELECT (SELECT COUNT(*) FROM sessions) AS sessions, (SELECT COUNT(*) FROM events) AS events,
+       (SELECT COUNT(*) FROM runs) AS runs, (SELECT COUNT(*) FROM journal) AS journal,
+       (SELECT COUNT(*) FROM jobs) AS jobs, (SELECT COUNT(*) FROM user_state) AS user_state;
+
+-- name: t_rows_of
+SELECT (SELECT COUNT(*) FROM sessions WHERE user_id = :user_id) AS sessions,
+       (SELECT COUNT(*) FROM events e JOIN sessions s ON s.pk = e.session_pk
+         WHERE s.user_id = :user_id) AS events,
+       (SELECT COUNT(*) FROM runs WHERE user_id = :user_id) AS runs,
+       (SELECT COUNT(*) FROM jobs WHERE user_id = :user_id) AS jobs,
+       (SELECT COUNT(*) FROM user_state WHERE user_id = :user_id) AS user_state;
+
+-- name: t_raw_events
+SELECT e.data AS data, e.delta AS delta FROM events e
+  JOIN sessions s ON s.pk = e.session_pk WHERE s.session_id = :session_id;
+"""
+
+
+def keyring(*ids: str) -> Keyring:
+    return Keyring([(i, KEYS[i]) for i in ids])
+
+
+def with_test_sql(store: Store) -> Store:
+    if "t_rows" not in store._queries:
+        store.add_queries(parse_queries(TEST_SQL, store.dialect))
+    return store
+
+
+async def rows(store: Store, user: str | None = None) -> dict[str, int]:
+    with_test_sql(store)
+    if user is None:
+        row = await store.fetchrow("t_rows")
+    else:
+        row = await store.fetchrow("t_rows_of", {"user_id": user})
+    assert row is not None
+    return {k: int(v) for k, v in row.items()}
+
+
+def reply_to_sleep(request: LlmRequest) -> Turn:
+    last = request.contents[-1].parts or [] if request.contents else []
+    answers = [p.function_response.response or {} for p in last if p.function_response]
+    return Say(WOKE if any(a.get("status") == "woke" for a in answers) else "sleeping")
+
+
+def fan_out(billing: BillingClient) -> ParallelAgent:
+    """``north`` invoices (an act at billing) and ends; ``south`` sleeps a minute."""
+
+    @journaled(key="invoice:{invoice_id}", name="invoice")
+    def _invoice(invoice_id: str, idempotency_key: str) -> dict[str, Any]:
+        """Creates the invoice in billing."""
+        return billing.create_invoice(invoice_id, "ACME", 10.0, idempotency_key)
+
+    model = ScriptedModel(
+        {
+            "north": [Call("invoice", {"invoice_id": SECRET}), Say(f"north invoiced {SECRET}")],
+            "south": [Call("durable_sleep", {"seconds": 60}), reply_to_sleep],
+        }
+    )
+    north = LlmAgent(name="north", model=model, tools=[_invoice])
+    south = LlmAgent(name="south", model=model, tools=[sleep_tool()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ParallelAgent(name="fan_out", sub_agents=[north, south])
+
+
+def chatter(store: Store) -> DurableRunner:
+    model = ScriptedModel({"chat": [Say("hello")]})
+    return DurableRunner(
+        app=LlmAgent(name="chat", model=model), app_name=APP, store=store, queue_poll=0.02
+    )
+
+
+async def turn(runner: DurableRunner, user: str, session: str, text: str) -> None:
+    async for _ in runner.run(user_id=user, session_id=session, message=text):
+        pass
+
+
+async def wake(runner: DurableRunner, store: Store) -> list[Any]:
+    """Moves the open timer's deadline into the past and wakes its run."""
+    jobs = JobTable(store)
+    (timer,) = [j for j in await jobs.list_jobs() if j.timer and j.state.value == "STARTED"]
+    await jobs.backdate(timer.job_id, 61)
+    return await Waker(jobs, resumer=Resumer(runner, jobs, gather=0.0)).wake_once(wait=True)
+
+
+def said(events: list[Any]) -> list[tuple[str | None, str]]:
+    return [
+        (e.branch, p.text) for e in events if e.content for p in e.content.parts or () if p.text
+    ]
+
+
+@pytest.fixture
+def billing(tmp_path: Path) -> Iterator[FakeService]:
+    with FakeService("billing", tmp_path / "billing.db") as service:
+        yield service
+
+
+@pytest.fixture
+async def sealed(store_url: str) -> AsyncIterator[Store]:
+    async with open_store(store_url, keyring=keyring("k1")) as store:
+        yield with_test_sql(store)
+
+
+def invoices(billing: FakeService) -> list[str | None]:
+    """The idempotency keys of every act billing received (repeats included)."""
+    return [r.key for r in billing.requests("invoices") if r.mutating]
+
+
+async def paused_fan_out(store: Store, billing: FakeService, **versioned: Any) -> DurableRunner:
+    """Ann's fan-out run, PAUSED with north done and south asleep; Bob's chat, DONE."""
+    runner = DurableRunner(
+        app=fan_out(BillingClient(billing.url)),
+        app_name=APP,
+        store=store,
+        queue_poll=0.02,
+        **versioned,
+    )
+    await turn(runner, "ann", "fan", "go")
+    (run,) = await runner.ledger.list_runs()
+    assert run.status is RunStatus.PAUSED
+    await turn(chatter(store), "bob", "chat", "hi")
+    assert invoices(billing) == [f"invoice:{SECRET}"]
+    return runner
+
+
+async def assert_branches_sealed(store: Store, session: str) -> None:
+    stored = await store._fetch("t_raw_events", {"session_id": session})
+    assert stored, "no events"
+    for row in stored:
+        assert envelope_key(row["data"]) is not None and SECRET not in str(row["data"])
+        assert row["delta"] is None or envelope_key(row["delta"]) is not None
+
+
+# ------------------------------------------------------------------ a deploy
+
+
+async def test_a_deploy_after_a_key_rotation_wakes_a_pinned_run_while_a_purge_runs(
+    store_url: str, billing: FakeService
+) -> None:
+    async with open_store(store_url, keyring=keyring("k1")) as old:
+        await paused_fan_out(old, billing, version="1.0.0")
+        await assert_branches_sealed(with_test_sql(old), "fan")
+    # The deploy: the new key first, every value moved to it, the old key dropped.
+    async with open_store(store_url, keyring=keyring("k2", "k1")) as rotating:
+        report = await rotate(rotating, batch=2)
+        assert not report.unreadable and report.moved["events.data"] >= 4
+        assert set(await key_status(rotating)) == {"k2"}
+    async with open_store(store_url, keyring=keyring("k2")) as new:
+        with_test_sql(new)
+        runner = DurableRunner(
+            app=fan_out(BillingClient(billing.url)),
+            app_name=APP,
+            store=new,
+            queue_poll=0.02,
+            version="2.0.0",
+            compatible_versions=("1.0.0",),
+        )
+        before = await rows(new, "ann")
+        # A purge while the pinned run is asleep leaves its session whole.
+        idle = await purge(new, APP, ALL_AT_ONCE)
+        assert idle.tables["sessions"].rows == 1  # bob's finished chat
+        assert await rows(new, "ann") == before and await rows(new, "bob") == {
+            "sessions": 0,
+            "events": 0,
+            "runs": 0,
+            "jobs": 0,
+            "user_state": 0,
+        }
+        # The wake, by a worker of the new version, races a second purge.
+        report, woken = await asyncio.gather(purge(new, APP, ALL_AT_ONCE), wake(runner, new))
+        assert len(woken) == 1
+        assert report.tables["sessions"].rows == 0  # ann's was still needed when it looked
+        session = await runner.sessions.get_session(app_name=APP, user_id="ann", session_id="fan")
+        assert session is not None
+        texts = said(session.events)
+        assert ("fan_out.north", f"north invoiced {SECRET}") in texts
+        assert ("fan_out.south", WOKE) in texts
+        assert invoices(billing) == [f"invoice:{SECRET}"]  # north did not act again
+        runs = await runner.ledger.list_runs()
+        assert {r.status for r in runs} == {RunStatus.DONE}
+        assert {r.app_version for r in runs} == {"1.0.0"}
+        # The version's records a pinned run needed are still there.
+        assert (await VersionTable(new, APP).get("1.0.0")).runs.get("DONE", 0) >= 1
+        await assert_branches_sealed(new, "fan")
+        assert all(
+            envelope_key(r["data"]) == "k2"
+            for r in await new._fetch("t_raw_events", {"session_id": "fan"})
+        )
+
+
+# ------------------------------------------------------------ a ParallelAgent
+
+
+async def test_a_run_with_an_open_branch_is_never_purged_and_its_end_lets_both_branches_go(
+    sealed: Store, billing: FakeService
+) -> None:
+    runner = await paused_fan_out(sealed, billing)
+    await assert_branches_sealed(sealed, "fan")
+    open_rows = await rows(sealed, "ann")
+    assert open_rows["events"] >= 5  # the start, north's call, act and reply, south's call
+    report, woken = await asyncio.gather(purge(sealed, APP, ALL_AT_ONCE), wake(runner, sealed))
+    assert len(woken) == 1
+    assert report.tables["sessions"].rows == 1  # bob's only
+    assert (await rows(sealed, "ann"))["sessions"] == 1
+    # A fresh process with the key reads both branches' sealed events back.
+    async with open_store(sealed.url, keyring=keyring("k1")) as fresh:
+        session = await DurableRunner(
+            app=fan_out(BillingClient(billing.url)), app_name=APP, store=fresh
+        ).sessions.get_session(app_name=APP, user_id="ann", session_id="fan")
+        assert session is not None
+        branches = {e.branch for e in session.events if e.content and e.content.role == "model"}
+        assert branches == {"fan_out.north", "fan_out.south"}
+        assert ("fan_out.south", WOKE) in said(session.events)
+    assert invoices(billing) == [f"invoice:{SECRET}"]
+    done = await purge(sealed, APP, ALL_AT_ONCE)
+    assert done.tables["sessions"].rows == 1 and done.tables["events"].rows > open_rows["events"]
+    assert await rows(sealed) == {
+        "sessions": 0,
+        "events": 0,
+        "runs": 0,
+        "journal": 0,
+        "jobs": 0,
+        "user_state": 0,
+    }
+
+
+async def test_forgetting_a_user_with_a_paused_branch_needs_cancel_live_then_takes_everything(
+    sealed: Store, billing: FakeService
+) -> None:
+    runner = await paused_fan_out(sealed, billing)
+    await runner.sessions.create_session(
+        app_name=APP, user_id="ann", session_id="prefs", state={"user:email": SECRET}
+    )
+    before = await rows(sealed)
+    with pytest.raises(errors.Conflict, match=r"user 'ann' has 1 run.*PAUSED.*--cancel-live"):
+        await forget_user(sealed, "ann", by="ops")
+    assert await rows(sealed) == before
+    report = await forget_user(sealed, "ann", by="ops", reason="erasure", cancel_live=True)
+    assert len(report.cancelled) == 1
+    assert report.deleted["runs"].rows == 1 and report.deleted["jobs"].rows >= 1
+    assert report.deleted["journal"].rows == 1 and report.deleted["user_state"].rows == 1
+    assert await rows(sealed, "ann") == {
+        "sessions": 0,
+        "events": 0,
+        "runs": 0,
+        "jobs": 0,
+        "user_state": 0,
+    }
+    assert (await rows(sealed, "bob"))["sessions"] == 1  # another user's untouched
+    jobs = JobTable(sealed)
+    assert [j for j in await jobs.list_jobs() if j.timer] == []  # nothing left to wake
+    assert invoices(billing) == [f"invoice:{SECRET}"]  # cancelling acted nowhere
+    audit = await sealed.fetch("forget_requests_list", {"user_id": "ann", "limit": 5})
+    assert [(a["status"], a["reason"]) for a in audit] == [("DONE", "erasure")]
