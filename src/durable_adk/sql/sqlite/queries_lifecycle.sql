@@ -3,8 +3,12 @@
 -- one statement that checks nothing still needs it; an append to a marked
 -- session finds it missing. Its rows in every table then go in short batches,
 -- each on an index, each returning one row per row deleted with its size;
--- the session row goes last. Generated once from one table of steps, so the
--- two dialects hold the same names.
+-- the session row goes last. The statements of one shape per table
+-- (purge_<table>, scrub_pick_<table>, scrub_<table>) and purge_preview are
+-- written by scripts/gen_lifecycle_sql.py from its one table of steps, for
+-- both dialects alike: change the table there and run it, not these statements
+-- (tests/unit/test_lifecycle_sql.py fails when they differ). The rest is
+-- written by hand.
 
 -- name: purge_events
 -- A batch of the events of the sessions being purged (their primary key: session, seq).
