@@ -13,6 +13,8 @@ events of both branches are sealed.
   finishes it without invoicing again; the version's records stay.
 * A ParallelAgent: a run whose branch is still open is never purged; once
   it ended, a purge takes both branches' rows.
+  The same with a branch paused on a confirmation: the purge races the
+  answer, the payment acts once.
 * Forgetting the user of such a run is refused while it is open; with
   ``cancel_live`` it is cancelled and every row of the user goes.
 """
@@ -29,6 +31,7 @@ from typing import Any
 import pytest
 from google.adk.agents import LlmAgent, ParallelAgent
 from google.adk.models.llm_request import LlmRequest
+from google.genai import types
 
 from durable_adk import errors, journaled
 from durable_adk.adk.loops.resume import Resumer
@@ -280,6 +283,73 @@ async def test_a_run_with_an_open_branch_is_never_purged_and_its_end_lets_both_b
         "jobs": 0,
         "user_state": 0,
     }
+
+
+async def test_a_branch_paused_on_a_confirmation_keeps_its_run_until_the_answer_ends_it(
+    sealed: Store, billing: FakeService
+) -> None:
+    client = BillingClient(billing.url)
+
+    @journaled(key="pay:{invoice_id}", name="pay", require_confirmation=True)
+    def _pay(invoice_id: str, idempotency_key: str) -> dict[str, Any]:
+        """Pays an invoice, once a person confirmed it."""
+        return client.create_invoice(invoice_id, "ACME", 10.0, idempotency_key)
+
+    model = ScriptedModel(
+        {"payer": [Call("pay", {"invoice_id": SECRET}), Say("paid")], "clerk": [Say("filed")]}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        root = ParallelAgent(
+            name="both",
+            sub_agents=[
+                LlmAgent(name="payer", model=model, tools=[_pay]),
+                LlmAgent(name="clerk", model=model),
+            ],
+        )
+    runner = DurableRunner(app=root, app_name=APP, store=sealed, queue_poll=0.02)
+    await turn(runner, "ann", "pay", "go")
+    (paused,) = await runner.ledger.list_runs()
+    assert paused.status is RunStatus.PAUSED and invoices(billing) == []
+    await turn(chatter(sealed), "bob", "chat", "hi")
+    await assert_branches_sealed(sealed, "pay")
+    kept = await purge(sealed, APP, ALL_AT_ONCE)
+    assert kept.tables["sessions"].rows == 1 and (await rows(sealed, "ann"))["sessions"] == 1
+    session = await runner.sessions.get_session(app_name=APP, user_id="ann", session_id="pay")
+    assert session is not None
+    (ask,) = [
+        c
+        for e in session.events
+        for c in e.get_function_calls()
+        if c.name == "adk_request_confirmation"
+    ]
+    yes = types.FunctionResponse(id=ask.id, name=ask.name, response={"confirmed": True})
+    answer = types.Content(role="user", parts=[types.Part(function_response=yes)])
+
+    async def answer_it() -> None:
+        async for _ in runner.run(
+            user_id="ann", session_id="pay", message=answer, invocation_id=paused.invocation_id
+        ):
+            pass
+
+    raced, _ = await asyncio.gather(purge(sealed, APP, ALL_AT_ONCE), answer_it())
+    assert raced.tables["sessions"].rows == 0
+    assert invoices(billing) == [f"pay:{SECRET}"]
+    done = await runner.sessions.get_session(app_name=APP, user_id="ann", session_id="pay")
+    assert done is not None
+    assert {("both.payer", "paid"), ("both.clerk", "filed")} <= set(said(done.events))
+    assert {r.status for r in await runner.ledger.list_runs()} == {RunStatus.DONE}
+    gone = await purge(sealed, APP, ALL_AT_ONCE)
+    assert gone.tables["sessions"].rows == 1 and gone.tables["journal"].rows == 1
+    assert await rows(sealed) == {
+        "sessions": 0,
+        "events": 0,
+        "runs": 0,
+        "journal": 0,
+        "jobs": 0,
+        "user_state": 0,
+    }
+    assert invoices(billing) == [f"pay:{SECRET}"]
 
 
 async def test_forgetting_a_user_with_a_paused_branch_needs_cancel_live_then_takes_everything(
