@@ -2,8 +2,9 @@
 
 The shared ``app:``/``user:`` state is sealed value by value (the database
 still merges a delta key by key), an artifact's custom metadata is sealed
-beside its bytes, and what an operator gives with an action (a resolve's
-results, an answer's calls) is sealed in the audit line. Each test writes
+beside its bytes, what an operator gives with an action (a resolve's
+results, an answer's calls) is sealed in the audit line, and an operator's
+repair of an unreadable event seals its stand-in and the audit's copies. Each test writes
 through the library's own paths, reads the raw rows without opening them,
 and reads back through the same paths: with the key the values, without it
 a failure naming the key (or, in a view, a placeholder naming it).
@@ -29,10 +30,11 @@ from typer.testing import CliRunner
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.services.artifacts import DurableArtifactService
+from durable_adk.adk.services.repairs import repair_event, repairs_of, unreadable_events
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import KEY_FILE_ENV, MARK, envelope_key, lenient_reads
+from durable_adk.store.codec import KEY_FILE_ENV, MARK, column, envelope_key, lenient_reads
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
 from durable_adk.tables.ledger import RunLedger
@@ -354,3 +356,60 @@ async def _write_operator_details(store_url: str) -> str:
         details = {a.action: a.detail for a in await ledger.actions(run_id=run.run_id)}
         assert json.loads(details["resolve"] or "")["results"]["c1"]["card"] == SECRET
     return run.run_id
+
+
+REPAIR_SQL = """
+-- name: t_session_pk
+SELECT pk FROM sessions WHERE session_id = :session_id;
+
+-- name: t_put_event
+UPDATE events SET data = :data WHERE session_pk = :pk AND seq = :seq;
+
+-- name: t_raw_event
+SELECT data AS v FROM events WHERE session_pk = :pk AND seq = :seq;
+
+-- name: t_raw_repairs
+SELECT original, replacement FROM event_repairs;
+"""
+
+
+async def test_an_operators_repair_of_a_sealed_event_is_sealed_too(store_url: str) -> None:
+    async with open_store(store_url, keyring=keyring("k1")) as store:
+        store.add_queries(parse_queries(REPAIR_SQL, store.dialect))
+        sessions = DurableSessionService(store)
+        session = await sessions.create_session(app_name=APP, user_id=USER, session_id="r")
+        said = types.Content(role="user", parts=[types.Part(text=SECRET)])
+        event = Event(author="user", invocation_id="i1", content=said)
+        await sessions.append_event(session, event)
+        pk = await store.fetchval("t_session_pk", {"session_id": "r"})
+        # What no reader can parse (a content that is no Content), sealed as events are.
+        bad = json.dumps({"id": event.id, "author": "user", "content": {"parts": 7, "x": SECRET}})
+        assert store.codec is not None
+        sealed = store.codec.seal(bad, column("events", "data"), (pk, 1))
+        await store.execute("t_put_event", {"data": sealed, "pk": pk, "seq": 1})
+        where = {"app_name": APP, "user_id": USER, "session_id": "r"}
+        (unreadable,) = await unreadable_events(DurableSessionService(store), **where)
+        assert unreadable.event_id == event.id
+        fixed = {"content": {"role": "user", "parts": [{"text": SECRET + "-fixed"}]}}
+        done = await repair_event(
+            DurableSessionService(store),
+            **where,
+            event_id=event.id,
+            by="ops",
+            reason="unparsable content",
+            replacement=fixed,
+        )
+        assert SECRET in done.original and SECRET + "-fixed" in done.replacement
+        (stored,) = await store._fetch("t_raw_event", {"pk": pk, "seq": 1})
+        assert envelope_key(stored["v"]) == "k1" and SECRET not in stored["v"]
+        (audit,) = await store._fetch("t_raw_repairs")
+        for value in (audit["original"], audit["replacement"]):
+            assert envelope_key(value) == "k1" and SECRET not in value
+        got = await DurableSessionService(store).get_session(**where)
+        assert got is not None
+        assert got.events[0].content.parts[0].text == SECRET + "-fixed"  # type: ignore[index,union-attr]
+        (listed,) = await repairs_of(DurableSessionService(store), **where)
+        assert SECRET in listed.original
+    async with open_store(store_url) as keyless:
+        with pytest.raises(errors.KeyUnavailable, match=r"event_repairs\.original.*'k1'"):
+            await repairs_of(DurableSessionService(keyless), **where)

@@ -203,6 +203,14 @@ COLUMNS: tuple[Column, ...] = (
     ),
     *_col("a2a_push_outbox", ("config",), ("task_id", "owner", "config_id"), ("pk",), user=()),
     *_col("a2a_push_outbox", ("body",), ("task_id", "version"), ("pk",), user=()),
+    # An operator's repair of an unreadable event (docs/sessions.md): the audit
+    # line's copies of the original as it was read and of the stand-in.
+    *_col(
+        "event_repairs",
+        ("original", "replacement"),
+        ("app_name", "user_id", "session_id", "seq", "event_id"),
+        ("pk",),
+    ),
     # An artifact's version number is chosen by the insert itself: its row is
     # named by its file and the digest of its bytes (equal digests: equal bytes).
     *_col(

@@ -11,6 +11,8 @@ What it guarantees:
   with the session's repair count bumped (every worker's cached copy of the
   log is dropped at its next read) and an audit line in ``event_repairs``
   (who, when, why, the original text as it was stored, the stand-in).
+  With keys, the stand-in is sealed as every event is, and so are the
+  audit line's copies of the original and of the stand-in.
   Nothing is deleted: the log keeps its order, ids and sequence numbers.
 * The stand-in is readable (it is read back before it is written) and keeps
   the row's event id, invocation id, author, timestamp and session-scoped
@@ -49,6 +51,7 @@ from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.ids import check_id
 from durable_adk.limits import EVENT_ENVELOPE
 from durable_adk.store.base import Row
+from durable_adk.store.codec import open_rows, seal_value
 
 __all__ = ["REPAIRED_KEY", "EventRepair", "repair_event", "repairs_of", "unreadable_events"]
 
@@ -192,7 +195,9 @@ async def repair_event(
             replacement, f"the replacement of event {event_id!r}", envelope=EVENT_ENVELOPE
         )
     key = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
-    row = await sessions.store.fetchrow("event_repair_target", {**key, "event_id": event_id})
+    # As stored (the guard below names the stored text), and opened (to read it).
+    stored = await sessions.store._fetch("event_repair_target", {**key, "event_id": event_id})
+    row = (await open_rows(sessions.store, [dict(r) for r in stored]))[0] if stored else None
     if row is None:
         raise errors.NotFound(
             f"no event {event_id!r} in session {session_id!r} of user {user_id!r} "
@@ -220,15 +225,24 @@ async def repair_event(
             f"the stand-in of event {event_id!r} would not be readable either: {reason_of(exc)} "
             "(nothing changed)"
         ) from None
-    done = await sessions.store.fetchrow(
+    store, pk, seq = sessions.store, int(row["pk"]), int(row["seq"])
+    audit = (app_name, user_id, session_id, seq, event_id)
+    user = (app_name, user_id)
+    done = await store.fetchrow(
         "event_repair",
         {
             **key,
-            "session_pk": int(row["pk"]),
-            "seq": int(row["seq"]),
+            "session_pk": pk,
+            "seq": seq,
             "event_id": event_id,
-            "original": row["data"],
-            "replacement": text,
+            "stored": stored[0]["data"],
+            "data": await seal_value(store, "events", "data", (pk, seq), text, user=user),
+            "original": await seal_value(
+                store, "event_repairs", "original", audit, row["data"], user=user
+            ),
+            "replacement": await seal_value(
+                store, "event_repairs", "replacement", audit, text, user=user
+            ),
             "action": action,
             "actor": by,
             "reason": reason,

@@ -16,11 +16,13 @@ SELECT s.pk, s.pk AS session_pk, s.repairs, e.seq, e.event_id, e.invocation_id, 
 -- operator inspected (a concurrent repair that got there first leaves no row
 -- here: the UPDATE's condition is re-checked on the row it waited for), counts
 -- the repair on the session (cached copies of its log are dropped) and records
--- it with the original text.
+-- it with the original text (:stored: the row's data as read; :data: the
+-- stand-in as the events table keeps it, sealed with keys; :original and
+-- :replacement: the audit line's copies, sealed for it).
 WITH e AS (
-    UPDATE events SET data = :replacement::text
+    UPDATE events SET data = :data::text
      WHERE session_pk = :session_pk::bigint AND seq = :seq::bigint
-       AND event_id = :event_id::text AND data = :original::text
+       AND event_id = :event_id::text AND data = :stored::text
     RETURNING seq
 ), s AS (
     UPDATE sessions SET repairs = repairs + 1

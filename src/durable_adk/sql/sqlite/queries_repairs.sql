@@ -13,12 +13,14 @@ SELECT s.pk, s.pk AS session_pk, s.repairs, e.seq, e.event_id, e.invocation_id, 
 -- name: event_repair guarded
 -- Writes the stand-in over the row, only if the row still holds what the
 -- operator inspected, counts the repair on the session (cached copies of its
--- log are dropped) and records it with the original text.
+-- log are dropped) and records it with the original text (:stored: the row's
+-- data as read; :data: the stand-in as the events table keeps it, sealed with
+-- keys; :original and :replacement: the audit line's copies, sealed for it).
 SELECT CASE WHEN EXISTS (SELECT 1 FROM events
                           WHERE session_pk = :session_pk AND seq = :seq
-                            AND event_id = :event_id AND data = :original)
+                            AND event_id = :event_id AND data = :stored)
             THEN 'ok' ELSE 'changed' END AS status;
-UPDATE events SET data = :replacement
+UPDATE events SET data = :data
  WHERE session_pk = :session_pk AND seq = :seq AND event_id = :event_id;
 UPDATE sessions SET repairs = repairs + 1 WHERE pk = :session_pk;
 INSERT INTO event_repairs (app_name, user_id, session_id, seq, event_id, action, actor, reason,
