@@ -15,13 +15,16 @@ events of both branches are sealed.
   it ended, a purge takes both branches' rows.
   The same with a branch paused on a confirmation: the purge races the
   answer, the payment acts once.
-* Forgetting the user of such a run is refused while it is open; with
-  ``cancel_live`` it is cancelled and every row of the user goes.
+* Forgetting the user of such a run (``durable-adk users forget``) is
+  refused while it is open; with ``--cancel-live`` it is cancelled and every
+  row of the user goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -32,14 +35,16 @@ import pytest
 from google.adk.agents import LlmAgent, ParallelAgent
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
+from typer.testing import CliRunner
 
-from durable_adk import errors, journaled
+from durable_adk import journaled
 from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.loops.sleep import Waker, sleep_tool
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
+from durable_adk.cli import app as cli_app
+from durable_adk.lifecycle import RetentionPolicy, purge
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import envelope_key
+from durable_adk.store.codec import KEY_FILE_ENV, envelope_key
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
 from durable_adk.tables.jobs import JobTable
@@ -352,31 +357,50 @@ async def test_a_branch_paused_on_a_confirmation_keeps_its_run_until_the_answer_
     assert invoices(billing) == [f"pay:{SECRET}"]
 
 
-async def test_forgetting_a_user_with_a_paused_branch_needs_cancel_live_then_takes_everything(
-    sealed: Store, billing: FakeService
+def test_forgetting_a_user_with_a_paused_branch_needs_cancel_live_then_takes_everything(
+    store_url: str, billing: FakeService, tmp_path: Path
 ) -> None:
-    runner = await paused_fan_out(sealed, billing)
-    await runner.sessions.create_session(
-        app_name=APP, user_id="ann", session_id="prefs", state={"user:email": SECRET}
-    )
-    before = await rows(sealed)
-    with pytest.raises(errors.Conflict, match=r"user 'ann' has 1 run.*PAUSED.*--cancel-live"):
-        await forget_user(sealed, "ann", by="ops")
-    assert await rows(sealed) == before
-    report = await forget_user(sealed, "ann", by="ops", reason="erasure", cancel_live=True)
-    assert len(report.cancelled) == 1
-    assert report.deleted["runs"].rows == 1 and report.deleted["jobs"].rows >= 1
-    assert report.deleted["journal"].rows == 1 and report.deleted["user_state"].rows == 1
-    assert await rows(sealed, "ann") == {
-        "sessions": 0,
-        "events": 0,
-        "runs": 0,
-        "jobs": 0,
-        "user_state": 0,
-    }
-    assert (await rows(sealed, "bob"))["sessions"] == 1  # another user's untouched
-    jobs = JobTable(sealed)
-    assert [j for j in await jobs.list_jobs() if j.timer] == []  # nothing left to wake
+    asyncio.run(_paused_with_state(store_url, billing))
+    before = asyncio.run(_rows_at(store_url))
+    keys = tmp_path / "keys"
+    keys.write_text(f"k1 {base64.b64encode(KEYS['k1']).decode()}\n")
+    env = {"COLUMNS": "300", KEY_FILE_ENV: str(keys)}
+    forget = ["users", "forget", "ann", "--db", store_url, "--app", APP, "--json"]
+    refused = CliRunner().invoke(cli_app, forget, env=env)
+    assert refused.exit_code == 1, refused.output
+    assert "user 'ann' has 1 run" in refused.output and "--cancel-live" in refused.output
+    assert asyncio.run(_rows_at(store_url)) == before  # nothing changed, no audit line
+    done = CliRunner().invoke(cli_app, [*forget, "--cancel-live"], env=env)
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert len(report["cancelled"]) == 1
+    deleted = {t: c["rows"] for t, c in report["deleted"].items()}
+    assert deleted["runs"] == 1 and deleted["jobs"] >= 1
+    assert deleted["journal"] == 1 and deleted["user_state"] == 1
+    after = asyncio.run(_rows_at(store_url))
+    assert after["ann"] == {"sessions": 0, "events": 0, "runs": 0, "jobs": 0, "user_state": 0}
+    assert after["bob"]["sessions"] == 1  # another user's untouched
+    assert after["timers"] == 0  # nothing left to wake
+    assert after["audit"] == [("DONE", None)]
     assert invoices(billing) == [f"invoice:{SECRET}"]  # cancelling acted nowhere
-    audit = await sealed.fetch("forget_requests_list", {"user_id": "ann", "limit": 5})
-    assert [(a["status"], a["reason"]) for a in audit] == [("DONE", "erasure")]
+
+
+async def _paused_with_state(store_url: str, billing: FakeService) -> None:
+    async with open_store(store_url, keyring=keyring("k1")) as store:
+        runner = await paused_fan_out(with_test_sql(store), billing)
+        await runner.sessions.create_session(
+            app_name=APP, user_id="ann", session_id="prefs", state={"user:email": SECRET}
+        )
+
+
+async def _rows_at(store_url: str) -> dict[str, Any]:
+    async with open_store(store_url, keyring=keyring("k1")) as store:
+        jobs = await JobTable(store).list_jobs()
+        audit = await store.fetch("forget_requests_list", {"user_id": "ann", "limit": 5})
+        return {
+            "all": await rows(store),
+            "ann": await rows(store, "ann"),
+            "bob": await rows(store, "bob"),
+            "timers": len([j for j in jobs if j.timer]),
+            "audit": [(a["status"], a["reason"]) for a in audit],
+        }
