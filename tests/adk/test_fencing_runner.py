@@ -388,7 +388,7 @@ async def test_a_drive_that_ends_with_a_call_unanswered_is_never_done(store: Sto
 async def test_a_renewal_that_fails_once_is_retried_and_the_run_ends_done(
     faulty: FaultyStore, counter: Counter
 ) -> None:
-    work = Work(counter, calls=100, pause=0.1)  # outlives two renewal intervals (8 / 3 s)
+    work = Work(counter, calls=25, pause=0.4)  # outlives two renewal intervals (8 / 3 s)
     metrics = Metrics(CollectorRegistry())
     runner = DurableRunner(
         app=agent_with(work.work), app_name=APP, store=faulty, lease=8.0, metrics=metrics
@@ -412,5 +412,5 @@ async def test_a_renewal_that_fails_once_is_retried_and_the_run_ends_done(
     await asyncio.wait_for(driving, 120)
     assert "run_renew_many" not in faulty.fail_next  # the failure did happen
     run = next(r for r in await runner.ledger.list_runs() if r.session_id == "s")
-    assert run.status is RunStatus.DONE and work.finished == 1 and counter.requests == 100
+    assert run.status is RunStatus.DONE and work.finished == 1 and counter.requests == 25
     assert lost_leases(metrics) == 0
