@@ -24,8 +24,10 @@ demo: $(STAMP)
 # The whole suite, both backends. PostgreSQL is started by the test setup;
 # with DURABLE_ADK_REQUIRE_POSTGRES=1 (as .ci/run sets) a missing server fails
 # instead of skipping. pytest exits 5 when it collected no test: that fails too.
+# Work stealing: an idle xdist worker takes tests queued for the other, so the
+# last minutes are not one worker alone with a long tail.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=25 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench $(wildcard examples)
