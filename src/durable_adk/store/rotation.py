@@ -259,6 +259,17 @@ async def rotate(
     return report
 
 
+def _page(first: int, keep: str, batch: int, after: list[Any]) -> dict[str, Any]:
+    """The parameters of one batch: rows not on ``keep`` after the key ``after``."""
+    return {
+        "first": first,
+        "keep": keep,
+        "keep_len": len(keep),
+        "limit": batch,
+        **{f"a{i}": v for i, v in enumerate(after)},
+    }
+
+
 async def _rotate_column(
     store: Store,
     codec: Codec,
@@ -271,13 +282,7 @@ async def _rotate_column(
     after: list[Any] = [None] * len(col.order)
     first = 1
     while True:
-        params: dict[str, Any] = {
-            "first": first,
-            "keep": keep,
-            "keep_len": len(keep),
-            "limit": batch,
-            **{f"a{i}": v for i, v in enumerate(after)},
-        }
+        params = _page(first, keep, batch, after)
         # As stored: the swap names the ciphertext it read (fetch would open it).
         rows = await store._fetch(_qname("batch", col), params)
         moved = 0
@@ -372,13 +377,7 @@ async def _rotate_state(
     after: list[Any] = [None] * len(col.order)
     first = 1
     while True:
-        params: dict[str, Any] = {
-            "first": first,
-            "keep": keep,
-            "keep_len": len(keep),
-            "limit": batch,
-            **{f"a{i}": v for i, v in enumerate(after)},
-        }
+        params = _page(first, keep, batch, after)
         rows = await store._fetch(_qname("batch", col), params)
         for row in rows:
             where = {f"i{i}": row[c] for i, c in enumerate(names)}
