@@ -17,7 +17,10 @@ Then, as a client (the A2A SDK's own client)::
     python -m examples.a2a_invoicer.app send --url http://127.0.0.1:8001 INV-7
     python -m examples.a2a_invoicer.app get --url http://127.0.0.1:8001 TASK_ID
 
-``send`` prints the task as soon as it is accepted (``return_immediately``);
+A ``durable-adk serve`` worker asks for its bearer token on the A2A routes
+too: give it to the client as ``$DURABLE_ADK_TOKEN`` (the worker's
+``--token``, or an ``--a2a-caller`` token). ``send`` prints the task as soon
+as it is accepted (``return_immediately``);
 ``get`` prints where it stands. A killed server's task is taken over when
 its run's lease (``$LEASE_SECONDS``, 30 by default) runs out.
 ``$SLOW_SECONDS`` makes the tool wait before it acts, so there is time to
@@ -122,7 +125,9 @@ async def _client(url: str) -> Any:
     from a2a.client import ClientConfig, ClientFactory
     from a2a.client.card_resolver import A2ACardResolver
 
-    http = httpx.AsyncClient(timeout=60)
+    token = os.environ.get("DURABLE_ADK_TOKEN")  # durable-adk serve's A2A routes need it
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    http = httpx.AsyncClient(timeout=60, headers=headers)
     card = await A2ACardResolver(http, url).get_agent_card()
     return http, ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
 

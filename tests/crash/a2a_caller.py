@@ -24,6 +24,7 @@ import json
 import os
 import sys
 
+import httpx
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.genai import types
@@ -39,9 +40,17 @@ USER = "u"
 
 
 def build_app(card_url: str) -> App:
+    # A served side that asks for a bearer token (durable-adk serve --a2a) gets $DADK_A2A_TOKEN.
+    token = os.environ.get("DADK_A2A_TOKEN")
+    http = (
+        httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"})
+        if token
+        else None
+    )
     researcher = DurableRemoteA2aAgent(
         name="researcher",
         agent_card=card_url,
+        httpx_client=http,
         description="Researches topics.",
         poll_interval=0.05,
         max_poll_interval=0.3,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,11 +15,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
-from a2a.client import ClientConfig, ClientFactory
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.auth import AuthInterceptor, CredentialService
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.client.client import Client
 from a2a.types import (
@@ -32,6 +36,7 @@ from a2a.types import (
 from typer.testing import CliRunner
 
 from durable_adk.store import open_store
+from durable_adk.store.queries import parse_queries
 from durable_adk.tables.ledger import Run, RunLedger
 
 HERE = Path(__file__).parent
@@ -62,13 +67,18 @@ class A2aWorker:
                 self.process.wait(30)
 
 
-def start_worker(db: str, worker_id: str, env: dict[str, str], *, port: int = 0) -> A2aWorker:
-    """Starts a worker serving the invoicer over A2A; returns once it listens."""
+def start_worker(
+    db: str, worker_id: str, env: dict[str, str], *, port: int = 0, extra: tuple[str, ...] = ()
+) -> A2aWorker:
+    """Starts a worker serving the invoicer over A2A; returns once it listens.
+
+    ``extra``: more ``durable-adk serve`` options.
+    """
     command = [
         sys.executable, "-m", "durable_adk.cli", "serve", APP, "--a2a",
         "--db", db, "--port", str(port), "--token", TOKEN, "--worker-id", worker_id,
         "--lease", "2", "--sweep-interval", "0.2", "--drain-seconds", "1",
-        "--max-body-bytes", "65536",
+        "--max-body-bytes", "65536", *extra,
     ]  # fmt: skip
     process = subprocess.Popen(
         command,
@@ -101,12 +111,14 @@ def _drain(process: subprocess.Popen[str], lines: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def workers(db: str, env: dict[str, str], *names: str) -> Iterator[list[A2aWorker]]:
+def workers(
+    db: str, env: dict[str, str], *names: str, extra: tuple[str, ...] = ()
+) -> Iterator[list[A2aWorker]]:
     """Starts the named workers side by side (each import of google-adk takes seconds)."""
     started: list[A2aWorker] = []
     try:
         with concurrent.futures.ThreadPoolExecutor(max(1, len(names))) as pool:
-            futures = [pool.submit(start_worker, db, name, env) for name in names]
+            futures = [pool.submit(start_worker, db, name, env, extra=extra) for name in names]
             failures: list[BaseException] = []
             for future in futures:
                 try:
@@ -121,12 +133,32 @@ def workers(db: str, env: dict[str, str], *names: str) -> Iterator[list[A2aWorke
             list(pool.map(A2aWorker.stop, started))
 
 
+class BearerCredentials(CredentialService):
+    """The SDK's credential service with one token for every scheme (None: no token)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    async def get_credentials(
+        self, security_scheme_name: str, context: ClientCallContext | None
+    ) -> str | None:
+        return self.token
+
+
 @contextlib.asynccontextmanager
-async def a2a_client(base_url: str, *, streaming: bool = False) -> AsyncIterator[Client]:
-    """The SDK's client for the worker at ``base_url`` (from its agent card)."""
+async def a2a_client(
+    base_url: str, *, streaming: bool = False, token: str | None = TOKEN
+) -> AsyncIterator[Client]:
+    """The SDK's client for the worker at ``base_url`` (from its agent card).
+
+    The SDK's AuthInterceptor sends ``token`` as the card's security scheme asks.
+    """
     async with httpx.AsyncClient(timeout=60) as http:
         card = await A2ACardResolver(http, base_url).get_agent_card()
-        yield ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+        auth = AuthInterceptor(BearerCredentials(token))
+        yield ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(
+            card, interceptors=[auth]
+        )
 
 
 def message(
@@ -192,3 +224,86 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(
         ["durable-adk", *args], result.exit_code, result.stdout, result.stderr
     )
+
+
+class Receiver:
+    """Counts every POST; answers 503 while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.refused = 0
+        self.received: list[tuple[dict[str, str], dict[str, Any]]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if receiver.down:
+                    receiver.refused += 1
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                receiver.received.append((dict(self.headers), json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/push"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+COUNT_SQL = """
+-- name: test_a2a_service_rows
+SELECT (SELECT COUNT(*) FROM runs) AS runs, (SELECT COUNT(*) FROM sessions) AS sessions,
+       (SELECT COUNT(*) FROM events) AS events,
+       (SELECT COUNT(*) FROM a2a_tasks) AS tasks,
+       (SELECT COUNT(*) FROM a2a_task_events) AS task_events,
+       (SELECT COUNT(*) FROM a2a_task_runs) AS links,
+       (SELECT COUNT(*) FROM a2a_messages) AS messages,
+       (SELECT COUNT(*) FROM a2a_push_configs) AS push_configs,
+       (SELECT COUNT(*) FROM a2a_push_outbox) AS outbox;
+"""
+
+
+async def rows(db: str) -> dict[str, int]:
+    """How many rows the runs, sessions and every A2A table hold."""
+    async with open_store(db) as store:
+        store.add_queries(parse_queries(COUNT_SQL, store.dialect))
+        row = await store.fetchrow("test_a2a_service_rows", {})
+    assert row is not None
+    return {k: int(v) for k, v in row.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_to_a2a(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts ``uvicorn a2a_to_a2a_app:app`` (``to_a2a(agent, db=)``); its process and base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "a2a_to_a2a_app:app", "--port", str(port),
+         "--log-level", "warning"],
+        cwd=HERE,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "DADK_A2A_DB": db,
+             "DADK_A2A_PORT": str(port), **env},
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/.well-known/agent-card.json", timeout=2).status_code == 200:
+                return process, base
+        except httpx.HTTPError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, "to_a2a did not start"
+        time.sleep(0.2)

@@ -9,17 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from a2a.types import TaskPushNotificationConfig, TaskState
-from a2a_support import TOKEN, a2a_client, cli, message, workers
+from a2a_support import TOKEN, Receiver, a2a_client, cli, message, workers
 
 from durable_adk.a2a_tables.outbox import PushOutbox, PushRecord
 from durable_adk.a2a_tables.tasks import A2aTable
@@ -27,39 +25,6 @@ from durable_adk.store import open_store
 from durable_adk.testing.fakes.process import FakeService
 
 pytestmark = pytest.mark.timeout(240)
-
-
-class Receiver:
-    """Counts every POST; answers 503 while ``down``."""
-
-    def __init__(self) -> None:
-        self.down = True
-        self.refused = 0
-        self.received: list[tuple[dict[str, str], dict[str, Any]]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if receiver.down:
-                    receiver.refused += 1
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                receiver.received.append((dict(self.headers), json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/push"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from a2a_support import runs_of, start_worker, wait_for_file
+from a2a_support import TOKEN, runs_of, start_worker, wait_for_file
 
 from durable_adk.a2a_tables.tasks import A2aTable
 from durable_adk.store import open_store
@@ -50,7 +50,7 @@ async def test_a_caller_waits_through_a_kill_of_the_served_worker_and_the_work_h
         [sys.executable, str(CALLER), "run", store_url, "s1",
          f"http://127.0.0.1:{port}/.well-known/agent-card.json"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "DADK_A2A_TOKEN": TOKEN},
     )  # fmt: skip
     restarted = None
     try:

@@ -28,6 +28,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import UnsupportedOperationError
 from a2a_support import (
+    TOKEN,
     a2a_client,
     answer_text,
     cli,
@@ -199,7 +200,9 @@ async def test_bad_input_gets_the_a2a_error_and_changes_nothing(
             done = await send(client, message("invoice B1"))
         rpc = f"{w1.base_url}/a2a"
         before = len(await runs_of(store_url))
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(
+            timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as http:
 
             async def call(body: object, **kwargs: object) -> httpx.Response:
                 return await http.post(rpc, json=body, headers={"A2A-Version": "1.0"}, **kwargs)  # type: ignore[arg-type]

@@ -3,50 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from a2a.types import GetTaskRequest, TaskState
-from a2a_support import HERE, a2a_client, answer_text, message, runs_of, send, wait_for_file
+from a2a_support import (
+    a2a_client,
+    answer_text,
+    message,
+    runs_of,
+    send,
+    start_to_a2a,
+    wait_for_file,
+)
 
 from durable_adk.testing.fakes.process import FakeService
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "a2a_to_a2a_app:app", "--port", str(port),
-         "--log-level", "warning"],
-        cwd=HERE,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", "DADK_A2A_DB": db,
-             "DADK_A2A_PORT": str(port), **env},
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/.well-known/agent-card.json", timeout=2).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, "to_a2a did not start"
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -61,7 +37,7 @@ async def test_to_a2a_serves_durable_tasks_across_a_kill(
     go = tmp_path / "go"
     go.mkdir()
     env = {"DADK_BILLING_URL": billing.url, "DADK_GO_DIR": str(go)}
-    first, base = start(store_url, env)
+    first, base = start_to_a2a(store_url, env)
     try:
         async with a2a_client(base) as client:
             (go / "T0.go").write_text("go")
@@ -74,7 +50,7 @@ async def test_to_a2a_serves_durable_tasks_across_a_kill(
         first.send_signal(signal.SIGKILL)
         first.wait(30)
     (go / "T1.go").write_text("go")
-    second, base = start(store_url, env)
+    second, base = start_to_a2a(store_url, env)
     try:
         async with a2a_client(base) as client:
             deadline = time.monotonic() + 60

@@ -9,7 +9,9 @@ scheme for a token the client gave; a config with credentials sends them as
 receiver can dedupe on. A 2xx answer marks it sent; anything else, or no
 answer, is tried again after a growing back-off (``backoff`` doubled per
 attempt, at most ``max_backoff``), and after ``max_attempts`` the push is
-DEAD, kept with its last error for operators. A worker killed mid-delivery
+DEAD, kept with its last error for operators; a URL the server's push
+policy refuses now (:mod:`durable_adk.a2a.push_urls`) is never POSTed to:
+its push is DEAD at once, saying why. A worker killed mid-delivery
 loses nothing: the push's lease runs out and another worker sends it again.
 """
 
@@ -23,6 +25,7 @@ import httpx
 
 from durable_adk import errors
 from durable_adk.a2a import codec
+from durable_adk.a2a.push_urls import PushUrlPolicy
 from durable_adk.a2a_tables.outbox import Push, PushOutbox
 from durable_adk.store.base import Store
 
@@ -46,6 +49,7 @@ class PushDelivery:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         max_attempts: int = 10,
+        push_urls: PushUrlPolicy | None = None,
     ) -> None:
         """Binds the delivery to the app's outbox.
 
@@ -58,6 +62,8 @@ class PushDelivery:
             backoff: Seconds before the second attempt, doubled each time.
             max_backoff: The longest wait between two attempts.
             max_attempts: Attempts before the push is DEAD.
+            push_urls: The URLs it sends to (asked again before each POST: a
+                refused URL's push is DEAD at once, never sent).
         """
         if lease <= timeout or max_attempts < 1 or backoff <= 0 or every <= 0:
             raise errors.InvalidArgument(
@@ -70,6 +76,7 @@ class PushDelivery:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_attempts = max_attempts
+        self.push_urls = push_urls or PushUrlPolicy()
 
     async def once(self, http: httpx.AsyncClient) -> int:
         """Sends the pushes due now; returns how many it tried."""
@@ -89,6 +96,15 @@ class PushDelivery:
 
     async def _send(self, http: httpx.AsyncClient, push: Push) -> None:
         config = codec.push_from_text(push.config)
+        refused = self.push_urls.refusal(config.url)
+        if refused is not None:
+            logger.warning(
+                "push %s of task %s not sent: %s", push.idempotency_key, push.task_id, refused
+            )
+            await self.outbox.failed(
+                push, error=f"not sent: {refused}", backoff=0, max_attempts=push.attempts
+            )
+            return
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: push.idempotency_key}
         if config.token:
             headers[TOKEN_HEADER] = config.token

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuilder
@@ -44,8 +44,10 @@ from starlette.routing import BaseRoute
 
 from durable_adk import errors
 from durable_adk.a2a import codec
+from durable_adk.a2a.auth import Callers, declare_bearer, guard_routes
 from durable_adk.a2a.executor import DurableA2aExecutor, cancel_task_runs
 from durable_adk.a2a.push import PushDelivery
+from durable_adk.a2a.push_urls import PushUrlPolicy
 from durable_adk.a2a.stores import (
     DurableEventStream,
     DurablePushConfigStore,
@@ -109,16 +111,28 @@ class DurableRequestHandler(DefaultRequestHandlerV2):
     """The SDK's request handler, answering a re-sent message with the task it started."""
 
     def __init__(
-        self, *, tasks: DurableVersionedTaskStore, stream: DurableEventStream, **kwargs: Any
+        self,
+        *,
+        tasks: DurableVersionedTaskStore,
+        stream: DurableEventStream,
+        push_urls: PushUrlPolicy,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             task_store=tasks,
             event_stream=stream,
             request_context_builder=DedupeContextBuilder(tasks),
+            push_url_validator=push_urls,
             **kwargs,
         )
         self.tasks = tasks
         self.stream = stream
+        self.push_urls = push_urls
+
+    def _check_push_url(self, params: SendMessageRequest) -> None:
+        """Refuses a bad push URL given with a message before its message id is taken."""
+        if params.configuration.HasField("task_push_notification_config"):
+            self.push_urls.check(params.configuration.task_push_notification_config.url)
 
     async def _first_task(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The task a message id took; waits a little for its first save (None: never saved)."""
@@ -133,6 +147,7 @@ class DurableRequestHandler(DefaultRequestHandlerV2):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
         """tasks/send; a re-sent message id gets the task it started, as it stands."""
+        self._check_push_url(params)
         try:
             first: Message | Task = await super().on_message_send(params, context)
             return first
@@ -149,6 +164,7 @@ class DurableRequestHandler(DefaultRequestHandlerV2):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         """message/stream; a re-sent message id streams the task it started from where it stands."""
+        self._check_push_url(params)
         try:
             async for event in super().on_message_send_stream(params, context):
                 yield event
@@ -191,6 +207,8 @@ class DurableA2aServer:
         sync_grace: float = 2.0,
         sync_every: float = 1.0,
         push_options: dict[str, Any] | None = None,
+        callers: Mapping[str, str] | None = None,
+        push_hosts: Sequence[str] | None = None,
     ) -> None:
         """Builds the executor, stores, handler and sync of the app.
 
@@ -205,14 +223,24 @@ class DurableA2aServer:
             sync_every: Seconds between the task sync's passes.
             push_options: :class:`~durable_adk.a2a.push.PushDelivery`'s
                 settings (back-off, attempts, timeout).
+            callers: ``{bearer token: owner}`` admitted to the JSON-RPC routes
+                (:mod:`durable_adk.a2a.auth`; None: no authentication here, the
+                owner is whatever user the app's own middleware set).
+            push_hosts: The only hosts push URLs may name (``*.example.com``:
+                any host under it); None: any host
+                (:class:`~durable_adk.a2a.push_urls.PushUrlPolicy`).
         """
+        self.callers = None if callers is None else Callers(callers)
+        self.push_urls = PushUrlPolicy(push_hosts)
         self.runner = runner
         self.executor = DurableA2aExecutor(runner, config=config)
         self.tasks = DurableVersionedTaskStore(
             runner.store, runner.app_name, on_cancel=self._cancel_runs
         )
         self.stream = DurableEventStream(self.tasks)
-        self.push_configs = DurablePushConfigStore(runner.store, runner.app_name)
+        self.push_configs = DurablePushConfigStore(
+            runner.store, runner.app_name, push_urls=self.push_urls
+        )
         self.sync = TaskSync(
             runner,
             self.tasks,
@@ -221,7 +249,9 @@ class DurableA2aServer:
             grace=sync_grace,
             every=sync_every,
         )
-        self.push = PushDelivery(runner.store, runner.app_name, **(push_options or {}))
+        self.push = PushDelivery(
+            runner.store, runner.app_name, push_urls=self.push_urls, **(push_options or {})
+        )
         self.rpc_url = rpc_url
         self._card = agent_card
         self._handler: DurableRequestHandler | None = None
@@ -236,6 +266,8 @@ class DurableA2aServer:
             card = await AgentCardBuilder(agent=self.runner.agent, rpc_url=self.rpc_url).build()
             self._card = card
         self._card.capabilities.CopyFrom(AgentCapabilities(streaming=True, push_notifications=True))
+        if self.callers is not None:
+            declare_bearer(self._card)
         return self._card
 
     async def handler(self) -> DurableRequestHandler:
@@ -245,6 +277,7 @@ class DurableA2aServer:
                 agent_executor=self.executor,
                 tasks=self.tasks,
                 stream=self.stream,
+                push_urls=self.push_urls,
                 agent_card=await self.agent_card(),
                 push_config_store=self.push_configs,
             )
@@ -259,12 +292,12 @@ class DurableA2aServer:
         """
         prefix = prefix.rstrip("/")
         card = await self.agent_card()
-        return [
-            *create_agent_card_routes(card, card_url=f"{prefix}{CARD_PATH}"),
-            *create_jsonrpc_routes(
-                await self.handler(), rpc_path or prefix or "/", enable_v0_3_compat=True
-            ),
-        ]
+        rpc: Sequence[BaseRoute] = create_jsonrpc_routes(
+            await self.handler(), rpc_path or prefix or "/", enable_v0_3_compat=True
+        )
+        if self.callers is not None:
+            rpc = guard_routes(rpc, self.callers)
+        return [*create_agent_card_routes(card, card_url=f"{prefix}{CARD_PATH}"), *rpc]
 
     def card_names(self, url: str) -> None:
         """Points the served card's interfaces at ``url`` (known once the socket is bound)."""
@@ -304,6 +337,8 @@ def to_a2a(
     rpc_path: str = "",
     agent_card: AgentCard | None = None,
     config: A2aAgentExecutorConfig | None = None,
+    callers: Mapping[str, str] | None = None,
+    push_hosts: Sequence[str] | None = None,
     **runner_options: Any,
 ) -> Starlette:
     """ADK's ``to_a2a`` with durable tasks: a Starlette app serving an agent over A2A.
@@ -325,22 +360,37 @@ def to_a2a(
         rpc_path: A path prefix the routes are mounted under (``""``: the root).
         agent_card: A card to serve instead of the built one.
         config: ADK's converters (``A2aAgentExecutorConfig``).
+        callers: ``{bearer token: owner}``: only these may call the JSON-RPC
+            routes, each owning its own tasks (None: no authentication; see
+            :mod:`durable_adk.a2a.auth`).
+        push_hosts: The only hosts push URLs may name (None: any host; see
+            :mod:`durable_adk.a2a.push_urls`).
         **runner_options: More DurableRunner arguments (with ``agent``), e.g.
             ``lease=``, ``idempotent_tools=``.
 
     Raises:
         durable_adk.errors.InvalidArgument: Neither or both of ``runner`` and
-            ``agent`` with ``db``.
+            ``agent`` with ``db``; a bad caller token or name, or push host.
     """
     by_runner = runner is not None and agent is None and db is None
     by_agent = runner is None and agent is not None and db is not None
     if not (by_runner or by_agent):
         raise errors.InvalidArgument("to_a2a takes a runner, or an agent with db=")
+    if callers is not None:
+        Callers(callers)  # refused now, not when the app starts
+    PushUrlPolicy(push_hosts)
     prefix = "/" + rpc_path.strip("/") if rpc_path.strip("/") else ""
     rpc_url = f"{protocol}://{host}:{port}{prefix}/"
 
     async def serve(app: Starlette, made: DurableRunner) -> AsyncIterator[None]:
-        server = DurableA2aServer(made, agent_card=agent_card, rpc_url=rpc_url, config=config)
+        server = DurableA2aServer(
+            made,
+            agent_card=agent_card,
+            rpc_url=rpc_url,
+            config=config,
+            callers=callers,
+            push_hosts=push_hosts,
+        )
         app.state.durable_a2a = server
         app.router.routes.extend(await server.routes(prefix))
         async with made:

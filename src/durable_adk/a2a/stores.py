@@ -14,7 +14,8 @@
   resubscribing on any worker from the version it last saw misses nothing
   and sees nothing twice.
 * :class:`DurablePushConfigStore` keeps push configs per owner
-  (``get_info`` answers the caller's own; ``get_info_for_dispatch`` all).
+  (``get_info`` answers the caller's own; ``get_info_for_dispatch`` all),
+  refusing a URL its policy refuses (:mod:`durable_adk.a2a.push_urls`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from a2a.types import (
 
 from durable_adk import errors
 from durable_adk.a2a import codec
+from durable_adk.a2a.push_urls import PushUrlPolicy
 from durable_adk.a2a_tables.tasks import TERMINAL_STATES, A2aTable, VersionConflict
 from durable_adk.store.base import Store
 
@@ -271,9 +273,19 @@ def _ends(event: Event) -> bool:
 class DurablePushConfigStore(PushNotificationConfigStore):
     """The SDK's PushNotificationConfigStore on the runs' database, owner-scoped."""
 
-    def __init__(self, store: Store, app_name: str) -> None:
-        """Binds the store to the database and app."""
+    def __init__(
+        self, store: Store, app_name: str, *, push_urls: PushUrlPolicy | None = None
+    ) -> None:
+        """Binds the store to the database and app.
+
+        Args:
+            store: The open durable store (the runs' database).
+            app_name: The app whose tasks these are.
+            push_urls: The URLs a config may name (default: any http(s) URL
+                without credentials, see :mod:`durable_adk.a2a.push_urls`).
+        """
         self.table = A2aTable(store, app_name)
+        self.push_urls = push_urls or PushUrlPolicy()
 
     async def set_info(
         self,
@@ -281,7 +293,12 @@ class DurablePushConfigStore(PushNotificationConfigStore):
         notification_config: TaskPushNotificationConfig,
         context: ServerCallContext,
     ) -> TaskPushNotificationConfig:
-        """Stores the caller's config for the task (same id: replaced) and returns it."""
+        """Stores the caller's config for the task (same id: replaced) and returns it.
+
+        Raises:
+            a2a.utils.errors.InvalidParamsError: The URL is refused; nothing stored.
+        """
+        self.push_urls.check(notification_config.url)
         config = normalize_push_notification_config(task_id, notification_config)
         await self.table.set_push(
             task_id, codec.owner_of(context), config.id, codec.push_to_text(config)

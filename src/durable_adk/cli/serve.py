@@ -141,6 +141,25 @@ def serve(
             "JSON-RPC at /a2a, every task a durable run (needs the a2a extra).",
         ),
     ] = False,
+    a2a_caller: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--a2a-caller",
+            envvar="DURABLE_ADK_A2A_CALLERS",
+            help="NAME=TOKEN (repeatable): an A2A caller admitted with this bearer token, "
+            "owning its own tasks and push configs (the worker's --token is admitted "
+            "too, as the caller with no name). A2A routes only, never the run API.",
+        ),
+    ] = None,
+    a2a_push_hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--a2a-push-hosts",
+            envvar="DURABLE_ADK_A2A_PUSH_HOSTS",
+            help="HOST[,HOST...]: the only hosts A2A push URLs may name "
+            "(*.example.com: any host under it); default: any host.",
+        ),
+    ] = None,
     retention: Annotated[
         str | None,
         typer.Option(
@@ -177,6 +196,13 @@ def serve(
             deadlines.append((tool.strip(), float(seconds)))
         except ValueError:
             _fail(f"--interrupt-deadline takes TOOL=SECONDS, not {spec!r}")
+    callers: list[tuple[str, str]] = []
+    for spec in a2a_caller or ():
+        name, sep, secret = spec.partition("=")
+        if not sep:
+            _fail("--a2a-caller takes NAME=TOKEN")
+        callers.append((name.strip(), secret.strip()))
+    push_hosts = tuple(h.strip() for h in (a2a_push_hosts or "").split(",") if h.strip())
     try:
         policy = (
             None
@@ -206,6 +232,8 @@ def serve(
             key_file=key_file,
             per_user_keys=per_user_keys,
             a2a=a2a,
+            a2a_callers=tuple(callers),
+            a2a_push_hosts=push_hosts,
             retention=policy,
         )
         if a2a:

@@ -180,7 +180,12 @@ async def serve(
             from durable_adk.a2a.mount import mount_a2a
 
             served_a2a = await mount_a2a(
-                http, worker.runner, host=settings.host, port=settings.port
+                http,
+                worker.runner,
+                host=settings.host,
+                port=settings.port,
+                callers=settings.a2a_owners(),
+                push_hosts=settings.a2a_push_hosts,
             )
         config = uvicorn.Config(
             http,

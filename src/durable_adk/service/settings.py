@@ -89,7 +89,13 @@ class ServiceSettings:
             (needs keys), so ``shred_user`` can make them unreadable.
         a2a: Serve the app over A2A too (needs the ``a2a`` extra): the agent
             card at ``/.well-known/agent-card.json``, JSON-RPC at ``/a2a``,
-            every task a durable run (docs/a2a.md).
+            every task a durable run (docs/a2a.md). Its JSON-RPC routes need
+            ``token`` (the caller with no name) or a token of ``a2a_callers``.
+        a2a_callers: ``(name, token)`` pairs: more A2A callers, each admitted
+            with its token and owning its own tasks and push configs (not
+            admitted to the run API).
+        a2a_push_hosts: The only hosts an A2A push URL may name
+            (``*.example.com``: any host under it); empty: any host.
         retention: The app's retention policy, run by the worker's purge loop
             (None, the default: nothing is purged; docs/data.md).
     """
@@ -125,6 +131,8 @@ class ServiceSettings:
     key_file: str | None = None
     per_user_keys: bool = False
     a2a: bool = False
+    a2a_callers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    a2a_push_hosts: tuple[str, ...] = ()
     retention: RetentionPolicy | None = None
 
     def __post_init__(self) -> None:
@@ -167,6 +175,16 @@ class ServiceSettings:
             raise errors.InvalidArgument(
                 f"retention must be a RetentionPolicy, not {type(self.retention).__name__}"
             )
+        if (self.a2a_callers or self.a2a_push_hosts) and not self.a2a:
+            raise errors.InvalidArgument("A2A callers and push hosts need --a2a")
+        names = [name for name, _ in self.a2a_callers]
+        tokens = [self.token, *(secret for _, secret in self.a2a_callers)]
+        if any(not name for name in names) or len(set(names)) != len(names):
+            raise errors.InvalidArgument("every A2A caller needs a name of its own")
+        if len(set(tokens)) != len(tokens):
+            raise errors.InvalidArgument(
+                "every A2A caller needs a token of its own (not the worker's --token)"
+            )
         if not 0 <= self.port <= 65535:
             raise errors.InvalidArgument(f"port must be 0..65535, got {self.port}")
 
@@ -175,6 +193,10 @@ class ServiceSettings:
         if self.key_file is not None:
             return Keyring.from_file(self.key_file)
         return keyring_from_env()
+
+    def a2a_owners(self) -> dict[str, str]:
+        """The bearer tokens of the A2A routes and the owner each names (the worker's: ``""``)."""
+        return {self.token: "", **{secret: name for name, secret in self.a2a_callers}}
 
     @property
     def payload_limits(self) -> PayloadLimits:
