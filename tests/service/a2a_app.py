@@ -10,7 +10,12 @@ kill the worker in the middle of the tool. ``slow invoice N`` first calls
 ``approve_invoice``, which asks for a person's confirmation first (the task
 is input-required until the client answers), then says ``N approved``.
 ``ledger A`` calls ``read_ledger``, which asks the client for a credential
-(the task is auth-required).
+(the task is auth-required). ``report N`` saves files with ADK's artifact
+service: ``draft_report`` saves ``report-N.txt`` (a text part) and
+``notes-N.md`` (text/markdown bytes, never saved again), then
+``send_invoice`` (which waits as above), then ``final_report`` saves a new
+version of ``report-N.txt`` (text/plain bytes) and ``chart-N.png`` (image
+bytes), then it says ``N reported``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from google.adk.agents import LlmAgent
 from google.adk.auth.auth_tool import AuthConfig
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
+from google.genai import types
 
 from durable_adk import journaled
 from durable_adk.demo.service_app import EveryTurn, last_user_text
@@ -34,6 +40,8 @@ from durable_adk.testing.fakes.clients import BillingClient
 from durable_adk.testing.scripted_model import Turn
 
 APP_NAME = "invoicer"
+SECRET = "SECRET-ARTIFACT-5150"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
 
 
 def _billing() -> BillingClient:
@@ -90,6 +98,31 @@ async def read_ledger(account: str, tool_context: ToolContext) -> dict[str, Any]
     return {"status": f"waiting for a credential to read {account}"}
 
 
+async def draft_report(report_id: str, tool_context: ToolContext) -> dict[str, Any]:
+    """Saves the first version of ``report-<id>.txt``, and ``notes-<id>.md`` (saved once)."""
+    version = await tool_context.save_artifact(
+        f"report-{report_id}.txt", types.Part(text=f"report {report_id} draft")
+    )
+    notes = await tool_context.save_artifact(
+        f"notes-{report_id}.md",
+        types.Part.from_bytes(data=f"# notes {report_id}".encode(), mime_type="text/markdown"),
+    )
+    return {"draft": version, "notes": notes}
+
+
+async def final_report(report_id: str, tool_context: ToolContext) -> dict[str, Any]:
+    """Saves the report's next version and its chart."""
+    text = f"report {report_id} final {SECRET}".encode()
+    report = await tool_context.save_artifact(
+        f"report-{report_id}.txt", types.Part.from_bytes(data=text, mime_type="text/plain")
+    )
+    chart = await tool_context.save_artifact(
+        f"chart-{report_id}.png",
+        types.Part.from_bytes(data=PNG + report_id.encode(), mime_type="image/png"),
+    )
+    return {"report": report, "chart": chart}
+
+
 def _answered(request: LlmRequest) -> str | None:
     last = request.contents[-1] if request.contents else None
     for part in (last.parts or ()) if last is not None else ():
@@ -98,6 +131,8 @@ def _answered(request: LlmRequest) -> str | None:
             "prepare_invoice",
             "send_invoice",
             "approve_invoice",
+            "draft_report",
+            "final_report",
         ):
             return response.name
     return None
@@ -107,12 +142,18 @@ def _step(request: LlmRequest) -> Turn:
     words = last_user_text(request).split()
     invoice_id = words[-1] if words else "X"
     answered = _answered(request)
-    if answered == "prepare_invoice":
+    if answered == "prepare_invoice" or answered == "draft_report":
         return Call("send_invoice", {"invoice_id": invoice_id})
+    if answered == "send_invoice" and words and words[0] == "report":
+        return Call("final_report", {"report_id": invoice_id})
+    if answered == "final_report":
+        return Say(f"{invoice_id} reported")
     if answered == "send_invoice":
         return Say(f"{invoice_id} sent")
     if answered == "approve_invoice":
         return Say(f"{invoice_id} approved")
+    if words and words[0] == "report":
+        return Call("draft_report", {"report_id": invoice_id})
     if words and words[0] == "slow":
         return Call("prepare_invoice", {"invoice_id": invoice_id})
     if words and words[0] == "ledger":
@@ -128,5 +169,12 @@ def app() -> LlmAgent:
         name=APP_NAME,
         model=ScriptedModel({APP_NAME: EveryTurn(_step)}),
         instruction="Send invoices with send_invoice.",
-        tools=[prepare_invoice, send_invoice, approve_invoice, read_ledger],
+        tools=[
+            prepare_invoice,
+            send_invoice,
+            approve_invoice,
+            read_ledger,
+            draft_report,
+            final_report,
+        ],
     )

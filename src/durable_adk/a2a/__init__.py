@@ -10,10 +10,14 @@ configs live on the runs' own database (:mod:`durable_adk.a2a_tables.tasks`).
 Modules: ``codec`` (the SDK's protobuf values as stored text, owners),
 ``stores`` (TaskStore, VersionedTaskStore, TaskEventStream,
 PushNotificationConfigStore), ``executor`` (the AgentExecutor that drives
-ADK's A2A conversion through DurableRunner), ``sync`` (tasks whose run ended
-while no worker watched it), ``server`` (the request handler with message-id
-dedupe, the routes, :func:`to_a2a`), ``registry`` (the ``durable+`` task
-store URIs of ADK's service registry).
+ADK's A2A conversion through DurableRunner), ``artifacts`` (the files a run
+saved as the task's artifacts), ``sync`` (tasks whose run ended while no
+worker watched it), ``auth`` (the bearer tokens admitted and the owner each
+names), ``push_urls`` (which push URLs a client may register), ``push``
+(the outbox's delivery), ``server`` (the request handler with message-id
+dedupe, the routes, :func:`to_a2a`), ``mount`` (the routes of
+``durable-adk serve --a2a``), ``registry`` (the ``durable+`` task store URIs
+of ADK's service registry).
 
 Needs the ``a2a`` extra (``pip install 'durable-adk[a2a]'``): importing this
 package without it raises an ImportError that says so. It sits beside

@@ -13,6 +13,9 @@ path refuses is rejected. A run handed back for recovery (a lost lease, a
 transient fault) publishes nothing: the worker that finishes it, or the
 task sync (:mod:`durable_adk.a2a.sync`), publishes the task's end.
 
+The files the run saves (ADK's artifact service) become the task's
+artifacts as they are saved (:mod:`durable_adk.a2a.artifacts`).
+
 Ids: the context id is the session; the invocation the task drives is
 recorded with it (``a2a_task_runs``); every status update carries
 ``durable_adk_run_id``, ``durable_adk_invocation_id`` and
@@ -50,6 +53,7 @@ from google.adk.events.event import Event as AdkEvent
 from google.genai import types
 
 from durable_adk import errors
+from durable_adk.a2a.artifacts import saved_artifact_events, saved_deltas
 from durable_adk.a2a_tables.tasks import A2aTable
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs.path import only_answers
@@ -293,6 +297,19 @@ class DurableA2aExecutor(AgentExecutor):
                     for converted in convert(self.config, event, view, task_id, context_id):
                         aggregator.process_event(converted)
                         await queue.enqueue_event(converted)
+                    deltas = saved_deltas([event])
+                    if deltas:
+                        for update in await saved_artifact_events(
+                            runner.artifact_service,
+                            app_name=runner.app_name,
+                            user_id=user_id,
+                            session_id=session_id,
+                            task_id=task_id,
+                            context_id=context_id,
+                            deltas=deltas,
+                            metadata=metadata,
+                        ):
+                            await queue.enqueue_event(update)
         except errors.Fenced:
             logger.info(
                 "task %s: run %s was taken over; its new owner ends it", task_id, run.run_id

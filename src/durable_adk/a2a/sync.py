@@ -5,7 +5,8 @@ A worker killed while a task is working leaves the task WORKING; recovery
 A2A worker, finds the open tasks whose newest run has ended (one query,
 :meth:`~durable_adk.a2a_tables.tasks.A2aTable.to_sync`), rebuilds what the live
 executor would have published from the invocation's stored events (ADK's
-own converter and aggregator) and saves the task's end with its events,
+own converter and aggregator; the files the run saved that the task does
+not show yet, :mod:`durable_adk.a2a.artifacts`) and saves the task's end with its events,
 compare-and-swap on the version: a live writer that got there first wins and
 the sync moves on. Subscribers on any worker read those events from the
 stream (:class:`~durable_adk.a2a.stores.DurableEventStream`).
@@ -32,6 +33,7 @@ from google.adk.a2a.executor.task_result_aggregator import TaskResultAggregator
 
 from durable_adk import errors
 from durable_adk.a2a import codec
+from durable_adk.a2a.artifacts import saved_artifact_events, saved_deltas, shown_versions
 from durable_adk.a2a.executor import (
     TASK_ID_KEY,
     convert,
@@ -152,12 +154,24 @@ class TaskSync:
             run = await self.runner.ledger.get(linked.run_id)
             if run is None:
                 return False
-            aggregator = await self._replay(
+            aggregator, deltas = await self._replay(
                 task, linked.user_id, linked.session_id, run.invocation_id
             )
-            events = ending_events(
-                task.id, task.context_id, run, aggregator, ids_metadata(task.id, run)
-            )
+            metadata = ids_metadata(task.id, run)
+            events = ending_events(task.id, task.context_id, run, aggregator, metadata)
+            if events:
+                saved = await saved_artifact_events(
+                    self.runner.artifact_service,
+                    app_name=self.runner.app_name,
+                    user_id=linked.user_id,
+                    session_id=linked.session_id,
+                    task_id=task.id,
+                    context_id=task.context_id,
+                    deltas=deltas,
+                    metadata=metadata,
+                    shown=shown_versions(task),
+                )
+                events = [*saved, *events]
         if not events:
             return False
         version = TaskVersion(item.task.version)
@@ -177,18 +191,22 @@ class TaskSync:
 
     async def _replay(
         self, task: Task, user_id: str, session_id: str, invocation_id: str
-    ) -> TaskResultAggregator:
-        """The aggregator of the invocation's stored events, as the live drive built it."""
+    ) -> tuple[TaskResultAggregator, dict[str, int]]:
+        """The aggregator of the invocation's stored events, as the live drive built it,
+        and the newest version of each file they saved."""
         aggregator = TaskResultAggregator()
         session = await self.runner.session_service.get_session(
             app_name=self.runner.app_name, user_id=user_id, session_id=session_id
         )
         if session is None:
-            return aggregator
+            return aggregator, {}
         view = invocation_view(self.runner.app_name, user_id, session_id, invocation_id)
-        for event in session.events:
-            if event.invocation_id != invocation_id or event.author == "user":
-                continue
+        mine = [
+            event
+            for event in session.events
+            if event.invocation_id == invocation_id and event.author != "user"
+        ]
+        for event in mine:
             for converted in convert(self.config, event, view, task.id, task.context_id):
                 aggregator.process_event(converted)
-        return aggregator
+        return aggregator, saved_deltas(mine)
