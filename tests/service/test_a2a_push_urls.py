@@ -6,7 +6,8 @@ credentials in the URL, at most 2048 characters, and with
 InvalidParams (-32602) saying why, before the message id is taken or
 anything runs (rows counted); a config stored before its host was taken off
 the list is never sent to. Through ``durable-adk serve --a2a`` and
-``to_a2a(agent, db=)``, the SDK's own client, both backends.
+``to_a2a(agent, db=)`` (with ``callers=``: a call without the token is 401),
+the SDK's own client, both backends.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from a2a.client.errors import A2AClientError
 from a2a.types import (
     SendMessageConfiguration,
     SendMessageRequest,
@@ -27,10 +29,12 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError
 from a2a_support import (
+    TOKEN,
     Receiver,
     a2a_client,
     message,
     rows,
+    runs_of,
     send,
     start_to_a2a,
     workers,
@@ -167,9 +171,18 @@ async def test_a_stored_push_url_off_the_list_is_never_sent_to(
 async def test_to_a2a_refuses_a_bad_push_url_and_keeps_to_its_push_hosts(
     store_url: str, billing: FakeService, receiver: Receiver
 ) -> None:
-    env = {"DADK_BILLING_URL": billing.url, "DADK_A2A_PUSH_HOSTS": "127.0.0.1"}
+    env = {
+        "DADK_BILLING_URL": billing.url,
+        "DADK_A2A_PUSH_HOSTS": "127.0.0.1",
+        "DADK_A2A_CALLERS": f"carol={TOKEN}",  # to_a2a(callers=): the token is carol's
+    }
     process, base = start_to_a2a(store_url, env)
     try:
+        before = await rows(store_url)
+        async with a2a_client(base, token=None) as anonymous:
+            with pytest.raises(A2AClientError, match="401"):
+                await _send(anonymous, _with_push("invoice H3", receiver.url))
+        assert await rows(store_url) == before
         async with a2a_client(base) as client:
             done = await _send(client, _with_push("invoice H3", receiver.url))
             assert done.status.state == TaskState.TASK_STATE_COMPLETED
@@ -186,6 +199,7 @@ async def test_to_a2a_refuses_a_bad_push_url_and_keeps_to_its_push_hosts(
         process.send_signal(signal.SIGTERM)
         process.wait(30)
     assert billing.acts("invoices", "create") == 2
+    assert {r.user_id for r in await runs_of(store_url)} == {"carol"}
 
 
 async def _outbox(db: str) -> list[PushRecord]:

@@ -7,7 +7,10 @@ tasks/resubscribe and tasks/cancel for any task), the push config store, the
 task sync, and the SDK's request handler taught one thing more: a message id
 already taken in its context (:meth:`~durable_adk.a2a_tables.tasks.A2aTable.claim_message`,
 checked before any work starts) is answered with the task that took it, so a
-re-sent message never starts the work twice.
+re-sent message never starts the work twice. Given callers (bearer
+tokens, :mod:`durable_adk.a2a.auth`), its JSON-RPC routes admit only them
+and the card declares the scheme; push URLs are checked by one policy
+(:mod:`durable_adk.a2a.push_urls`) when set and again before each delivery.
 
 :func:`to_a2a` is ADK's ``to_a2a`` with durable tasks: one call gives the
 Starlette app (agent card at the well-known path, JSON-RPC at the root).
