@@ -15,7 +15,14 @@ service: ``draft_report`` saves ``report-N.txt`` (a text part) and
 ``notes-N.md`` (text/markdown bytes, never saved again), then
 ``send_invoice`` (which waits as above), then ``final_report`` saves a new
 version of ``report-N.txt`` (text/plain bytes) and ``chart-N.png`` (image
-bytes), then it says ``N reported``.
+bytes), then it says ``N reported``. ``remind N`` calls ``durable_sleep``
+for an hour (the run sleeps with no worker holding it), then, woken, says
+``N reminded``.
+
+Deploys: ``$DADK_INVOICE_KEY`` (default ``invoice:{invoice_id}``) is
+``send_invoice``'s journal key template, so a test can deploy code that keys
+it otherwise (drift the deploy rules park); the version comes from the
+worker's ``--app-version``.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
-from durable_adk import journaled
+from durable_adk import journaled, sleep_tool
 from durable_adk.demo.service_app import EveryTurn, last_user_text
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.fakes.clients import BillingClient
@@ -62,7 +69,6 @@ async def _wait_for_go(invoice_id: str) -> None:
         await asyncio.sleep(0.05)
 
 
-@journaled(key="invoice:{invoice_id}", lookup=find_invoice)
 async def send_invoice(invoice_id: str, idempotency_key: str) -> dict[str, Any]:
     """Sends invoice ``invoice_id`` (once, whatever crashes)."""
     await _wait_for_go(invoice_id)
@@ -135,6 +141,8 @@ def _answered(request: LlmRequest) -> str | None:
             "final_report",
         ):
             return response.name
+        if response is not None and response.name == "durable_sleep":
+            return f"durable_sleep:{(response.response or {}).get('status')}"
     return None
 
 
@@ -152,6 +160,12 @@ def _step(request: LlmRequest) -> Turn:
         return Say(f"{invoice_id} sent")
     if answered == "approve_invoice":
         return Say(f"{invoice_id} approved")
+    if answered == "durable_sleep:sleeping":
+        return Say(f"I will remind you of {invoice_id} in an hour")
+    if answered == "durable_sleep:woke":
+        return Say(f"{invoice_id} reminded")
+    if words and words[0] == "remind":
+        return Call("durable_sleep", {"seconds": 3600})
     if words and words[0] == "report":
         return Call("draft_report", {"report_id": invoice_id})
     if words and words[0] == "slow":
@@ -171,10 +185,14 @@ def app() -> LlmAgent:
         instruction="Send invoices with send_invoice.",
         tools=[
             prepare_invoice,
-            send_invoice,
+            journaled(
+                key=os.environ.get("DADK_INVOICE_KEY", "invoice:{invoice_id}"),
+                lookup=find_invoice,
+            )(send_invoice),
             approve_invoice,
             read_ledger,
             draft_report,
             final_report,
+            sleep_tool(),
         ],
     )
