@@ -64,6 +64,8 @@ logger = logging.getLogger("durable_adk.a2a")
 RUN_ID_KEY = "durable_adk_run_id"
 INVOCATION_ID_KEY = "durable_adk_invocation_id"
 TASK_ID_KEY = "durable_adk_task_id"
+RUN_STATUS_KEY = "durable_adk_run_status"
+WAKES_AT_KEY = "durable_adk_wakes_at"
 
 REFUSED = (errors.InvocationCancelled, errors.Conflict, errors.InvalidArgument, errors.NotFound)
 """What the run path answers a continuation it will not take: the task is rejected."""
@@ -135,22 +137,43 @@ def convert(
     return list(found)
 
 
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+async def sleeping_until(table: A2aTable, run: Run) -> float | None:
+    """When a PAUSED run that waits on durable sleeps alone wakes (None: it waits on more)."""
+    if run.status is not RunStatus.PAUSED:
+        return None
+    waits = await table.pause_waits_on(
+        user_id=run.user_id, session_id=run.session_id, invocation_id=run.invocation_id
+    )
+    return waits.wakes_at if waits.only_sleeps else None
+
+
 def ending_events(
     task_id: str,
     context_id: str,
     run: Run,
     aggregator: TaskResultAggregator,
     metadata: dict[str, str],
+    *,
+    wakes_at: float | None = None,
 ) -> list[Event]:
     """The task's last events for the run's ending; empty while the run is not at an end.
 
     DONE: the answer as an artifact, then completed; PAUSED: input-required
-    (auth-required for a credential request) with the question; FAILED:
-    failed with the error; CANCELLED: canceled; PARKED: a working update
-    saying a person must look (an operator's retry or resolve continues it).
+    (auth-required for a credential request) with the question, but working
+    when it waits on durable sleeps alone (``wakes_at``: nobody is asked
+    anything, the run wakes by itself and the task sync publishes its end);
+    FAILED: failed with the error; CANCELLED: canceled; PARKED: a working
+    update saying an operator must look, with the reason (an operator's retry
+    or resolve continues it, an abandon fails it, a cancel cancels it). Every
+    update's metadata names the run's status (``durable_adk_run_status``).
     """
     status = run.status
     message = aggregator.task_status_message
+    metadata = {**metadata, RUN_STATUS_KEY: status.value}
     if status is RunStatus.DONE:
         if aggregator.task_state == TaskState.TASK_STATE_FAILED:
             return [
@@ -179,6 +202,17 @@ def ending_events(
             status_event(task_id, context_id, TaskState.TASK_STATE_COMPLETED, metadata=metadata)
         )
         return found
+    if status is RunStatus.PAUSED and wakes_at is not None:
+        return [
+            status_event(
+                task_id,
+                context_id,
+                TaskState.TASK_STATE_WORKING,
+                text=f"sleeping until {_when(wakes_at)} (a durable sleep): the run wakes by "
+                "itself then and goes on; nothing is asked of you",
+                metadata={**metadata, WAKES_AT_KEY: _when(wakes_at)},
+            )
+        ]
     if status is RunStatus.PAUSED:
         state = (
             TaskState.TASK_STATE_AUTH_REQUIRED
@@ -204,8 +238,10 @@ def ending_events(
                 task_id,
                 context_id,
                 TaskState.TASK_STATE_WORKING,
-                text="parked for an operator: "
-                + (run.last_error or run.classification or "see durable-adk runs show"),
+                text=f"parked for an operator (run {run.run_id}): "
+                + (run.last_error or run.classification or "see durable-adk runs show")
+                + "; an operator's retry or resolve continues it, abandon fails it, "
+                "cancel cancels it",
                 metadata=metadata,
             )
         ]
@@ -334,7 +370,10 @@ class DurableA2aExecutor(AgentExecutor):
             return
         if ended.status is RunStatus.CANCELLED and task_id in self._cancelling:
             return  # cancel() publishes the canceled state
-        for event in ending_events(task_id, context_id, ended, aggregator, metadata):
+        wakes_at = await sleeping_until(self.table, ended)
+        for event in ending_events(
+            task_id, context_id, ended, aggregator, metadata, wakes_at=wakes_at
+        ):
             await queue.enqueue_event(event)
 
     async def _cancel_if_canceled(self, task_id: str) -> None:

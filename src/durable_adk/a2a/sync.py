@@ -14,6 +14,15 @@ stream (:class:`~durable_adk.a2a.stores.DurableEventStream`).
 A task linked to an invocation that has no run ``orphan_grace`` seconds
 later (the worker died between the link and the run's record) is failed
 with a reason: nothing ran, and nothing will.
+
+Runs that stop without ending leave their task open, and the sync says so
+once each: a run parked by recovery (drift on a deploy, an unknown outcome)
+is published as the live drive would (working, with the reason and what an
+operator can do; the operator's retry, resolve, abandon or cancel then ends
+the task through the same pass); a run asleep on a durable sleep alone is
+working, saying when it wakes. A run recorded under a version no live worker
+serves (a pinned deploy whose old workers are gone) is published working
+with a message saying it waits for a worker of its version.
 """
 
 from __future__ import annotations
@@ -35,16 +44,19 @@ from durable_adk import errors
 from durable_adk.a2a import codec
 from durable_adk.a2a.artifacts import saved_artifact_events, saved_deltas, shown_versions
 from durable_adk.a2a.executor import (
+    RUN_STATUS_KEY,
     TASK_ID_KEY,
     convert,
     ending_events,
     ids_metadata,
     invocation_view,
+    sleeping_until,
     status_event,
 )
 from durable_adk.a2a.stores import DurableVersionedTaskStore
 from durable_adk.a2a_tables.tasks import TaskToSync
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.tables.versions import VersionTable
 
 logger = logging.getLogger("durable_adk.a2a")
 
@@ -127,6 +139,48 @@ class TaskSync:
                     done += 1
             except errors.StoreError as exc:
                 logger.warning("task %s: could not publish its end yet: %s", item.task.task_id, exc)
+        return done + await self._waiting()
+
+    async def _waiting(self) -> int:
+        """Publishes, once each, the open tasks whose run waits for a worker of its version."""
+        found = [
+            item
+            for item in await self.tasks.table.unheld(grace=self.grace)
+            if item.task.task_id not in self.active
+        ]
+        if not found:
+            return 0
+        served = {
+            info.version
+            for info in await VersionTable(self.runner.store, self.runner.app_name).report()
+            if info.own_workers or info.continued_by
+        }
+        done = 0
+        for item in found:
+            version = item.run.app_version
+            if version is None or version in served or item.run.run_id is None:
+                continue
+            task = codec.task_from_text(item.task.body)
+            event = status_event(
+                task.id,
+                task.context_id,
+                TaskState.TASK_STATE_WORKING,
+                text=f"waiting for a worker of version {version}: run {item.run.run_id} was "
+                f"started by version {version} and no live worker serves it (the deploy "
+                "rules: a run goes on only on a worker of its version or of one that "
+                "declares it compatible)",
+                metadata={
+                    TASK_ID_KEY: task.id,
+                    RUN_STATUS_KEY: item.run.status or "",
+                    "durable_adk_run_id": item.run.run_id,
+                    "durable_adk_invocation_id": item.run.invocation_id,
+                },
+            )
+            try:
+                if await self._publish(task, item.task.version, item.task.owner, [event]):
+                    done += 1
+            except errors.StoreError as exc:
+                logger.warning("task %s: could not say it waits: %s", task.id, exc)
         return done
 
     async def run(self) -> None:
@@ -158,7 +212,14 @@ class TaskSync:
                 task, linked.user_id, linked.session_id, run.invocation_id
             )
             metadata = ids_metadata(task.id, run)
-            events = ending_events(task.id, task.context_id, run, aggregator, metadata)
+            events = ending_events(
+                task.id,
+                task.context_id,
+                run,
+                aggregator,
+                metadata,
+                wakes_at=await sleeping_until(self.tasks.table, run),
+            )
             if events:
                 saved = await saved_artifact_events(
                     self.runner.artifact_service,
@@ -174,8 +235,15 @@ class TaskSync:
                 events = [*saved, *events]
         if not events:
             return False
-        version = TaskVersion(item.task.version)
-        context = ServerCallContext(user=_Owner(item.task.owner))
+        if not await self._publish(task, item.task.version, item.task.owner, events):
+            return False
+        logger.info("task %s: published its end (%s)", task.id, codec.state_name(task.status.state))
+        return True
+
+    async def _publish(self, task: Task, stored: int, owner: str, events: list[Event]) -> bool:
+        """Saves each event with the task it makes, compare-and-swap from version ``stored``."""
+        version = TaskVersion(stored)
+        context = ServerCallContext(user=_Owner(owner))
         for event in events:
             before = Task()
             before.CopyFrom(task)
@@ -186,14 +254,20 @@ class TaskSync:
                 )
             except ConcurrentTaskModificationError:
                 return False  # a live writer published first
-        logger.info("task %s: published its end (%s)", task.id, codec.state_name(task.status.state))
         return True
 
     async def _replay(
         self, task: Task, user_id: str, session_id: str, invocation_id: str
     ) -> tuple[TaskResultAggregator, dict[str, int]]:
-        """The aggregator of the invocation's stored events, as the live drive built it,
-        and the newest version of each file they saved."""
+        """The aggregator of the invocation's last drive, from its stored events, and the
+        newest version of each file the invocation saved.
+
+        A drive starts at a user's event of the invocation (its message, or the
+        answer that continued it: a client's, a job's, a sleep's wake-up), and
+        the live drive's aggregator saw that drive's events alone; so the
+        replay starts again at each, or a continued invocation would end with
+        the question its pause asked instead of its answer.
+        """
         aggregator = TaskResultAggregator()
         session = await self.runner.session_service.get_session(
             app_name=self.runner.app_name, user_id=user_id, session_id=session_id
@@ -206,7 +280,12 @@ class TaskSync:
             for event in session.events
             if event.invocation_id == invocation_id and event.author != "user"
         ]
-        for event in mine:
+        for event in session.events:
+            if event.invocation_id != invocation_id:
+                continue
+            if event.author == "user":
+                aggregator = TaskResultAggregator()
+                continue
             for converted in convert(self.config, event, view, task.id, task.context_id):
                 aggregator.process_event(converted)
         return aggregator, saved_deltas(mine)

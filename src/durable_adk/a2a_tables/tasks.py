@@ -74,6 +74,21 @@ class TaskRun:
     status: str | None
     last_error: str | None
     classification: str | None
+    app_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PauseWaits:
+    """What a paused invocation waits on: a sleep's wake-up, jobs, questions in the inbox."""
+
+    wakes_at: float | None
+    jobs: int
+    asks: int
+
+    @property
+    def only_sleeps(self) -> bool:
+        """It waits on durable sleeps alone: nobody is asked anything, time answers it."""
+        return self.wakes_at is not None and self.jobs == 0 and self.asks == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,28 +296,40 @@ class A2aTable:
                 "limit": limit,
             },
         )
-        found = []
-        for r in rows:
-            task = StoredTask(
-                task_id=r["task_id"],
-                owner=r["owner"],
-                context_id=r["context_id"],
-                state=r["state"],
-                version=int(r["version"]),
-                body=r["body"],
-            )
-            run = TaskRun(
-                task_id=r["task_id"],
-                user_id=r["user_id"],
-                session_id=r["session_id"],
-                invocation_id=r["invocation_id"],
-                run_id=r["run_id"],
-                status=r["run_status"],
-                last_error=r["last_error"],
-                classification=r["classification"],
-            )
-            found.append(TaskToSync(task=task, run=run))
-        return found
+        return [_to_sync(r) for r in rows]
+
+    async def unheld(self, *, grace: float, limit: int = 50) -> list[TaskToSync]:
+        """Open tasks whose versioned run nobody has held for ``grace`` seconds.
+
+        Each is returned until the task is written again: the caller publishes
+        which of them wait for a worker of their version (each such wait once).
+        """
+        rows = await self.store.fetch(
+            "a2a_tasks_waiting", {"app_name": self.app_name, "grace": grace, "limit": limit}
+        )
+        return [_to_sync(r, app_version=r["app_version"]) for r in rows]
+
+    async def pause_waits_on(
+        self, *, user_id: str, session_id: str, invocation_id: str
+    ) -> PauseWaits:
+        """What the paused invocation waits on (see :class:`PauseWaits`)."""
+        row = await self.store.fetchrow(
+            "a2a_pause_waits_on",
+            {
+                "app_name": self.app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "invocation_id": invocation_id,
+            },
+        )
+        if row is None:
+            return PauseWaits(wakes_at=None, jobs=0, asks=0)
+        wakes_at = row["wakes_at"]
+        return PauseWaits(
+            wakes_at=None if wakes_at is None else float(wakes_at),
+            jobs=int(row["jobs"] or 0),
+            asks=int(row["asks"] or 0),
+        )
 
     async def claim_message(
         self, *, owner: str, context_id: str, message_id: str, task_id: str
@@ -367,6 +394,29 @@ def _stored(row: Row) -> StoredTask:
         version=int(row["version"]),
         body=row["body"],
     )
+
+
+def _to_sync(r: Row, *, app_version: str | None = None) -> TaskToSync:
+    task = StoredTask(
+        task_id=r["task_id"],
+        owner=r["owner"],
+        context_id=r["context_id"],
+        state=r["state"],
+        version=int(r["version"]),
+        body=r["body"],
+    )
+    run = TaskRun(
+        task_id=r["task_id"],
+        user_id=r["user_id"],
+        session_id=r["session_id"],
+        invocation_id=r["invocation_id"],
+        run_id=r["run_id"],
+        status=r["run_status"],
+        last_error=r["last_error"],
+        classification=r["classification"],
+        app_version=app_version,
+    )
+    return TaskToSync(task=task, run=run)
 
 
 def _task_run(row: Row) -> TaskRun:

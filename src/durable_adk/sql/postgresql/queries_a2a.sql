@@ -145,7 +145,10 @@ SELECT l.task_id, t.state, t.context_id, t.owner
 -- Open tasks (submitted or working) of an app whose newest invocation's newest
 -- run has ended (at least :grace seconds ago, so a live drive publishes its own
 -- end first), or whose invocation has no run :orphan_grace seconds after the
--- link (the worker died before the run was recorded).
+-- link (the worker died before the run was recorded). A run PAUSED or PARKED
+-- may leave its task open (a sleep is working; a park is working, for an
+-- operator): such a task is taken only when it was not written since the run
+-- stopped, so each pause or park is published once.
 SELECT t.task_id, t.owner, t.context_id, t.state, t.version, t.body,
        l.user_id, l.session_id, l.invocation_id, r.run_id, r.status AS run_status,
        r.last_error, r.classification
@@ -160,11 +163,50 @@ SELECT t.task_id, t.owner, t.context_id, t.state, t.version, t.body,
                   AND x.session_id = l.session_id AND x.invocation_id = l.invocation_id)
  WHERE t.app_name = :app_name::text
    AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')
-   AND ((r.status IN ('DONE', 'FAILED', 'CANCELLED', 'PAUSED')
-         AND r.updated_at <= extract(epoch FROM clock_timestamp()) - :grace::float8)
+   AND ((r.status IN ('DONE', 'FAILED', 'CANCELLED', 'PAUSED', 'PARKED')
+         AND r.updated_at <= extract(epoch FROM clock_timestamp()) - :grace::float8
+         AND (r.status NOT IN ('PAUSED', 'PARKED') OR t.updated_at < r.updated_at))
         OR (r.pk IS NULL
             AND l.created_at <= extract(epoch FROM clock_timestamp()) - :orphan_grace::float8))
  LIMIT :limit::bigint;
+
+-- name: a2a_tasks_waiting
+-- Open tasks of an app whose newest invocation's newest run is recorded under a
+-- version and nobody holds it (QUEUED, or RUNNING with its lease run out at
+-- least :grace seconds ago), not written since the lease ran out: the caller
+-- says which of them wait for a worker of their version.
+SELECT t.task_id, t.owner, t.context_id, t.state, t.version, t.body,
+       l.user_id, l.session_id, l.invocation_id, r.run_id, r.status AS run_status,
+       r.last_error, r.classification, r.app_version
+  FROM a2a_tasks t
+  JOIN a2a_task_runs l
+    ON l.task_id = t.task_id
+   AND l.invocation_id = (SELECT y.invocation_id FROM a2a_task_runs y WHERE y.task_id = t.task_id
+                           ORDER BY y.created_at DESC, y.invocation_id DESC LIMIT 1)
+  JOIN runs r
+    ON r.pk = (SELECT MAX(pk) FROM runs x
+                WHERE x.app_name = l.app_name AND x.user_id = l.user_id
+                  AND x.session_id = l.session_id AND x.invocation_id = l.invocation_id)
+ WHERE t.app_name = :app_name::text
+   AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')
+   AND r.status IN ('QUEUED', 'RUNNING')
+   AND r.app_version IS NOT NULL
+   AND r.lease_until <= extract(epoch FROM clock_timestamp()) - :grace::float8
+   AND t.updated_at < r.lease_until
+ LIMIT :limit::bigint;
+
+-- name: a2a_pause_waits_on
+-- What a paused invocation waits on: its earliest open timer (a durable sleep),
+-- its open jobs that are not timers, and its open questions in the inbox.
+SELECT (SELECT MIN(j.deadline_at) FROM jobs j
+         WHERE j.invocation_id = :invocation_id::text AND j.timer = 1 AND j.state = 'STARTED')
+         AS wakes_at,
+       (SELECT COUNT(*) FROM jobs j
+         WHERE j.invocation_id = :invocation_id::text AND j.timer = 0 AND j.state = 'STARTED')
+         AS jobs,
+       (SELECT COUNT(*) FROM interrupts i
+         WHERE i.app_name = :app_name::text AND i.user_id = :user_id::text AND i.session_id = :session_id::text
+           AND i.invocation_id = :invocation_id::text AND i.status = 'OPEN') AS asks;
 
 -- name: a2a_message_claim
 -- Takes a message id for a task in its context, or finds the task that took it.
