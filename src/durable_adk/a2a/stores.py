@@ -84,6 +84,10 @@ class _Wakeups:
             found.set()
 
 
+_REMEMBERED = 4096
+"""Tasks whose last stored event a store remembers (the SDK publishes it just after)."""
+
+
 class DurableVersionedTaskStore(VersionedTaskStore):
     """The SDK's VersionedTaskStore on the runs' database (see the module)."""
 
@@ -99,6 +103,8 @@ class DurableVersionedTaskStore(VersionedTaskStore):
         self.table = A2aTable(store, app_name)
         self.on_cancel = on_cancel
         self.wakeups = _Wakeups()
+        self.stored_events: dict[str, int] = {}
+        """The version whose event this process's last save of a task stored (by task)."""
 
     async def save(
         self,
@@ -124,6 +130,11 @@ class DurableVersionedTaskStore(VersionedTaskStore):
             )
         except VersionConflict as exc:
             raise ConcurrentTaskModificationError(task.id) from exc
+        if event is not None:
+            self.stored_events.pop(task.id, None)
+            self.stored_events[task.id] = version
+            if len(self.stored_events) > _REMEMBERED:
+                del self.stored_events[next(iter(self.stored_events))]
         self.wakeups.wake(task.id)
         if state == "TASK_STATE_CANCELED" and self.on_cancel is not None:
             await self.on_cancel(task.id)
@@ -231,11 +242,19 @@ class DurableEventStream(TaskEventStream):
         self.poll = poll
 
     async def publish(self, task_id: str, event: VersionedEvent) -> None:
-        """Stores an event its save did not store, and wakes this process's subscribers."""
+        """Stores an event its save did not store, and wakes this process's subscribers.
+
+        The SDK publishes each event right after the save that made its
+        version; that save stored it in its own unit, so no statement is sent
+        for it again.
+        """
         version = _version_of(event.version)
-        text = codec.event_to_text(event.event)
-        if version and text is not None:
-            await self.tasks.table.publish(task_id, version, text)
+        if version and self.tasks.stored_events.get(task_id) == version:
+            del self.tasks.stored_events[task_id]
+        else:
+            text = codec.event_to_text(event.event)
+            if version and text is not None:
+                await self.tasks.table.publish(task_id, version, text)
         self.tasks.wakeups.wake(task_id)
 
     async def subscribe(
