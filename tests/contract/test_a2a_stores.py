@@ -241,6 +241,46 @@ async def test_a_subscriber_from_a_version_sees_every_later_event_once(store: St
     ]
 
 
+async def test_the_publish_after_a_save_sends_no_statement_and_others_are_stored(
+    store: Store,
+) -> None:
+    """The SDK publishes each event just after the save that stored it: no second write.
+    An event no save of this process stored (another replica's) is stored by the publish."""
+    tasks = DurableVersionedTaskStore(store, "app")
+    stream = DurableEventStream(tasks, poll=0.05)
+    version = await tasks.save(
+        task("t2", TaskState.TASK_STATE_WORKING),
+        event=status("t2", TaskState.TASK_STATE_WORKING),
+        prev=None,
+        prev_version=TaskVersion.MISSING,
+        context=ALICE,
+    )
+    sent: list[str] = []
+    inner = store.fetch
+
+    async def counting(query: str, params: object = None) -> object:
+        sent.append(query)
+        return await inner(query, params)  # type: ignore[arg-type]
+
+    store.fetch = counting  # type: ignore[assignment,method-assign]
+    try:
+        await stream.publish(
+            "t2", VersionedEvent(event=status("t2", TaskState.TASK_STATE_WORKING), version=version)
+        )
+        assert sent == []
+        # published again (its memory of the save spent): stored if missing, never twice
+        later = TaskVersion(int(version._value) + 1)
+        other = status("t2", TaskState.TASK_STATE_INPUT_REQUIRED)
+        for event, at in ((status("t2", TaskState.TASK_STATE_WORKING), version), (other, later)):
+            await stream.publish("t2", VersionedEvent(event=event, version=at))
+        assert sent == ["a2a_event_publish", "a2a_event_publish"]
+    finally:
+        del store.fetch
+    found = await tasks.table.events_after("t2", 0)
+    assert [v for v, _ in found] == [1, 2]
+    assert "TASK_STATE_WORKING" in found[0][1] and "INPUT_REQUIRED" in found[1][1]
+
+
 async def test_a_message_id_is_taken_once_per_context_and_owner(store: Store) -> None:
     table = A2aTable(store, "app")
     first = await table.claim_message(owner="alice", context_id="c", message_id="m", task_id="t1")
