@@ -383,3 +383,64 @@ async def test_sigterm_mid_task_drains_the_a2a_drive_and_another_worker_ends_it(
     (run,) = await runs_of(store_url)
     assert run.status.value == "DONE" and run.owner == "w2"
     assert billing.acts("invoices", "create") == 1
+
+
+async def test_an_input_required_task_follows_answers_and_cancels_made_outside_a2a(
+    store_url: str, tmp_path: Path, billing: FakeService
+) -> None:
+    """A task waits for its client (input-required), but the pause is answered by an
+    operator through the inbox (the CLI through the worker), or the run is cancelled
+    with `runs cancel`: the task follows its run (completed, canceled), each once."""
+    from a2a_support import TOKEN
+
+    from durable_adk.store import open_store
+    from durable_adk.tables.interrupts import InterruptTable
+
+    env = {"DADK_BILLING_URL": billing.url}
+    with workers(store_url, env, "w1") as (w1,):
+        async with a2a_client(w1.base_url) as client:
+            answered = await send(client, message("approve P7"))
+            cancelled = await send(client, message("approve P8"))
+            for task in (answered, cancelled):
+                assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            async with open_store(store_url) as store:
+                (interrupt,) = await InterruptTable(store).list_interrupts(
+                    session_id=answered.context_id
+                )
+            by_inbox = await asyncio.to_thread(
+                cli, "interrupts", "answer", interrupt.call_id, "--approve", "--by", "ana",
+                "--url", w1.base_url, "--token", TOKEN,
+            )  # fmt: skip
+            assert by_inbox.returncode == 0, by_inbox.stdout + by_inbox.stderr
+            run_id = meta(cancelled, "durable_adk_run_id")
+            by_cli = await asyncio.to_thread(
+                cli, "runs", "cancel", run_id, "--by", "ana", "--db", store_url
+            )
+            assert by_cli.returncode == 0, by_cli.stdout + by_cli.stderr
+            for task, state in (
+                (answered, TaskState.TASK_STATE_COMPLETED),
+                (cancelled, TaskState.TASK_STATE_CANCELED),
+            ):
+                deadline = time.monotonic() + 30
+                while True:
+                    got = await client.get_task(GetTaskRequest(id=task.id))
+                    if got.status.state == state:
+                        break
+                    assert time.monotonic() < deadline, got.status
+                    await asyncio.sleep(0.2)
+            done = await client.get_task(GetTaskRequest(id=answered.id))
+            assert answer_text(done) == "P7 approved"
+            await asyncio.sleep(2.5)  # the sync's later passes publish nothing more
+            for task in (answered, cancelled):
+                ends = [
+                    line
+                    for line in (await _events(store_url, task.id)).splitlines()
+                    if "TASK_STATE_COMPLETED" in line or "TASK_STATE_CANCELED" in line
+                ]
+                assert len(ends) == 1, ends
+    assert sorted(r.status.value for r in await runs_of(store_url)) == [
+        "CANCELLED",
+        "DONE",
+        "DONE",
+    ]
+    assert billing.acts("invoices", "create") == 1

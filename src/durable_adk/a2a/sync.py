@@ -22,7 +22,10 @@ operator can do; the operator's retry, resolve, abandon or cancel then ends
 the task through the same pass); a run asleep on a durable sleep alone is
 working, saying when it wakes. A run recorded under a version no live worker
 serves (a pinned deploy whose old workers are gone) is published working
-with a message saying it waits for a worker of its version.
+with a message saying it waits for a worker of its version. A task waiting
+for its client (input-required, auth-required) whose run was continued or
+ended without it (the inbox's answer, a deadline's default, a job's result,
+an operator's cancel) follows its run the same way.
 """
 
 from __future__ import annotations

@@ -286,7 +286,13 @@ class A2aTable:
     async def to_sync(
         self, *, grace: float, orphan_grace: float, limit: int = 50
     ) -> list[TaskToSync]:
-        """Open tasks whose newest run ended ``grace`` seconds ago or more, or has no run."""
+        """Tasks whose newest run stopped ``grace`` seconds ago or more, not yet published.
+
+        Open tasks whose run ended (or was never recorded); tasks whose run
+        paused or parked since their last write; tasks waiting for their
+        client whose run went on without it and stopped since (query
+        ``a2a_tasks_to_sync``).
+        """
         rows = await self.store.fetch(
             "a2a_tasks_to_sync",
             {

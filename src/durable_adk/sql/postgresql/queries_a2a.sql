@@ -142,13 +142,16 @@ SELECT l.task_id, t.state, t.context_id, t.owner
  ORDER BY l.created_at;
 
 -- name: a2a_tasks_to_sync
--- Open tasks (submitted or working) of an app whose newest invocation's newest
+-- Tasks not ended of an app whose newest invocation's newest
 -- run has ended (at least :grace seconds ago, so a live drive publishes its own
 -- end first), or whose invocation has no run :orphan_grace seconds after the
 -- link (the worker died before the run was recorded). A run PAUSED or PARKED
 -- may leave its task open (a sleep is working; a park is working, for an
 -- operator): such a task is taken only when it was not written since the run
--- stopped, so each pause or park is published once.
+-- stopped, so each pause or park is published once. A task waiting for its
+-- client (input-required, auth-required) is taken when a run its client did
+-- not send moved it on since (the inbox's answer, a deadline's default, a
+-- job's result, an operator's cancel) and stopped.
 SELECT t.task_id, t.owner, t.context_id, t.state, t.version, t.body,
        l.user_id, l.session_id, l.invocation_id, r.run_id, r.status AS run_status,
        r.last_error, r.classification
@@ -162,11 +165,14 @@ SELECT t.task_id, t.owner, t.context_id, t.state, t.version, t.body,
                 WHERE x.app_name = l.app_name AND x.user_id = l.user_id
                   AND x.session_id = l.session_id AND x.invocation_id = l.invocation_id)
  WHERE t.app_name = :app_name::text
-   AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')
+   AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING',
+                   'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
    AND ((r.status IN ('DONE', 'FAILED', 'CANCELLED', 'PAUSED', 'PARKED')
          AND r.updated_at <= extract(epoch FROM clock_timestamp()) - :grace::float8
-         AND (r.status NOT IN ('PAUSED', 'PARKED') OR t.updated_at < r.updated_at))
-        OR (r.pk IS NULL
+         AND ((t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')
+               AND r.status NOT IN ('PAUSED', 'PARKED'))
+              OR t.updated_at < r.updated_at))
+        OR (r.pk IS NULL AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')
             AND l.created_at <= extract(epoch FROM clock_timestamp()) - :orphan_grace::float8))
  LIMIT :limit::bigint;
 
