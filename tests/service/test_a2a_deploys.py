@@ -109,7 +109,7 @@ def fleet(db: str, env: dict[str, str], **versions: tuple[str, ...]) -> Iterator
     try:
         with concurrent.futures.ThreadPoolExecutor(len(versions)) as pool:
             futures = [
-                pool.submit(start_worker, db, name.replace("_", "-"), env, args=args)
+                pool.submit(start_worker, db, name.replace("_", "-"), env, extra=args)
                 for name, args in versions.items()
             ]
             for future in futures:
@@ -233,7 +233,7 @@ async def test_drift_parks_the_task_truthfully_and_the_operator_ends_it(
     env = {"DADK_BILLING_URL": billing.url, "DADK_GO_DIR": str(go)}
     names = ("F1", "F2", "F3", "F4")
     DB[0] = store_url
-    with workers(store_url, env, "w-1.0", args=V1) as (old,):
+    with workers(store_url, env, "w-1.0", extra=V1) as (old,):
         async with a2a_client(old.base_url) as on_old:
             tasks = {
                 n: await send(on_old, message(f"invoice {n}"), return_immediately=True)
@@ -244,7 +244,7 @@ async def test_drift_parks_the_task_truthfully_and_the_operator_ends_it(
         old.kill()
     for n in names:
         (go / f"{n}.go").write_text("go")
-    with workers(store_url, {**env, **DRIFTED_KEY}, "w-2.0", args=V2_COMPATIBLE) as (new,):
+    with workers(store_url, {**env, **DRIFTED_KEY}, "w-2.0", extra=V2_COMPATIBLE) as (new,):
         async with a2a_client(new.base_url) as on_new:
             parked = {
                 n: await _until(
@@ -279,7 +279,7 @@ async def test_drift_parks_the_task_truthfully_and_the_operator_ends_it(
             )
     # the fix is deployed (2.1: 1.0's code, declaring 1.0 compatible), 2.0 is gone
     fixed = ("--app-version", "2.1", "--compatible-version", "1.0")
-    with workers(store_url, env, "w-2.1", args=fixed) as (repaired,):
+    with workers(store_url, env, "w-2.1", extra=fixed) as (repaired,):
         for args in (
             ("runs", "resolve", runs["F3"], "--result", '{"invoice": "manual"}', *db),
             ("runs", "retry", runs["F4"], *db),
