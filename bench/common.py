@@ -461,3 +461,72 @@ async def replay_store_calls(store: Any, calls: Units) -> None:
     replay = Replay(store)
     for query, params in calls:
         await replay.send(query, params)
+
+
+# ------------------------------------------------ the physical bound (issue 45)
+
+
+def unit_bytes(params: dict[str, Any]) -> str:
+    """The bytes a recorded unit carries to the database: its text parameters, joined.
+
+    Event JSON, state deltas, the run's request, ids: what a bare commit of
+    "the same bytes" writes in one row (numbers and NULLs are a few bytes
+    and left out).
+    """
+    return "\n".join(v for v in params.values() if isinstance(v, str))
+
+
+class BareCommits:
+    """One bare commit per call: a single autocommit INSERT of a text, through the
+    driver alone (no library code), as durable as our store's units.
+
+    SQLite: ``sqlite3`` in autocommit mode (one statement is its own
+    transaction), WAL + synchronous=FULL as SqliteStore opens its files, on
+    the caller's thread as SqliteStore's ``inline`` units run. PostgreSQL: an
+    asyncpg pool opened as PostgresStore opens it (no reset round trip), one
+    ``execute``. Open on a database of its own or on the store's (its table,
+    ``bare_rows``, is its own).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.commits = 0
+        self._sqlite: sqlite3.Connection | None = None
+        self._pool: Any = None
+
+    async def open(self) -> BareCommits:
+        create = "CREATE TABLE IF NOT EXISTS bare_rows (id {pk}, x TEXT NOT NULL)"
+        if self.url.startswith("sqlite:///"):
+            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(create.format(pk="INTEGER PRIMARY KEY"))
+            self._sqlite = conn
+        else:
+            import asyncpg  # only the benches that start PostgreSQL need it
+
+            async def no_reset(connection: Any) -> None:
+                return None
+
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=10, reset=no_reset
+            )
+            await self._pool.execute(create.format(pk="bigserial PRIMARY KEY"))
+        return self
+
+    async def commit(self, payload: str) -> None:
+        """One statement, committed before it returns."""
+        self.commits += 1
+        if self._sqlite is not None:
+            self._sqlite.execute("INSERT INTO bare_rows (x) VALUES (?)", (payload,))
+        else:
+            await self._pool.execute("INSERT INTO bare_rows (x) VALUES ($1)", payload)
+
+    async def close(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
+            self._sqlite = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None

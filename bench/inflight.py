@@ -39,7 +39,11 @@ between runs by more than the gaps measured):
   makes them, as many runs in flight. With no admission its loop is as
   crowded as ADK's, so at high counts it is not a bound; the bound is the
   durable children's units replayed apart after the window, added to ADK's
-  CPU per run.
+  CPU per run;
+* the physical bound (``bare-sqlite``, ``bare-postgresql``, issue 45): the
+  same, but with one bare commit of the unit's bytes (a single autocommit
+  INSERT through the driver alone, :class:`bench.common.BareCommits`) at
+  each point where DurableRunner makes a unit.
 
 Reported per contender and size: runs/s; p50/p99 latency *added per event*
 (from the moment the model's answer or the tool's result is ready to the
@@ -110,6 +114,8 @@ CONTENDERS = (
     "adk-db-postgresql",
     "inline-sqlite",
     "inline-postgresql",
+    "bare-sqlite",
+    "bare-postgresql",
 )
 LABELS = {
     "adk-memory": "ADK Runner + InMemorySessionService",
@@ -124,6 +130,10 @@ LABELS = {
     "inline-sqlite": "reference: ADK Runner + InMemorySessionService, our units inline (sqlite)",
     "inline-postgresql": (
         "reference: ADK Runner + InMemorySessionService, our units inline (postgresql)"
+    ),
+    "bare-sqlite": "bound: ADK Runner + InMemorySessionService, a bare commit per unit (sqlite)",
+    "bare-postgresql": (
+        "bound: ADK Runner + InMemorySessionService, a bare commit per unit (postgresql)"
     ),
 }
 HEARTBEATS = frozenset({"run_renew_many", "run_renew"})
@@ -316,7 +326,7 @@ class Driver:
 
             if self.contender == "adk-memory":
                 service: Any = InMemorySessionService()
-            elif self.contender.startswith("inline-"):
+            elif self.contender.startswith(("inline-", "bare-")):
                 service = await self._units_inline(app)
             else:
                 service = DatabaseSessionService(db_url=self.url)
@@ -333,8 +343,8 @@ class Driver:
         of ADK's Runner then sends the same units (fresh ids) at the same
         points (:class:`bench.runner.UnitsAtTheirPoints`).
         """
-        from bench.common import record_store_calls_at
-        from bench.runner import UnitsAtTheirPoints
+        from bench.common import BareCommits, record_store_calls_at
+        from bench.runner import BareAtTheirPoints, UnitsAtTheirPoints
         from durable_adk.adk.runner import DurableRunner
         from durable_adk.store import open_store
 
@@ -354,6 +364,11 @@ class Driver:
 
         await one()  # warm: the first run also checks once for a sweeper
         placed = await record_store_calls_at(store, one, durable.sessions, skip=HEARTBEATS)
+        if self.contender.startswith("bare-"):
+            # The physical bound: one bare commit of the same bytes at each unit's point.
+            bare = await BareCommits(self.url).open()
+            self._stack.push_async_callback(bare.close)
+            return BareAtTheirPoints(store, placed, bare)
         return UnitsAtTheirPoints(store, placed)
 
     async def close(self) -> None:
@@ -596,12 +611,12 @@ class Databases:
         name = f"inflight_{self.n}"
         if contender == "adk-memory":
             return "memory://"
-        if contender.startswith(("durable-sqlite", "inline-sqlite")):
+        if contender.startswith(("durable-sqlite", "inline-sqlite", "bare-sqlite")):
             return f"sqlite:///{self.tmp / name}.db"
         if contender == "adk-db-sqlite":
             return f"sqlite+aiosqlite:///{self.tmp / name}.db"
         url = self.pg.create_database(name)
-        if contender.startswith(("durable-postgresql", "inline-postgresql")):
+        if contender.startswith(("durable-postgresql", "inline-postgresql", "bare-postgresql")):
             from durable_adk.store import open_store
 
             async with open_store(url):  # the schema, before the timed child
@@ -701,9 +716,20 @@ def over_pairs(
     return statistics.median(values), values
 
 
-def bounds(apart: tuple[float, list[float]], inline: tuple[float, list[float]]) -> str:
-    """The bound column: our units replayed apart, and ADK's Runner making them inline."""
+def bounds(
+    apart: tuple[float, list[float]],
+    inline: tuple[float, list[float]],
+    bare: tuple[float, list[float]] = (math.nan, []),
+    ours_vs_bare: tuple[float, list[float]] = (math.nan, []),
+) -> str:
+    """The bound column: the physical bound (ADK's Runner with a bare commit per unit,
+    and ours over it), our units replayed apart, and ADK's Runner making them inline."""
     parts = []
+    if bare[1]:
+        parts.append(
+            f"physical bound, a bare commit at each unit: {over_repeats(bare)}"
+            + (f"; ours / it {over_repeats(ours_vs_bare)}" if ours_vs_bare[1] else "")
+        )
     if apart[1]:
         parts.append(f"units replayed apart: {over_repeats(apart)}")
     if inline[1]:
@@ -963,19 +989,25 @@ def target_table(results: list[dict[str, Any]], args: argparse.Namespace) -> str
             inline = f"inline-{name.removeprefix('durable-')}"
             cpu_inline = ratio_over_repeats(results, size, inline, "adk-memory", per_run_cpu)
             rate_inline = ratio_over_repeats(results, size, inline, "adk-memory", runs_per_s)
+            # The physical bound: ADK's Runner with one bare commit at each unit's point.
+            bare = f"bare-{name.removeprefix('durable-')}"
+            cpu_bare = ratio_over_repeats(results, size, bare, "adk-memory", per_run_cpu)
+            rate_bare = ratio_over_repeats(results, size, bare, "adk-memory", runs_per_s)
+            cpu_vs_bare = ratio_over_repeats(results, size, name, bare, per_run_cpu)
+            rate_vs_bare = ratio_over_repeats(results, size, name, bare, runs_per_s)
             add(
                 f"worker CPU per run / in-memory Runner's at {size} in flight",
                 over_repeats(cpu),
                 f"<= {CPU_VS_MEMORY_TARGET:g}x",
                 cpu[0] <= CPU_VS_MEMORY_TARGET,
-                bounds(cpu_floor, cpu_inline),
+                bounds(cpu_floor, cpu_inline, cpu_bare, cpu_vs_bare),
             )
             add(
                 f"runs/s / in-memory Runner's at {size} in flight",
                 over_repeats(rate),
                 f">= {RUNS_VS_MEMORY_TARGET:g}x",
                 rate[0] >= RUNS_VS_MEMORY_TARGET,
-                bounds(rate_floor, rate_inline),
+                bounds(rate_floor, rate_inline, rate_bare, rate_vs_bare),
             )
             add(
                 f"p99 added per event at {size} in flight, ours / the in-memory Runner's",

@@ -112,21 +112,25 @@ TWO_WORKERS_TARGET = 1.7  # two workers' throughput over one worker's, at least
 CPU_RATIO_TARGET = 1.3  # one worker's CPU per recovered run / ADK in-memory's, at most
 
 # What a configuration's processes do (bench/recovery_worker.py modes).
-RECOVER, STEPS, ADK, ADK_ONE, INLINE, FLOOR = (
+RECOVER, STEPS, ADK, ADK_ONE, INLINE, BARE, FLOOR = (
     "recover",
     "steps",
     "adk",
     "adk_one",
     "inline",
+    "bare",
     "floor",
 )
-KINDS = (RECOVER, STEPS, ADK, ADK_ONE, INLINE, FLOOR)
+KINDS = (RECOVER, STEPS, ADK, ADK_ONE, INLINE, BARE, FLOOR)
 MODE_ARGS: dict[str, list[str]] = {
     RECOVER: [],
     STEPS: ["--mode", "steps", "--concurrency", "1"],
     ADK: ["--mode", "adk"],
     ADK_ONE: ["--mode", "adk", "--concurrency", "1"],
     INLINE: ["--mode", "inline"],
+    # The physical bound (issue 45): a bare commit where a recovery makes a unit
+    # (claim, call, answer, finish), the claim reading what it needs itself.
+    BARE: ["--mode", "inline", "--reads", "0"],
     FLOOR: ["--mode", "floor"],
 }
 KIND_LABEL = {
@@ -135,6 +139,7 @@ KIND_LABEL = {
     ADK: "ADK Runner + InMemorySessionService, same remaining work",
     ADK_ONE: "ADK Runner + InMemorySessionService, same work, one at a time",
     INLINE: "ADK Runner + InMemorySessionService making the round trips at their points",
+    BARE: "ADK Runner + InMemorySessionService, a bare commit at each unit's point (no reads)",
     FLOOR: "round trips only (bare INSERTs and SELECTs)",
 }
 _READ_PREFIXES = ("load_", "get_", "list_", "find_")
@@ -704,6 +709,7 @@ async def run(quick: bool = False) -> str:
             (RECOVER, 2),
             (ADK, 1),
             (INLINE, 1),
+            (BARE, 1),
             (FLOOR, 1),
             (STEPS, 1),
             (ADK_ONE, 1),
@@ -746,6 +752,7 @@ async def run(quick: bool = False) -> str:
     adk = {c.round_no: c for c in results if c.kind == ADK}
     floor = {c.round_no: c for c in results if c.kind == FLOOR}
     inline = {c.round_no: c for c in results if c.kind == INLINE}
+    bare = {c.round_no: c for c in results if c.kind == BARE}
     ratios = [b.throughput / a.throughput for a, b in zip(one, two, strict=True)]
     speedup = median(ratios)
     one_rate = median([c.throughput for c in one])
@@ -764,6 +771,9 @@ async def run(quick: bool = False) -> str:
     )
     # The same worker measured as one: ADK's Runner making those round trips inline.
     ratio_bound = median([inline[r].cpu_per_run / adk[r].cpu_per_run for r in adk])
+    # The physical bound (issue 45): a bare commit at each unit's point, no separate read.
+    bare_bound = median([bare[r].cpu_per_run / adk[r].cpu_per_run for r in adk])
+    vs_bare = median([c.cpu_per_run / bare[c.round_no].cpu_per_run for c in one])
     inline_trips = {
         what: median(
             [sum(x["statements"][what] for x in c.reports) / c.recovered for c in inline.values()]
@@ -815,6 +825,8 @@ async def run(quick: bool = False) -> str:
             f"{fmt_ratio(cpu_ratio)} ({fmt_ms(w1_cpu)} / {fmt_ms(adk_cpu)})",
             f"<= {CPU_RATIO_TARGET}x",
             v_cpu,
+            f"physical bound, ADK with a bare commit at each unit's point / ADK: "
+            f"{fmt_ratio(bare_bound)}, ours / it {fmt_ratio(vs_bare)}; "
             f"ADK making the round trips at their points / ADK: {fmt_ratio(ratio_bound)} "
             f"(added apart: {fmt_ratio(apart_bound)}); profile, one at a time: drive alone "
             f"/ ADK {fmt_ratio(drive_ratio)}",
@@ -983,7 +995,11 @@ async def run(quick: bool = False) -> str:
         "is that runner, whose only cost beyond ADK's is its round trips: "
         f"**{fmt_ratio(ratio_bound)}** of ADK's (ADK's CPU and the floor's added apart: "
         f"{fmt_ratio(apart_bound)}; a round trip awaited inside ADK's run also slows ADK's "
-        "own work between them, which the sum apart does not count); the rate's "
+        "own work between them, which the sum apart does not count). The physical bound "
+        "(issue 45, `--mode inline --reads 0`): the same runner making only a bare commit "
+        "where a recovery makes a unit (its claim, the call, the answer, the end), no "
+        f"session read (a claim could return what it needs): **{fmt_ratio(bare_bound)}** of "
+        f"ADK's; one worker's recovery is {fmt_ratio(vs_bare)} of it. The rate's "
         f"bounds are the floor's rate (**{floor_rate:.0f} runs/s**: waits for the round trips "
         "alone) and 1 / (ADK's CPU + the floor's CPU) per run (**"
         f"{core_bound:.0f} runs/s** with a whole core). ADK alone, without a database, "

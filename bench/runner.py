@@ -25,7 +25,10 @@ resumability on, as DurableRunner requires):
   store calls replayed apart (a loop of units, no runner); and the bound the
   targets are judged against, ADK's in-memory Runner making the run's own
   units inline at the points where DurableRunner makes them
-  (:class:`UnitsAtTheirPoints`): a runner whose only cost is its units.
+  (:class:`UnitsAtTheirPoints`): a runner whose only cost is its units;
+  and the physical bound (issue 45, :class:`BareAtTheirPoints`): ADK's
+  in-memory Runner with one bare commit of the same bytes (one statement,
+  through the driver alone) at each of those points.
 
 Timed: everything a caller does for one run on a new session. ADK's Runner
 needs the session to exist (``create_session``, then ``run_async`` drained);
@@ -64,6 +67,7 @@ from google.adk.sessions.database_session_service import DatabaseSessionService
 from google.genai import types
 
 from bench.common import (
+    BareCommits,
     OtherLoad,
     PlacedUnits,
     Replay,
@@ -81,6 +85,7 @@ from bench.common import (
     replay_store_calls,
     rotate,
     server_version,
+    unit_bytes,
     verdict,
 )
 from bench.sessions import (
@@ -330,6 +335,43 @@ class UnitsAtTheirPoints(InMemorySessionService):
         return out
 
 
+class BareAtTheirPoints(UnitsAtTheirPoints):
+    """ADK's in-memory session service with one bare commit where a recorded run made a unit.
+
+    The physical bound (issue 45): at each point of ADK's run where the
+    recorded DurableRunner run wrote a unit, one single-statement commit of
+    the same bytes (:func:`bench.common.unit_bytes` of the unit's parameters)
+    through the driver alone (:class:`bench.common.BareCommits`): no library
+    code, no fence, no indexes but the row's key. The recorded run's reads
+    (none on a one-tool run's hot path) are left out.
+    """
+
+    def __init__(self, store: Store, units: PlacedUnits, bare: BareCommits) -> None:
+        writes = [(q, p, at) for q, p, at in units if store.writes(q)]
+        super().__init__(store, writes)
+        self.bare = bare
+        self._payloads = {id(p): unit_bytes(p) for _q, p, _at in writes}
+
+    async def _send_at(self, replay: Replay, appended: int) -> None:
+        for _query, params, at in self.units:
+            if at == appended:
+                await self.bare.commit(self._payloads[id(params)])
+
+
+class BareAtTheirPointsContender(AdkContender):
+    """ADK's in-memory Runner with one bare commit at each point of a unit (the physical bound)."""
+
+    def __init__(self, of: DurableContender, units: PlacedUnits, bare: BareCommits) -> None:
+        service = BareAtTheirPoints(of.store, units, bare)
+        super().__init__(
+            f"bound: in-memory, {len(service.units)} bare commits at its units' points "
+            f"({of.backend})",
+            of.backend,
+            service,
+        )
+        self.of = of.name
+
+
 class UnitsInterleavedContender(AdkContender):
     """ADK's in-memory Runner with a DurableRunner run's units at their points (the bound)."""
 
@@ -402,13 +444,25 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
             {(c.backend, c.commits_per_run) for c in contenders if isinstance(c, DurableContender)}
         )
         contenders += [RawCommitsContender(b, raws[b], n) for b, n in floors]
-        # One recorded run per barrier contender serves both bounds: its units
-        # replayed apart, and made inline at their points in ADK's run.
+        bares: dict[str, BareCommits] = {
+            "sqlite": BareCommits(f"sqlite:///{tmp / 'runner_bare.db'}"),
+            "postgresql": BareCommits(pg.create_database("runner_bare")),
+        }
+        for bare in bares.values():
+            await bare.open()
+            stack.push_async_callback(bare.close)
+        # One recorded run per barrier contender serves the three bounds: its units
+        # replayed apart, made inline at their points in ADK's run, and one bare
+        # commit of the same bytes at each of those points (the physical bound).
         for c in [c for c in contenders if isinstance(c, DurableContender)]:
             if c.commits == "barrier":
                 placed = await UnitsInterleavedContender.record(c)
                 units = [(query, params) for query, params, _at in placed]
-                contenders += [UnitsReplayContender(c, units), UnitsInterleavedContender(c, placed)]
+                contenders += [
+                    UnitsReplayContender(c, units),
+                    UnitsInterleavedContender(c, placed),
+                    BareAtTheirPointsContender(c, placed, bares[c.backend]),
+                ]
         yield contenders
 
 
@@ -606,7 +660,7 @@ def target_rows(
             a
             for a in contenders
             if isinstance(a, AdkContender)
-            and not isinstance(a, UnitsInterleavedContender)
+            and not isinstance(a, (UnitsInterleavedContender, BareAtTheirPointsContender))
             and a.backend == backend
         )
         raw = next(
@@ -623,6 +677,10 @@ def target_rows(
         units = [IN_MEMORY, replay.name] if replay is not None else None
         inline = next(
             (u for u in contenders if isinstance(u, UnitsInterleavedContender) and u.of == ours),
+            None,
+        )
+        bare = next(
+            (u for u in contenders if isinstance(u, BareAtTheirPointsContender) and u.of == ours),
             None,
         )
         for label, target, at_least, bound in (
@@ -680,6 +738,18 @@ def target_rows(
                             else r.round_ratio(adk.name, inline.name)
                         )
                         + "**"
+                    )
+                    + (
+                        ""
+                        if bare is None
+                        else "; physical bound, one bare commit at each unit's point: "
+                        + fmt_ratio(
+                            r.round_ratio(bare.name, IN_MEMORY)
+                            if not at_least
+                            else r.round_ratio(adk.name, bare.name)
+                        )
+                        + f", ours / it {fmt_ratio(r.round_ratio(ours, bare.name))}"
+                        f" (p10 {fmt_ratio(r.low_ratio(ours, bare.name))})"
                     ),
                 ]
             )
@@ -781,7 +851,11 @@ async def run(quick: bool = False) -> str:
         "the raw baselines of `bench/sessions.py` "
         "(same driver and execution pattern as our store), interleaved like the others: "
         "*in-memory + floor* is what a runner whose only cost is its commits would take, "
-        "which bounds both targets (last column of the targets table). *process CPU per run*: "
+        "which bounds both targets (last column of the targets table). *bound: ... bare "
+        "commits at its units' points*: the physical bound (issue 45), ADK's in-memory Runner "
+        "with one bare commit (a single autocommit INSERT of the unit's text parameters, "
+        "through sqlite3 or asyncpg alone) at each point of its run where DurableRunner "
+        "makes a unit. *process CPU per run*: "
         "`time.process_time()` over the run (every thread of the process; the PostgreSQL "
         "server's CPU is not in it)."
     )
