@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from durable_adk.store.queries import load_queries, parse_queries
+from durable_adk.store.queries import expand_fragments, load_queries, parse_queries
 from durable_adk.store.sqlite import arguments, run_unit
 
 UNIT = """
@@ -115,6 +115,35 @@ def test_a_skipped_statement_is_not_run_and_the_others_are() -> None:
         ("b", "x"),
         ("b", "y"),
     ]
+
+
+FRAGMENT = """
+-- name: tail fragment
+-- What a unit appends (its comment stays here).
+-- skip when :note IS NULL
+INSERT INTO notes (key, note) SELECT :key, :note WHERE :note IS NOT NULL;
+
+-- name: put_with_tail
+INSERT INTO kv (key, value) VALUES (:key, :value);
+-- use: tail
+"""
+
+
+def test_a_fragment_keeps_its_skip_markers_where_it_is_used() -> None:
+    (text,) = expand_fragments([FRAGMENT])
+    assert "its comment stays here" not in text
+    query = parse_queries(text, "sqlite")["put_with_tail"]
+    assert query.skips == ((), ("note",))
+
+
+@pytest.mark.parametrize("name", ["run_finish", "append_events_finish"])
+def test_a_finish_without_an_inbox_runs_none_of_the_inbox_statements(name: str) -> None:
+    """The inbox statements (a fragment) are skipped for a run with no pause: most runs."""
+    query = load_queries("sqlite")[name]
+    code = [re.sub(r"--[^\n]*", "", s) for s in query.statements]
+    inbox = [i for i, c in enumerate(code) if ":inbox" in c]
+    assert len(inbox) == 3
+    assert all(query.skips[i] == ("inbox",) for i in inbox)
 
 
 def test_a_missing_parameter_is_refused_before_any_sql() -> None:

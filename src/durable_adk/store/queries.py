@@ -361,8 +361,13 @@ def expand_fragments(texts: list[str]) -> list[str]:
             if name not in fragments:
                 raise ValueError(f"no fragment named {name!r}")
             used.add(name)
-            # Its comments document it where it is defined, not in each unit.
-            out.extend(f for f in fragments[name] if not f.strip().startswith("--"))
+            # Its comments document it where it is defined, not in each unit; its
+            # ``-- skip when`` markers are not comments but part of its statements.
+            out.extend(
+                f
+                for f in fragments[name]
+                if not f.strip().startswith("--") or _SKIP_LINE.match(f.strip())
+            )
         return "\n".join(out)
 
     expanded = [expand(lines) for lines in kept]

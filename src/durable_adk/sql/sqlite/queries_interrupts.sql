@@ -34,7 +34,7 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
 UPDATE runs
    SET status = 'DONE', finished_at = (julianday('now') - 2440587.5) * 86400.0,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE app_name = json_extract(:inbox, '$.app_name')
+ WHERE :inbox IS NOT NULL AND app_name = json_extract(:inbox, '$.app_name')
    AND user_id = json_extract(:inbox, '$.user_id')
    AND session_id = json_extract(:inbox, '$.session_id')
    AND invocation_id = json_extract(:inbox, '$.invocation_id')
@@ -55,7 +55,7 @@ SELECT json_extract(o.value, '$.call_id'), json_extract(:inbox, '$.app_name'),
        (SELECT r.app_version FROM runs r WHERE r.run_id = :run_id ORDER BY r.pk DESC LIMIT 1),
        (SELECT r.app_fingerprint FROM runs r WHERE r.run_id = :run_id ORDER BY r.pk DESC LIMIT 1)
   FROM json_each(:inbox, '$.open') AS o
- WHERE EXISTS (SELECT 1 FROM runs f WHERE f.run_id = :run_id AND f.owner = :owner
+ WHERE :inbox IS NOT NULL AND EXISTS (SELECT 1 FROM runs f WHERE f.run_id = :run_id AND f.owner = :owner
                                       AND f.epoch = :run_epoch AND f.status = :status)
 ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
    SET kind = excluded.kind
@@ -64,7 +64,7 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
 UPDATE interrupts
    SET status = 'ANSWERED', answered_by = COALESCE(answered_by, 'session'),
        answered_at = COALESCE(answered_at, (julianday('now') - 2440587.5) * 86400.0)
- WHERE app_name = json_extract(:inbox, '$.app_name')
+ WHERE :inbox IS NOT NULL AND app_name = json_extract(:inbox, '$.app_name')
    AND user_id = json_extract(:inbox, '$.user_id')
    AND session_id = json_extract(:inbox, '$.session_id')
    AND invocation_id = json_extract(:inbox, '$.invocation_id')
