@@ -54,6 +54,19 @@ be a guarded unit's check, and must not come before a statement that reads
 ``changes()`` or ``last_insert_rowid()``. A marker that breaks one of these rules, or
 sits in a one-statement unit (every PostgreSQL query), is refused when the
 file is loaded.
+
+The statement right after a check may carry the line ``-- check travels
+here``: its own WHERE holds the check's conditions for 'ok' (the same
+conditions, NULLs included), so SQLite runs it without the check first and
+runs the check only when it wrote nothing or failed on a constraint (the
+check's refusal is then the unit's result, as if the check had run first; a
+check that passes re-raises the constraint's error, as the write would have
+raised it). One statement fewer per unit on the path where the check passes.
+Its conditions and the check's must say the same: what the statement's WHERE
+cannot say (a duplicate key) must be a constraint of the table that makes it
+fail. The statement must write, must not return rows, must not be skipped,
+and a later statement must return rows (the unit's result when the check
+passed without running).
 """
 
 from __future__ import annotations
@@ -74,6 +87,7 @@ _SKIP_LINE = re.compile(
 _PARAM = re.compile(r"(?<![:\w]):(?P<name>[a-z_][a-z0-9_]*)")
 _INCLUDE_LINE = re.compile(r"^--\s*include:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$")
 _USE_LINE = re.compile(r"^--\s*use:\s*(?P<name>[a-z_][a-z0-9_]*)\s*$")
+_FOLD_LINE = re.compile(r"^--\s*check travels here\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,9 @@ class Query:
         checks: The statements that are checks gating the rest of the unit
             (the first of a guarded unit; the first of each guarded part of
             a unit made of others).
+        folds: The statements that carry the check before them in their own
+            WHERE (``-- check travels here``): SQLite runs that check only
+            when such a statement writes nothing or fails on a constraint.
     """
 
     name: str
@@ -109,6 +126,7 @@ class Query:
     lane: str = URGENT
     skips: tuple[tuple[str, ...], ...] = ()
     checks: frozenset[int] = frozenset()
+    folds: frozenset[int] = frozenset()
     parts: tuple[str, ...] = ()
     """The units this one is made of (``-- include:``), resolved by :func:`load_queries`."""
 
@@ -182,6 +200,37 @@ def _skips(name: str, statements: list[str], guarded: bool) -> tuple[tuple[str, 
     return tuple(found) if any(found) else ()
 
 
+def _returns_rows(statement: str) -> bool:
+    code = _code(statement)
+    return bool(
+        re.match(r"\s*(SELECT|VALUES|WITH)\b", code, re.IGNORECASE)
+        or re.search(r"\bRETURNING\b", code, re.IGNORECASE)
+    )
+
+
+def _folds(
+    name: str, statements: list[str], guarded: bool, skips: tuple[tuple[str, ...], ...]
+) -> frozenset[int]:
+    """Reads each statement's ``-- check travels here`` line, refusing one that cannot hold."""
+    found = set()
+    for index, statement in enumerate(statements):
+        if not any(_FOLD_LINE.match(line.strip()) for line in statement.splitlines()):
+            continue
+        where = f"query {name!r}, statement {index + 1}"
+        if not guarded or index != 1:
+            raise ValueError(f"{where}: a check travels only in the statement right after it")
+        if skips and skips[index]:
+            raise ValueError(f"{where}: a statement the check travels in cannot be skipped")
+        if _returns_rows(statement) or not _writes([statement]):
+            raise ValueError(f"{where}: the check travels only in a write returning no rows")
+        if not any(_returns_rows(s) for s in statements[index + 1 :]):
+            raise ValueError(
+                f"{where}: no later statement returns rows (the result when the check passed)"
+            )
+        found.add(index)
+    return frozenset(found)
+
+
 def _to_positional(statement: str, order: list[str]) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
@@ -226,6 +275,9 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
         if dialect == "postgresql" and (len(statements) > 1 or "guarded" in flags):
             raise ValueError(f"PostgreSQL query {current!r} must be one statement, unguarded")
         skips = _skips(current, statements, "guarded" in flags)
+        folds = _folds(current, statements, "guarded" in flags, skips)
+        if folds and dialect == "postgresql":
+            raise ValueError(f"PostgreSQL query {current!r}: a check cannot travel")
         order: list[str] = []
         if dialect == "postgresql":
             statements = [_to_positional(s, order) for s in statements]
@@ -245,6 +297,7 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             lane=INTAKE if "intake" in flags else CLAIM if "claim" in flags else URGENT,
             skips=skips,
             checks=frozenset({0}) if "guarded" in flags else frozenset(),
+            folds=folds,
         )
         unknown = flags - {"guarded", "inline", "lease", "claim", "intake"}
         if unknown:
@@ -391,11 +444,13 @@ def _compose(unit: Query, queries: dict[str, Query]) -> Query:
     params: list[str] = []
     skips: list[tuple[str, ...]] = []
     checks: set[int] = set()
+    folds: set[int] = set()
     for name in unit.parts:
         part = queries.get(name)
         if part is None or part.parts:
             raise ValueError(f"query {unit.name!r} includes {name!r}, which is not a plain unit")
         checks.update(index + len(statements) for index in part.checks)
+        folds.update(index + len(statements) for index in part.folds)
         skips.extend(part.skips or [()] * len(part.statements))
         statements.extend(part.statements)
         params.extend(p for p in part.params if p not in params)
@@ -408,6 +463,7 @@ def _compose(unit: Query, queries: dict[str, Query]) -> Query:
         inline=unit.inline,
         skips=tuple(skips) if any(skips) else (),
         checks=frozenset(checks),
+        folds=frozenset(folds),
         parts=unit.parts,
     )
 

@@ -195,14 +195,34 @@ def run_unit(conn: sqlite3.Connection, query: Query, args: dict[str, Any]) -> li
     A unit stops after a check (the first statement of a guarded unit, or
     of a guarded part of a unit made of others) whose status is not
     ``'ok'`` (the check's rows are the result); a statement marked
-    ``-- skip when :x IS NULL`` is not run when ``x`` is NULL. The result is
+    ``-- skip when :x IS NULL`` is not run when ``x`` is NULL; a check that
+    travels in the next statement (``-- check travels here``) runs only when
+    that statement wrote nothing or failed on a constraint. The result is
     the rows of the last statement that returned rows.
     """
     result: list[dict[str, Any]] = []
-    skips = query.skips
-    for index, statement in enumerate(query.statements):
+    skips, folds, statements = query.skips, query.folds, query.statements
+    for index, statement in enumerate(statements):
         if skips and any(args[name] is None for name in skips[index]):
             continue
+        if folds:
+            if index + 1 in folds:
+                continue  # the check travels in the next statement's WHERE
+            if index in folds:
+                # The check runs only when the write did not pass it: its rows are
+                # then what they would have been had it run first.
+                try:
+                    written = conn.execute(statement, args).rowcount
+                except sqlite3.IntegrityError:
+                    checked = _rows(conn.execute(statements[index - 1], args))
+                    if not checked or checked[0].get("status") != "ok":
+                        return checked
+                    raise
+                if written == 0:
+                    result = _rows(conn.execute(statements[index - 1], args))
+                    if not result or result[0].get("status") != "ok":
+                        return result
+                continue
         cursor = conn.execute(statement, args)
         if cursor.description is None:
             continue

@@ -115,8 +115,16 @@ SELECT CASE
   FROM (SELECT 1) AS one
   LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL
   LEFT JOIN events d ON d.session_pk = :session_pk AND d.event_id = :event_id;
+-- check travels here: the check's conditions for 'ok', NULLs as it reads them (a
+-- replayed event id fails the table's UNIQUE (session_pk, event_id) instead).
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-VALUES (:session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data);
+SELECT :session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data
+ WHERE EXISTS (SELECT 1 FROM sessions s
+                WHERE s.pk = :session_pk AND s.purging_at IS NULL
+                  AND (s.last_seq <> :expected_seq) IS NOT TRUE)
+   AND (:run_id IS NULL OR EXISTS (
+          SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                               AND status = 'RUNNING'));
 -- The unit's result (nothing after it returns rows): one statement fewer.
 UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk
 RETURNING 'ok' AS status, NULL AS dup_seq, last_seq;
@@ -158,12 +166,20 @@ SELECT CASE
        s.last_seq AS last_seq
   FROM (SELECT 1) AS one
   LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
+-- check travels here: the check's conditions for 'ok', NULLs as it reads them (an
+-- event id already stored fails the table's UNIQUE (session_pk, event_id) instead).
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
        json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
        json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
        json_extract(j.value, '$.data')
-  FROM json_each(:events) AS j WHERE true;
+  FROM json_each(:events) AS j
+ WHERE EXISTS (SELECT 1 FROM sessions s
+                WHERE s.pk = :session_pk AND s.purging_at IS NULL
+                  AND (s.last_seq <> :expected_seq) IS NOT TRUE)
+   AND (:run_id IS NULL OR EXISTS (
+          SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                               AND status = 'RUNNING'));
 -- The unit's result (nothing after it returns rows): one statement fewer.
 UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk
 RETURNING 'ok' AS status, last_seq;
@@ -202,12 +218,19 @@ SELECT CASE
        s.last_seq AS last_seq
   FROM (SELECT 1) AS one
   LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
+-- check travels here: the check's conditions for 'ok', NULLs as it reads them (an
+-- event id already stored fails the table's UNIQUE (session_pk, event_id) instead).
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
        json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
        json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
        json_extract(j.value, '$.data')
-  FROM json_each(:events) AS j WHERE true;
+  FROM json_each(:events) AS j
+ WHERE EXISTS (SELECT 1 FROM sessions s
+                WHERE s.pk = :session_pk AND s.purging_at IS NULL
+                  AND (s.last_seq <> :expected_seq) IS NOT TRUE)
+   AND EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                                    AND owner = :owner AND status = 'RUNNING');
 UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
 -- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)

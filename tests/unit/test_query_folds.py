@@ -1,0 +1,276 @@
+"""A check that travels in its write (``-- check travels here``): the same outcome, one
+statement fewer when the check passes.
+
+Each packaged append unit is run twice on the same database state, inside a
+transaction rolled back after each: once as loaded (the check runs only when
+the write wrote nothing or failed) and once as it ran before the check
+travelled: the check first, then the write without the check's conditions.
+Rows returned, error raised and what the transaction wrote must be the same
+for every outcome the check knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_adk.store import open_store
+from durable_adk.store.queries import Query, load_queries, parse_queries
+from durable_adk.store.sqlite import arguments, merge_json, run_unit
+
+APP, USER, SESSION = "app", "u1", "s1"
+OWNER, RUN = "w1", "r1"
+UNITS = ("append_event", "append_events", "append_events_finish")
+TABLES = {
+    "events": "*",
+    "sessions": "*",
+    # Not its times: the database clock moves between the two attempts.
+    "runs": "run_id, status, epoch, owner, classification, last_error, finished_at IS NULL",
+    "app_state": "*",
+    "user_state": "*",
+    "state_snapshots": "*",
+}
+
+
+async def _prepare(path: Path) -> None:
+    async with open_store(f"sqlite:///{path}") as store:
+        rows = await store.fetch(
+            "run_start",
+            {
+                "run_id": RUN,
+                "app_name": APP,
+                "user_id": USER,
+                "session_id": SESSION,
+                "invocation_id": "inv1",
+                "request": "{}",
+                "owner": OWNER,
+                "lease": 60.0,
+                "backoff": 1.0,
+                "app_version": None,
+                "app_fingerprint": None,
+                "initial_state": "{}",
+                "now": 1.0,
+            },
+        )
+        assert rows[0]["status"] == "RUNNING"
+        # A first event, so a duplicate of it can be tried.
+        pk = rows[0]["created_session_pk"]
+        written = await store.fetch("append_event", _one(pk, 0, "e0"))
+        assert written[0]["status"] == "ok"
+
+
+def _one(pk: int, expected: int | None, event_id: str | None, **over: Any) -> dict[str, Any]:
+    params = {
+        "run_id": RUN,
+        "run_epoch": 1,
+        "expected_seq": expected,
+        "session_pk": pk,
+        "event_id": event_id,
+        "invocation_id": "inv1",
+        "author": "user",
+        "timestamp": 2.0,
+        "delta": None,
+        "data": json.dumps({"id": event_id}),
+        "app_delta": None,
+        "app_name": APP,
+        "user_delta": None,
+        "user_id": USER,
+        "snapshot": None,
+    }
+    params.update(over)
+    return params
+
+
+def _batch(pk: int, expected: int | None, ids: list[str], **over: Any) -> dict[str, Any]:
+    events = [
+        {
+            "seq": (expected or 0) + i + 1,
+            "event_id": e,
+            "invocation_id": "inv1",
+            "author": "model",
+            "timestamp": 3.0,
+            "delta": None,
+            "data": json.dumps({"id": e}),
+        }
+        for i, e in enumerate(ids)
+    ]
+    params = {
+        "owner": OWNER,
+        "events": json.dumps(events),
+        "session_pk": pk,
+        "run_id": RUN,
+        "run_epoch": 1,
+        "expected_seq": expected,
+        "last_seq": (expected or 0) + len(ids),
+        "timestamp": 3.0,
+        "app_delta": None,
+        "app_name": APP,
+        "user_delta": None,
+        "user_id": USER,
+        "snapshots": None,
+        "status": "DONE",
+        "error": None,
+        "classification": None,
+        "inbox": None,
+    }
+    params.update(over)
+    return params
+
+
+Case = Callable[[int], dict[str, Any]]
+
+# The outcomes each unit's check knows, and the errors of a write the check lets through.
+CASES: dict[str, Case] = {
+    "ok": lambda pk: {"one": _one(pk, 1, "e1"), "batch": _batch(pk, 1, ["e1", "e2"])},
+    "stale": lambda pk: {"one": _one(pk, 0, "e1"), "batch": _batch(pk, 0, ["e1"])},
+    "missing": lambda pk: {"one": _one(pk + 99, 1, "e1"), "batch": _batch(pk + 99, 1, ["e1"])},
+    "duplicate": lambda pk: {"one": _one(pk, 1, "e0"), "batch": _batch(pk, 1, ["e1", "e0"])},
+    "duplicate and stale": lambda pk: {"one": _one(pk, 0, "e0"), "batch": _batch(pk, 0, ["e0"])},
+    "fenced": lambda pk: {
+        "one": _one(pk, 1, "e1", run_epoch=2),
+        "batch": _batch(pk, 1, ["e1"], run_epoch=2),
+    },
+    "no run named": lambda pk: {
+        "one": _one(pk, 1, "e1", run_id=None),
+        "batch": _batch(pk, 1, ["e1"], run_id=None),
+    },
+    "another owner": lambda pk: {
+        "one": _one(pk, 1, "e1"),
+        "batch": _batch(pk, 1, ["e1"], owner="w2"),
+    },
+    "expected NULL": lambda pk: {"one": _one(pk, None, "e1"), "batch": _batch(pk, None, ["e1"])},
+    "event id NULL": lambda pk: {"one": _one(pk, 1, None), "batch": _batch(pk, 1, ["e1"])},
+    "twice in the batch": lambda pk: {
+        "one": _one(pk, 1, "e1"),
+        "batch": _batch(pk, 1, ["e1", "e1"]),
+    },
+    "empty batch": lambda pk: {"one": _one(pk, 1, "e1"), "batch": _batch(pk, 1, [])},
+}
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.create_function("dadk_merge", 2, merge_json, deterministic=True)
+    return conn
+
+
+def _attempt(
+    conn: sqlite3.Connection, query: Query, params: dict[str, Any]
+) -> tuple[Any, dict[str, list[tuple[Any, ...]]], int]:
+    """The unit's rows (or its error), the tables after it, and its statements; rolled back."""
+    ran: list[str] = []
+    conn.execute("BEGIN IMMEDIATE")
+    conn.set_trace_callback(ran.append)
+    try:
+        outcome: Any = run_unit(conn, query, arguments(query, params))
+    except sqlite3.Error as exc:
+        outcome = (type(exc).__name__, str(exc))
+    finally:
+        conn.set_trace_callback(None)
+    tables = {
+        t: conn.execute(f"SELECT {cols} FROM {t} ORDER BY 1, 2").fetchall()
+        for t, cols in TABLES.items()
+    }
+    conn.execute("ROLLBACK")
+    return outcome, tables, len(ran)
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> tuple[sqlite3.Connection, int]:
+    path = tmp_path_factory.mktemp("folds") / "folds.db"
+    asyncio.run(_prepare(path))
+    conn = _connect(path)
+    (pk,) = conn.execute("SELECT pk FROM sessions").fetchone()
+    return conn, pk
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", UNITS)
+def test_the_travelling_check_gives_what_the_check_first_gives(
+    database: tuple[sqlite3.Connection, int], name: str, case: str
+) -> None:
+    conn, pk = database
+    folded = load_queries("sqlite")[name]
+    assert folded.folds == frozenset({1})
+    # The unit as it ran before its check travelled: the check first, then the
+    # write with no conditions of its own.
+    fence = "\n WHERE EXISTS (SELECT 1 FROM sessions s"
+    statements = list(folded.statements)
+    assert fence in statements[1]
+    statements[1] = statements[1][: statements[1].index(fence)]
+    first = dataclasses.replace(folded, folds=frozenset(), statements=tuple(statements))
+    params = CASES[case](pk)["one" if name == "append_event" else "batch"]
+    got, got_tables, got_ran = _attempt(conn, folded, params)
+    want, want_tables, want_ran = _attempt(conn, first, params)
+    assert got == want
+    assert got_tables == want_tables
+    if case == "ok":
+        assert got[0]["status"] == "ok"
+        assert got_ran == want_ran - 1  # the check did not run
+    elif isinstance(want, list) and want and want[0].get("status") not in ("ok", None):
+        assert got_ran == want_ran + 1  # the write that wrote nothing, then the check
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_the_cases_reach_every_refusal_and_an_error(
+    database: tuple[sqlite3.Connection, int], name: str
+) -> None:
+    """The cases above meet each status the check knows, and a write's own error."""
+    conn, pk = database
+    query = load_queries("sqlite")[name]
+    seen = set()
+    for case in CASES.values():
+        params = case(pk)["one" if name == "append_event" else "batch"]
+        outcome, _, _ = _attempt(conn, query, params)
+        seen.add(outcome[0]["status"] if isinstance(outcome, list) else outcome[0])
+    assert {"ok", "stale", "missing", "duplicate", "fenced", "IntegrityError"} <= seen
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            "-- name: q\nSELECT 'ok' AS status;\n-- check travels here\n"
+            "INSERT INTO t SELECT 1 WHERE 1;\nSELECT 1;\n",
+            "right after it",
+        ),
+        (
+            "-- name: q guarded\nSELECT 'ok' AS status;\nDELETE FROM t;\n"
+            "-- check travels here\nINSERT INTO t SELECT 1 WHERE 1;\nSELECT 1;\n",
+            "right after it",
+        ),
+        (
+            "-- name: q guarded\nSELECT 'ok' AS status;\n-- check travels here\n"
+            "INSERT INTO t SELECT 1 WHERE 1 RETURNING *;\nSELECT 1;\n",
+            "a write returning no rows",
+        ),
+        (
+            "-- name: q guarded\nSELECT 'ok' AS status;\n-- check travels here\n"
+            "INSERT INTO t SELECT 1 WHERE 1;\nDELETE FROM t;\n",
+            "no later statement returns rows",
+        ),
+        (
+            "-- name: q guarded\nSELECT 'ok' AS status;\n-- check travels here\n"
+            "-- skip when :x IS NULL\nINSERT INTO t SELECT 1 WHERE :x IS NOT NULL;\nSELECT 1;\n",
+            "cannot be skipped",
+        ),
+    ],
+)
+def test_a_marker_that_cannot_hold_is_refused_at_load(text: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        parse_queries(text, "sqlite")
+
+
+def test_postgresql_refuses_the_marker() -> None:
+    with pytest.raises(ValueError):
+        parse_queries(
+            "-- name: q\n-- check travels here\nINSERT INTO t SELECT 1 WHERE true;\n", "postgresql"
+        )
