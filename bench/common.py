@@ -484,8 +484,8 @@ class BareCommits:
     transaction), WAL + synchronous=FULL as SqliteStore opens its files, on
     the caller's thread as SqliteStore's ``inline`` units run. PostgreSQL: an
     asyncpg pool opened as PostgresStore opens it (no reset round trip), one
-    ``execute``. Open on a database of its own or on the store's (its table,
-    ``bare_rows``, is its own).
+    ``execute``. Its table is ``bare_rows``; on SQLite open it on a file of
+    its own (on the store's, its commits would wait for the store's lock).
     """
 
     def __init__(self, url: str) -> None:

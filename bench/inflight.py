@@ -366,7 +366,10 @@ class Driver:
         placed = await record_store_calls_at(store, one, durable.sessions, skip=HEARTBEATS)
         if self.contender.startswith("bare-"):
             # The physical bound: one bare commit of the same bytes at each unit's point.
-            bare = await BareCommits(self.url).open()
+            # On a database of its own: on the store's SQLite file its commits
+            # would wait (on the loop) for the store's lock, and the store for them.
+            own = self.url + ".bare.db" if self.url.startswith("sqlite:///") else self.url
+            bare = await BareCommits(own).open()
             self._stack.push_async_callback(bare.close)
             return BareAtTheirPoints(store, placed, bare)
         return UnitsAtTheirPoints(store, placed)
