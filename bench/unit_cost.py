@@ -1,0 +1,198 @@
+"""A run's units against bare commits of the same bytes, and against the units before
+issue 45's SQLite changes, side by side in one process.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.unit_cost [--rounds N] [--block N] [--before PATH]
+
+One DurableRunner run of ``bench.runner``'s app (one tool call, barrier commits:
+four units) is recorded on each backend; each timed *replay* sends the same
+store calls again with fresh ids (:func:`bench.common.replay_store_calls`).
+Contenders, interleaved in blocks with their order rotated every round:
+
+* ``ours``: the replay on our store (SQLite: WAL, synchronous=FULL, the units
+  on the caller's thread; PostgreSQL: one statement per unit);
+* ``bare``: one bare commit of each unit's bytes (:class:`bench.common.BareCommits`:
+  a single autocommit INSERT of the unit's text parameters, through the driver
+  alone), on a database of its own;
+* SQLite only, with ``--before PATH`` (a checkout's ``src`` folder, e.g. of
+  the commit before issue 45's changes): ``before``, the replay on a store of
+  the same code whose named queries are that checkout's SQL (the loader of
+  today, with that tree's ``-- skip when :inbox`` markers dropped, as its
+  loader dropped a fragment's markers): what the SQL changes alone moved.
+
+Reported: median wall and process CPU per replay (four units), and the ratios
+of the medians per round (median over rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from bench.common import (
+    BareCommits,
+    Units,
+    fmt_ms,
+    fmt_ratio,
+    md_table,
+    median,
+    quiet,
+    record_store_calls,
+    replay_store_calls,
+    rotate,
+    unit_bytes,
+)
+from bench.runner import DurableContender
+from durable_adk.store import Store, open_store
+from durable_adk.store.queries import Query, expand_fragments, parse_queries, resolve_includes
+from durable_adk.testing.pg_cluster import TempPostgres
+
+
+def queries_of(src: Path) -> dict[str, Query]:
+    """The SQLite queries of another checkout's ``src``, parsed by today's loader."""
+    folder = src / "durable_adk" / "sql" / "sqlite"
+    files = sorted(
+        p for p in folder.iterdir() if re.fullmatch(r"queries(_[a-z0-9_]+)?\.sql", p.name)
+    )
+    texts = [
+        re.sub(r"^--\s*skip when\s+:inbox\s+IS\s+NULL\s*\n", "", p.read_text(), flags=re.M)
+        for p in files
+    ]
+    merged: dict[str, Query] = {}
+    for text in expand_fragments(texts):
+        merged.update(parse_queries(text, "sqlite"))
+    return resolve_includes(merged)
+
+
+async def _record(store: Store) -> Units:
+    contender = DurableContender(store.dialect, store, "barrier")
+    await contender.run_once()  # warm
+    return await record_store_calls(store, contender.run_once)
+
+
+async def _time(
+    action: Callable[[], Awaitable[None]], runs: int, wall: list[float], cpu: list[float]
+) -> None:
+    for _ in range(runs):
+        c0, t0 = time.process_time(), time.perf_counter()
+        await action()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+
+
+async def measure(
+    contenders: dict[str, Callable[[], Awaitable[None]]], rounds: int, block: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Per contender, per round: (median wall, median CPU) of a replay."""
+    names = list(contenders)
+    for name in names:  # warm-up
+        await _time(contenders[name], 5, [], [])
+    out: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for rnd in range(rounds):
+        samples = {n: ([], []) for n in names}
+        for b in range(4):
+            for name in rotate(names, rnd + b):
+                wall, cpu = samples[name]
+                await _time(contenders[name], block, wall, cpu)
+        for name in names:
+            wall, cpu = samples[name]
+            out[name].append((median(wall), median(cpu)))
+    return out
+
+
+def table(backend: str, result: dict[str, list[tuple[float, float]]]) -> str:
+    rows = []
+    for name, per_round in result.items():
+        wall = median([w for w, _ in per_round])
+        cpu = median([c for _, c in per_round])
+        vs_bare = median([w / b[0] for (w, _), b in zip(per_round, result["bare"], strict=True)])
+        vs_bare_cpu = median(
+            [c / b[1] for (_, c), b in zip(per_round, result["bare"], strict=True)]
+        )
+        rows.append(
+            [backend, name, fmt_ms(wall), fmt_ms(cpu), fmt_ratio(vs_bare), fmt_ratio(vs_bare_cpu)]
+        )
+    if "before" in result:
+        ratio = median([o[0] / b[0] for o, b in zip(result["ours"], result["before"], strict=True)])
+        ratio_cpu = median(
+            [o[1] / b[1] for o, b in zip(result["ours"], result["before"], strict=True)]
+        )
+        rows.append([backend, "ours / before", fmt_ratio(ratio), fmt_ratio(ratio_cpu), "", ""])
+    return md_table(
+        ["backend", "contender", "wall per replay", "CPU per replay", "wall / bare", "CPU / bare"],
+        rows,
+    )
+
+
+async def run(args: argparse.Namespace) -> str:
+    out = []
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-units-") as tmp, TempPostgres() as pg:
+        for backend in ("sqlite", "postgresql"):
+            async with contextlib.AsyncExitStack() as stack:
+                url = (
+                    f"sqlite:///{tmp}/ours.db"
+                    if backend == "sqlite"
+                    else pg.create_database("units_ours")
+                )
+                store = await stack.enter_async_context(open_store(url))
+                units = await _record(store)
+                bare = await BareCommits(
+                    f"sqlite:///{tmp}/bare.db"
+                    if backend == "sqlite"
+                    else pg.create_database("units_bare")
+                ).open()
+                stack.push_async_callback(bare.close)
+                payloads = [unit_bytes(p) for q, p in units if store.writes(q)]
+
+                async def ours(store: Store = store, units: Units = units) -> None:
+                    await replay_store_calls(store, units)
+
+                async def bare_commits(
+                    bare: BareCommits = bare, payloads: list[str] = payloads
+                ) -> None:
+                    for payload in payloads:
+                        await bare.commit(payload)
+
+                contenders: dict[str, Callable[[], Awaitable[None]]] = {
+                    "ours": ours,
+                    "bare": bare_commits,
+                }
+                if backend == "sqlite" and args.before:
+                    before = await stack.enter_async_context(
+                        open_store(f"sqlite:///{tmp}/before.db")
+                    )
+                    before._queries = queries_of(Path(args.before))
+
+                    async def old(store: Store = before, units: Units = units) -> None:
+                        await replay_store_calls(store, units)
+
+                    contenders["before"] = old
+                print(
+                    f"{backend}: {len(payloads)} units per replay: {[q for q, _ in units]}",
+                    flush=True,
+                )
+                result = await measure(contenders, args.rounds, args.block)
+                text = table(backend, result)
+                print(text, flush=True)
+                out.append(text)
+    return "\n\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="bench.unit_cost", description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--block", type=int, default=25, help="replays per contender per block")
+    p.add_argument("--before", help="another checkout's src folder (SQLite's SQL before)")
+    with quiet():
+        asyncio.run(run(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
