@@ -32,6 +32,7 @@ from durable_adk.store.wakeups import Wakeups
 
 _sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
 _attempt: ContextVar[list[bool] | None] = ContextVar("durable_adk_attempt", default=None)
+_held: ContextVar[list[float] | None] = ContextVar("durable_adk_held", default=None)
 
 
 def note_sent() -> None:
@@ -51,6 +52,39 @@ def note_maybe_sent() -> None:
     attempt = _attempt.get()
     if attempt is not None:
         attempt.append(True)
+
+
+def held_receipt() -> list[float] | None:
+    """Where a backend notes how long a unit held the database (:func:`fetch_held`), or
+    None when no caller asked. Read it in the caller's coroutine: a thread the unit
+    runs on does not see the caller's context variables."""
+    return _held.get()
+
+
+async def fetch_held(
+    store: Store, query: str, params: Params | None = None
+) -> tuple[Sequence[Row], float | None]:
+    """Runs a named query; also says how long it held the database's writer.
+
+    Returns:
+        The rows, and the seconds the unit held what it needed once it had
+        it, as the backend measured it: SQLite, from ``BEGIN IMMEDIATE``
+        granted (the write lock held) to ``COMMIT`` done, or the whole run of
+        a unit that writes nothing (it takes no lock); PostgreSQL, the
+        statement's own time on its connection. Never its wait for the lock
+        or for a connection. None when the backend said nothing (a unit
+        written in a group of others). A unit tried again after an outage
+        counts every try. A purge paces itself on this figure
+        (:mod:`durable_adk.lifecycle.pacing`). The note travels in a context
+        variable, so wrappers of :meth:`Store.fetch` stay in the path.
+    """
+    receipt: list[float] = []
+    token = _held.set(receipt)
+    try:
+        rows = await store.fetch(query, params)
+    finally:
+        _held.reset(token)
+    return rows, sum(receipt) if receipt else None
 
 
 Row = Mapping[str, Any]

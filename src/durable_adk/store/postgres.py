@@ -56,6 +56,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -64,7 +65,14 @@ import asyncpg
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
-from durable_adk.store.base import Params, Row, Store, note_maybe_sent, note_sent
+from durable_adk.store.base import (
+    Params,
+    Row,
+    Store,
+    held_receipt,
+    note_maybe_sent,
+    note_sent,
+)
 from durable_adk.store.groups import DEFAULT_GROUP_MAX, Pending, Queue, groupable
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
 from durable_adk.store.outage import DIAGNOSE_TIMEOUT, is_store_outage, quiet_logger
@@ -503,10 +511,15 @@ class PostgresStore(Store):
             rows: list[dict[str, Any]] = await pending.future
             return rows
         timeout = self.command_timeout
+        held = held_receipt()
 
         async def run(conn: Any) -> Any:
             note_sent()  # the connection is ours: the statement leaves now
-            return await conn.fetch(q.statements[0], *args, timeout=timeout)
+            began = time.perf_counter()
+            records = await conn.fetch(q.statements[0], *args, timeout=timeout)
+            if held is not None:  # the statement's own time, not the wait for a connection
+                held.append(time.perf_counter() - began)
+            return records
 
         records = await self._with_connection(run, lease=q.lease, kind=q.lane)
         if q.writes:

@@ -29,7 +29,13 @@ Pragmas, each for a reason:
   ``NORMAL`` in WAL mode may lose the last commits on power loss, and a lost
   commit is a lost event; durability is the point of this library.
 * ``busy_timeout``: another process holding the write lock makes us wait (up to
-  the timeout) instead of failing at once with SQLITE_BUSY.
+  the timeout) instead of failing at once with SQLITE_BUSY. For the write lock
+  itself (``BEGIN IMMEDIATE`` on the database thread) the store waits on its
+  own, trying again every 0.2-2 ms (:func:`take_write_lock`): SQLite's busy
+  handler sleeps 1, 2, 5, 10, ... up to 100 ms between its tries, so a unit
+  that met a 3 ms transaction of another connection (a purge's batch) waited
+  8 ms, and one that met a stream of short ones (the appends of live runs,
+  taking the lock at once on their fast path) could wait seconds.
 * ``foreign_keys=ON``: deleting a session removes its events and snapshots, and
   an event can never point at a missing session.
 """
@@ -49,7 +55,7 @@ from urllib.parse import quote
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
-from durable_adk.store.base import Params, Row, Store, note_maybe_sent
+from durable_adk.store.base import Params, Row, Store, held_receipt, note_maybe_sent
 from durable_adk.store.groups import (
     DEFAULT_GROUP_MAX,
     Pending,
@@ -169,6 +175,39 @@ def _journal_in_wal(conn: sqlite3.Connection, patience: float) -> None:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+LOCK_POLL_FIRST = 0.0002
+"""Seconds before the first new try for a write lock another connection holds."""
+
+LOCK_POLL_MOST = 0.002
+"""The most seconds between two tries for the write lock (the pause grows 1.5x a try)."""
+
+
+def take_write_lock(conn: sqlite3.Connection, patience_ms: int) -> None:
+    """``BEGIN IMMEDIATE``, waiting up to ``patience_ms`` for another connection's
+    write lock in steps of :data:`LOCK_POLL_FIRST` to :data:`LOCK_POLL_MOST`
+    seconds (instead of SQLite's busy handler's coarser ones); raises SQLITE_BUSY
+    once the patience is spent. The connection's ``busy_timeout`` is set back
+    (to ``patience_ms``) for the statements that follow."""
+    if patience_ms <= 0:
+        conn.execute("BEGIN IMMEDIATE")
+        return
+    deadline = time.monotonic() + patience_ms / 1000
+    pause = LOCK_POLL_FIRST
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 1.5, LOCK_POLL_MOST)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(patience_ms)}")
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
@@ -364,20 +403,39 @@ class SqliteStore(Store):
         except KeyError:
             raise errors.InvalidArgument(f"no query named {name!r}") from None
 
-    def _run(self, query: Query, params: Params) -> list[dict[str, Any]]:
+    def _run(
+        self, query: Query, params: Params, held: list[float] | None = None
+    ) -> list[dict[str, Any]]:
         assert self._conn is not None, "store not opened"
-        return self._run_on(self._conn, query, params)
+        return self._run_on(self._conn, query, params, held)
 
     def _run_on(
-        self, conn: sqlite3.Connection, query: Query, params: Params
+        self,
+        conn: sqlite3.Connection,
+        query: Query,
+        params: Params,
+        held: list[float] | None = None,
     ) -> list[dict[str, Any]]:
+        """Runs a unit in a transaction of its own; appends to ``held`` (when given)
+        the seconds from the write lock granted to the commit done (a unit that
+        writes nothing: its whole run), never the wait for the lock."""
         args = arguments(query, params)
         if len(query.statements) == 1 and not query.writes:
-            return _rows(conn.execute(query.statements[0], args))
-        conn.execute("BEGIN IMMEDIATE" if query.writes else "BEGIN")
+            began = time.perf_counter()
+            rows = _rows(conn.execute(query.statements[0], args))
+            if held is not None:
+                held.append(time.perf_counter() - began)
+            return rows
+        if query.writes:
+            self._lock(conn)
+        else:
+            conn.execute("BEGIN")
+        began = time.perf_counter()  # the lock is ours (the wait for it is over)
         try:
             result = run_unit(conn, query, args)
             conn.execute("COMMIT")
+            if held is not None:
+                held.append(time.perf_counter() - began)
             if query.writes:
                 self.commits += 1
             return result
@@ -385,6 +443,11 @@ class SqliteStore(Store):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _lock(self, conn: sqlite3.Connection) -> None:
+        """Takes the write lock: at once or not at all on the fast connection, waiting
+        up to the busy timeout in short steps on the database thread's."""
+        take_write_lock(conn, 0 if conn is self._fast else self._busy_timeout_ms)
 
     def _on_fast_path(self, query: Query) -> bool:
         return (
@@ -398,19 +461,20 @@ class SqliteStore(Store):
         q = self._query(query)
         if not self._closed:
             note_maybe_sent()  # it reaches the file from here: a failed write may have acted
+        held = held_receipt()  # taken here: the database thread does not see our context
         if self._on_fast_path(q):
             loop = asyncio.get_running_loop()
             if self.group_commit and groupable(q) and (self._group or not nothing_else_ready(loop)):
                 return await self._grouped(q, params or {}, loop)
             assert self._fast is not None
             try:
-                return self._run_on(self._fast, q, params or {})
+                return self._run_on(self._fast, q, params or {}, held)
             except sqlite3.Error as exc:
                 error = translate(exc)
                 if not isinstance(error, errors.DatabaseBusy):
                     raise error from exc
                 # Another connection holds the lock: wait for it on the database thread.
-        return await self._call(lambda: self._run(q, params or {}))
+        return await self._call(lambda: self._run(q, params or {}, held))
 
     # ------------------------------------------------------------ group commit
 
@@ -463,7 +527,7 @@ class SqliteStore(Store):
         Returns each unit's rows, or the error that rolled it (alone) back.
         Raises when the transaction itself failed: then nothing was written.
         """
-        conn.execute("BEGIN IMMEDIATE")
+        self._lock(conn)
         try:
             outcomes: list[list[dict[str, Any]] | sqlite3.Error] = []
             if len(group) == 1:  # alone: no savepoint needed, its error is the group's
