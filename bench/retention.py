@@ -43,7 +43,7 @@ from google.genai import types
 from bench.common import percentile
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.lifecycle import RetentionPolicy, purge
-from durable_adk.lifecycle.pacing import TARGET_SECONDS, Pacer
+from durable_adk.lifecycle.pacing import MIN_BATCH, TARGET_SECONDS, Pacer
 from durable_adk.lifecycle.policy import DEFAULT_DUTY
 from durable_adk.store import Store, open_store
 from durable_adk.store.queries import parse_queries
@@ -172,27 +172,21 @@ async def appender(
 class Gated:
     """The purge's store: each statement waits for the gate (open in the windows *with*).
 
-    ``clock`` is the purge's pacer's clock with the time spent at the closed
-    gate taken out, so a statement held over a window *without* is not taken
-    for a slow one (which would make the pacer rest for it).
+    The pacer bills the time a statement held the writer, as the store measured
+    it (``fetch_held``), so a statement held at the closed gate over a window
+    *without* is not taken for a slow one.
     """
 
     def __init__(self, store: Store, gate: asyncio.Event) -> None:
         self._store = store
         self._gate = gate
-        self.held = 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def clock(self) -> float:
-        return time.perf_counter() - self.held
-
     async def fetch(self, query: str, params: Any = None) -> Any:
         if not self._gate.is_set():
-            began = time.perf_counter()
             await self._gate.wait()
-            self.held += time.perf_counter() - began
         return await self._store.fetch(query, params)
 
     async def execute(self, query: str, params: Any = None) -> None:
@@ -219,7 +213,7 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
         out.without.clear()
         # Another worker's purge: a store (connections) of its own, gated between statements.
         gated = Gated(purge_store, gate)
-        pacer = Pacer(policy.duty, policy.batch, target=args.target, clock=gated.clock)
+        pacer = Pacer(policy.duty, policy.batch, target=args.target, min_batch=args.min_batch)
         purging = asyncio.create_task(purge(gated, "old", policy, pacer=pacer))  # type: ignore[arg-type]
         started = time.monotonic()
         with_s = 0.0
@@ -247,8 +241,9 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "batch": args.batch,
             "duty": args.duty,
             "target": args.target,
+            "min_batch": args.min_batch,
             "last_batch": pacer.batch,
-            "busy_share": round(pacer.busy / max(with_s, 1e-9), 3),
+            "held_share": round(pacer.busy / max(with_s, 1e-9), 3),
             "rows_per_s": round(report.rows / max(with_s, 1e-9)),
             "windows": windows,
             "purging_s": round(with_s, 1),
@@ -347,6 +342,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--duty", type=float, default=DEFAULT_DUTY)
     parser.add_argument("--target", type=float, default=TARGET_SECONDS)
+    parser.add_argument("--min-batch", type=int, default=MIN_BATCH)
     parser.add_argument("--skip-steady", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--appenders", type=int, default=4)

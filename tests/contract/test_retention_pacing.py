@@ -1,11 +1,16 @@
 """A paced purge on a real database, both backends (issue 43): it rests after its
 statements (the rest measured by an injected sleep, so nothing here waits),
-sizes them under the policy's batch, and still deletes every row once."""
+sizes them under the policy's batch, and still deletes every row once; it is
+billed the time a statement held the writer, as the store measured it, not its
+wait for the lock."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+import threading
+import time
 
 from google.adk.events.event import Event
 from google.genai import types
@@ -16,6 +21,7 @@ from durable_adk.cli import app
 from durable_adk.lifecycle import RetentionPolicy, purge
 from durable_adk.lifecycle.pacing import Pacer
 from durable_adk.store import Store, open_store
+from durable_adk.store.base import fetch_held
 
 
 class Ticks:
@@ -65,6 +71,49 @@ async def test_a_paced_purge_rests_at_its_duty_and_deletes_everything_once(
     assert abs(pacer.busy / (pacer.busy + pacer.rested) - 0.2) < 1e-9
     again = await purge(store, "old", policy, pacer=pacer, must_exist=False)
     assert again.rows == 0
+
+
+async def test_a_purge_paced_on_the_stores_figure_rests_at_its_duty(store: Store) -> None:
+    await seed(store, sessions=4, events=10)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    policy = RetentionPolicy(idle_sessions=0, batch=40, duty=0.5)
+    pacer = Pacer(policy.duty, policy.batch, min_batch=5, sleep=sleep)
+    assert not pacer.by_clock
+    report = await purge(store, "old", policy, pacer=pacer)
+    assert (report.tables["events"].rows, report.tables["sessions"].rows) == (40, 4)
+    assert slept and pacer.busy > 0  # every statement gave a figure, and it rested on it
+    assert abs(pacer.rested - pacer.busy) < 1e-9  # duty 0.5: as long a rest as held
+
+
+async def test_the_time_held_leaves_out_the_wait_for_another_connections_lock(
+    store: Store,
+) -> None:
+    """SQLite: a unit that waited 0.4 s for another connection's write lock is billed only
+    from the lock granted to its commit (the purge rested for the appends' load before)."""
+    if store.dialect != "sqlite":
+        rows, held = await fetch_held(store, "db_now")
+        assert rows and held is not None and held >= 0  # the statement's own time
+        return
+    await seed(store, sessions=1, events=2)
+    path = store.url.removeprefix("sqlite:///")
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.4, lambda: other.execute("COMMIT"))
+    release.start()
+    params = {"app_name": "old", **RetentionPolicy(idle_sessions=0).cutoffs(await store.now())}
+    try:
+        began = time.perf_counter()
+        marked, held = await fetch_held(store, "purge_mark", {**params, "batch": 10})
+        took = time.perf_counter() - began
+    finally:
+        release.join()
+        other.close()
+    assert len(marked) == 1 and took >= 0.4
+    assert held is not None and 0 < held < took - 0.3, (held, took)
 
 
 async def test_an_operators_flat_out_purge_never_rests(store: Store) -> None:

@@ -37,9 +37,11 @@ What it guarantees:
 * **A crash costs nothing.** A pass killed half-way leaves sessions marked;
   the next pass (any process's) drains them from where it stopped.
 * **Paced.** A pass keeps to the policy's ``duty`` (:mod:`.pacing`): after
-  each statement it rests in proportion to the statement's time, and sizes
-  the batches to a few milliseconds, so the appends of live runs wait little
-  for it (BENCHMARKS.md, retention). ``duty=1`` purges flat out.
+  each statement it rests in proportion to the time the statement held the
+  writer (the store's figure, :func:`~durable_adk.store.base.fetch_held`:
+  not its wait for the appends' lock), and sizes the batches to hold it a
+  few milliseconds, so the appends of live runs wait little for it
+  (BENCHMARKS.md, retention). ``duty=1`` purges flat out.
 * **Payload-only.** With ``payload_only`` the sessions, events, snapshots and
   artifacts go; the ledger's rows stay with their payload columns emptied
   (``scrub_*``: picked with their size, then emptied if they still hold one,
@@ -59,7 +61,7 @@ from durable_adk.faults import crash_point
 from durable_adk.lifecycle.pacing import Pacer
 from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.metrics import Metrics
-from durable_adk.store.base import Store
+from durable_adk.store.base import Store, fetch_held
 
 logger = logging.getLogger("durable_adk.lifecycle")
 
@@ -250,10 +252,10 @@ async def purge(
     while statements < PASS_LIMIT:
         size = pacer.batch
         began = pacer.clock()
-        marked = await store.fetch("purge_mark", {**params, "batch": size})
+        marked, held = await fetch_held(store, "purge_mark", {**params, "batch": size})
         statements += 1
         report.sessions_marked += len(marked)
-        await pacer.rest(began, len(marked) == size)
+        await pacer.rest(began, len(marked) == size, held)
         statements += await drain(
             store,
             app_name,
@@ -303,14 +305,16 @@ async def drain(
         while True:
             size = base["batch"] = pacer.batch
             began = pacer.clock()
-            rows = await store.fetch(f"purge_{table}", base)
+            rows, held = await fetch_held(store, f"purge_{table}", base)
             statements += 1
             tables[table].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
             if rows:
-                await store.execute("purge_checkpoint")  # SQLite: the purge pays for its pages
+                # SQLite: the purge pays for its pages (and is billed for their writing).
+                _, copied = await fetch_held(store, "purge_checkpoint")
+                held = _plus(held, copied)
                 if on_batch is not None:
                     await on_batch()
-            await pacer.rest(began, len(rows) == size)
+            await pacer.rest(began, len(rows) == size, held)
             crash_point("lifecycle.after_batch")  # a batch deleted (and recorded), more to go
             if len(rows) < size:
                 break
@@ -318,31 +322,40 @@ async def drain(
         for table in SCRUB_STEPS:
             while True:
                 size = base["batch"] = pacer.batch
-                picked = await store.fetch(f"scrub_pick_{table}", base)
+                began = pacer.clock()
+                picked, held = await fetch_held(store, f"scrub_pick_{table}", base)
                 statements += 1
                 if not picked:
                     break
                 sizes = {r["key"]: int(r["bytes"] or 0) for r in picked}
-                began = pacer.clock()
-                done = await store.fetch(f"scrub_{table}", {"keys": json.dumps(list(sizes))})
+                done, more = await fetch_held(
+                    store, f"scrub_{table}", {"keys": json.dumps(list(sizes))}
+                )
                 statements += 1
                 tables[table].add(len(done), sum(sizes.get(r["key"], 0) for r in done))
-                await pacer.rest(began, len(picked) == size)
+                await pacer.rest(began, len(picked) == size, _plus(held, more))
                 crash_point("lifecycle.after_batch")
                 if len(picked) < size:
                     break
     while True:
         size = base["batch"] = pacer.batch
         began = pacer.clock()
-        rows = await store.fetch("purge_sessions", {**base, "keep_skeleton": keep_skeleton})
+        rows, held = await fetch_held(
+            store, "purge_sessions", {**base, "keep_skeleton": keep_skeleton}
+        )
         statements += 1
         tables["sessions"].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
         if rows and on_batch is not None:
             await on_batch()
-        await pacer.rest(began, len(rows) == size)
+        await pacer.rest(began, len(rows) == size, held)
         if len(rows) < size:
             break
     return statements
+
+
+def _plus(a: float | None, b: float | None) -> float | None:
+    """Two statements' held seconds together (None: one of them gave no figure)."""
+    return None if a is None or b is None else a + b
 
 
 async def _record(
