@@ -67,10 +67,10 @@ class Trace:
         run_on = store._run_on
         call = store._call
 
-        def traced_run_on(conn: sqlite3.Connection, query: Any, params: Any) -> Any:
+        def traced_run_on(conn: sqlite3.Connection, query: Any, params: Any, *rest: Any) -> Any:
             where = "fast" if conn is store._fast else "db"
             self.units.append((query.name, where, threading.get_ident()))
-            return run_on(conn, query, params)
+            return run_on(conn, query, params, *rest)
 
         async def counted_call(fn: Callable[[], Any]) -> Any:
             self.hops += 1
