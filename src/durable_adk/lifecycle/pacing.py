@@ -45,9 +45,12 @@ TARGET_SECONDS = 0.004
 MIN_BATCH = 200
 """The fewest rows a paced statement deletes, however slow the database is."""
 
-MAX_REST = 1.0
+MAX_REST = 5.0
 """The longest rest after one statement (a statement stalled by the machine for
-seconds while it held the writer is not made up for by a longer pause)."""
+seconds while it held the writer is not made up for by a minute's pause). Long
+enough for a low ``duty``: at 0.01 a batch that held the writer 20 ms rests 2 s
+(a cap of 0.25 s, when the pacer billed the wait too, let a purge at 0.01 hold
+the writer 2 % of the time)."""
 
 
 class Pacer:
