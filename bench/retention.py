@@ -192,6 +192,18 @@ class Gated:
     async def execute(self, query: str, params: Any = None) -> None:
         await self.fetch(query, params)
 
+    async def sleep(self, seconds: float) -> None:
+        """The pacer's rest, counted only while the gate is open: a rest begun at the
+        end of a window *with* would otherwise go by in the window *without*, and the
+        purge would hold the writer more than ``duty`` of the open windows."""
+        left = seconds
+        while left > 0:
+            if not self._gate.is_set():
+                await self._gate.wait()
+            began = time.perf_counter()
+            await asyncio.sleep(min(left, 0.01))
+            left -= time.perf_counter() - began
+
 
 async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
     async with open_store(url) as store, open_store(url) as purge_store:
@@ -213,7 +225,13 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
         out.without.clear()
         # Another worker's purge: a store (connections) of its own, gated between statements.
         gated = Gated(purge_store, gate)
-        pacer = Pacer(policy.duty, policy.batch, target=args.target, min_batch=args.min_batch)
+        pacer = Pacer(
+            policy.duty,
+            policy.batch,
+            target=args.target,
+            min_batch=args.min_batch,
+            sleep=gated.sleep,
+        )
         purging = asyncio.create_task(purge(gated, "old", policy, pacer=pacer))  # type: ignore[arg-type]
         started = time.monotonic()
         with_s = 0.0
