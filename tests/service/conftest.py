@@ -6,7 +6,9 @@ in-memory exporter of a private tracer provider (no global OpenTelemetry state).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from durable_adk.demo.service_app import app as stock_app
 from durable_adk.metrics import Metrics
 from durable_adk.service import Worker, create_app
 from durable_adk.store import open_store
+from durable_adk.testing.fakes.process import FakeService
 
 
 def telemetry() -> tuple[Metrics, InMemorySpanExporter]:
@@ -44,3 +47,23 @@ async def service(store_url: str, request: pytest.FixtureRequest) -> AsyncIterat
             httpx.AsyncClient(transport=transport, base_url="http://w") as anon,
         ):
             yield Service(worker, http, store, client, anon, metrics, exporter)
+
+
+@pytest.fixture
+def billing(tmp_path: Path) -> Iterator[FakeService]:
+    """The counting billing service, a process of its own on 127.0.0.1."""
+    with FakeService("billing", tmp_path / "billing.db") as started:
+        yield started
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """A push receiver on 127.0.0.1 that counts every POST, up from the start."""
+    from a2a_support import Receiver  # the A2A SDK: only the tests that ask for it
+
+    started = Receiver()
+    started.down = False
+    try:
+        yield started
+    finally:
+        started.close()

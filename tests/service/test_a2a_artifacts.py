@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,12 +39,6 @@ from durable_adk.testing.fakes.process import FakeService
 pytestmark = pytest.mark.timeout(240)
 
 VERSION = "durable_adk_artifact_version"
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
 
 
 def _files(task: Task) -> dict[str, Artifact]:

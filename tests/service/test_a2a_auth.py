@@ -12,8 +12,6 @@ canceled, subscribed to or continued. Real workers, the SDK's own client
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -51,22 +49,6 @@ pytestmark = pytest.mark.timeout(240)
 ALICE = "alice-token-0001"
 BOB = "bob-token-0002"
 CALLERS = ("--a2a-caller", f"alice={ALICE}", "--a2a-caller", f"bob={BOB}")
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    started = Receiver()
-    started.down = False
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def _with_push(text: str, url: str) -> SendMessageRequest:

@@ -60,24 +60,6 @@ DRIFTED_KEY = {"DADK_INVOICE_KEY": "invoice:{invoice_id}:v2"}
 """2.0's code keys send_invoice otherwise: a re-drive would act again under the new key."""
 
 
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[Any]:
-    from durable_adk.testing.fakes.process import FakeService
-
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    started = Receiver()
-    started.down = False
-    try:
-        yield started
-    finally:
-        started.close()
-
-
 DB: list[str] = [""]
 
 

@@ -11,7 +11,6 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,12 +33,6 @@ def receiver() -> Iterator[Receiver]:
         yield started
     finally:
         started.close()
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
 
 
 async def test_pushes_owed_by_a_killed_worker_reach_a_receiver_that_was_down(

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from a2a.client.errors import A2AClientError
@@ -57,22 +55,6 @@ BAD = {
     "http://127.0.0.1/a b": "space",
     "": "needs a url|Validation failed",  # the SDK refuses a config without one first
 }
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    started = Receiver()
-    started.down = False
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def _with_push(text: str, url: str) -> SendMessageRequest:

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,6 @@ from durable_adk.testing.fakes.process import FakeService
 
 CALLER = Path(__file__).parents[1] / "crash" / "a2a_caller.py"
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
 
 
 def _port() -> int:

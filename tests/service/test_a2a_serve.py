@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,6 @@ from google.protobuf.struct_pb2 import Value
 from durable_adk.testing.fakes.process import FakeService
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
 
 
 async def test_a_task_is_a_run_and_a_resent_message_id_starts_nothing(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,6 @@ from a2a_support import (
 from durable_adk.testing.fakes.process import FakeService
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def billing(tmp_path: Path) -> Iterator[FakeService]:
-    with FakeService("billing", tmp_path / "billing.db") as started:
-        yield started
 
 
 async def test_to_a2a_serves_durable_tasks_across_a_kill(
