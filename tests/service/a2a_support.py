@@ -32,6 +32,7 @@ from a2a.types import (
     SendMessageRequest,
     StreamResponse,
     Task,
+    TaskPushNotificationConfig,
 )
 from typer.testing import CliRunner
 
@@ -173,11 +174,17 @@ def message(
     )
 
 
-async def send(client: Client, msg: Message, *, return_immediately: bool = False) -> Task:
-    """Sends ``msg``; returns the task of the last response."""
-    request = SendMessageRequest(
-        message=msg, configuration=SendMessageConfiguration(return_immediately=return_immediately)
-    )
+async def send(
+    client: Client, msg: Message, *, return_immediately: bool = False, push_url: str | None = None
+) -> Task:
+    """Sends ``msg`` (with a push config for ``push_url``, token ``t``, if given);
+    returns the task of the last response."""
+    configuration = SendMessageConfiguration(return_immediately=return_immediately)
+    if push_url is not None:  # "" too: a bad URL the server must refuse
+        configuration.task_push_notification_config.CopyFrom(
+            TaskPushNotificationConfig(url=push_url, token="t")
+        )
+    request = SendMessageRequest(message=msg, configuration=configuration)
     found: Task | None = None
     async for response in client.send_message(request):
         if response.HasField("task"):

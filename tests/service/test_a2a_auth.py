@@ -23,10 +23,7 @@ from a2a.types import (
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
-    SendMessageConfiguration,
-    SendMessageRequest,
     SubscribeToTaskRequest,
-    Task,
     TaskPushNotificationConfig,
     TaskState,
 )
@@ -51,24 +48,6 @@ BOB = "bob-token-0002"
 CALLERS = ("--a2a-caller", f"alice={ALICE}", "--a2a-caller", f"bob={BOB}")
 
 
-def _with_push(text: str, url: str) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=message(text),
-        configuration=SendMessageConfiguration(
-            task_push_notification_config=TaskPushNotificationConfig(url=url, token="t")
-        ),
-    )
-
-
-async def _send(client, request: SendMessageRequest) -> Task:  # type: ignore[no-untyped-def]
-    found = None
-    async for response in client.send_message(request):
-        if response.HasField("task"):
-            found = response.task
-    assert found is not None
-    return found
-
-
 async def test_a2a_calls_need_a_token_and_a_refused_call_changes_nothing(
     store_url: str, billing: FakeService, receiver: Receiver
 ) -> None:
@@ -87,7 +66,7 @@ async def test_a2a_calls_need_a_token_and_a_refused_call_changes_nothing(
             for streaming in (False, True):
                 async with a2a_client(w1.base_url, token=token, streaming=streaming) as client:
                     with pytest.raises(A2AClientError, match="401"):
-                        await _send(client, _with_push("invoice U1", receiver.url))
+                        await send(client, message("invoice U1"), push_url=receiver.url)
                     with pytest.raises(A2AClientError, match="401"):
                         await client.get_task(GetTaskRequest(id="any"))
                     with pytest.raises(A2AClientError, match="401"):
@@ -133,7 +112,7 @@ async def test_a_callers_tasks_and_push_configs_are_not_another_callers(
     env = {"DADK_BILLING_URL": billing.url}
     with workers(store_url, env, "w1", "w2", extra=CALLERS) as (w1, w2):
         async with a2a_client(w1.base_url, token=ALICE) as alice:
-            done = await _send(alice, _with_push("invoice O1", receiver.url))
+            done = await send(alice, message("invoice O1"), push_url=receiver.url)
             assert done.status.state == TaskState.TASK_STATE_COMPLETED
             asked = await send(alice, message("approve O2"))
             assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED

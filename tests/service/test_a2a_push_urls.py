@@ -19,8 +19,6 @@ import time
 import pytest
 from a2a.client.errors import A2AClientError
 from a2a.types import (
-    SendMessageConfiguration,
-    SendMessageRequest,
     Task,
     TaskPushNotificationConfig,
     TaskState,
@@ -57,24 +55,6 @@ BAD = {
 }
 
 
-def _with_push(text: str, url: str) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=message(text),
-        configuration=SendMessageConfiguration(
-            task_push_notification_config=TaskPushNotificationConfig(url=url, token="t")
-        ),
-    )
-
-
-async def _send(client, request: SendMessageRequest) -> Task:  # type: ignore[no-untyped-def]
-    found = None
-    async for response in client.send_message(request):
-        if response.HasField("task"):
-            found = response.task
-    assert found is not None
-    return found
-
-
 async def _refused_everywhere(
     base: str, store_url: str, done: Task, *, also: dict[str, str]
 ) -> None:
@@ -87,7 +67,7 @@ async def _refused_everywhere(
         for url, why in {**BAD, **also}.items():
             for each in (client, streaming):
                 with pytest.raises(InvalidParamsError, match=why):
-                    await _send(each, _with_push("invoice X1", url))
+                    await send(each, message("invoice X1"), push_url=url)
             with pytest.raises(InvalidParamsError, match=why):
                 await client.create_task_push_notification_config(
                     TaskPushNotificationConfig(task_id=done.id, url=url)
@@ -102,7 +82,7 @@ async def test_serve_refuses_a_bad_push_url_and_keeps_to_its_push_hosts(
     hosts = ("--a2a-push-hosts", "127.0.0.1,*.hooks.example")
     with workers(store_url, env, "w1", extra=hosts) as (w1,):
         async with a2a_client(w1.base_url) as client:
-            done = await _send(client, _with_push("invoice H1", receiver.url))
+            done = await send(client, message("invoice H1"), push_url=receiver.url)
             assert done.status.state == TaskState.TASK_STATE_COMPLETED
         not_listed = {
             "http://localhost/push": "host 'localhost' is not one",
@@ -130,7 +110,7 @@ async def test_a_stored_push_url_off_the_list_is_never_sent_to(
     receiver.down = True
     with workers(store_url, env, "w1") as (w1,):
         async with a2a_client(w1.base_url) as client:
-            done = await _send(client, _with_push("invoice H2", receiver.url))
+            done = await send(client, message("invoice H2"), push_url=receiver.url)
             assert done.status.state == TaskState.TASK_STATE_COMPLETED
         deadline = time.monotonic() + 30
         while receiver.refused == 0:  # w1 tried; the receiver was down
@@ -163,10 +143,10 @@ async def test_to_a2a_refuses_a_bad_push_url_and_keeps_to_its_push_hosts(
         before = await rows(store_url)
         async with a2a_client(base, token=None) as anonymous:
             with pytest.raises(A2AClientError, match="401"):
-                await _send(anonymous, _with_push("invoice H3", receiver.url))
+                await send(anonymous, message("invoice H3"), push_url=receiver.url)
         assert await rows(store_url) == before
         async with a2a_client(base) as client:
-            done = await _send(client, _with_push("invoice H3", receiver.url))
+            done = await send(client, message("invoice H3"), push_url=receiver.url)
             assert done.status.state == TaskState.TASK_STATE_COMPLETED
             again = await send(client, message("invoice H4", context_id=done.context_id))
             assert again.status.state == TaskState.TASK_STATE_COMPLETED
