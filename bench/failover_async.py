@@ -81,8 +81,9 @@ def run_row(url: str, run_id: str) -> dict[str, Any] | None:
     return dict(answer.json()["run"]) if answer.status_code == 200 else None
 
 
-def submit(url: str, session: str, order: str) -> str | None:
-    body = {"message": f"Please charge order {order} and tell the customer."}
+def submit(url: str, session: str, order: str, *, approval: bool = False) -> str | None:
+    ask = " Only with approval." if approval else ""
+    body = {"message": f"Please charge order {order} and tell the customer.{ask}"}
     try:
         answer = httpx.post(
             f"{url}/v1/users/chaos/sessions/{session}/runs", json=body, headers=AUTH, timeout=30
@@ -92,13 +93,50 @@ def submit(url: str, session: str, order: str) -> str | None:
     return str(answer.json()["run"]["run_id"]) if answer.status_code == 202 else None
 
 
+def open_approvals(url: str) -> dict[str, dict[str, Any]]:
+    """The open approval calls of the inbox, by the run they pause."""
+    query = {"app_name": "chaos", "kind": "long_running", "limit": 500}
+    try:
+        answer = httpx.get(f"{url}/v1/interrupts", params=query, headers=AUTH, timeout=10)
+    except httpx.HTTPError:
+        return {}
+    if answer.status_code != 200:
+        return {}
+    items = answer.json()["interrupts"]
+    return {str(i["run_id"]): dict(i) for i in items if i.get("name") == "approve_order"}
+
+
+def approve(url: str, item: dict[str, Any]) -> int:
+    """Answers one approval call; the HTTP status (200 taken, 409 already answered)."""
+    body = {"by": "bench", "payload": {"approved": True}, "session_id": item["session_id"]}
+    try:
+        answer = httpx.post(
+            f"{url}/v1/interrupts/{item['call_id']}", json=body, headers=AUTH, timeout=30
+        )
+    except httpx.HTTPError:
+        return 0
+    return answer.status_code
+
+
+def wait_for_approvals(url: str, runs: list[str], seconds: float) -> dict[str, dict[str, Any]]:
+    """Waits until each of ``runs`` waits on its approval; the open calls of those found."""
+    deadline = time.monotonic() + seconds
+    found: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline:
+        found = {r: i for r, i in open_approvals(url).items() if r in runs}
+        if len(found) == len(runs):
+            break
+        time.sleep(0.3)
+    return found
+
+
 async def journal_of(db: str) -> dict[str, str]:
     async with open_store(db) as store:
         rows = await store.fetch("journal_list", {"invocation_id": None, "limit": 10_000})
     return {str(r["key"]): str(r["status"]) for r in rows}
 
 
-def experiment(runs: int, lag: float, folder: Path) -> None:
+def experiment(runs: int, lag: float, approvals: int, folder: Path) -> None:
     say = print
     with (
         ReplicatedPostgres(synchronous=False) as pair,
@@ -124,6 +162,13 @@ def experiment(runs: int, lag: float, folder: Path) -> None:
                 run_id = submit(workers[i % 2][2], f"s{i}", f"ORD-A{i}")
                 if run_id:
                     accepted.append(run_id)
+            paused: list[str] = []
+            for i in range(approvals):  # paused on a person before the lag: replicated
+                run_id = submit(workers[i % 2][2], f"p{i}", f"ORD-P{i}", approval=True)
+                if run_id:
+                    accepted.append(run_id)
+                    paused.append(run_id)
+            waiting = wait_for_approvals(api, paused, 60)
             time.sleep(1.0)
             sender = walsender_pid(pair.primary.data_dir)
             os.kill(sender, signal.SIGSTOP)  # the primary stops sending: lag begins
@@ -134,6 +179,7 @@ def experiment(runs: int, lag: float, folder: Path) -> None:
                 if run_id:
                     accepted.append(run_id)
                     in_lag.append(run_id)
+            answered = {r: approve(api, item) for r, item in waiting.items()}  # primary only
             time.sleep(max(0.0, lag - (time.monotonic() - lag_started)))
             told = {r: (run_row(api, r) or {}).get("status") for r in accepted}
             journal_before = asyncio.run(journal_of(db))
@@ -141,6 +187,8 @@ def experiment(runs: int, lag: float, folder: Path) -> None:
             pair.promote()
             promoted = time.monotonic()
             time.sleep(6.0)  # a sweep of each worker meets the new primary
+            reopened = wait_for_approvals(api, paused, 0.1)
+            again = {r: approve(api, item) for r, item in reopened.items()}  # a person looks again
             for i in range(runs, runs + 2):  # new work on the new primary
                 run_id = submit(workers[i % 2][2], f"s{i}", f"ORD-A{i}")
                 if run_id:
@@ -168,6 +216,13 @@ def experiment(runs: int, lag: float, folder: Path) -> None:
         verdict = judge(accepted=accepted, requests=requests, **records)
 
         say(f"\nruns accepted: {len(accepted)} ({len(in_lag)} during the {lag:.1f}s lag)")
+        say(
+            f"approvals answered during the lag: {len(answered)} "
+            f"(HTTP {sorted(answered.values())});"
+            f" open again in the inbox after the promotion: {len(reopened)};"
+            f" answered again: {sorted(again.values())}; those runs now: "
+            f"{sorted(((rows.get(r) or {}).get('status') or 'MISSING') for r in paused)}"
+        )
         lost_rows = [r for r in accepted if rows.get(r) is None]
         say(f"runs answered 202 whose row the new primary lacks: {len(lost_rows)}")
         done_before = [r for r, s in told.items() if s == "DONE"]
@@ -217,9 +272,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=12)
     parser.add_argument("--lag", type=float, default=2.0)
+    parser.add_argument("--approvals", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dadk-async-") as folder:
-        experiment(args.runs, args.lag, Path(folder))
+        experiment(args.runs, args.lag, args.approvals, Path(folder))
 
 
 if __name__ == "__main__":

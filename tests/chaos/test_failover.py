@@ -17,6 +17,7 @@ failover (the database came back on a new timeline).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from chaos_support import (
 
 from durable_adk.chaos.check import TERMINAL
 from durable_adk.chaos.failover import ReplicatedPostgres
+from durable_adk.store import open_store
 from postgres_required import postgres_or_skip
 
 pytestmark = pytest.mark.slow
@@ -61,6 +63,12 @@ def readyz(worker: Worker) -> tuple[int, str]:
     except httpx.HTTPError as exc:
         return 0, str(exc)
     return answer.status_code, str(answer.json().get("reason", ""))
+
+
+async def failover_recorded(db: str) -> float | None:
+    """When the database's history last changed, as its workers recorded it."""
+    async with open_store(db) as store:
+        return store.failed_over_at
 
 
 def test_a_failover_to_a_synchronous_standby_ends_every_run_soon_after_the_promotion(
@@ -99,9 +107,11 @@ def test_a_failover_to_a_synchronous_standby_ends_every_run_soon_after_the_promo
             took = time.monotonic() - promoted
             for w in workers:
                 wait_until(lambda w=w: readyz(w)[0] == 200, 30, "/readyz 200 again")
+            settled = time.time()
         finally:
             stop(*workers)
         result = outcome(db, urls, runs)
+        failed_over_at = asyncio.run(failover_recorded(db))
         logs = [w.log.read_text(errors="replace") for w in workers]
     print(f"failover: every run ended {took:.2f}s after the promotion")
     evidence = describe(result, *workers)
@@ -110,6 +120,9 @@ def test_a_failover_to_a_synchronous_standby_ends_every_run_soon_after_the_promo
     for i in range(RUNS):
         assert (result.acts(f"charge:ORD-F{i}"), result.acts(f"notify:ORD-F{i}")) == (1, 1)
     assert result.verdict.violations == 0, evidence
+    # The workers recorded the new history as they met it (a store opened only
+    # now would record it at now): for a day, new journal intents ask first.
+    assert failed_over_at is not None and failed_over_at < settled, (failed_over_at, settled)
     for _status, reason in refused:
         assert "unavailable" in reason, refused
     for log in logs:

@@ -113,6 +113,24 @@ class Store(abc.ABC):
     _queries: dict[str, Query]
     """The named queries this store runs: the packaged ones, loaded at open."""
 
+    failed_over_at: float | None = None
+    """When the database last changed history (a PostgreSQL failover to a promoted
+    standby, as a worker recorded it: :meth:`note_history`), seconds since the
+    epoch; None if it never did. The journal asks by key before it acts for a
+    while after it (:data:`durable_adk.tables.journal.LOOK_FIRST_AFTER_FAILOVER`)."""
+
+    async def note_history(self, identity: str | None) -> None:
+        """Records the database's history as this worker found it (``identity``: a
+        :meth:`probe`'s) and reads when it last changed into :attr:`failed_over_at`.
+
+        Called at open and when a probe finds a new history. A store without
+        histories (SQLite) keeps None.
+        """
+        if identity is None:
+            return
+        await self.execute("timeline_seen", {"timeline": identity})
+        self.failed_over_at = await self.fetchval("timeline_failover")
+
     def add_queries(self, queries: Mapping[str, Query]) -> None:
         """Adds named queries of a package's own SQL (the chaos soak's) to this store's.
 
@@ -152,7 +170,10 @@ class Store(abc.ABC):
         found = self.__dict__.get("_health")
         if found is None:
             found = self.__dict__["_health"] = StoreHealth(
-                lambda: self.probe(pooled=False), self.diagnose, self.describe()
+                lambda: self.probe(pooled=False),
+                self.diagnose,
+                self.describe(),
+                remember=self.note_history,
             )
         return found
 

@@ -96,6 +96,8 @@ class StoreHealth:
         probe: Callable[[], Awaitable[str | None]],
         diagnose: Callable[[], Awaitable[list[str]]],
         name: str,
+        *,
+        remember: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """Creates the health of a store.
 
@@ -104,7 +106,10 @@ class StoreHealth:
                 the database's history (a PostgreSQL timeline), if it has one.
             diagnose: One line per host tried, with why it refused.
             name: The store, as the log names it (its URL without password).
+            remember: Records a new history once a probe found one (in a task of
+                its own; a failure is said at DEBUG and tried at the next change).
         """
+        self._remember = remember
         self._probe = probe
         self._diagnose = diagnose
         self.name = name
@@ -118,6 +123,7 @@ class StoreHealth:
         self._back = asyncio.Event()
         self._prober: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[], None]] = []
+        self._recording: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -178,6 +184,7 @@ class StoreHealth:
         moved = ""
         if identity is not None and self.identity is not None and identity != self.identity:
             self.failovers += 1
+            self._record(identity)
             moved = (
                 f", on a new primary ({self.identity} -> {identity}: a standby was promoted; "
                 "with asynchronous replication, commits acknowledged just before the failover "
@@ -209,6 +216,7 @@ class StoreHealth:
             return  # an outage's end compares it, in its own line
         if self.identity is not None and identity != self.identity:
             self.failovers += 1
+            self._record(identity)
             logger.warning(
                 "the store (%s) is on a new primary (%s -> %s): a standby was promoted; with "
                 "asynchronous replication, commits acknowledged just before the failover may "
@@ -218,6 +226,23 @@ class StoreHealth:
                 identity,
             )
         self.identity = identity
+
+    def _record(self, identity: str) -> None:
+        """Records a new history in the database, in a task of its own (see ``remember``)."""
+        remember = self._remember
+        if remember is None:
+            return
+
+        async def record() -> None:
+            try:
+                await remember(identity)
+            except Exception as exc:  # the next probe that finds a change tries again
+                logger.debug("could not record the store's new history %s: %s", identity, exc)
+
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing to record from
+            task = asyncio.get_running_loop().create_task(record(), context=contextvars.Context())
+            self._recording.add(task)
+            task.add_done_callback(self._recording.discard)
 
     async def wait_back(self, patience: Patience) -> bool:
         """Waits until the store is back or the patience runs out; True if it is back."""

@@ -355,6 +355,7 @@ class PostgresStore(Store):
             self._listener = asyncio.create_task(self._listen(), name="durable-adk-listen")
         with contextlib.suppress(errors.StoreError):  # a read-only server: said at first use
             self.health.identity = await self.probe()
+            await self.note_history(self.health.identity)
         return self
 
     async def _make_pool(self, min_size: int, max_size: int) -> Any:

@@ -26,6 +26,9 @@ the database clock; a caller outside any run is never fenced):
   and return it; not found: act;
 * an abandoned INTENT and no way to look up: raise :class:`OutcomeUnknown`,
   which parks the run for a person. Never a guess;
+* no entry, less than :data:`LOOK_FIRST_AFTER_FAILOVER` after a failover: as
+  for a taken-over intent, a tool with a lookup asks first (found: DONE, said
+  at WARNING); without one it acts;
 * an entry written by another tool: :class:`~durable_adk.errors.InvalidArgument`;
 * the act raises :class:`~durable_adk.errors.FenceRefused` (the outside
   service refused the request's fence before acting, see
@@ -65,6 +68,11 @@ WAIT_SECONDS = 30.0
 
 HOLD_SECONDS = 15.0
 """Outside a run, how long an intent's hold lasts without renewal (renewed every third of it)."""
+
+LOOK_FIRST_AFTER_FAILOVER = 24 * 3600.0
+"""Seconds after a failover (:attr:`~durable_adk.store.base.Store.failed_over_at`) during
+which a new intent asks the outside system first: an asynchronous standby may have
+lost an intent whose act happened, or an answer whose run acted (docs/postgres.md)."""
 
 _FIRST_POLL = 0.02
 _MAX_POLL = 0.5
@@ -373,11 +381,13 @@ class Journal:
             if status == "done":
                 return await self._result(key, row)
             if status in ("acquired", "taken"):
+                if status == "acquired" and lookup is not None and self._after_failover():
+                    status = "suspect"
                 try:
                     # A cancel seen from here on lets the act and its DONE finish.
                     async with _busy(fence):
                         return await self._perform(
-                            key, attempt, holder, act, lookup, taken=status == "taken", fence=fence
+                            key, attempt, holder, act, lookup, how=status, fence=fence
                         )
                 except _Lost:
                     continue  # someone took our hold over before we acted: see who
@@ -395,6 +405,11 @@ class Journal:
             elif status == "retry":  # a concurrent writer changed the row first
                 await asyncio.sleep(_FIRST_POLL)
             # Either way: decide again from the row as it now stands.
+
+    def _after_failover(self) -> bool:
+        """Whether the store recorded a failover less than a day ago (see the module)."""
+        at = self.store.failed_over_at
+        return at is not None and time.time() - at < LOOK_FIRST_AFTER_FAILOVER
 
     async def _begin(
         self,
@@ -426,19 +441,23 @@ class Journal:
         act: Act,
         lookup: Lookup | None,
         *,
-        taken: bool,
+        how: str,
         fence: Fence | None,
     ) -> Any:
-        """Acts on an intent we hold: look up first if it was taken over; record DONE."""
+        """Acts on an intent we hold (``how``: acquired, taken or suspect, new after a
+        failover): look up first unless it was acquired; record DONE."""
         keeper = None
         if attempt.run_id is None:
             keeper = asyncio.create_task(self._keep_holding(key, holder))
         try:
-            if taken:
+            if how != "acquired":
                 if fence is not None and lookup is not None:
                     await fence.confirm()
                 found = await self._look_up(key, attempt, lookup)
                 if found is not None:
+                    if how == "suspect":
+                        why = "a commit lost at the failover; answered from its record"
+                        logger.warning("%s: %r was done outside: %s", attempt.tool_name, key, why)
                     return await self._done(key, attempt, holder, found)
                 # The lookup took time: check, in one statement, that we may
                 # still act (our fence, and the intent still ours).
@@ -457,7 +476,7 @@ class Journal:
             # acting: nothing happened. An intent we wrote ourselves goes (the
             # next caller acts, with no lookup and no "outcome unknown"); one
             # we took over stays released, since its first owner may have acted.
-            if taken:
+            if how == "taken":
                 await self._release(key, holder)
             else:
                 await self._forget(key, holder)

@@ -130,6 +130,10 @@ class LazyStore(Store):
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         return await (await self.opened()).fetch(query, params)
 
+    @property
+    def failed_over_at(self) -> float | None:  # type: ignore[override]
+        return None if self._store is None else self._store.failed_over_at
+
     async def now(self) -> float:
         return await (await self.opened()).now()
 

@@ -6,6 +6,18 @@
 -- name: db_now
 SELECT extract(epoch FROM clock_timestamp())::float8 AS now;
 
+-- name: timeline_seen
+-- A worker found the database on this history (see 0025_timelines.sql); the
+-- first worker to see it records when.
+INSERT INTO db_timelines (timeline, first_seen_at)
+VALUES (:timeline::text, extract(epoch FROM clock_timestamp()))
+ON CONFLICT (timeline) DO NOTHING;
+
+-- name: timeline_failover
+-- When the database last changed history (a failover), or NULL if it never did.
+SELECT CASE WHEN count(*) > 1 THEN max(first_seen_at) END AS failed_over_at
+  FROM db_timelines;
+
 -- ---------------------------------------------------------------- sessions
 
 -- name: create_session inline
