@@ -1,20 +1,17 @@
 """Durable A2A task stores by URI, for ADK's own servers.
 
 ``adk api_server --a2a`` and ``get_fast_api_app(a2a=True, task_store_uri=...)``
-build their task store from a URI through ADK's service registry. After
+build their task store through ADK's service registry. After
 :func:`register_task_store_uris` (call it where you call
 ``register_session_uris``: the agents folder's ``services.py``), the same
 ``durable+sqlite:///path.db`` and ``durable+postgresql://...`` URIs as the
-durable sessions give the SDK's VersionedTaskStore on the runs' database
-(:class:`~durable_adk.a2a.stores.DurableVersionedTaskStore`): a task survives
-a restart of the server, and another server on the same database answers
-tasks/get for it.
-
-What ADK's servers do not let us change, and docs/a2a.md says: ADK makes
-their push config store in memory and runs ADK's own executor (not
-:class:`~durable_adk.a2a.executor.DurableA2aExecutor`), so there a task's
-run is durable through DurableRunsPlugin but a task whose worker died is not
-ended by the task sync; ``durable-adk serve --a2a`` and :func:`to_a2a` do both.
+durable sessions name the task store's database, and, with no task store
+URI (``adk api_server`` has no option for one), the tasks follow the
+sessions. Registering also installs the seam of
+:mod:`durable_adk.a2a.adk_server`: ADK's server then serves its A2A routes
+with durable-adk's executor, push config store, task sync and push
+delivery, so a task whose server died is ended by the next server on the
+database, and its pushes are sent.
 """
 
 from __future__ import annotations
@@ -27,28 +24,32 @@ from google.adk.cli.service_registry import (
     get_service_registry,
 )
 
-from durable_adk.a2a.stores import DurableVersionedTaskStore
-from durable_adk.adk.servers.uri import SCHEMES, LazyStore, store_url
+from durable_adk.a2a.adk_server import ADK_SERVER_APP, RegistryTaskStore, install
+from durable_adk.adk.servers.uri import SCHEMES, store_url
 
-ADK_SERVER_APP = "adk-a2a"
-"""The app name the tasks of ADK's servers are kept under (one store serves every agent)."""
+__all__ = ["ADK_SERVER_APP", "register_task_store_uris", "task_store_from_uri"]
 
 
-def task_store_from_uri(uri: str, **kwargs: Any) -> DurableVersionedTaskStore:
+def task_store_from_uri(uri: str, **kwargs: Any) -> RegistryTaskStore:
     """The factory ADK's registry calls for a ``durable+...`` task store URI.
 
     Raises:
         durable_adk.errors.UnsupportedUrl: Not a durable URI, or a bad query parameter.
     """
     del kwargs
-    return DurableVersionedTaskStore(LazyStore(store_url(uri)), ADK_SERVER_APP)
+    return RegistryTaskStore(store_url(uri))
 
 
-def register_task_store_uris(registry: ServiceRegistry | None = None) -> None:
-    """Registers the ``durable+...`` task store URI schemes with ADK's service registry.
+def register_task_store_uris(registry: ServiceRegistry | None = None) -> bool:
+    """Registers the ``durable+...`` task store URI schemes and installs the A2A seam.
 
     Args:
         registry: The registry (default: ADK's own, which ``adk api_server`` uses).
+
+    Returns:
+        Whether the seam is installed (False, with a WARNING in the log, when
+        the installed google-adk is not the one it was written for; the
+        URIs are registered either way).
     """
     target = registry if registry is not None else get_service_registry()
     for scheme in SCHEMES:
@@ -56,3 +57,4 @@ def register_task_store_uris(registry: ServiceRegistry | None = None) -> None:
         # task store registry (the only way in) takes any maker of a task store.
         factory = cast(ServiceFactory, task_store_from_uri)
         target._register_task_store_service(scheme, factory)
+    return install()

@@ -304,6 +304,31 @@ class ServerRuns:
                     setattr(runner.adk, name, server_service)
         return runner
 
+    def runner_of_app(self, app_name: str, *, services_from: Any = None) -> DurableRunner:
+        """The app's runner (made on first use, loops started) for a driver of the server's own.
+
+        For the A2A routes of ADK's server (:mod:`durable_adk.a2a.adk_server`),
+        which drive their runs through the runner instead of ADK's Runner.
+        The app is loaded from the agents folder, as for recovery; the
+        services its module does not name are taken from ``services_from``
+        (the server's Runner of the app), as :meth:`runner_for` adopts them.
+
+        Raises:
+            InvalidArgument: No agents folder is known, the app will not
+                load, or its services factory is broken.
+        """
+        runner = self._runners.get(app_name)
+        if runner is None:
+            runner = self._serve(app_name, self._load(app_name), self._app_services(app_name))
+        if services_from is not None and app_name not in self._adopted:
+            self._adopted.add(app_name)
+            declared = self._declared[app_name]
+            for name in _SERVICE_NAMES:
+                server_service = getattr(services_from, name, None)
+                if getattr(declared, name) is None and server_service is not None:
+                    setattr(runner.adk, name, server_service)
+        return runner
+
     def _serve(self, app_name: str, app: App, services: AppServices) -> DurableRunner:
         s = self.settings
         runner = DurableRunner(
