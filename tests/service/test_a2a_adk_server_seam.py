@@ -190,3 +190,33 @@ def test_stores_of_others_go_to_adks_own_function(seam_restored: None) -> None:
     )
     endpoints = [r.endpoint for r in router.routes if isinstance(r, Route)]
     assert endpoints and not any(isinstance(e, ServedAgent) for e in endpoints)
+
+
+async def test_one_broken_agent_does_not_stop_the_others(
+    backend: str, store_url: str, tmp_path: Path, seam_restored: None
+) -> None:
+    good = f"seam_good_{backend}"
+    broken = f"seam_broken_{backend}"
+    agents = folder(tmp_path, good)
+    (agents / broken).mkdir()
+    (agents / broken / "__init__.py").write_text("from . import agent\n")
+    (agents / broken / "agent.py").write_text("raise RuntimeError('this agent is broken')\n")
+    (agents / broken / "agent.json").write_text(json.dumps(card(8000)))
+    assert register_task_store_uris() is True
+    registration = register_session_uris()
+    app = get_fast_api_app(
+        agents_dir=str(agents),
+        session_service_uri=f"durable+{store_url}",
+        a2a=True,
+        web=False,
+        lifespan=registration.lifespan,
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            served = await http.get(f"/a2a/{good}/.well-known/agent-card.json")
+            assert served.json()["capabilities"]["pushNotifications"] is True
+            unknown = await http.post(f"/a2a/{good}", json=GET_UNKNOWN, headers=V1)
+            assert unknown.json()["error"]["code"] == -32001
+            failed = await http.post(f"/a2a/{broken}", json=GET_UNKNOWN, headers=V1)
+            assert failed.status_code == 500

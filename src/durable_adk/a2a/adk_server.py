@@ -405,7 +405,14 @@ def _group(app: Any) -> list[ServedAgent]:
         async with outer(instance) as state:
             try:
                 for agent in agents:
-                    await agent.ready()
+                    try:
+                        await agent.ready()
+                    except errors.InvalidArgument:
+                        raise  # a configuration to fix: the server does not start
+                    except Exception:
+                        # One broken agent must not stop the others (as in ADK's
+                        # set-up); its requests try again and fail with 500.
+                        logger.exception("A2A app at %s could not start", agent.prefix)
                 yield state
             finally:
                 for agent in reversed(agents):
