@@ -57,18 +57,22 @@ def seam_restored() -> Iterator[None]:
     adk_server.uninstall()
 
 
-async def test_a_task_store_on_another_database_is_refused_when_the_server_starts(
-    backend: str, store_url: str, tmp_path: Path, seam_restored: None
+@pytest.mark.parametrize("sessions", ["durable", "memory"])
+async def test_a_task_store_not_on_the_sessions_database_is_refused_when_the_server_starts(
+    sessions: str, backend: str, store_url: str, tmp_path: Path, seam_restored: None
 ) -> None:
-    name = f"seam_other_{backend}"
+    name = f"seam_other_{sessions}_{backend}"
     agents = folder(tmp_path, name)
     assert register_task_store_uris() is True
     registration = register_session_uris()
     other = tmp_path / "other.db"
+    task_store_uri = (
+        f"durable+sqlite:///{other}" if sessions == "durable" else f"durable+{store_url}"
+    )
     app = get_fast_api_app(
         agents_dir=str(agents),
-        session_service_uri=f"durable+{store_url}",
-        task_store_uri=f"durable+sqlite:///{other}",
+        session_service_uri=f"durable+{store_url}" if sessions == "durable" else "memory://",
+        task_store_uri=task_store_uri,
         a2a=True,
         web=False,
         lifespan=registration.lifespan,

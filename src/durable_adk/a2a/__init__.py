@@ -17,7 +17,8 @@ names), ``push_urls`` (which push URLs a client may register), ``push``
 (the outbox's delivery), ``server`` (the request handler with message-id
 dedupe, the routes, :func:`to_a2a`), ``mount`` (the routes of
 ``durable-adk serve --a2a``), ``registry`` (the ``durable+`` task store URIs
-of ADK's service registry).
+of ADK's service registry), ``adk_server`` (the seam that serves them with
+all of the above under ``adk api_server --a2a``).
 
 Needs the ``a2a`` extra (``pip install 'durable-adk[a2a]'``): importing this
 package without it raises an ImportError that says so. It sits beside

@@ -6,10 +6,10 @@ service registry. The rest it makes in the function: its own
 ``A2aAgentExecutor`` and an ``InMemoryPushNotificationConfigStore`` per
 agent folder with an ``agent.json``, handed to
 ``google.adk.a2a._compat.attach_a2a_routes_to_app`` (fast_api.py lines
-472-523); and ``adk api_server`` passes no task store URI at all (its CLI
-has no option for one, cli_tools_click.py 2487-2517), so there the task
-store is ``_create_task_store_from_options(task_store_uri=None)``, in memory
-(fast_api.py 437; service_factory.py 413-430).
+471-523); and ``adk api_server`` passes no task store URI at all (its CLI
+has no option for one: cli_tools_click.py 2501, and 2351 for ``adk web``),
+so there the task store is ``_create_task_store_from_options(task_store_uri=None)``,
+in memory (fast_api.py 434-439; service_factory.py 413-430).
 
 :func:`install` (called by
 :func:`~durable_adk.a2a.registry.register_task_store_uris`, i.e. only when
