@@ -196,11 +196,15 @@ def test_stores_of_others_go_to_adks_own_function(seam_restored: None) -> None:
     assert endpoints and not any(isinstance(e, ServedAgent) for e in endpoints)
 
 
+@pytest.mark.parametrize("uri", ["none", "durable"])
 async def test_one_broken_agent_does_not_stop_the_others(
-    backend: str, store_url: str, tmp_path: Path, seam_restored: None
+    uri: str, backend: str, store_url: str, tmp_path: Path, seam_restored: None
 ) -> None:
-    good = f"seam_good_{backend}"
-    broken = f"seam_broken_{backend}"
+    # With no task store URI (adk api_server) and with the sessions' own
+    # durable URI (get_fast_api_app(task_store_uri=...)), the good agent is
+    # served durably.
+    good = f"seam_good_{uri}_{backend}"
+    broken = f"seam_broken_{uri}_{backend}"
     agents = folder(tmp_path, good)
     (agents / broken).mkdir()
     (agents / broken / "__init__.py").write_text("from . import agent\n")
@@ -211,11 +215,14 @@ async def test_one_broken_agent_does_not_stop_the_others(
     app = get_fast_api_app(
         agents_dir=str(agents),
         session_service_uri=f"durable+{store_url}",
+        task_store_uri=None if uri == "none" else f"durable+{store_url}",
         a2a=True,
         web=False,
         lifespan=registration.lifespan,
     )
     async with app.router.lifespan_context(app):
+        built = {s.prefix: s.server is not None for s in app.state.durable_adk_a2a}
+        assert built == {f"/a2a/{good}": True, f"/a2a/{broken}": False}
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             served = await http.get(f"/a2a/{good}/.well-known/agent-card.json")
