@@ -281,6 +281,13 @@ def _attach(original: Callable[..., Any]) -> Callable[..., Any]:
     return attach_a2a_routes_to_app
 
 
+def _normal_url(url: str | None) -> str | None:
+    """``url`` with the scheme's two spellings of PostgreSQL made one."""
+    if url is not None and url.startswith("postgres://"):
+        return "postgresql://" + url.removeprefix("postgres://")
+    return url
+
+
 def _push_hosts() -> tuple[str, ...]:
     return tuple(h.strip() for h in os.environ.get(PUSH_HOSTS_ENV, "").split(",") if h.strip())
 
@@ -337,7 +344,7 @@ class ServedAgent:
         if isinstance(self.store, RegistryTaskStore):
             url = self.store.lazy.url
             store_url = getattr(sessions.store, "url", None) if durable else None
-            if store_url != url:
+            if _normal_url(store_url) != _normal_url(url):
                 raise errors.InvalidArgument(
                     f"the A2A task store {url!r} needs the durable session service on the "
                     f"same database (--session_service_uri durable+{url}); the sessions are "
