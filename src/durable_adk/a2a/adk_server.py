@@ -92,7 +92,6 @@ class Seam:
     module: str
     name: str
     params: tuple[str, ...]
-    replaced: bool = True
 
 
 FACTORY = Seam("google.adk.cli.fast_api", "_create_task_store_from_options", ("task_store_uri",))
@@ -105,7 +104,6 @@ RESOLVE = Seam(
     "google.adk.a2a.executor.a2a_agent_executor",
     "A2aAgentExecutor._resolve_runner",
     ("self",),
-    replaced=False,
 )
 SEAMS = (FACTORY, ATTACH, RESOLVE)
 
@@ -123,10 +121,11 @@ class _Bypass:
         if not self.adopted and not self._warned:
             self._warned = True
             logger.warning(
-                "ADK's server uses the durable task store with its own A2A executor: the "
-                "durable A2A seam was not reached (google-adk %s; see "
+                "ADK's server uses the task store durable-adk made (%s) with its own A2A "
+                "executor: the durable A2A seam was not reached (google-adk %s; see "
                 "durable_adk.a2a.adk_server). Tasks are served as ADK serves them: a task "
                 "whose server died is not ended by this server, push configs are in memory",
+                type(self).__name__,
                 _adk_version(),
             )
 
