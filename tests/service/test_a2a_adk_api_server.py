@@ -36,8 +36,10 @@ from a2a_support import (
     meta,
     runs_of,
     send,
+    stream,
     wait_for_file,
 )
+from google.protobuf.json_format import MessageToDict
 
 from durable_adk.a2a_tables.outbox import PushOutbox, PushRecord
 from durable_adk.store import open_store
@@ -263,3 +265,17 @@ async def test_adk_api_server_a2a_task_survives_a_kill_mid_tool_with_its_push(
     assert for_done["error"]["code"] == -32004, for_done
     assert billing.acts("invoices", "create") == 1
     assert [r.status.value for r in await runs_of(store_url)] == ["DONE"]
+
+    # message/stream and a re-sent message id, through the same routes.
+    (go / "K2.go").write_text("go")
+    streamed = message("invoice K2")
+    async with a2a_client(second.a2a, streaming=True, token=None) as client:
+        responses = await stream(client, streamed)
+        again = await send(client, streamed)  # the same message id: the task it started
+    states = [_state(MessageToDict(r)) for r in responses]
+    assert states[-1] == "TASK_STATE_COMPLETED", states
+    assert again.id == responses[0].task.id
+    assert again.status.state == TaskState.TASK_STATE_COMPLETED
+    assert answer_text(again) == "K2 sent"
+    assert billing.acts("invoices", "create") == 2
+    assert len(await runs_of(store_url)) == 2
