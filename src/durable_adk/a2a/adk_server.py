@@ -44,7 +44,8 @@ The check: :func:`install` first asks the installed google-adk for the
 three things it replaces or calls, with the parameters used. When one is
 missing or takes other parameters, it logs a WARNING naming it and installs
 nothing: the ``durable+`` task store URI then works as before (tasks on the
-database, ADK's executor, push configs in memory) and a
+database under ``adk-a2a``, ADK's executor, push configs in memory; a task
+whose server died stays working, as ADK's executor links no run) and a
 :class:`SessionsTaskStore` is never made. A durable store that ADK uses
 without going through the seam (a newer ADK that no longer calls it) says
 so in a WARNING at its first use. Installing is idempotent and
@@ -124,7 +125,7 @@ class _Bypass:
                 "ADK's server uses the task store durable-adk made (%s) with its own A2A "
                 "executor: the durable A2A seam was not reached (google-adk %s; see "
                 "durable_adk.a2a.adk_server). Tasks are served as ADK serves them: a task "
-                "whose server died is not ended by this server, push configs are in memory",
+                "whose server died is never ended, push configs are in memory",
                 type(self).__name__,
                 _adk_version(),
             )
