@@ -383,15 +383,14 @@ class ServedAgent:
         )
         return Router(routes=routes)
 
-    async def stop(self) -> None:
-        """Stops the task sync and push delivery, and the durable side's loops."""
+    async def stop(self) -> ServerRuns | None:
+        """Stops the task sync and push delivery; returns the durable side to close after."""
         if self.server is not None:
             await self.server.stop()
             self.server = None
-        if self.durable_side is not None:
-            await self.durable_side.aclose()
-            self.durable_side = None
+        side, self.durable_side = self.durable_side, None
         self._router = None
+        return side
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         router = await self.ready()
@@ -422,8 +421,13 @@ def _group(app: Any) -> list[ServedAgent]:
                         logger.exception("A2A app at %s could not start", agent.prefix)
                 yield state
             finally:
+                sides: list[ServerRuns] = []
                 for agent in reversed(agents):
-                    await agent.stop()
+                    side = await agent.stop()
+                    if side is not None and side not in sides:
+                        sides.append(side)
+                for side in sides:  # once every agent's loops are stopped
+                    await side.aclose()
 
     app.router.lifespan_context = lifespan
     return agents
