@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from a2a.server.tasks import InMemoryTaskStore
+from a2a_support import rows
 from google.adk.a2a import _compat
 from google.adk.a2a.executor.a2a_agent_executor import A2aAgentExecutor
 from google.adk.cli import fast_api
@@ -231,3 +232,43 @@ async def test_one_broken_agent_does_not_stop_the_others(
             assert unknown.json()["error"]["code"] == -32001
             failed = await http.post(f"/a2a/{broken}", json=GET_UNKNOWN, headers=V1)
             assert failed.status_code == 500
+
+
+async def test_push_hosts_from_the_environment_refuse_other_hosts(
+    backend: str,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    seam_restored: None,
+) -> None:
+    name = f"seam_hosts_{backend}"
+    agents = folder(tmp_path, name)
+    monkeypatch.setenv("DURABLE_ADK_A2A_PUSH_HOSTS", "hooks.example.com")
+    assert register_task_store_uris() is True
+    registration = register_session_uris()
+    app = get_fast_api_app(
+        agents_dir=str(agents),
+        session_service_uri=f"durable+{store_url}",
+        a2a=True,
+        web=False,
+        lifespan=registration.lifespan,
+    )
+    send_with_push = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "SendMessage",
+        "params": {
+            "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+            "configuration": {
+                "taskPushNotificationConfig": {"url": "http://127.0.0.1/push", "token": "t"}
+            },
+        },
+    }
+    async with app.router.lifespan_context(app):
+        before = await rows(store_url)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            refused = await http.post(f"/a2a/{name}", json=send_with_push, headers=V1)
+        error = refused.json()["error"]
+        assert error["code"] == -32602 and "is not one" in error["message"], error
+        assert await rows(store_url) == before  # no task, run, claim or config
