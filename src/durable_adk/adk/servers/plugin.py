@@ -295,14 +295,25 @@ class ServerRuns:
         for name, service in declared.runner_kwargs().items():
             if name in _SERVICE_NAMES:  # not the app's schedules: the runner's loops fire them
                 setattr(ic, name, service)
-        if app_name not in self._adopted:
-            self._adopted.add(app_name)
-            for name in _SERVICE_NAMES:
-                server_service = getattr(ic, name)
-                if getattr(declared, name) is None and server_service is not None:
-                    # ADK's Runner keeps its services as public attributes.
-                    setattr(runner.adk, name, server_service)
+        self._adopt(app_name, runner, ic)
         return runner
+
+    def _adopt(self, app_name: str, runner: DurableRunner, server: Any) -> None:
+        """Gives the runner, once, the server's services its app's module does not name.
+
+        Args:
+            server: What carries the server's services (an invocation
+                context of the app's live run, or the server's Runner).
+        """
+        if app_name in self._adopted:
+            return
+        self._adopted.add(app_name)
+        declared = self._declared[app_name]
+        for name in _SERVICE_NAMES:
+            server_service = getattr(server, name, None)
+            if getattr(declared, name) is None and server_service is not None:
+                # ADK's Runner keeps its services as public attributes.
+                setattr(runner.adk, name, server_service)
 
     def runner_of_app(self, app_name: str, *, services_from: Any = None) -> DurableRunner:
         """The app's runner (made on first use, loops started) for a driver of the server's own.
@@ -320,13 +331,8 @@ class ServerRuns:
         runner = self._runners.get(app_name)
         if runner is None:
             runner = self._serve(app_name, self._load(app_name), self._app_services(app_name))
-        if services_from is not None and app_name not in self._adopted:
-            self._adopted.add(app_name)
-            declared = self._declared[app_name]
-            for name in _SERVICE_NAMES:
-                server_service = getattr(services_from, name, None)
-                if getattr(declared, name) is None and server_service is not None:
-                    setattr(runner.adk, name, server_service)
+        if services_from is not None:
+            self._adopt(app_name, runner, services_from)
         return runner
 
     def _serve(self, app_name: str, app: App, services: AppServices) -> DurableRunner:
