@@ -626,7 +626,9 @@ class Soak:
             if not pending:  # each kind once per round, in a random order
                 pending = rng.sample(kinds, len(kinds))
             kind = pending.pop()
-            getattr(self, f"_fault_{kind}")(rng)
+            if getattr(self, f"_fault_{kind}")(rng) is False:  # could not be injected again
+                kinds.remove(kind)
+                continue
             self.fault_counts[kind] += 1
 
     def _victim(self, rng: random.Random) -> WorkerProc | None:
@@ -819,17 +821,19 @@ class Soak:
         else:
             restart_postgres(self.pg, mode=mode, down=down)
 
-    def _fault_failover(self, rng: random.Random) -> None:
-        """SIGKILL of every primary process, then the synchronous standby promoted (once)."""
+    def _fault_failover(self, rng: random.Random) -> bool:
+        """SIGKILL of every primary process, then the synchronous standby promoted (once:
+        False after that, and the soak injects no more failovers nor counts them)."""
         pair = self.pair
         if pair is None or pair.failed_over:
             self._log_fault("failover skipped: the standby was promoted already")
-            return
+            return False
         wait = rng.uniform(0.5, 2.0)
         self._log_fault(f"failover: primary SIGKILLed, standby promoted after {wait:.1f}s")
         pair.kill_primary()
         time.sleep(wait)
         pair.promote()
+        return True
 
     def _fault_partition(self, rng: random.Random) -> None:
         assert self.namespace is not None
