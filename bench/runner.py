@@ -95,7 +95,7 @@ from bench.sessions import (
     conversation_event,
 )
 from durable_adk.adk.commits.barrier import CommitMode
-from durable_adk.adk.runner import DurableRunner
+from durable_adk.adk.runner import DurableRunner, SyncTools
 from durable_adk.store import Store, open_store
 from durable_adk.store.queries import load_queries
 from durable_adk.testing.pg_cluster import TempPostgres
@@ -225,14 +225,24 @@ class AdkContender(Contender):
 class DurableContender(Contender):
     durable = True
 
-    def __init__(self, backend: str, store: Store, commits: CommitMode) -> None:
-        self.name = f"DurableRunner, {COMMITS_LABEL[commits]} ({backend})"
+    def __init__(
+        self, backend: str, store: Store, commits: CommitMode, sync_tools: SyncTools = "pool"
+    ) -> None:
+        loop = ", sync tools on the loop" if sync_tools == "loop" else ""
+        self.name = f"DurableRunner, {COMMITS_LABEL[commits]}{loop} ({backend})"
+        self.bounds_of = f"DurableRunner, {COMMITS_LABEL[commits]} ({backend})"
+        """The contender whose recorded run the bounds replay (the same units)."""
         self.backend = backend
         self.store = store
         self.commits = commits
+        self.sync_tools = sync_tools
         self.commits_per_run = 0  # counted by open_contenders
         self.runner = DurableRunner(
-            app=make_app(), store=store, worker_id=f"bench-{backend}-{commits}", commits=commits
+            app=make_app(),
+            store=store,
+            worker_id=f"bench-{backend}-{commits}-{sync_tools}",
+            commits=commits,
+            sync_tools=sync_tools,
         )
         self.service = self.runner.sessions
 
@@ -415,6 +425,11 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
             for backend, backend_store in (("sqlite", sqlite_store), ("postgresql", pg_store))
             for commits in ("per_event", "barrier")
         ]
+        # DurableRunner(sync_tools="loop"): ADK's own default, no thread hop (issue 45).
+        contenders += [
+            DurableContender(backend, backend_store, "barrier", "loop")
+            for backend, backend_store in (("sqlite", sqlite_store), ("postgresql", pg_store))
+        ]
         contenders += [
             AdkContender(IN_MEMORY, "memory", InMemorySessionService()),
             # What DurableRunner's choice to run sync tools off the loop costs ADK alone.
@@ -455,7 +470,7 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
         # replayed apart, made inline at their points in ADK's run, and one bare
         # commit of the same bytes at each of those points (the physical bound).
         for c in [c for c in contenders if isinstance(c, DurableContender)]:
-            if c.commits == "barrier":
+            if c.commits == "barrier" and c.sync_tools == "pool":
                 placed = await UnitsInterleavedContender.record(c)
                 units = [(query, params) for query, params, _at in placed]
                 contenders += [
@@ -655,7 +670,7 @@ def target_rows(
     for c in contenders:
         if not isinstance(c, DurableContender):
             continue
-        backend, ours = c.backend, c.name
+        backend, ours, of = c.backend, c.name, c.bounds_of
         adk = next(
             a
             for a in contenders
@@ -672,15 +687,15 @@ def target_rows(
         )
         floor = [IN_MEMORY, raw.name]
         replay = next(
-            (u for u in contenders if isinstance(u, UnitsReplayContender) and u.of == ours), None
+            (u for u in contenders if isinstance(u, UnitsReplayContender) and u.of == of), None
         )
         units = [IN_MEMORY, replay.name] if replay is not None else None
         inline = next(
-            (u for u in contenders if isinstance(u, UnitsInterleavedContender) and u.of == ours),
+            (u for u in contenders if isinstance(u, UnitsInterleavedContender) and u.of == of),
             None,
         )
         bare = next(
-            (u for u in contenders if isinstance(u, BareAtTheirPointsContender) and u.of == ours),
+            (u for u in contenders if isinstance(u, BareAtTheirPointsContender) and u.of == of),
             None,
         )
         for label, target, at_least, bound in (

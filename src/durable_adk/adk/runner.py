@@ -64,6 +64,7 @@ from durable_adk.adk.loops.background import Background
 from durable_adk.adk.loops.every import BackgroundSettings
 from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.admission import Admission
+from durable_adk.adk.runs.driver import SyncTools as SyncTools
 from durable_adk.adk.runs.ending import LAST_EVENTS_KEPT as LAST_EVENTS_KEPT
 from durable_adk.adk.runs.path import RunPath, only_answers
 from durable_adk.adk.runs.policy import DEFAULT_POLICY, causes
@@ -139,6 +140,7 @@ class DurableRunner:
         schedules: Iterable[Schedule] | None = None,
         version: str | None = None,
         compatible_versions: Iterable[str] = (),
+        sync_tools: SyncTools = "pool",
     ) -> None:
         """Creates the runner.
 
@@ -178,7 +180,7 @@ class DurableRunner:
             run_config: The RunConfig of every drive of this runner, recovered
                 ones included; a call of :meth:`run_async` may pass its own.
                 Sync tools run on ADK's tool thread pool unless it sets
-                ``tool_thread_pool_config`` itself.
+                ``tool_thread_pool_config`` itself (or ``sync_tools="loop"``).
             cancel_grace: How long a cancelled run's acts under way may finish.
             interrupt_deadlines: Seconds an interrupt waits for a person before
                 its default outcome (deny) applies, by tool name (``"*"``: any).
@@ -204,10 +206,18 @@ class DurableRunner:
                 serves (docs/deploying.md). None: unversioned.
             compatible_versions: Earlier versions whose runs this code can
                 continue (the ``compatible`` policy); empty: ``pinned``.
+            sync_tools: Where synchronous tools and FunctionNodes run:
+                ``"pool"`` (default), ADK's tool thread pool, so one that
+                blocks stalls only itself; ``"loop"``, the event loop, as ADK's
+                Runner does by default: no thread hop (about 0.25 ms a run,
+                BENCHMARKS.md), but a tool that blocks stalls every drive of
+                the worker until it returns (their leases are kept by the
+                lease watchdog meanwhile). A ``run_config`` that sets
+                ``tool_thread_pool_config`` decides for itself.
 
         Raises:
             durable_adk.errors.InvalidArgument: Neither or both of ``app`` and
-                ``agent``, a bad policy value, a session service that is not
+                ``agent``, a bad policy value, a bad ``sync_tools``, a session service that is not
                 durable, or an AgentTool's child holding a long-running tool
                 or a saga.
             durable_adk.errors.InvalidVersion: ``version`` or a compatible
@@ -262,6 +272,7 @@ class DurableRunner:
             schedules=schedules,
             version=version,
             compatible_versions=compatible_versions,
+            sync_tools=sync_tools,
         )
         if background is True:
             background = BackgroundSettings()

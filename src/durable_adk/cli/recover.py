@@ -86,6 +86,9 @@ def recover(
         float, typer.Option(min=0.1, help="Lease of the runs it re-drives, s.")
     ] = 30.0,
     max_attempts: Annotated[int, typer.Option(min=1, help="Claims before a run is parked.")] = 3,
+    sync_tools: Annotated[
+        str, typer.Option(help="Where sync tools run: pool or loop, as serve's.")
+    ] = "pool",
     batch: Annotated[int, typer.Option(min=1, max=10_000, help="Most runs recovered.")] = 100,
     as_json: JsonOpt = False,
     services: ServicesOpt = None,
@@ -109,6 +112,9 @@ def recover(
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
         app_services = app_services.declared_as(app_version, compatible_version or ())
+        from durable_adk.adk.runs.driver import check_sync_tools
+
+        tools_where = check_sync_tools(sync_tools)
     except errors.DurableError as exc:
         _fail(str(exc))
     where = db or DEFAULT_URL
@@ -127,6 +133,7 @@ def recover(
                 lease=lease,
                 max_attempts=max_attempts,
                 idempotent_tools=tuple(idempotent_tool or ()),
+                sync_tools=tools_where,
                 background=False,
                 **app_services.runner_kwargs(),
             )

@@ -69,6 +69,13 @@ def serve(
     idempotent_tool: Annotated[
         list[str] | None, typer.Option(help="A tool safe to re-run after a crash (repeatable).")
     ] = None,
+    sync_tools: Annotated[
+        str,
+        typer.Option(
+            help="Where sync tools run: pool (ADK's tool thread pool) or loop (the event loop: "
+            "no thread hop, but one that blocks stalls every run of the worker)."
+        ),
+    ] = "pool",
     sweep_interval: Annotated[float, typer.Option(min=0.05, help="Seconds between sweeps.")] = 5.0,
     drain_seconds: Annotated[
         float, typer.Option(min=0, help="On SIGTERM, seconds runs get to finish.")
@@ -218,6 +225,7 @@ def serve(
             lease=lease,
             max_attempts=max_attempts,
             idempotent_tools=tuple(idempotent_tool or ()),
+            sync_tools=sync_tools,
             sweep_interval=sweep_interval,
             drain_seconds=drain_seconds,
             max_body_bytes=max_body_bytes,

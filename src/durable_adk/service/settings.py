@@ -46,6 +46,8 @@ class ServiceSettings:
         max_attempts: Recovery claims before a run is parked.
         backoff: First back-off between recovery attempts, doubled each time.
         idempotent_tools: Tools the sweeper may re-run after a crash.
+        sync_tools: Where sync tools run (``DurableRunner(sync_tools=)``): ``"pool"``
+            or ``"loop"``.
         sweep_interval: Seconds between recovery passes.
         sweep_batch: Most runs one recovery pass claims.
         poll_interval: How often a follower polls the store for new events.
@@ -109,6 +111,7 @@ class ServiceSettings:
     max_attempts: int = DEFAULT_POLICY.max_attempts
     backoff: float = DEFAULT_POLICY.backoff
     idempotent_tools: tuple[str, ...] = ()
+    sync_tools: str = "pool"
     sweep_interval: float = 5.0
     sweep_batch: int = 10
     poll_interval: float = 0.2
@@ -148,6 +151,10 @@ class ServiceSettings:
                 raise errors.InvalidArgument(
                     f"services must be AppServices, not {type(self.services).__name__}"
                 )
+        if self.sync_tools not in ("pool", "loop"):
+            raise errors.InvalidArgument(
+                f"sync_tools must be 'pool' or 'loop', got {self.sync_tools!r}"
+            )
         if not self.token or len(self.token) < 8:
             raise errors.InvalidArgument("the bearer token must be at least 8 characters")
         require_positive(

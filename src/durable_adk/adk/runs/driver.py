@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.errors import StaleSessionError
@@ -81,6 +81,7 @@ class PathParts(Recording, Protocol):
     serving: Serving
     keeper: LeaseKeeper
     run_config: RunConfig
+    sync_tools: SyncTools
     commits: CommitMode
     admission: Admission
     look_ahead: bool
@@ -202,14 +203,34 @@ def unreadable_ending(run: Run, events: Sequence[Event]) -> Ending | None:
     return Ending(EndKind.PARKED, note, UnreadableLog(f"run {run.run_id}: {note}"), UNREADABLE)
 
 
-def off_the_loop(config: RunConfig) -> RunConfig:
+SyncTools = Literal["pool", "loop"]
+"""Where a drive runs synchronous tools and FunctionNodes (``DurableRunner(sync_tools=)``)."""
+
+
+def check_sync_tools(where: object) -> SyncTools:
+    """``where`` if it names where sync tools run.
+
+    Raises:
+        durable_adk.errors.InvalidArgument: It does not.
+    """
+    if where == "pool":
+        return "pool"
+    if where == "loop":
+        return "loop"
+    raise errors.InvalidArgument(f"sync_tools must be 'pool' or 'loop', got {where!r}")
+
+
+def off_the_loop(config: RunConfig, sync_tools: SyncTools = "pool") -> RunConfig:
     """``config`` with sync tools and FunctionNodes run on ADK's tool thread pool.
 
     ADK runs a synchronous tool (and a sync FunctionNode) on the event loop
     unless ``RunConfig.tool_thread_pool_config`` is set; one that blocks would
-    block every drive of the worker. An app's own setting is kept.
+    block every drive of the worker. An app's own setting is kept, and so is
+    ``config`` with ``sync_tools="loop"`` (ADK's default: no thread hop, but a
+    tool that blocks stalls every drive beside it; the lease watchdog keeps
+    their leases meanwhile).
     """
-    if config.tool_thread_pool_config is not None:
+    if config.tool_thread_pool_config is not None or sync_tools == "loop":
         return config
     return config.model_copy(update={"tool_thread_pool_config": ToolThreadPoolConfig()})
 
@@ -631,7 +652,8 @@ class Driver:
         """ADK's events for the drive, under its lease, once admitted."""
         path, run = self.path, drive.run
         drive.holding = self._hold(drive)
-        base = off_the_loop(path.run_config if drive.run_config is None else drive.run_config)
+        config = path.run_config if drive.run_config is None else drive.run_config
+        base = off_the_loop(config, path.sync_tools)
         run_config = base.model_copy(
             update={
                 "custom_metadata": {

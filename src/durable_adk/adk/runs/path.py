@@ -56,7 +56,7 @@ from durable_adk.adk.eventlog.classify import Classification, check_answers, cla
 from durable_adk.adk.eventlog.live import LiveEvents
 from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.admission import Admission
-from durable_adk.adk.runs.driver import Driver, off_the_loop
+from durable_adk.adk.runs.driver import Driver, SyncTools, check_sync_tools, off_the_loop
 from durable_adk.adk.runs.ending import Outcome
 from durable_adk.adk.runs.fingerprint import Known, fingerprint
 from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy
@@ -218,9 +218,11 @@ class RunPath:
         schedules: Iterable[Schedule] | None = None,
         version: str | None = None,
         compatible_versions: Iterable[str] = (),
+        sync_tools: SyncTools = "pool",
     ) -> None:
         """Builds the path; DurableRunner's arguments of the same names are documented there."""
         commits = check_commit_mode(commits)
+        self.sync_tools = check_sync_tools(sync_tools)
         extra: list[BasePlugin] = [BarrierPlugin()] if commits == "barrier" else []
         extra.append(ResultLimitsPlugin(store.limits))
         app = durable_app(app, app_name=app_name, plugins=[*extra, *plugins])
@@ -264,7 +266,7 @@ class RunPath:
         self.keeper = LeaseKeeper(self.ledger, self.worker_id)
         self.metrics = metrics
         self.retry_policy = retry_policy or RetryPolicy()
-        self.run_config = off_the_loop(run_config or RunConfig())
+        self.run_config = off_the_loop(run_config or RunConfig(), self.sync_tools)
         self.interrupts = InterruptTable(store)
         self.interrupt_deadlines = dict(interrupt_deadlines or {})
         self.job_tools = frozenset(long_running_tools(app.root_agent))
