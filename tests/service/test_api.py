@@ -455,3 +455,13 @@ async def test_openapi_names_the_security_scheme(service: Service) -> None:
     assert (
         page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
     )
+
+
+@pytest.mark.parametrize("service", [{"sync_tools": "loop"}], indirect=True)
+async def test_a_worker_told_sync_tools_loop_runs_them_on_its_loop(service: Service) -> None:
+    """``serve --sync-tools loop`` reaches the runner: no tool thread pool, the run as usual."""
+    assert service.worker.runner.path.sync_tools == "loop"
+    assert service.worker.runner.run_config.tool_thread_pool_config is None
+    started = await start(service, "loop1")
+    run = await wait_status(service, started["run"]["run_id"], "DONE", "FAILED")
+    assert run["status"] == "DONE"
