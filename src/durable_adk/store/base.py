@@ -33,6 +33,7 @@ from durable_adk.store.wakeups import Wakeups
 _sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
 _attempt: ContextVar[list[bool] | None] = ContextVar("durable_adk_attempt", default=None)
 _held: ContextVar[list[float] | None] = ContextVar("durable_adk_held", default=None)
+_unsynced: ContextVar[bool] = ContextVar("durable_adk_unsynced", default=False)
 
 
 def note_sent() -> None:
@@ -61,10 +62,25 @@ def held_receipt() -> list[float] | None:
     return _held.get()
 
 
+def unsynced_commit() -> bool:
+    """Whether the caller let this unit commit without waiting for the disk
+    (:func:`fetch_held` with ``sync=False``). Read it in the caller's coroutine."""
+    return _unsynced.get()
+
+
 async def fetch_held(
-    store: Store, query: str, params: Params | None = None
+    store: Store, query: str, params: Params | None = None, *, sync: bool = True
 ) -> tuple[Sequence[Row], float | None]:
     """Runs a named query; also says how long it held the database's writer.
+
+    ``sync=False`` lets a unit that writes commit without waiting for the disk,
+    where the backend can (SQLite: ``synchronous = NORMAL`` for that transaction,
+    :mod:`durable_adk.store.sqlite`; PostgreSQL ignores it): its rows reach the
+    log and every reader at once, and the disk at the next commit that syncs
+    (any other unit's) or the next checkpoint. A power cut before that undoes
+    the unit, nothing else (a process killed does not). Only for writes that
+    may be lost and done again: a purge's batch, whose rows a later pass finds
+    and deletes again.
 
     Returns:
         The rows, and the seconds the unit held what it needed once it had
@@ -80,9 +96,11 @@ async def fetch_held(
     """
     receipt: list[float] = []
     token = _held.set(receipt)
+    lazy = _unsynced.set(not sync)
     try:
         rows = await store.fetch(query, params)
     finally:
+        _unsynced.reset(lazy)
         _held.reset(token)
     return rows, sum(receipt) if receipt else None
 

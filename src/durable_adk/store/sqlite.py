@@ -13,8 +13,9 @@ Where a unit runs:
 * On the caller's thread: the small units of a run's hot path, marked
   ``inline`` in the SQL (an append, a ledger write, a journal entry). They use
   a second connection with no busy timeout: if another connection holds the
-  write lock, the attempt fails at once, rolls back and the unit goes to the
-  database thread, which waits for the lock as usual. A thread hop (hand-off,
+  write lock, the unit tries again for up to a millisecond
+  (:func:`try_write_lock`: a purge's batch holds it a few tenths of one), then
+  gives up and goes to the database thread, which waits for the lock as usual. A thread hop (hand-off,
   wake-up, result back through the loop's self-pipe) measured 0.2-0.3 ms here,
   about as much as the fsync of the commit itself, and a run makes several
   such units. The price: the event loop is busy for the unit's commit (an
@@ -36,6 +37,15 @@ Pragmas, each for a reason:
   that met a 3 ms transaction of another connection (a purge's batch) waited
   8 ms, and one that met a stream of short ones (the appends of live runs,
   taking the lock at once on their fast path) could wait seconds.
+* ``synchronous`` is set to ``NORMAL`` for the one transaction of a unit run
+  with ``sync=False`` (:func:`~durable_adk.store.base.fetch_held`: a purge's
+  batch), and back to ``FULL`` after it: its commit writes the log but does not
+  wait for the disk, so the write lock is held for the batch's own work (a
+  batch of 20-50 events: 0.1-0.3 ms) instead of that plus an fsync (0.3-1 ms
+  here, more on a busy disk). Its pages reach the disk with the next commit
+  that syncs the log (the appends' commits sync the whole file) or the purge's
+  checkpoint; a power cut before that undoes the batch, which a later pass
+  deletes again. A process killed loses nothing: the log is in the OS's hands.
 * ``foreign_keys=ON``: deleting a session removes its events and snapshots, and
   an event can never point at a missing session.
 """
@@ -55,7 +65,14 @@ from urllib.parse import quote
 
 from durable_adk import errors
 from durable_adk.faults import crash_point
-from durable_adk.store.base import Params, Row, Store, held_receipt, note_maybe_sent
+from durable_adk.store.base import (
+    Params,
+    Row,
+    Store,
+    held_receipt,
+    note_maybe_sent,
+    unsynced_commit,
+)
 from durable_adk.store.groups import (
     DEFAULT_GROUP_MAX,
     Pending,
@@ -182,6 +199,44 @@ LOCK_POLL_FIRST = 0.0002
 
 LOCK_POLL_MOST = 0.002
 """The most seconds between two tries for the write lock (the pause grows 1.5x a try)."""
+
+
+FAST_PATIENCE = 0.001
+"""Seconds a unit on the caller's thread keeps trying for a write lock another
+connection holds (in steps of :data:`FAST_POLL_FIRST` growing to
+:data:`FAST_POLL_MOST`) before it goes to wait on the database thread."""
+
+FAST_POLL_FIRST = 0.00005
+"""Seconds before the caller's thread tries the write lock again."""
+
+FAST_POLL_MOST = 0.0002
+"""The most seconds between two of the caller's thread's tries."""
+
+
+def try_write_lock(conn: sqlite3.Connection, patience: float) -> None:
+    """``BEGIN IMMEDIATE`` on a connection with no busy timeout, tried again for up to
+    ``patience`` seconds in steps of :data:`FAST_POLL_FIRST` to :data:`FAST_POLL_MOST`;
+    raises SQLITE_BUSY once the patience is spent.
+
+    For the caller's thread (an event loop): a purge's batch holds the lock a few
+    tenths of a millisecond (:mod:`durable_adk.lifecycle.pacing`), less than a
+    hand-off to the database thread and its tries (0.2 ms, then 0.3, 0.45, ...)
+    cost, and while this thread sleeps it leaves the GIL to a purge of the same
+    process that holds the lock. A lock held longer (another process's long
+    unit) costs the loop at most ``patience``, then the unit waits on the
+    database thread as before.
+    """
+    deadline = time.monotonic() + patience
+    pause = FAST_POLL_FIRST
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 1.5, FAST_POLL_MOST)
 
 
 def take_write_lock(conn: sqlite3.Connection, patience_ms: int) -> None:
@@ -404,9 +459,19 @@ class SqliteStore(Store):
             raise errors.InvalidArgument(f"no query named {name!r}") from None
 
     def _run(
-        self, query: Query, params: Params, held: list[float] | None = None
+        self,
+        query: Query,
+        params: Params,
+        held: list[float] | None = None,
+        unsynced: bool = False,
     ) -> list[dict[str, Any]]:
         assert self._conn is not None, "store not opened"
+        if unsynced and query.writes:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                return self._run_on(self._conn, query, params, held)
+            finally:
+                self._conn.execute("PRAGMA synchronous = FULL")
         return self._run_on(self._conn, query, params, held)
 
     def _run_on(
@@ -445,9 +510,13 @@ class SqliteStore(Store):
             raise
 
     def _lock(self, conn: sqlite3.Connection) -> None:
-        """Takes the write lock: at once or not at all on the fast connection, waiting
-        up to the busy timeout in short steps on the database thread's."""
-        take_write_lock(conn, 0 if conn is self._fast else self._busy_timeout_ms)
+        """Takes the write lock: within :data:`FAST_PATIENCE` or not at all on the fast
+        connection, waiting up to the busy timeout in short steps on the database
+        thread's."""
+        if conn is self._fast:
+            try_write_lock(conn, FAST_PATIENCE)
+        else:
+            take_write_lock(conn, self._busy_timeout_ms)
 
     def _on_fast_path(self, query: Query) -> bool:
         return (
@@ -462,7 +531,8 @@ class SqliteStore(Store):
         if not self._closed:
             note_maybe_sent()  # it reaches the file from here: a failed write may have acted
         held = held_receipt()  # taken here: the database thread does not see our context
-        if self._on_fast_path(q):
+        unsynced = unsynced_commit()
+        if self._on_fast_path(q) and not unsynced:
             loop = asyncio.get_running_loop()
             if self.group_commit and groupable(q) and (self._group or not nothing_else_ready(loop)):
                 return await self._grouped(q, params or {}, loop)
@@ -474,7 +544,7 @@ class SqliteStore(Store):
                 if not isinstance(error, errors.DatabaseBusy):
                     raise error from exc
                 # Another connection holds the lock: wait for it on the database thread.
-        return await self._call(lambda: self._run(q, params or {}, held))
+        return await self._call(lambda: self._run(q, params or {}, held, unsynced))
 
     # ------------------------------------------------------------ group commit
 
