@@ -27,8 +27,27 @@ store gives no figure (a unit written in a group), the pacer falls back to
 the time around the statement, billed up to twice its aim (beyond that it was
 waiting, not holding).
 
+**SQLite: small batches, committed unsynced.** SQLite has one writer: an
+append that comes while a batch holds the write lock waits for the rest of it,
+and about ``duty`` of the appends come then (5 % at the default: more than the
+1 % a p99 looks at). So what they wait must be small, not rare: a SQLite purge
+aims each statement at :data:`SQLITE_TARGET_SECONDS` (half a millisecond, well
+under an append's own p99) with batches down to :data:`SQLITE_MIN_BATCH` rows,
+and its batches commit without waiting for the disk (``sync=False``,
+:func:`~durable_adk.store.base.fetch_held`): an fsync (0.3-1 ms here) was most
+of a small batch's hold, so small batches used to delete a third as many rows
+per second held; unsynced, 20 rows hold 0.1-0.2 ms and 50 rows 0.3 ms
+(BENCHMARKS.md, retention). The log's pages go to the database file in a
+checkpoint every :data:`CHECKPOINT_ROWS` rows (and at the end of a pass), not
+after every batch: a checkpoint does not hold the write lock but costs two
+fsyncs, billed to the rest (:meth:`Pacer.rest`'s ``upkeep``), not to the
+batch's size. :func:`pace_for` gives each dialect its aim, least batch and
+checkpoint cadence; PostgreSQL keeps :data:`TARGET_SECONDS` and
+:data:`MIN_BATCH` (its appends do not wait for the purge's rows).
+
 ``duty=1.0`` is a one-off purge by an operator (``durable-adk purge --duty
-1``): no rest, and the policy's ``batch`` rows in every statement.
+1``): no rest, the policy's ``batch`` rows in every statement, every batch
+committed synced and checkpointed.
 
 The sleep and the clock are given, so tests drive a pacer without waiting.
 """
@@ -44,6 +63,26 @@ TARGET_SECONDS = 0.004
 
 MIN_BATCH = 200
 """The fewest rows a paced statement deletes, however slow the database is."""
+
+SQLITE_TARGET_SECONDS = 0.0005
+"""What a paced purge aims each statement's time at on SQLite, whose appends wait
+for it: well under an append's own p99 (1-10 ms here), with no fsync in it."""
+
+SQLITE_MIN_BATCH = 20
+"""The fewest rows a paced statement deletes on SQLite (0.1-0.2 ms held, unsynced)."""
+
+CHECKPOINT_ROWS = 250
+"""A paced purge checkpoints (SQLite: copies the log's pages into the database
+file, :func:`durable_adk.lifecycle.purge.drain`) once its batches have deleted
+this many rows since the last checkpoint, and at the end of a pass."""
+
+
+def pace_for(dialect: str) -> tuple[float, int]:
+    """A dialect's paced statements: the seconds each aims at, and the fewest rows."""
+    if dialect == "sqlite":
+        return SQLITE_TARGET_SECONDS, SQLITE_MIN_BATCH
+    return TARGET_SECONDS, MIN_BATCH
+
 
 MAX_REST = 5.0
 """The longest rest after one statement (a statement stalled by the machine for
@@ -72,6 +111,8 @@ class Pacer:
         by_clock: Bill every statement the clock's time around it, never the
             store's figure (default: when a ``clock`` is given; tests, or a
             caller that times its own way).
+        checkpoint_rows: Rows deleted between two checkpoints (when ``duty`` < 1;
+            a purge at ``duty=1`` checkpoints after every batch).
     """
 
     def __init__(
@@ -84,6 +125,7 @@ class Pacer:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         by_clock: bool | None = None,
+        checkpoint_rows: int = CHECKPOINT_ROWS,
     ) -> None:
         if not 0 < duty <= 1:
             raise ValueError(f"duty must be in (0, 1], got {duty!r}")
@@ -106,6 +148,38 @@ class Pacer:
         """Seconds spent resting so far."""
         self.floor: float | None = None
         """The quickest statement lately (seconds; rises 10 % a statement until beaten)."""
+        self.sync = duty >= 1
+        """Commit each batch synced (a paced purge's batches commit without waiting
+        for the disk, :func:`~durable_adk.store.base.fetch_held`'s ``sync``)."""
+        self.checkpoint_rows = 1 if duty >= 1 else max(1, checkpoint_rows)
+        self.unchecked = 0
+        """Rows deleted since the last checkpoint."""
+
+    @classmethod
+    def for_dialect(
+        cls,
+        dialect: str,
+        duty: float,
+        batch: int,
+        *,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> Pacer:
+        """A pacer with the dialect's aim, least batch and checkpoint cadence (:func:`pace_for`)."""
+        target, min_batch = pace_for(dialect)
+        return cls(duty, batch, target=target, min_batch=min_batch, sleep=sleep)
+
+    def deleted(self, rows: int) -> bool:
+        """Counts ``rows`` a batch deleted; says whether a checkpoint is due now."""
+        self.unchecked += rows
+        if self.unchecked >= self.checkpoint_rows:
+            self.unchecked = 0
+            return True
+        return False
+
+    def checkpoint_left(self) -> bool:
+        """At the end of a pass: whether rows were deleted since the last checkpoint."""
+        due, self.unchecked = self.unchecked > 0, 0
+        return due
 
     def aim(self) -> float:
         """The seconds the next statement aims at: ``target``, or twice the floor."""
@@ -133,16 +207,25 @@ class Pacer:
         elif full and took < aim / 2:
             self.batch = min(self.max_batch, self.batch * 2)
 
-    async def rest(self, began: float, full: bool, held: float | None = None) -> None:
+    async def rest(
+        self, began: float, full: bool, held: float | None = None, upkeep: float = 0.0
+    ) -> None:
         """After a statement begun at ``began`` (by :attr:`clock`) that held the writer
-        ``held`` seconds (the store's figure; None: none given): resizes, then rests."""
-        took = max(0.0, self.clock() - began)
+        ``held`` seconds (the store's figure; None: none given): resizes, then rests.
+        ``upkeep``: seconds of work after the statement that held no lock but is the
+        purge's (a checkpoint, as the store measured it, or as timed around it),
+        billed to the rest, not to the next batch's size (and not part of the
+        ``took`` of the clock's time, which ends where the upkeep began)."""
+        upkeep = max(0.0, upkeep)
+        took = max(0.0, self.clock() - began - upkeep)
         measured = held is not None and not self.by_clock
         billed = max(0.0, held) if measured and held is not None else took
-        self.busy += billed
+        self.busy += billed + upkeep
         self.waited += max(0.0, took - billed)
         self.resize(billed, full)
         pause = self.rest_for(billed, held=measured)
+        if upkeep and self.duty < 1:
+            pause = min(MAX_REST, pause + upkeep * (1 - self.duty) / self.duty)
         if pause > 0:
             self.rested += pause
             await self._sleep(pause)

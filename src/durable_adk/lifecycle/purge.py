@@ -247,12 +247,14 @@ async def purge(
             for name in set(DELETE_STEPS) - set(PAYLOAD_STEPS) - set(SCRUB_STEPS):
                 report.tables[name] = TableCount()
         return report
-    pacer = pacer or Pacer(policy.duty, policy.batch)
+    pacer = pacer or Pacer.for_dialect(store.dialect, policy.duty, policy.batch)
     statements = 0
     while statements < PASS_LIMIT:
         size = pacer.batch
         began = pacer.clock()
-        marked, held = await fetch_held(store, "purge_mark", {**params, "batch": size})
+        marked, held = await fetch_held(
+            store, "purge_mark", {**params, "batch": size}, sync=pacer.sync
+        )
         statements += 1
         report.sessions_marked += len(marked)
         await pacer.rest(began, len(marked) == size, held)
@@ -305,16 +307,16 @@ async def drain(
         while True:
             size = base["batch"] = pacer.batch
             began = pacer.clock()
-            rows, held = await fetch_held(store, f"purge_{table}", base)
+            rows, held = await fetch_held(store, f"purge_{table}", base, sync=pacer.sync)
             statements += 1
             tables[table].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
+            upkeep = 0.0
             if rows:
-                # SQLite: the purge pays for its pages (and is billed for their writing).
-                _, copied = await fetch_held(store, "purge_checkpoint")
-                held = _plus(held, copied)
+                if pacer.deleted(len(rows)):
+                    upkeep = await _checkpoint(store, pacer)
                 if on_batch is not None:
                     await on_batch()
-            await pacer.rest(began, len(rows) == size, held)
+            await pacer.rest(began, len(rows) == size, held, upkeep)
             crash_point("lifecycle.after_batch")  # a batch deleted (and recorded), more to go
             if len(rows) < size:
                 break
@@ -329,11 +331,12 @@ async def drain(
                     break
                 sizes = {r["key"]: int(r["bytes"] or 0) for r in picked}
                 done, more = await fetch_held(
-                    store, f"scrub_{table}", {"keys": json.dumps(list(sizes))}
+                    store, f"scrub_{table}", {"keys": json.dumps(list(sizes))}, sync=pacer.sync
                 )
                 statements += 1
                 tables[table].add(len(done), sum(sizes.get(r["key"], 0) for r in done))
-                await pacer.rest(began, len(picked) == size, _plus(held, more))
+                upkeep = await _checkpoint(store, pacer) if pacer.deleted(len(done)) else 0.0
+                await pacer.rest(began, len(picked) == size, _plus(held, more), upkeep)
                 crash_point("lifecycle.after_batch")
                 if len(picked) < size:
                     break
@@ -341,16 +344,38 @@ async def drain(
         size = base["batch"] = pacer.batch
         began = pacer.clock()
         rows, held = await fetch_held(
-            store, "purge_sessions", {**base, "keep_skeleton": keep_skeleton}
+            store, "purge_sessions", {**base, "keep_skeleton": keep_skeleton}, sync=pacer.sync
         )
         statements += 1
         tables["sessions"].add(len(rows), sum(int(r["bytes"] or 0) for r in rows))
         if rows and on_batch is not None:
             await on_batch()
-        await pacer.rest(began, len(rows) == size, held)
+        upkeep = 0.0
+        last = len(rows) < size
+        # The drain's last pages are checkpointed too, not left to a live run's commit.
+        if (rows and pacer.deleted(len(rows))) or (last and pacer.checkpoint_left()):
+            upkeep = await _checkpoint(store, pacer)
+        await pacer.rest(began, len(rows) == size, held, upkeep)
         if len(rows) < size:
             break
     return statements
+
+
+async def _checkpoint(store: Store, pacer: Pacer) -> float:
+    """SQLite: copies the log's pages into the database file (the purge pays for its
+    pages, so a live run's commit never runs the automatic checkpoint for them).
+
+    Returns:
+        The seconds to bill as upkeep: as the store measured them (else as timed
+        around it); 0 for a pacer that bills the clock's time around each
+        statement, which covers this too.
+    """
+    if pacer.by_clock:
+        await store.fetch("purge_checkpoint")
+        return 0.0
+    began = pacer.clock()
+    _, copied = await fetch_held(store, "purge_checkpoint")
+    return max(0.0, pacer.clock() - began) if copied is None else copied
 
 
 def _plus(a: float | None, b: float | None) -> float | None:
