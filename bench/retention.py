@@ -24,7 +24,13 @@ pages in use, ``page_count - freelist_count``; PostgreSQL:
 mean within 15 % of the middle third's.
 
 Run: ``.venv/bin/python -m bench.retention [--events N] [--backend sqlite|postgresql]
-[--duty D] [--skip-cost|--skip-steady]``.
+[--duty D] [--target S] [--min-batch N] [--checkpoint-rows N] [--skip-cost|--skip-steady]``
+(``--target`` and ``--min-batch`` default to the dialect's,
+:func:`~durable_adk.lifecycle.pacing.pace_for`).
+Reported beside the rates: ``held_share``, the share of the open windows the
+purge was billed (its statements' hold of the writer and its checkpoints), and
+``waited_share``, the share its statements spent waiting for the lock or a
+connection (not billed).
 Not part of the test suite; the figures go to BENCHMARKS.md by hand.
 """
 
@@ -43,7 +49,7 @@ from google.genai import types
 from bench.common import percentile
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.lifecycle import RetentionPolicy, purge
-from durable_adk.lifecycle.pacing import MIN_BATCH, TARGET_SECONDS, Pacer
+from durable_adk.lifecycle.pacing import CHECKPOINT_ROWS, Pacer, pace_for
 from durable_adk.lifecycle.policy import DEFAULT_DUTY
 from durable_adk.store import Store, open_store
 from durable_adk.store.queries import parse_queries
@@ -225,12 +231,16 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
         out.without.clear()
         # Another worker's purge: a store (connections) of its own, gated between statements.
         gated = Gated(purge_store, gate)
+        target, min_batch = pace_for(store.dialect)
+        target = target if args.target is None else args.target
+        min_batch = min_batch if args.min_batch is None else args.min_batch
         pacer = Pacer(
             policy.duty,
             policy.batch,
-            target=args.target,
-            min_batch=args.min_batch,
+            target=target,
+            min_batch=min_batch,
             sleep=gated.sleep,
+            checkpoint_rows=args.checkpoint_rows,
         )
         purging = asyncio.create_task(purge(gated, "old", policy, pacer=pacer))  # type: ignore[arg-type]
         started = time.monotonic()
@@ -258,10 +268,12 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "events": args.events,
             "batch": args.batch,
             "duty": args.duty,
-            "target": args.target,
-            "min_batch": args.min_batch,
+            "target": target,
+            "min_batch": min_batch,
+            "checkpoint_rows": args.checkpoint_rows,
             "last_batch": pacer.batch,
             "held_share": round(pacer.busy / max(with_s, 1e-9), 3),
+            "waited_share": round(pacer.waited / max(with_s, 1e-9), 3),
             "rows_per_s": round(report.rows / max(with_s, 1e-9)),
             "windows": windows,
             "purging_s": round(with_s, 1),
@@ -359,8 +371,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--duty", type=float, default=DEFAULT_DUTY)
-    parser.add_argument("--target", type=float, default=TARGET_SECONDS)
-    parser.add_argument("--min-batch", type=int, default=MIN_BATCH)
+    parser.add_argument("--target", type=float, default=None, help="default: the dialect's")
+    parser.add_argument("--min-batch", type=int, default=None, help="default: the dialect's")
+    parser.add_argument("--checkpoint-rows", type=int, default=CHECKPOINT_ROWS)
     parser.add_argument("--skip-steady", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--appenders", type=int, default=4)
