@@ -35,9 +35,10 @@ aims each statement at :data:`SQLITE_TARGET_SECONDS` (half a millisecond, well
 under an append's own p99) with batches down to :data:`SQLITE_MIN_BATCH` rows,
 and its batches commit without waiting for the disk (``sync=False``,
 :func:`~durable_adk.store.base.fetch_held`): an fsync (0.3-1 ms here) was most
-of a small batch's hold, so small batches used to delete a third as many rows
-per second held; unsynced, 20 rows hold 0.1-0.2 ms and 50 rows 0.3 ms
-(BENCHMARKS.md, retention). The log's pages go to the database file in a
+of a small batch's hold, so batches of 10-50 rows deleted a sixth to a half as
+many rows per second held as batches of 200; unsynced, 25 rows hold about
+0.15 ms and 50 rows 0.3 ms, at 160-170k rows per second held (BENCHMARKS.md,
+retention). The log's pages go to the database file in a
 checkpoint every :data:`CHECKPOINT_ROWS` rows (and at the end of a pass), not
 after every batch: a checkpoint does not hold the write lock but costs two
 fsyncs, billed to the rest (:meth:`Pacer.rest`'s ``upkeep``), not to the
