@@ -15,11 +15,13 @@ Where a unit runs:
   a second connection with no busy timeout: if another connection holds the
   write lock, the unit tries again for up to a millisecond
   (:func:`try_write_lock`: a purge's batch holds it a few tenths of one), then
-  gives up and goes to the database thread, which waits for the lock as usual. A thread hop (hand-off,
-  wake-up, result back through the loop's self-pipe) measured 0.2-0.3 ms here,
-  about as much as the fsync of the commit itself, and a run makes several
-  such units. The price: the event loop is busy for the unit's commit (an
-  fsync, about 0.3 ms). ``:memory:`` databases have no second connection.
+  gives up and goes to the database thread, which waits for the lock as
+  usual. A thread hop (hand-off, wake-up, result back through the loop's
+  self-pipe) measured 0.2-0.3 ms here, about as much as the fsync of the
+  commit itself, and a run makes several such units. The price: the event
+  loop is busy for the unit's commit (an fsync, about 0.3 ms), and up to a
+  millisecond more while another connection holds the lock. ``:memory:``
+  databases have no second connection.
 
 Pragmas, each for a reason:
 
