@@ -843,7 +843,7 @@ async def run(quick: bool = False) -> str:
     out.append(
         "One run = a new session, the user's message, the model calls a Python tool, the tool "
         "answers, the model answers with text: a ScriptedModel of two steps (a script spans "
-        "the session, so one model serves every new session). All eight contenders drive the "
+        "the session, so one model serves every new session). All contenders drive the "
         "same App (same agent, tool and script, ADK resumability on, as DurableRunner "
         "requires), each with its own database file (SQLite, same directory) or database "
         "(same PostgreSQL server). Timed: all a caller does for one run on a new session: "
