@@ -9,21 +9,7 @@ import pytest
 from durable_adk import errors
 from durable_adk.lifecycle import RetentionPolicy
 from durable_adk.lifecycle.pacing import MAX_REST, Pacer
-
-
-class Clock:
-    """A clock the test moves; ``sleep`` records each rest and moves the clock by it."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from pacing_clock import Clock
 
 
 def pacer(duty: float, batch: int = 1000, **kw: float) -> tuple[Pacer, Clock]:

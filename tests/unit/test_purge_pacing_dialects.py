@@ -16,19 +16,7 @@ from durable_adk.lifecycle.pacing import (
     Pacer,
     pace_for,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 50.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from pacing_clock import Clock
 
 
 def held_pacer(duty: float, batch: int = 1000, **kw: float) -> tuple[Pacer, Clock]:

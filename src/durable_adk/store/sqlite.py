@@ -228,17 +228,7 @@ def try_write_lock(conn: sqlite3.Connection, patience: float) -> None:
     unit) costs the loop at most ``patience``, then the unit waits on the
     database thread as before.
     """
-    deadline = time.monotonic() + patience
-    pause = FAST_POLL_FIRST
-    while True:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if not _busy(exc) or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 1.5, FAST_POLL_MOST)
+    _begin_within(conn, patience, FAST_POLL_FIRST, FAST_POLL_MOST)
 
 
 def take_write_lock(conn: sqlite3.Connection, patience_ms: int) -> None:
@@ -250,21 +240,28 @@ def take_write_lock(conn: sqlite3.Connection, patience_ms: int) -> None:
     if patience_ms <= 0:
         conn.execute("BEGIN IMMEDIATE")
         return
-    deadline = time.monotonic() + patience_ms / 1000
-    pause = LOCK_POLL_FIRST
     conn.execute("PRAGMA busy_timeout = 0")
     try:
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc) or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 1.5, LOCK_POLL_MOST)
+        _begin_within(conn, patience_ms / 1000, LOCK_POLL_FIRST, LOCK_POLL_MOST)
     finally:
         conn.execute(f"PRAGMA busy_timeout = {int(patience_ms)}")
+
+
+def _begin_within(conn: sqlite3.Connection, patience: float, first: float, most: float) -> None:
+    """``BEGIN IMMEDIATE`` on a connection that does not wait (busy timeout 0), tried
+    again after ``first`` seconds, the pause growing 1.5x a try up to ``most``, until
+    ``patience`` seconds are spent; then SQLITE_BUSY is raised."""
+    deadline = time.monotonic() + patience
+    pause = first
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 1.5, most)
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
