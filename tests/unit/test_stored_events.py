@@ -252,7 +252,7 @@ def test_a_model_with_an_unreviewed_validator_is_never_trusted() -> None:
 def test_verification_is_on_for_the_whole_suite() -> None:
     # tests/conftest.py turns it on before durable_adk is imported, so every
     # read of a stored event in this suite is compared with its validation.
-    assert stored_events._VERIFY
+    assert stored_events._verifying()
 
 
 def test_same_model_tells_types_apart() -> None:

@@ -50,6 +50,8 @@ __all__ = ["VERIFY_ENV", "load_event", "load_events", "same_model"]
 VERIFY_ENV = "DURABLE_ADK_VERIFY_STORED_EVENTS"
 """Set to ``1`` (the test suite does) to validate every row as well and compare.
 
+Read when the process loads its first event (again in a forked child).
+
 Each rebuilt event is then checked against ``Event.model_validate_json`` with
 :func:`same_model`, and a difference raises :class:`AssertionError` naming the
 row: every test that reads a session becomes a differential test of this
@@ -115,7 +117,28 @@ class _Plan:
 
 
 _PLANS: dict[type[pydantic.BaseModel], _Plan] = {}
-_VERIFY = os.environ.get(VERIFY_ENV) == "1"
+_VERIFY: bool | None = None
+"""Whether :data:`VERIFY_ENV` is set, read at the first load of this process."""
+
+
+def _verifying() -> bool:
+    """Reads :data:`VERIFY_ENV` when the first event is loaded, not at import.
+
+    A process forked from one that imported this module (a test's fork server)
+    and then given an environment of its own must follow that environment.
+    """
+    global _VERIFY
+    if _VERIFY is None:
+        _VERIFY = os.environ.get(VERIFY_ENV) == "1"
+    return _VERIFY
+
+
+def _forget_verify() -> None:
+    global _VERIFY
+    _VERIFY = None
+
+
+os.register_at_fork(after_in_child=_forget_verify)
 
 
 GC_PAUSE_FROM = 256
@@ -152,7 +175,7 @@ def load_event(raw: str | bytes) -> Event:
         event: Event = _plan(Event).build(pydantic_core.from_json(raw))
     except (_Untrusted, ValueError, TypeError, KeyError):
         return Event.model_validate_json(raw)
-    if _VERIFY:
+    if _verifying():
         validated = Event.model_validate_json(raw)
         if not same_model(event, validated):
             raise AssertionError(f"stored event rebuilt unlike its validation: {raw!r}")
