@@ -32,6 +32,7 @@ import pytest
 from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 
+from children import spawn
 from durable_adk import DurableRunner, RunStatus, errors
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.demo import recovery_demo as demo
@@ -196,7 +197,7 @@ async def test_a_kill_during_the_finishing_unit_leaves_both_or_neither(
             "CREATE TRIGGER hold_done BEFORE UPDATE OF status ON runs FOR EACH ROW "
             "WHEN (NEW.status = 'DONE') EXECUTE FUNCTION hold_done();"
         )
-    child = subprocess.Popen(
+    child = spawn(
         [sys.executable, "-m", demo.__name__, "run", "--db", store_url, "--session", "s1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 from google.adk.runners import Runner
 from google.genai import types
 
+from children import run_child
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.demo import quickstart
 from durable_adk.store import open_store
@@ -23,7 +23,7 @@ from durable_adk.testing import arm
 
 
 def fresh_process_view(url: str, session_id: str) -> dict[str, object]:
-    done = subprocess.run(
+    done = run_child(
         [
             sys.executable,
             "-m",
@@ -76,7 +76,7 @@ async def test_agent_run_and_reload_in_fresh_process(store_url: str) -> None:
 async def test_killed_mid_tool_leaves_every_committed_event(store_url: str) -> None:
     async with open_store(store_url):
         pass  # create the schema before the child races to do it
-    child = subprocess.run(
+    child = run_child(
         [
             sys.executable,
             "-m",

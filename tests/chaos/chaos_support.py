@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from children import spawn
 from durable_adk.chaos.check import Request, Verdict, claim_times, judge
 from durable_adk.chaos.soak import (
     AUTH,
@@ -81,10 +82,16 @@ def launch(
 
     ``gate``: each tool waits for ``<marker>.go`` before it calls out.
     """
-    command = (prefix or []) + serve_command(db, name, lease=lease, sweep_interval=0.3, port=port)
+    command = serve_command(db, name, lease=lease, sweep_interval=0.3, port=port)
     env = worker_env(name, urls, tool_seconds=tool_seconds, marker_dir=marker_dir, gate=gate)
     log = folder / f"{name}.log"
-    return Worker(name, start_logged(command, env, log), log)
+    if prefix:  # ``ip netns exec ...``: exec'd inside the namespace
+        return Worker(name, start_logged(prefix + command, env, log), log)
+    with open(log, "wb") as out:  # as start_logged, forked (tests/children.py)
+        process = spawn(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+    return Worker(name, process, log)
 
 
 def ready(*workers: Worker) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -247,10 +246,12 @@ asyncio.run(main())
 async def test_a_crash_in_a_group_writes_none_of_it(store_url: str, armed: bool) -> None:
     async with open_store(store_url) as store:
         pks = [await _session(store) for _ in range(3)]
+    from children import run_child  # here: the child imports this module without tests/
+
     env = arm(dict(os.environ), "store.group_after_first_unit") if armed else None
     here = Path(__file__).parent
     done = await asyncio.to_thread(
-        subprocess.run,
+        run_child,
         [sys.executable, "-c", _CHILD, store_url, json.dumps(pks), str(here)],
         env=env,
         capture_output=True,

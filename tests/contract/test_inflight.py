@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from google.adk.agents import LlmAgent
 
+from children import spawn
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.fencing.fence import RunFence, current_fence
@@ -278,7 +279,7 @@ asyncio.run(main(*sys.argv[1:]))
 @contextlib.asynccontextmanager
 async def child_holding(store_url: str, run: Run) -> AsyncIterator[subprocess.Popen[str]]:
     """A real process that finishes ``run`` when told to (a line on its stdin)."""
-    proc = subprocess.Popen(
+    proc = spawn(
         [sys.executable, "-c", CHILD, store_url, run.run_id, run.owner or "", str(run.epoch)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -33,7 +33,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import GetTaskRequest, TaskState
 
-from children import run_module
+from children import run_child, run_module, spawn
 from durable_adk.store import open_store
 from durable_adk.tables.interrupts import InterruptTable
 from durable_adk.tables.journal import Journal, JournalStatus
@@ -83,7 +83,7 @@ class Remote:
     def start(self) -> Remote:
         args = [REMOTE, str(self.port), str(self.log), self.service.url, str(self.gate)]
         args += [self.mode, str(self.advertised)]
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [PYTHON, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
         assert self.proc.stdout is not None
@@ -312,7 +312,7 @@ async def test_sigkill_mid_call_sends_the_message_once(store_url: str, remote: R
     the remote receives that one message only, and acts once. (ADK's own
     RemoteA2aAgent sends a second message here, under a new random id.)
     """
-    proc = subprocess.Popen(
+    proc = spawn(
         [PYTHON, CALLER, "run", store_url, "s1", remote.card_url],
         env=caller_env(),
         cwd=HERE,
@@ -565,7 +565,7 @@ def serve(url: str, worker: str, card: str) -> tuple[subprocess.Popen[str], str]
         "DADK_A2A_CARD": card,
         "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), *sys.path]),
     }
-    process = subprocess.Popen(
+    process = spawn(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE
     )
     assert process.stdout is not None
@@ -651,7 +651,7 @@ def test_the_example_s_demo_kills_the_desk_mid_call_and_the_remote_hears_once() 
     """``python -m examples.a2a_research.app demo`` (docs/a2a-calling.md) does what it says."""
     root = HERE.parents[1]
     env = {**caller_env(), "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
-    done = subprocess.run(
+    done = run_child(
         [PYTHON, "-m", "examples.a2a_research.app", "demo"],
         cwd=root,
         env=env,

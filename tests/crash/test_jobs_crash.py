@@ -31,6 +31,7 @@ from examples.sales_report.app import (
 from examples.sales_report.app import texts as texts_of
 from google.adk.events.event import Event
 
+from children import run_child
 from durable_adk.adk.loops.resume import Resumer, Submitter
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
@@ -47,7 +48,7 @@ READY = "Your report is ready: https://reports.example/2026-Q3-EMEA.xlsx (1284 r
 async def example(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
     return await asyncio.to_thread(
-        subprocess.run,
+        run_child,
         [sys.executable, "-m", "examples.sales_report.app", *args],
         cwd=ROOT,
         env=env,

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from children import spawn
 from durable_adk.store import open_store
 from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunLedger
@@ -57,7 +58,7 @@ def serve(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), *sys.path])}
     if inventory is not None:
         env["DADK_INVENTORY_URL"] = inventory.url
-    process = subprocess.Popen(
+    process = spawn(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE
     )
     assert process.stdout is not None

@@ -24,6 +24,7 @@ from types import ModuleType
 
 import pytest
 
+from children import run_child, spawn
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.schedules import TickState
 from durable_adk.store import open_store
@@ -60,7 +61,7 @@ def load_worker() -> ModuleType:
 
 
 def child(mode: str, url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_child(
         [sys.executable, str(WORKER), mode, url],
         env=child_env(env),
         capture_output=True,
@@ -146,7 +147,7 @@ async def test_three_worker_processes_racing_for_one_tick_start_one_run(
         ready = str(tmp_path / f"ready{index}")
         env = child_env({**os.environ, "DADK_READY": ready, "DADK_GO": str(go)})
         children.append(
-            subprocess.Popen(
+            spawn(
                 [sys.executable, str(WORKER), "poll", store_url],
                 env=env,
                 stdout=subprocess.PIPE,

@@ -23,6 +23,7 @@ import pytest
 from examples.reminders.app import APP_NAME, REMINDER, SESSION_ID, USER_ID, texts
 from google.adk.events.event import Event
 
+from children import run_child, spawn
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
 from durable_adk.tables.jobs import Job, JobState, JobTable
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 async def example(*args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = arm(dict(os.environ), crash_at) if crash_at else dict(os.environ)
     return await asyncio.to_thread(
-        subprocess.run,
+        run_child,
         [sys.executable, "-m", "examples.reminders.app", *args],
         cwd=ROOT,
         env=env,
@@ -48,7 +49,7 @@ async def example(*args: str, crash_at: str | None = None) -> subprocess.Complet
 
 async def start_then_kill(url: str) -> dict[str, object]:
     """Runs the user's turn in a live worker, then SIGKILLs it; returns what it printed."""
-    child = subprocess.Popen(
+    child = spawn(
         [sys.executable, "-m", "examples.reminders.app", "start", "--db", url],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -146,7 +147,7 @@ async def test_a_worker_killed_before_storing_the_timer_leaves_a_sleep_that_stil
     url, store = world
     env = arm(dict(os.environ), "sleep.before_timer")
     killed = await asyncio.to_thread(
-        subprocess.run,
+        run_child,
         [sys.executable, "-m", "examples.reminders.app", "start", "--db", url],
         cwd=ROOT,
         env=env,

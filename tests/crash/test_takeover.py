@@ -24,6 +24,7 @@ from types import ModuleType
 
 import pytest
 
+from children import run_child, spawn
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import open_store
@@ -80,7 +81,7 @@ async def test_frozen_worker_is_taken_over_and_writes_nothing(
         pass
     marker = tmp_path / "in-tool"
     env = {**os.environ, "DADK_TOOL_MARKER": str(marker), "DADK_TOOL_SLEEP": "2"}
-    child = subprocess.Popen(
+    child = spawn(
         [sys.executable, str(WORKER), "slow", store_url, "s1"],
         env=env,
         stdout=subprocess.PIPE,
@@ -132,7 +133,7 @@ async def test_run_killed_after_pausing_is_recovered_as_paused(
 ) -> None:
     async with open_store(store_url):
         pass
-    crashed = subprocess.run(
+    crashed = run_child(
         [sys.executable, str(WORKER), "paused", store_url, "p1"],
         env=arm(dict(os.environ), "runner.before_finish"),
         capture_output=True,
@@ -165,7 +166,7 @@ async def test_run_killed_after_pausing_is_recovered_as_paused(
 async def test_uncrashed_long_running_run_ends_paused(
     store_url: str, builder: ReportBuilderClient
 ) -> None:
-    done = subprocess.run(
+    done = run_child(
         [sys.executable, str(WORKER), "paused", store_url, "p2"],
         capture_output=True,
         text=True,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from typing import Any
 
 import pytest
 
+from children import run_child
 from durable_adk import errors
 from durable_adk.store import Store, connect, latest_version, open_store, upgrade
 from durable_adk.store.migrate import check_schema
@@ -91,7 +91,7 @@ async def test_schema_ahead_is_refused(store: Store) -> None:
 
 def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path}/cli.db"
-    run = subprocess.run(
+    run = run_child(
         [sys.executable, "-m", "durable_adk.cli", "db", "upgrade", "--db", url],
         capture_output=True,
         text=True,
@@ -102,7 +102,7 @@ def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
     expected = list(range(1, latest_version("sqlite") + 1))
     # The output wraps at the terminal's width: compare it with its whitespace collapsed.
     assert f"applied migrations {expected}" in " ".join(run.stdout.split())
-    again = subprocess.run(
+    again = run_child(
         [sys.executable, "-m", "durable_adk.cli", "db", "version", "--db", url],
         capture_output=True,
         text=True,
@@ -110,7 +110,7 @@ def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
         check=False,
     )
     assert "current" in again.stdout
-    bad = subprocess.run(
+    bad = run_child(
         [sys.executable, "-m", "durable_adk.cli", "db", "upgrade", "--db", "oracle://x"],
         capture_output=True,
         text=True,
@@ -122,7 +122,7 @@ def test_cli_upgrade_on_an_empty_database(tmp_path: Any) -> None:
 
 def test_cli_version_of_a_missing_database_creates_nothing(tmp_path: Any) -> None:
     path = f"{tmp_path}/absent.db"
-    run = subprocess.run(
+    run = run_child(
         [sys.executable, "-m", "durable_adk.cli", "db", "version", "--db", f"sqlite:///{path}"],
         capture_output=True,
         text=True,

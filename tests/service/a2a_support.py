@@ -36,6 +36,7 @@ from a2a.types import (
 )
 from typer.testing import CliRunner
 
+from children import spawn
 from durable_adk.store import open_store
 from durable_adk.store.queries import parse_queries
 from durable_adk.tables.ledger import Run, RunLedger
@@ -81,7 +82,7 @@ def start_worker(
         "--lease", "2", "--sweep-interval", "0.2", "--drain-seconds", "1",
         "--max-body-bytes", "65536", *extra,
     ]  # fmt: skip
-    process = subprocess.Popen(
+    process = spawn(
         command,
         env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
         stdout=subprocess.PIPE,
@@ -297,7 +298,7 @@ def free_port() -> int:
 def start_to_a2a(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     """Starts ``uvicorn a2a_to_a2a_app:app`` (``to_a2a(agent, db=)``); its process and base URL."""
     port = free_port()
-    process = subprocess.Popen(
+    process = spawn(
         [sys.executable, "-m", "uvicorn", "a2a_to_a2a_app:app", "--port", str(port),
          "--log-level", "warning"],
         cwd=HERE,

@@ -20,6 +20,7 @@ import httpx
 from fastapi import FastAPI
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from children import spawn
 from durable_adk.demo.service_app import app as stock_app
 from durable_adk.metrics import Metrics
 from durable_adk.service import Worker
@@ -157,7 +158,7 @@ def launch_serve(
         "--lease", "2", "--sweep-interval", "0.2", "--idempotent-tool", "check_stock",
         "--drain-seconds", "1", *options,
     ]  # fmt: skip
-    return subprocess.Popen(
+    return spawn(
         command,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from examples.a2a_invoicer.app import get
 
+from children import run_child, spawn
 from durable_adk.testing.fakes.process import FakeService
 
 ROOT = Path(__file__).parents[2]
@@ -29,7 +30,7 @@ def _port() -> int:
 
 
 def _serve(db: str, billing: str, port: int, slow: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
+    process = spawn(
         [sys.executable, "-m", "uvicorn", "examples.a2a_invoicer.app:asgi", "--port", str(port),
          "--log-level", "warning"],
         cwd=ROOT,
@@ -49,7 +50,7 @@ def _serve(db: str, billing: str, port: int, slow: str) -> subprocess.Popen[byte
 
 
 def _client(*args: str) -> dict[str, object]:
-    done = subprocess.run(
+    done = run_child(
         [sys.executable, "-m", "examples.a2a_invoicer.app", *args],
         cwd=ROOT,
         capture_output=True,

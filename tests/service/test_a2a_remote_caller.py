@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from a2a_support import TOKEN, runs_of, start_worker, wait_for_file
 
+from children import spawn
 from durable_adk.a2a_tables.tasks import A2aTable
 from durable_adk.store import open_store
 from durable_adk.testing.fakes.process import FakeService
@@ -39,7 +40,7 @@ async def test_a_caller_waits_through_a_kill_of_the_served_worker_and_the_work_h
     env = {"DADK_BILLING_URL": billing.url, "DADK_GO_DIR": str(go)}
     port = _port()
     served = start_worker(store_url, "served-1", env, port=port)
-    caller = subprocess.Popen(
+    caller = spawn(
         [sys.executable, str(CALLER), "run", store_url, "s1",
          f"http://127.0.0.1:{port}/.well-known/agent-card.json"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -38,6 +38,7 @@ from svc_support import AUTH, TOKEN, wait_ready
 from test_adk_server_runs import AdkServer
 from typer.testing import CliRunner
 
+from children import run_child, spawn
 from durable_adk.adk.services.app_services import SERVICES_FACTORY, AppServices, load_services
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
@@ -119,7 +120,7 @@ def wait_for_status(db: str, status: RunStatus, timeout: float = 90) -> Any:
 
 def crash_in_serve(db: str, folder: Path, env: dict[str, str]) -> int:
     """A ``durable-adk serve`` worker takes the run and dies in ``ship_order``; its pid."""
-    process = subprocess.Popen(
+    process = spawn(
         command("serve", "services_app:app", "--db", db, "--port", "0", "--token", TOKEN,
                 "--worker-id", "doomed", "--sweep-interval", "60"),
         cwd=folder, env=arm(env, CRASH),
@@ -211,7 +212,7 @@ def test_a_run_killed_mid_tool_is_recovered_with_the_apps_services(
     asyncio.run(expire_all(store_url))
 
     if entry == "recover":
-        done = subprocess.run(
+        done = run_child(
             command("recover", "services_app:app", "--db", store_url, "--json"),
             cwd=folder, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
@@ -219,7 +220,7 @@ def test_a_run_killed_mid_tool_is_recovered_with_the_apps_services(
         report = json.loads(done.stdout)
         assert [r["status"] for r in report["runs"]] == ["DONE"], report
     elif entry == "serve":
-        fresh = subprocess.Popen(
+        fresh = spawn(
             command("serve", "services_app:app", "--db", store_url, "--port", "0",
                     "--token", TOKEN, "--worker-id", "fresh", "--sweep-interval", "0.2"),
             cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

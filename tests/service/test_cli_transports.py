@@ -22,6 +22,7 @@ from svc_support import TOKEN, ServeProcess, wait_ready
 from test_cli import prepare
 from typer.testing import CliRunner
 
+from children import spawn
 from durable_adk.cli import app
 from durable_adk.store import open_store
 from durable_adk.tables.ledger import RunLedger
@@ -52,7 +53,7 @@ def worker(store_url: str, tmp_path: Path) -> Iterator[ServeProcess]:
         "--db", store_url, "--port", "0", "--token", TOKEN, "--worker-id", "parity",
         "--sweep-interval", "60", "--drain-seconds", "1",
     ]  # fmt: skip
-    process = subprocess.Popen(
+    process = spawn(
         command,
         cwd=tmp_path,
         env={**os.environ},

@@ -21,6 +21,7 @@ import pytest
 from svc_support import AUTH, TOKEN, ServeProcess, wait_ready, wait_until
 from typer.testing import CliRunner
 
+from children import spawn
 from durable_adk.cli import app as cli_app
 from durable_adk.testing import FakeService, arm
 
@@ -70,7 +71,7 @@ class Fleet:
         }
         if crash_at is not None:
             env = arm(env, crash_at)
-        process = subprocess.Popen(
+        process = spawn(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=HERE
         )
         self.processes.append(process)

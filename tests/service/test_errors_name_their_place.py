@@ -16,6 +16,7 @@ from svc_support import TOKEN, Service, settings_for, threaded_worker
 from test_cli import prepare
 from typer.testing import CliRunner
 
+from children import run_child
 from durable_adk import errors
 from durable_adk.cli import app
 from durable_adk.schedules import Schedule
@@ -58,7 +59,7 @@ def _serve(folder: Path, module: str, db: str) -> subprocess.CompletedProcess[st
         sys.executable, "-m", "durable_adk.cli", "serve", f"{module}:root_agent",
         "--db", db, "--port", "0", "--token", TOKEN,
     ]  # fmt: skip
-    return subprocess.run(
+    return run_child(
         command,
         cwd=folder,
         env={**os.environ, "COLUMNS": "400"},

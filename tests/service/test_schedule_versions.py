@@ -25,6 +25,7 @@ import httpx
 import pytest
 from svc_support import AUTH, TOKEN, ServeProcess, wait_ready
 
+from children import run_child, spawn
 from durable_adk.store import open_store
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.tables.schedules import ScheduleTable
@@ -55,7 +56,7 @@ def serve(
         "--token", TOKEN, "--worker-id", worker_id, "--app-version", version,
         "--lease", "2", "--sweep-interval", "0.2", "--drain-seconds", "1",
     ]  # fmt: skip
-    process = subprocess.Popen(
+    process = spawn(
         command,
         env={**os.environ, "DADK_SCHEDULES": declared},
         stdout=subprocess.PIPE,
@@ -215,7 +216,7 @@ def test_an_old_worker_restarting_mid_rollout_never_rewrites_the_new_versions_sc
     assert_every_tick_once(db, "fresh", took_over + 2, up_to, "fresh of 2.0")
     assert_every_tick_once(db, "pulse", took_over + 2, up_to, "pulse of 2.0")
     # The operator sees which version's schedules are in force.
-    listing = subprocess.run(
+    listing = run_child(
         [sys.executable, "-m", "durable_adk.cli", "schedules", "list", "--app", APP,
          "--db", db, "--json"],
         capture_output=True, text=True, timeout=60,
@@ -235,7 +236,7 @@ def test_a_one_off_recover_never_syncs_nor_re_times_the_fleets_schedules(
     until("2.0's schedules synced", lambda: has_2_0_set(db))
     synced = db_now(db)
     # A shell whose module declares another timing for `pulse` runs one pass.
-    recover = subprocess.run(
+    recover = run_child(
         [sys.executable, "-m", "durable_adk.cli", "recover", MODULE, "--db", db,
          "--app-version", "2.0", "--json"],
         env={**os.environ, "DADK_SCHEDULES": "1.0"},
@@ -280,7 +281,7 @@ def test_versions_list_shows_only_live_serving_workers(
         lambda: listed_workers(db).get("1.0") == ["w-killed", "w-stopped"],
     )
     # A one-off recover pass is not a server.
-    recover = subprocess.run(
+    recover = run_child(
         [sys.executable, "-m", "durable_adk.cli", "recover", MODULE, "--db", db,
          "--app-version", "1.0", "--worker-id", "one-off"],
         env={**os.environ, "DADK_SCHEDULES": "1.0"},
@@ -304,7 +305,7 @@ def test_versions_list_shows_only_live_serving_workers(
     gone_at = time.monotonic()
     until("the killed worker dropped out", lambda: not listed_workers(db).get("1.0"), 15)
     assert time.monotonic() - gone_at < 8
-    code = subprocess.run(
+    code = run_child(
         [sys.executable, "-m", "durable_adk.cli", "versions", "list", "--app", APP,
          "--db", db, "--json"],
         capture_output=True, text=True, timeout=60,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from children import run_child
 from durable_adk.adk.services.app_services import AppServices, load_services
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
@@ -140,7 +140,7 @@ def test_durable_adk_recover_claims_as_the_declared_version(
 ) -> None:
     name = module(tmp_path, f"greeter_{abs(hash((declaration, tuple(flags))))}", declaration)
     run_id = asyncio.run(orphan_of_1_0(store_url))
-    done = subprocess.run(
+    done = run_child(
         [sys.executable, "-m", "durable_adk.cli", "recover", f"{name}:app",
          "--db", store_url, "--json", *flags],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,

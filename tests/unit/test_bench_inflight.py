@@ -8,17 +8,18 @@ not rot between runs.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from children import run_child
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path) -> None:
-    done = subprocess.run(
+    done = run_child(
         [
             sys.executable,
             "-m",

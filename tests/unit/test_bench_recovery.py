@@ -13,7 +13,6 @@ import asyncio
 import itertools
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from bench.recovery_worker import (
 )
 from bench.runner import StoreCalls
 
+from children import run_child
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.store import open_store
 from durable_adk.testing.pg_cluster import TempPostgres
@@ -60,7 +60,7 @@ async def test_adk_in_memory_finishes_each_orphans_remaining_work_once(store_url
 
 def _worker(url: str, *args: str) -> dict[str, object]:
     """One worker process through ready / go / report / exit; returns its report."""
-    done = subprocess.run(
+    done = run_child(
         [sys.executable, "-m", "bench.recovery_worker", url, "w-test", *args],
         input="go\nexit\n",
         cwd=ROOT,
