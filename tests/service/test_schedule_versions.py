@@ -280,6 +280,10 @@ def test_versions_list_shows_only_live_serving_workers(
         "both workers listed",
         lambda: listed_workers(db).get("1.0") == ["w-killed", "w-stopped"],
     )
+    # 1.0 keeps its line once it has a run (a tick of `pulse`, every 3 s): the
+    # line the end of this test reads, with its workers gone. (Started by exec,
+    # the children below took long enough for a tick; forked, they may not.)
+    until("a run of 1.0", lambda: any(t["version"] == "1.0" for t in fired(db, "pulse")))
     # A one-off recover pass is not a server.
     recover = run_child(
         [sys.executable, "-m", "durable_adk.cli", "recover", MODULE, "--db", db,
