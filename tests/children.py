@@ -82,6 +82,9 @@ _POPEN_OPTIONS = frozenset(
 
 
 def enabled() -> bool:
+    """Whether children are forked: not switched off, and Linux 5.3's pidfds are there."""
+    if not (hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")):
+        return False
     return os.environ.get(SWITCH, "1") != "0"
 
 
