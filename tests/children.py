@@ -95,7 +95,8 @@ def _startup_variable(name: str) -> bool:
 
 
 def _pythonpath(value: str | None, cwd: str) -> list[str]:
-    return [os.path.join(cwd, p) if p else cwd for p in (value or "").split(os.pathsep) if p]
+    """The entries of a ``PYTHONPATH`` (empty ones left out), absolute from ``cwd``."""
+    return [os.path.join(cwd, p) for p in (value or "").split(os.pathsep) if p]
 
 
 # --------------------------------------------------------------- the test side
@@ -164,7 +165,8 @@ def _forkable(args: Any, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
     argv = [os.fspath(a) for a in args]
     if len(argv) < 2 or not all(isinstance(a, str) for a in argv):
         return None
-    if os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+    # The same path, not only the same binary: a virtualenv is found from it.
+    if os.path.abspath(argv[0]) != os.path.abspath(sys.executable):
         return None
     if argv[1] == "-m" and len(argv) >= 3 and not argv[2].startswith("-"):
         target = {"module": argv[2], "argv": argv[3:]}
@@ -198,6 +200,7 @@ class ZygoteChild(subprocess.Popen):  # type: ignore[type-arg]
     def __init__(self, args: Sequence[str], request: dict[str, Any], **kwargs: Any) -> None:
         self._request = request
         self._conn: socket.socket | None = None
+        self._unread = b""
         self._pidfd = -1
         super().__init__(args, **kwargs)
 
@@ -231,7 +234,8 @@ class ZygoteChild(subprocess.Popen):  # type: ignore[type-arg]
                 raise
             self._conn = conn
             self._pidfd = got[0]
-            self.pid = int(json.loads(answer)["pid"])
+            line, _, self._unread = answer.partition(b"\n")  # the status may follow at once
+            self.pid = int(json.loads(line)["pid"])
             self._child_created = True
         finally:
             for fd in opened:
@@ -243,10 +247,11 @@ class ZygoteChild(subprocess.Popen):  # type: ignore[type-arg]
         conn = self._conn
         if conn is None:
             return True
-        ready, _, _ = select.select([conn], [], [], timeout)
-        if not ready:
-            return False
-        data = b""
+        data = self._unread
+        if not data:
+            ready, _, _ = select.select([conn], [], [], timeout)
+            if not ready:
+                return False
         while not data.endswith(b"\n"):
             more = conn.recv(4096)
             if not more:
