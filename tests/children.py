@@ -95,8 +95,10 @@ def _startup_variable(name: str) -> bool:
 
 
 def _pythonpath(value: str | None, cwd: str) -> list[str]:
-    """The entries of a ``PYTHONPATH`` (empty ones left out), absolute from ``cwd``."""
-    return [os.path.join(cwd, p) for p in (value or "").split(os.pathsep) if p]
+    """The entries of a ``PYTHONPATH``, absolute from ``cwd`` (an empty one is ``cwd``)."""
+    if not value:
+        return []
+    return [os.path.normpath(os.path.join(cwd, p)) for p in value.split(os.pathsep)]
 
 
 # --------------------------------------------------------------- the test side
@@ -475,7 +477,7 @@ def _stdio(fd: int, like: Any, *, write: bool, unbuffered: bool, line: bool = Fa
         buffered,
         encoding=like.encoding,
         errors=like.errors,
-        line_buffering=line or raw.isatty(),
+        line_buffering=(line or raw.isatty()) and not (write and unbuffered),
         write_through=write and unbuffered,
     )
     stream.mode = "w" if write else "r"
