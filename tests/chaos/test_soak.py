@@ -24,11 +24,11 @@ service"), and the verdict reports it as refused, not as a violation.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
+from children import run_child
 from postgres_required import postgres_or_skip
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ ARGS = [
 
 def test_the_short_chaos_soak_finds_no_violation() -> None:
     postgres_or_skip()
-    soak = subprocess.run(
+    soak = run_child(  # forked; the soak exec's its own workers
         [sys.executable, "-m", "durable_adk.chaos.soak", *ARGS, "--seed", str(SEED)],
         capture_output=True,
         text=True,
