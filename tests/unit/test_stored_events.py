@@ -8,6 +8,8 @@ down, set fields, values), and the error cases compare the exception types.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any
 
 import pydantic
@@ -19,6 +21,7 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from children import run_child
 from durable_adk.adk.eventlog import stored as stored_events
 from durable_adk.adk.eventlog.stored import load_event, same_model
 
@@ -253,6 +256,34 @@ def test_verification_is_on_for_the_whole_suite() -> None:
     # tests/conftest.py turns it on before durable_adk is imported, so every
     # read of a stored event in this suite is compared with its validation.
     assert stored_events._verifying()
+
+
+_COUNT_VALIDATIONS = """
+from google.adk.events.event import Event
+from durable_adk.adk.eventlog.stored import load_event
+seen = []
+real = Event.model_validate_json
+Event.model_validate_json = lambda raw, *a, **k: (seen.append(raw), real(raw, *a, **k))[1]
+load_event(Event(author="a", invocation_id="i").model_dump_json(exclude_none=True))
+print(len(seen))
+"""
+
+
+@pytest.mark.parametrize("switch", [None, "0", "1"])
+def test_a_child_follows_its_own_environment_even_forked_from_an_importer(
+    switch: str | None,
+) -> None:
+    # tests/children.py forks the child from a process that imported this
+    # module with the switch on (tests/conftest.py): the child's own
+    # environment decides whether it validates.
+    env = {k: v for k, v in os.environ.items() if k != stored_events.VERIFY_ENV}
+    if switch is not None:
+        env[stored_events.VERIFY_ENV] = switch
+    done = run_child(
+        [sys.executable, "-c", _COUNT_VALIDATIONS], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1" if switch == "1" else "0"]
 
 
 def test_same_model_tells_types_apart() -> None:
