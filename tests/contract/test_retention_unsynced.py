@@ -137,11 +137,10 @@ async def test_a_paced_purge_checkpoints_every_so_many_rows_and_after_its_last(
     assert deletes and all(names[i + 1] == "purge_checkpoint" for i in deletes), names
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # PostgreSQL has no such setting
 async def test_a_paced_purge_asks_its_batches_unsynced_and_a_flat_out_one_does_not(
     store: Store,
 ) -> None:
-    if store.dialect != "sqlite":
-        pytest.skip("only SQLite has a synchronous setting per transaction")
     await seed(store, sessions=2, events=4)
     store.add_queries(parse_queries(SQL[store.dialect], store.dialect))
     seen: list[tuple[str, int]] = []
