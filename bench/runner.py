@@ -679,11 +679,11 @@ def target_rows(
             and a.backend == backend
         )
         raw = next(
-            r
-            for r in contenders
-            if isinstance(r, RawCommitsContender)
-            and r.backend == backend
-            and r.commits == c.commits_per_run
+            w
+            for w in contenders
+            if isinstance(w, RawCommitsContender)
+            and w.backend == backend
+            and w.commits == c.commits_per_run
         )
         floor = [IN_MEMORY, raw.name]
         replay = next(
@@ -716,6 +716,15 @@ def target_rows(
                 ),
             ),
         ):
+
+            def against(
+                bound: str | Sequence[str], at_least: bool = at_least, adk_name: str = adk.name
+            ) -> str:
+                """A bound's ratio, read the way this target reads ours."""
+                if at_least:
+                    return fmt_ratio(r.round_ratio(adk_name, bound))
+                return fmt_ratio(r.round_ratio(bound, IN_MEMORY))
+
             num, den = (ours, IN_MEMORY) if not at_least else (adk.name, ours)
             mid, low = r.round_ratio(num, den), r.low_ratio(num, den)
             v_mid = verdict(mid, target, at_least=at_least)
@@ -736,33 +745,20 @@ def target_rows(
                     + (
                         ""
                         if units is None
-                        else "; with its own units replayed instead: "
-                        + fmt_ratio(
-                            r.round_ratio(units, IN_MEMORY)
-                            if not at_least
-                            else r.round_ratio(adk.name, units)
-                        )
+                        else "; with its own units replayed instead: " + against(units)
                     )
                     + (
                         ""
                         if inline is None
                         else "; **its own units at their points in ADK's run: "
-                        + fmt_ratio(
-                            r.round_ratio(inline.name, IN_MEMORY)
-                            if not at_least
-                            else r.round_ratio(adk.name, inline.name)
-                        )
+                        + against(inline.name)
                         + "**"
                     )
                     + (
                         ""
                         if bare is None
                         else "; physical bound, one bare commit at each unit's point: "
-                        + fmt_ratio(
-                            r.round_ratio(bare.name, IN_MEMORY)
-                            if not at_least
-                            else r.round_ratio(adk.name, bare.name)
-                        )
+                        + against(bare.name)
                         + f", ours / it {fmt_ratio(r.round_ratio(ours, bare.name))}"
                         f" (p10 {fmt_ratio(r.low_ratio(ours, bare.name))})"
                     ),
