@@ -64,13 +64,13 @@ from durable_adk.adk.loops.background import Background
 from durable_adk.adk.loops.every import BackgroundSettings
 from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.admission import Admission
-from durable_adk.adk.runs.driver import SyncTools as SyncTools
 from durable_adk.adk.runs.ending import LAST_EVENTS_KEPT as LAST_EVENTS_KEPT
 from durable_adk.adk.runs.path import RunPath, only_answers
 from durable_adk.adk.runs.policy import DEFAULT_POLICY, causes
 from durable_adk.adk.runs.policy import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from durable_adk.adk.runs.policy import RetryPolicy as RetryPolicy
 from durable_adk.adk.runs.policy import RunPolicy as RunPolicy
+from durable_adk.adk.runs.policy import SyncTools as SyncTools
 from durable_adk.adk.runs.policy import model_error_is_retryable as model_error_is_retryable
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes import optional_imports

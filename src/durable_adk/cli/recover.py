@@ -112,7 +112,7 @@ def recover(
         configure(log_level)
         agent, app_services = load_app_and_services(app_spec, services)
         app_services = app_services.declared_as(app_version, compatible_version or ())
-        from durable_adk.adk.runs.driver import check_sync_tools
+        from durable_adk.adk.runs.policy import check_sync_tools
 
         tools_where = check_sync_tools(sync_tools)
     except errors.DurableError as exc:

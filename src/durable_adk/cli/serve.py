@@ -190,6 +190,7 @@ def serve(
     http_log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "warning",
 ) -> None:
     """Runs a worker: HTTP API, dashboard, runner, sweepers; drains on SIGTERM."""
+    from durable_adk.adk.runs.policy import check_sync_tools
     from durable_adk.lifecycle.policy import RetentionPolicy
     from durable_adk.runlog import configure
     from durable_adk.service.server import serve as run_worker
@@ -225,7 +226,7 @@ def serve(
             lease=lease,
             max_attempts=max_attempts,
             idempotent_tools=tuple(idempotent_tool or ()),
-            sync_tools=sync_tools,
+            sync_tools=check_sync_tools(sync_tools),
             sweep_interval=sweep_interval,
             drain_seconds=drain_seconds,
             max_body_bytes=max_body_bytes,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from durable_adk import errors
 from durable_adk.adk.loops.every import require_positive
-from durable_adk.adk.runs.policy import DEFAULT_POLICY
+from durable_adk.adk.runs.policy import DEFAULT_POLICY, SyncTools, check_sync_tools
 from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, PayloadLimits
 from durable_adk.store.codec import Keyring, keyring_from_env
@@ -111,7 +111,7 @@ class ServiceSettings:
     max_attempts: int = DEFAULT_POLICY.max_attempts
     backoff: float = DEFAULT_POLICY.backoff
     idempotent_tools: tuple[str, ...] = ()
-    sync_tools: str = "pool"
+    sync_tools: SyncTools = "pool"
     sweep_interval: float = 5.0
     sweep_batch: int = 10
     poll_interval: float = 0.2
@@ -151,10 +151,7 @@ class ServiceSettings:
                 raise errors.InvalidArgument(
                     f"services must be AppServices, not {type(self.services).__name__}"
                 )
-        if self.sync_tools not in ("pool", "loop"):
-            raise errors.InvalidArgument(
-                f"sync_tools must be 'pool' or 'loop', got {self.sync_tools!r}"
-            )
+        check_sync_tools(self.sync_tools)
         if not self.token or len(self.token) < 8:
             raise errors.InvalidArgument("the bearer token must be at least 8 characters")
         require_positive(

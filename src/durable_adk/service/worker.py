@@ -126,7 +126,7 @@ class Worker:
             max_attempts=settings.max_attempts,
             backoff=settings.backoff,
             idempotent_tools=settings.idempotent_tools,
-            sync_tools="loop" if settings.sync_tools == "loop" else "pool",
+            sync_tools=settings.sync_tools,
             metrics=self.metrics,
             interrupt_deadlines=dict(settings.interrupt_deadlines),
             run_config=streaming_config(RunConfig(), streaming=settings.streaming),

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.errors import StaleSessionError
@@ -52,7 +52,7 @@ from durable_adk.adk.runs.ending import (
     record,
 )
 from durable_adk.adk.runs.fingerprint import Known
-from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy, causes
+from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy, SyncTools, causes
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.adk.tools.workflow_nodes import answer_lost_calls
 from durable_adk.faults import crash_point
@@ -201,23 +201,6 @@ def unreadable_ending(run: Run, events: Sequence[Event]) -> Ending | None:
         found, app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
     )
     return Ending(EndKind.PARKED, note, UnreadableLog(f"run {run.run_id}: {note}"), UNREADABLE)
-
-
-SyncTools = Literal["pool", "loop"]
-"""Where a drive runs synchronous tools and FunctionNodes (``DurableRunner(sync_tools=)``)."""
-
-
-def check_sync_tools(where: object) -> SyncTools:
-    """``where`` if it names where sync tools run.
-
-    Raises:
-        durable_adk.errors.InvalidArgument: It does not.
-    """
-    if where == "pool":
-        return "pool"
-    if where == "loop":
-        return "loop"
-    raise errors.InvalidArgument(f"sync_tools must be 'pool' or 'loop', got {where!r}")
 
 
 def off_the_loop(config: RunConfig, sync_tools: SyncTools = "pool") -> RunConfig:

@@ -56,10 +56,10 @@ from durable_adk.adk.eventlog.classify import Classification, check_answers, cla
 from durable_adk.adk.eventlog.live import LiveEvents
 from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.admission import Admission
-from durable_adk.adk.runs.driver import Driver, SyncTools, check_sync_tools, off_the_loop
+from durable_adk.adk.runs.driver import Driver, off_the_loop
 from durable_adk.adk.runs.ending import Outcome
 from durable_adk.adk.runs.fingerprint import Known, fingerprint
-from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy
+from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy, SyncTools, check_sync_tools
 from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes import agent_tree

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from google.adk.errors import StaleSessionError
 from google.genai import errors as genai_errors
@@ -136,3 +137,20 @@ def causes(exc: BaseException) -> Iterator[BaseException]:
         yield current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
+
+
+SyncTools = Literal["pool", "loop"]
+"""Where a drive runs synchronous tools and FunctionNodes (``DurableRunner(sync_tools=)``)."""
+
+
+def check_sync_tools(where: object) -> SyncTools:
+    """``where`` if it names where sync tools run.
+
+    Raises:
+        durable_adk.errors.InvalidArgument: It does not.
+    """
+    if where == "pool":
+        return "pool"
+    if where == "loop":
+        return "loop"
+    raise errors.InvalidArgument(f"sync_tools must be 'pool' or 'loop', got {where!r}")
