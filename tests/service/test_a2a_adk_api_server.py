@@ -17,8 +17,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +38,7 @@ from a2a_support import (
     wait_for_file,
 )
 from google.protobuf.json_format import MessageToDict
+from test_adk_server_runs import AdkServer
 
 from durable_adk.a2a_tables.outbox import PushOutbox, PushRecord
 from durable_adk.store import open_store
@@ -90,56 +89,28 @@ def agents(tmp_path: Path) -> Path:
     return folder
 
 
-class ApiServer:
-    """One ``adk api_server --a2a`` child process on the durable URI."""
+class ApiServer(AdkServer):
+    """One ``adk api_server --a2a`` child process on the durable URI, ready once its
+    agent card answers."""
 
     def __init__(self, agents: Path, store_url: str, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        (agents / APP / "agent.json").write_text(json.dumps(card(self.port)))
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.a2a = f"{self.base}/a2a/{APP}"
-        self.log = log
-        self._out = log.open("w")
-        adk = Path(sys.executable).with_name("adk")
+        port = free_port()
+        (agents / APP / "agent.json").write_text(json.dumps(card(port)))
+        self.a2a = f"http://127.0.0.1:{port}/a2a/{APP}"
         path = os.pathsep.join([str(SRC), str(HERE), os.environ.get("PYTHONPATH", "")])
-        self.process = subprocess.Popen(
-            [str(adk), "api_server", "--a2a", "--host", "127.0.0.1", "--port", str(self.port),
-             "--extra_plugins", "durable_adk.DurableRunsPlugin",
-             "--session_service_uri", f"durable+{store_url}", str(agents)],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env, "PYTHONPATH": path, "ADK_DISABLE_TELEMETRY": "1",
-                 "PYTHONWARNINGS": "ignore"},
-        )  # fmt: skip
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                got = httpx.get(f"{self.a2a}/.well-known/agent-card.json", timeout=2)
-                if got.status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.process.poll() is None, self.output()
-            assert time.monotonic() < deadline, "adk api_server did not start\n" + self.output()
-            time.sleep(0.2)
-
-    def output(self) -> str:
-        self._out.flush()
-        return self.log.read_text()
+        super().__init__(
+            agents,
+            store_url,
+            {**os.environ, **env, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"},
+            log,
+            extra=("--a2a",),
+            port=port,
+            ready=f"/a2a/{APP}/.well-known/agent-card.json",
+        )
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        self._out.close()
 
 
 @pytest.fixture

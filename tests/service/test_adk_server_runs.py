@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +122,20 @@ class AdkServer:
         env: dict[str, str],
         log: Path,
         command: str = "api_server",
+        *,
+        extra: Sequence[str] = (),
+        port: int | None = None,
+        ready: str = "/list-apps",
     ) -> None:
-        self.port = free_port()
+        """Starts it and waits until ``ready`` answers 200 (``extra``: more options,
+        ``--a2a`` say; ``port``: a port chosen first, for a card that names it)."""
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         adk = Path(sys.executable).with_name("adk")
         self.log = log
         self._out = log.open("w")
         self.process = subprocess.Popen(
-            [str(adk), command, "--host", "127.0.0.1", "--port", str(self.port),
+            [str(adk), command, *extra, "--host", "127.0.0.1", "--port", str(self.port),
              "--extra_plugins", "durable_adk.DurableRunsPlugin",
              "--session_service_uri", f"durable+{store_url}", str(agents)],
             stdout=self._out,
@@ -139,12 +145,12 @@ class AdkServer:
         deadline = time.monotonic() + 90
         while True:
             try:
-                if httpx.get(f"{self.base}/list-apps", timeout=2).status_code == 200:
+                if httpx.get(f"{self.base}{ready}", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             assert self.process.poll() is None, self.output()
-            assert time.monotonic() < deadline, "adk api_server did not start"
+            assert time.monotonic() < deadline, "adk api_server did not start\n" + self.output()
             time.sleep(0.2)
 
     def output(self) -> str:
