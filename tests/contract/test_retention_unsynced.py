@@ -9,11 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from google.adk.events.event import Event
-from google.genai import types
+from test_retention_pacing import seed
 
 from durable_adk import errors
-from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.lifecycle import RetentionPolicy, purge
 from durable_adk.lifecycle.pacing import Pacer
 from durable_adk.store import Store
@@ -85,21 +83,6 @@ class Counting:
         rows = await self._store.fetch(query, params)
         self.log.append((query, len(rows)))
         return rows
-
-
-async def seed(store: Store, sessions: int, events: int) -> None:
-    service = DurableSessionService(store)
-    for n in range(sessions):
-        session = await service.create_session(app_name="old", user_id=f"u{n % 2}")
-        for k in range(events):
-            await service.append_event(
-                session,
-                Event(
-                    invocation_id=f"i{k}",
-                    author="user",
-                    content=types.Content(role="user", parts=[types.Part(text=f"m{k}")]),
-                ),
-            )
 
 
 async def sleep(seconds: float) -> None:
