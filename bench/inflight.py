@@ -87,6 +87,7 @@ from typing import Any
 
 from bench.common import (
     OtherLoad,
+    PreparedReplays,
     Units,
     fmt_ms,
     fmt_ratio,
@@ -96,7 +97,6 @@ from bench.common import (
     postgres_cpu_seconds,
     profile_async,
     record_store_calls,
-    replay_store_calls,
     server_version,
     write_section,
 )
@@ -518,9 +518,11 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     if units:
         # The bound: what this run's units cost this process alone, replayed with
         # fresh ids and no runner, one after the other once the runs are done.
+        replays = PreparedReplays(driver.store, units)
+        replays.prepare(UNIT_REPLAYS)  # fresh ids: the bench's own work, not timed
         c1 = time.process_time()
         for _ in range(UNIT_REPLAYS):
-            await replay_store_calls(driver.store, units)
+            await replays()
         units_cpu = (time.process_time() - c1) / UNIT_REPLAYS
     bare_cpu = math.nan
     if units:

@@ -70,6 +70,7 @@ from bench.common import (
     BareCommits,
     OtherLoad,
     PlacedUnits,
+    PreparedReplays,
     Replay,
     Units,
     bench_main,
@@ -82,7 +83,6 @@ from bench.common import (
     profile_async,
     quiet,
     record_store_calls_at,
-    replay_store_calls,
     rotate,
     server_version,
     unit_bytes,
@@ -194,6 +194,9 @@ class Contender:
         """One run on a new session; returns the number of events yielded."""
         raise NotImplementedError
 
+    def prepare(self, runs: int) -> None:
+        """Work of the bench's own for the next ``runs`` runs, done before they are timed."""
+
 
 class AdkContender(Contender):
     durable = False
@@ -282,7 +285,8 @@ class UnitsReplayContender(Contender):
 
     One run of the DurableRunner contender is recorded (each named query and
     its parameters, in order); each timed run sends the same calls to the
-    same store with fresh ids (:func:`bench.common.replay_store_calls`). What
+    same store with fresh ids, made before the clock starts
+    (:class:`bench.common.PreparedReplays`). What
     it costs is what those units cost: their statements, the pages their
     commits write, the driver. A runner whose only cost is its units (ADK's
     in-memory run plus this) is the bound for the DurableRunner of the same
@@ -298,8 +302,13 @@ class UnitsReplayContender(Contender):
         self.of = of.name
         self.units = units
 
+        self.replays = PreparedReplays(of.store, units)
+
+    def prepare(self, runs: int) -> None:
+        self.replays.prepare(runs)
+
     async def run_once(self) -> int:
-        await replay_store_calls(self.store, self.units)
+        await self.replays()
         return 0
 
 
@@ -321,25 +330,38 @@ class UnitsAtTheirPoints(InMemorySessionService):
         self.store = store
         self.units = units
         self._last = max((at for _q, _p, at in units), default=0)
-        self._runs: dict[str, tuple[Replay, int]] = {}  # by invocation: its replay, events
+        # By invocation: its replay, its calls (fresh ids), the events appended.
+        self._runs: dict[str, tuple[Replay, PlacedUnits, int]] = {}
+        self._ready: list[tuple[Replay, PlacedUnits]] = []
 
-    async def _send_at(self, replay: Replay, appended: int) -> None:
-        for query, params, at in self.units:
+    def prepare(self, runs: int) -> None:
+        """Makes the fresh ids of the next ``runs`` runs' units before they are timed."""
+        for _ in range(runs):
+            replay = Replay(self.store)
+            fresh = replay.fresh([(q, p) for q, p, _at in self.units])
+            placed = [(q, p, at) for (q, p), (_q, _p, at) in zip(fresh, self.units, strict=True)]
+            self._ready.append((replay, placed))
+
+    async def _send_at(self, replay: Replay, units: PlacedUnits, appended: int) -> None:
+        for query, params, at in units:
             if at == appended:
-                await replay.send(query, params)
+                await replay.send(query, params, fresh=True)
 
     async def append_event(self, session: Any, event: Any) -> Any:
         if event.partial:
             return await super().append_event(session, event)
         invocation = event.invocation_id
         if invocation not in self._runs:
-            self._runs[invocation] = (Replay(self.store), 0)
-            await self._send_at(self._runs[invocation][0], 0)
+            if not self._ready:
+                self.prepare(1)  # not prepared: the swap is then timed with the run
+            replay, units = self._ready.pop()
+            self._runs[invocation] = (replay, units, 0)
+            await self._send_at(replay, units, 0)
         out = await super().append_event(session, event)
-        replay, appended = self._runs[invocation]
+        replay, units, appended = self._runs[invocation]
         appended += 1
-        self._runs[invocation] = (replay, appended)
-        await self._send_at(replay, appended)
+        self._runs[invocation] = (replay, units, appended)
+        await self._send_at(replay, units, appended)
         if appended >= self._last:
             del self._runs[invocation]  # every unit sent: later events add none
         return out
@@ -360,12 +382,15 @@ class BareAtTheirPoints(UnitsAtTheirPoints):
         writes = [(q, p, at) for q, p, at in units if store.writes(q)]
         super().__init__(store, writes)
         self.bare = bare
-        self._payloads = {id(p): unit_bytes(p) for _q, p, _at in writes}
+        self._payloads = [(unit_bytes(p), at) for _q, p, at in writes]
 
-    async def _send_at(self, replay: Replay, appended: int) -> None:
-        for _query, params, at in self.units:
+    def prepare(self, runs: int) -> None:
+        """Nothing to make: a bare commit's bytes are the recorded ones."""
+
+    async def _send_at(self, replay: Replay, units: PlacedUnits, appended: int) -> None:
+        for payload, at in self._payloads:
             if at == appended:
-                await self.bare.commit(self._payloads[id(params)])
+                await self.bare.commit(payload)
 
 
 class BareAtTheirPointsContender(AdkContender):
@@ -392,6 +417,10 @@ class UnitsInterleavedContender(AdkContender):
             UnitsAtTheirPoints(of.store, units),
         )
         self.of = of.name
+
+    def prepare(self, runs: int) -> None:
+        assert isinstance(self.service, UnitsAtTheirPoints)
+        self.service.prepare(runs)
 
     @staticmethod
     async def record(c: DurableContender) -> PlacedUnits:
@@ -528,6 +557,7 @@ async def _run_block(
 ) -> int:
     """``runs`` runs; appends each one's wall time to ``into`` and its CPU time to ``cpu``."""
     yielded = 0
+    c.prepare(runs)
     for _ in range(runs):
         c0 = time.process_time()
         t0 = time.perf_counter()

@@ -7,7 +7,8 @@ Run from the repository root::
 
 One DurableRunner run of ``bench.runner``'s app (one tool call, barrier commits:
 four units) is recorded on each backend; each timed *replay* sends the same
-store calls again with fresh ids (:func:`bench.common.replay_store_calls`).
+store calls again with fresh ids, made before its block is timed
+(:class:`bench.common.PreparedReplays`: swapping ids is the bench's own work).
 Contenders, interleaved in blocks with their order rotated every round:
 
 * ``ours``: the replay on our store (SQLite: WAL, synchronous=FULL, the units
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from bench.common import (
     BareCommits,
+    PreparedReplays,
     Units,
     fmt_ms,
     fmt_ratio,
@@ -45,7 +47,6 @@ from bench.common import (
     median,
     quiet,
     record_store_calls,
-    replay_store_calls,
     rotate,
     unit_bytes,
 )
@@ -87,12 +88,19 @@ async def _time(
         cpu.append(time.process_time() - c0)
 
 
+def _prepare(action: Callable[[], Awaitable[None]], runs: int) -> None:
+    """Makes a replay's fresh ids before its block is timed (:class:`PreparedReplays`)."""
+    if isinstance(action, PreparedReplays):
+        action.prepare(runs)
+
+
 async def measure(
     contenders: dict[str, Callable[[], Awaitable[None]]], rounds: int, block: int
 ) -> dict[str, list[tuple[float, float]]]:
     """Per contender, per round: (median wall, median CPU) of a replay."""
     names = list(contenders)
     for name in names:  # warm-up
+        _prepare(contenders[name], 5)
         await _time(contenders[name], 5, [], [])
     out: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for rnd in range(rounds):
@@ -100,6 +108,7 @@ async def measure(
         for b in range(4):
             for name in rotate(names, rnd + b):
                 wall, cpu = samples[name]
+                _prepare(contenders[name], block)
                 await _time(contenders[name], block, wall, cpu)
         for name in names:
             wall, cpu = samples[name]
@@ -151,8 +160,7 @@ async def run(args: argparse.Namespace) -> str:
                 stack.push_async_callback(bare.close)
                 payloads = [unit_bytes(p) for q, p in units if store.writes(q)]
 
-                async def ours(store: Store = store, units: Units = units) -> None:
-                    await replay_store_calls(store, units)
+                ours = PreparedReplays(store, units)
 
                 async def bare_commits(
                     bare: BareCommits = bare, payloads: list[str] = payloads
@@ -170,10 +178,7 @@ async def run(args: argparse.Namespace) -> str:
                     )
                     before._queries = queries_of(Path(args.before))
 
-                    async def old(store: Store = before, units: Units = units) -> None:
-                        await replay_store_calls(store, units)
-
-                    contenders["before"] = old
+                    contenders["before"] = PreparedReplays(before, units)
                 print(
                     f"{backend}: {len(payloads)} units per replay: {[q for q, _ in units]}",
                     flush=True,

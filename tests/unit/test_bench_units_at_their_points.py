@@ -9,10 +9,12 @@ DurableRunner wrote it.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
-from bench.common import Replay, record_store_calls_at
+from bench.common import PlacedUnits, PreparedReplays, Replay, record_store_calls_at
 from bench.runner import (
     DurableContender,
     UnitsAtTheirPoints,
@@ -45,7 +47,7 @@ async def test_the_units_are_placed_where_the_run_wrote_them_and_replayed_there(
         sent: list[tuple[str, int]] = []
         send_at = service._send_at
 
-        async def noted(replay: Replay, appended: int) -> None:
+        async def noted(replay: Replay, units: PlacedUnits, appended: int) -> None:
             queries: list[str] = []
             inner = store.fetch
 
@@ -55,14 +57,15 @@ async def test_the_units_are_placed_where_the_run_wrote_them_and_replayed_there(
 
             store.fetch = fetch  # type: ignore[method-assign]
             try:
-                await send_at(replay, appended)
+                await send_at(replay, units, appended)
             finally:
                 store.fetch = inner  # type: ignore[method-assign]
             sent.extend((query, appended) for query in queries)
 
         service._send_at = noted  # type: ignore[method-assign]
-        for _ in range(2):  # fresh ids each time: never refused as a duplicate
+        for prepared in (0, 1, 2):  # fresh ids each time: never refused as a duplicate
             sent.clear()
+            bound.prepare(prepared)  # made before the run (or, not made, during it)
             assert await bound.run_once() > 0
             assert sent == [(query, at) for query, _params, at in placed]
 
@@ -79,3 +82,23 @@ async def test_a_refused_replayed_append_fails_the_bench(tmp_path: Path) -> None
         query, params, _at = placed[1]  # the same events again: a duplicate, refused
         with pytest.raises(RuntimeError, match="refused"):
             await replay.send(query, params)
+
+
+async def test_prepared_replays_send_ids_made_before_the_clock(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'bench.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()
+        calls = [(q, p) for q, p, _at in await record_store_calls_at(store, ours.run_once)]
+        replays = PreparedReplays(store, calls)
+        replays.prepare(2)
+        made = [ids for _replay, ids in replays._ready]
+        assert made[0] != made[1] and all(q for q, _p in made[0])
+        before = _count_sessions(tmp_path / "bench.db")
+        for _ in range(3):  # two prepared, the third made when it runs: none refused
+            await replays()
+        assert _count_sessions(tmp_path / "bench.db") == before + 3
+
+
+def _count_sessions(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
