@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import dataclasses
 import io
 import logging
 import math
@@ -29,6 +30,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -561,3 +563,183 @@ class BareCommits:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+# ------------------------------------------- the same rows, bare (SQLite)
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row a unit wrote: inserted (``key`` None) or updated (``key``: its rowid)."""
+
+    table: str
+    columns: tuple[str, ...]
+    values: tuple[Any, ...]
+    key: int | None = None
+    rowid: int | None = None  # as recorded (None: a WITHOUT ROWID table's row)
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    return [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+
+
+def _rows(conn: sqlite3.Connection, table: str) -> dict[Any, dict[str, Any]]:
+    """A table's rows by rowid (a ``WITHOUT ROWID`` table's: by primary key)."""
+    pks = [
+        r[1]
+        for r in sorted(conn.execute(f'PRAGMA table_info("{table}")'), key=lambda r: r[5])
+        if r[5]
+    ]
+    try:
+        cur = conn.execute(f'SELECT rowid AS "__rowid", * FROM "{table}"')
+    except sqlite3.OperationalError:  # WITHOUT ROWID
+        cur = conn.execute(f'SELECT NULL AS "__rowid", * FROM "{table}"')
+    names = [d[0] for d in cur.description][1:]
+    out: dict[Any, dict[str, Any]] = {}
+    for row in cur:
+        values = dict(zip(names, row[1:], strict=True))
+        out[row[0] if row[0] is not None else tuple(values[c] for c in pks)] = values
+    return out
+
+
+class SameRows:
+    """The physical bound of a unit that writes several rows (issue 45, item 6: "a
+    unit at most 1.2x a bare commit of the same rows"), on SQLite.
+
+    :meth:`capture` replays a run's units one by one on a database of our
+    schema and notes the rows each wrote (inserted, or the columns it changed
+    of a row). A timed replay then writes those rows again, with fresh ids,
+    into another database of the same schema (same tables, indexes and
+    foreign keys), one ``BEGIN IMMEDIATE`` ... ``COMMIT`` per unit of plain
+    ``INSERT`` and ``UPDATE`` statements through ``sqlite3`` alone (WAL,
+    synchronous=FULL, on the caller's thread, as our store's inline units):
+    the rows' own cost (their pages, indexes, the commit), with none of a
+    unit's checks, guards or reads. Keys that the database assigns (an
+    ``INTEGER PRIMARY KEY``) are assigned again, and the foreign keys that
+    name them follow.
+    """
+
+    def __init__(self, path: str, units: list[list[RowChange]]) -> None:
+        self.path = path
+        self.units = units
+        self.commits = 0
+        self._conn: sqlite3.Connection | None = None
+        self._ready: list[list[list[RowChange]]] = []
+        self._alias: dict[str, str | None] = {}
+        self._refs: dict[str, dict[str, str]] = {}
+
+    @staticmethod
+    async def capture(store: Any, calls: Units) -> list[list[RowChange]]:
+        """The rows each of ``calls`` writes, replayed one by one on ``store`` (SQLite)."""
+        conn = sqlite3.connect(store.path)
+        try:
+            replay = Replay(store)
+            out: list[list[RowChange]] = []
+            for query, params in calls:
+                if not store.writes(query):
+                    continue
+                before = {t: _rows(conn, t) for t in _tables(conn)}
+                await replay.send(query, params)
+                changes: list[RowChange] = []
+                for table, old in before.items():
+                    for rowid, row in _rows(conn, table).items():
+                        was = old.get(rowid)
+                        if was is None:
+                            changes.append(
+                                RowChange(
+                                    table,
+                                    tuple(row),
+                                    tuple(row.values()),
+                                    rowid=rowid if isinstance(rowid, int) else None,
+                                )
+                            )
+                        elif was != row:
+                            if not isinstance(rowid, int):
+                                raise NotImplementedError(f"an update of {table} (WITHOUT ROWID)")
+                            changed = [c for c in row if row[c] != was[c]]
+                            changes.append(
+                                RowChange(
+                                    table,
+                                    tuple(changed),
+                                    tuple(row[c] for c in changed),
+                                    key=rowid,
+                                    rowid=rowid,
+                                )
+                            )
+                out.append(changes)
+            return out
+        finally:
+            conn.close()
+
+    def open(self) -> SameRows:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        for table in _tables(conn):
+            pks = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")') if r[5]]
+            typed = {r[1]: r[2].upper() for r in conn.execute(f'PRAGMA table_info("{table}")')}
+            # An INTEGER PRIMARY KEY is the rowid: the database assigns it.
+            one = pks[0] if len(pks) == 1 and typed[pks[0]] == "INTEGER" else None
+            self._alias[table] = one
+            self._refs[table] = {
+                r[3]: r[2] for r in conn.execute(f'PRAGMA foreign_key_list("{table}")')
+            }
+        self._conn = conn
+        return self
+
+    def prepare(self, runs: int) -> None:
+        """The next ``runs`` replays' rows, each with ids of its own (not timed)."""
+        for _ in range(runs):
+            swap = Replay(None)._swap
+            self._ready.append(
+                [
+                    [dataclasses.replace(c, values=tuple(swap(v) for v in c.values)) for c in unit]
+                    for unit in self.units
+                ]
+            )
+
+    async def __call__(self) -> None:
+        """One replay: each unit's rows in a transaction of their own."""
+        assert self._conn is not None
+        if not self._ready:
+            self.prepare(1)
+        conn, assigned = self._conn, {}  # (table, recorded rowid) -> rowid now
+        for unit in self._ready.pop():
+            conn.execute("BEGIN IMMEDIATE")
+            for c in unit:
+                alias = self._alias[c.table]
+                refs = self._refs[c.table]
+                pairs = [
+                    (col, assigned.get((refs[col], val), val) if col in refs else val)
+                    for col, val in zip(c.columns, c.values, strict=True)
+                    if col != alias
+                ]
+                if c.key is None:
+                    cols = ", ".join(f'"{col}"' for col, _ in pairs)
+                    marks = ", ".join("?" for _ in pairs)
+                    cur = conn.execute(
+                        f'INSERT INTO "{c.table}" ({cols}) VALUES ({marks})',
+                        [v for _, v in pairs],
+                    )
+                    if c.rowid is not None:
+                        assigned[(c.table, c.rowid)] = cur.lastrowid
+                else:
+                    sets = ", ".join(f'"{col}" = ?' for col, _ in pairs)
+                    conn.execute(
+                        f'UPDATE "{c.table}" SET {sets} WHERE rowid = ?',
+                        [*(v for _, v in pairs), assigned.get((c.table, c.key), c.key)],
+                    )
+            conn.execute("COMMIT")
+            self.commits += 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

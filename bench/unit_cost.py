@@ -40,6 +40,7 @@ from pathlib import Path
 from bench.common import (
     BareCommits,
     PreparedReplays,
+    SameRows,
     Units,
     fmt_ms,
     fmt_ratio,
@@ -90,7 +91,7 @@ async def _time(
 
 def _prepare(action: Callable[[], Awaitable[None]], runs: int) -> None:
     """Makes a replay's fresh ids before its block is timed (:class:`PreparedReplays`)."""
-    if isinstance(action, PreparedReplays):
+    if isinstance(action, (PreparedReplays, SameRows)):
         action.prepare(runs)
 
 
@@ -128,6 +129,14 @@ def table(backend: str, result: dict[str, list[tuple[float, float]]]) -> str:
         rows.append(
             [backend, name, fmt_ms(wall), fmt_ms(cpu), fmt_ratio(vs_bare), fmt_ratio(vs_bare_cpu)]
         )
+    if "same rows" in result:
+        ratio = median(
+            [o[0] / b[0] for o, b in zip(result["ours"], result["same rows"], strict=True)]
+        )
+        ratio_cpu = median(
+            [o[1] / b[1] for o, b in zip(result["ours"], result["same rows"], strict=True)]
+        )
+        rows.append([backend, "ours / same rows", fmt_ratio(ratio), fmt_ratio(ratio_cpu), "", ""])
     if "before" in result:
         ratio = median([o[0] / b[0] for o, b in zip(result["ours"], result["before"], strict=True)])
         ratio_cpu = median(
@@ -172,6 +181,16 @@ async def run(args: argparse.Namespace) -> str:
                     "ours": ours,
                     "bare": bare_commits,
                 }
+                if backend == "sqlite":
+                    # The same rows, bare: captured on a store of their own, then
+                    # written into another database of the same schema.
+                    async with open_store(f"sqlite:///{tmp}/capture.db") as capture:
+                        changes = await SameRows.capture(capture, units)
+                    async with open_store(f"sqlite:///{tmp}/rows.db"):
+                        pass  # the schema, migrated; the rows go in through sqlite3 alone
+                    same = SameRows(f"{tmp}/rows.db", changes).open()
+                    stack.callback(same.close)
+                    contenders["same rows"] = same
                 if backend == "sqlite" and args.before:
                     before = await stack.enter_async_context(
                         open_store(f"sqlite:///{tmp}/before.db")

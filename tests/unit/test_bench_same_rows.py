@@ -1,0 +1,86 @@
+"""The bench bound "a bare commit of the same rows" (bench/common.py ``SameRows``).
+
+It is only honest if it writes what our units write: the same rows in the
+same tables (so the same pages and indexes), each unit's rows in one commit,
+with ids of their own so that a replay is never refused or made smaller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+from bench.common import PreparedReplays, SameRows, record_store_calls
+from bench.runner import DurableContender
+
+from durable_adk.store import open_store
+
+
+def _counts(path: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        return {t: int(conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables}
+
+
+def _grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {t: after[t] - before[t] for t in after if after[t] != before[t]}
+
+
+async def test_the_same_rows_grow_each_table_as_our_units_do(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'ours.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()
+        calls = await record_store_calls(store, ours.run_once)
+        replays = PreparedReplays(store, calls)
+        before = _counts(tmp_path / "ours.db")
+        for _ in range(2):
+            await replays()
+        ours_grew = _grown(before, _counts(tmp_path / "ours.db"))
+        async with open_store(f"sqlite:///{tmp_path / 'capture.db'}") as capture:
+            changes = await SameRows.capture(capture, calls)
+    assert len(changes) == sum(1 for q, _p in calls if store.writes(q))
+    async with open_store(f"sqlite:///{tmp_path / 'rows.db'}"):
+        pass
+    same = SameRows(str(tmp_path / "rows.db"), changes).open()
+    try:
+        before = _counts(tmp_path / "rows.db")
+        same.prepare(1)
+        for _ in range(2):  # one prepared, one made when it runs
+            await same()
+        assert same.commits == 2 * len(changes)
+        assert _grown(before, _counts(tmp_path / "rows.db")) == ours_grew
+        assert ours_grew["events"] > 0 and ours_grew["runs"] == 2
+    finally:
+        same.close()
+
+
+async def test_updated_columns_land_on_the_rows_this_replay_inserted(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'capture.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()
+        calls = await record_store_calls(store, ours.run_once)
+    async with open_store(f"sqlite:///{tmp_path / 'capture2.db'}") as capture:
+        changes = await SameRows.capture(capture, calls)
+    updates = [c for unit in changes for c in unit if c.key is not None]
+    assert {c.table for c in updates} >= {"sessions", "runs"}
+    async with open_store(f"sqlite:///{tmp_path / 'rows.db'}"):
+        pass
+    same = SameRows(str(tmp_path / "rows.db"), changes).open()
+    try:
+        await same()
+    finally:
+        same.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "rows.db")) as conn:
+        status, last_seq = conn.execute(
+            "SELECT r.status, s.last_seq FROM runs r JOIN sessions s"
+            " ON s.app_name = r.app_name AND s.user_id = r.user_id"
+            " AND s.session_id = r.session_id"
+        ).fetchone()
+        events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    assert status == "DONE" and last_seq == events > 0
