@@ -710,7 +710,8 @@ class SameRows:
         assert self._conn is not None
         if not self._ready:
             self.prepare(1)
-        conn, assigned = self._conn, {}  # (table, recorded rowid) -> rowid now
+        conn = self._conn
+        assigned: dict[tuple[str, Any], Any] = {}  # (table, recorded rowid) -> rowid now
         for unit in self._ready.pop():
             conn.execute("BEGIN IMMEDIATE")
             for c in unit:
