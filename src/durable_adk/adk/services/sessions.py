@@ -763,7 +763,12 @@ class DurableSessionService(BaseSessionService):
         self.store.limits.check_event(data, f"event {event.id} ({event.author})")
         # The delta as the JSON just written holds it (ADK's serializer turns a
         # non-JSON value into its string), so the fold equals a cold read's.
-        written = event.actions.model_dump(mode="json", include={"state_delta"})
+        # Most events carry none: then nothing is serialized a second time.
+        written = (
+            event.actions.model_dump(mode="json", include={"state_delta"})
+            if event.actions.state_delta
+            else {}
+        )
         session_delta, app_delta, user_delta = split_delta(written.get("state_delta"))
         new_seq = expected + 1
         if batch is not None:
