@@ -694,51 +694,56 @@ class SameRows:
         self._conn = conn
         return self
 
+    def fresh(self) -> list[list[RowChange]]:
+        """One replay's rows, every id in them fresh (the bench's own work, not timed)."""
+        swap = Replay(None)._swap
+        return [
+            [dataclasses.replace(c, values=tuple(swap(v) for v in c.values)) for c in unit]
+            for unit in self.units
+        ]
+
     def prepare(self, runs: int) -> None:
         """The next ``runs`` replays' rows, each with ids of its own (not timed)."""
-        for _ in range(runs):
-            swap = Replay(None)._swap
-            self._ready.append(
-                [
-                    [dataclasses.replace(c, values=tuple(swap(v) for v in c.values)) for c in unit]
-                    for unit in self.units
-                ]
-            )
+        self._ready.extend(self.fresh() for _ in range(runs))
 
     async def __call__(self) -> None:
         """One replay: each unit's rows in a transaction of their own."""
-        assert self._conn is not None
         if not self._ready:
             self.prepare(1)
-        conn = self._conn
-        assigned: dict[tuple[str, Any], Any] = {}  # (table, recorded rowid) -> rowid now
+        assigned: dict[tuple[str, Any], Any] = {}
         for unit in self._ready.pop():
-            conn.execute("BEGIN IMMEDIATE")
-            for c in unit:
-                alias = self._alias[c.table]
-                refs = self._refs[c.table]
-                pairs = [
-                    (col, assigned.get((refs[col], val), val) if col in refs else val)
-                    for col, val in zip(c.columns, c.values, strict=True)
-                    if col != alias
-                ]
-                if c.key is None:
-                    cols = ", ".join(f'"{col}"' for col, _ in pairs)
-                    marks = ", ".join("?" for _ in pairs)
-                    cur = conn.execute(
-                        f'INSERT INTO "{c.table}" ({cols}) VALUES ({marks})',
-                        [v for _, v in pairs],
-                    )
-                    if c.rowid is not None:
-                        assigned[(c.table, c.rowid)] = cur.lastrowid
-                else:
-                    sets = ", ".join(f'"{col}" = ?' for col, _ in pairs)
-                    conn.execute(
-                        f'UPDATE "{c.table}" SET {sets} WHERE rowid = ?',
-                        [*(v for _, v in pairs), assigned.get((c.table, c.key), c.key)],
-                    )
-            conn.execute("COMMIT")
-            self.commits += 1
+            self.write(unit, assigned)
+
+    def write(self, unit: list[RowChange], assigned: dict[tuple[str, Any], Any]) -> None:
+        """One unit's rows, committed; ``assigned`` maps the replay's recorded keys to
+        the keys the database gave its rows (a replay's units share it)."""
+        conn = self._conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        for c in unit:
+            alias = self._alias[c.table]
+            refs = self._refs[c.table]
+            pairs = [
+                (col, assigned.get((refs[col], val), val) if col in refs else val)
+                for col, val in zip(c.columns, c.values, strict=True)
+                if col != alias
+            ]
+            if c.key is None:
+                cols = ", ".join(f'"{col}"' for col, _ in pairs)
+                marks = ", ".join("?" for _ in pairs)
+                cur = conn.execute(
+                    f'INSERT INTO "{c.table}" ({cols}) VALUES ({marks})', [v for _, v in pairs]
+                )
+                if c.rowid is not None:
+                    assigned[(c.table, c.rowid)] = cur.lastrowid
+            else:
+                sets = ", ".join(f'"{col}" = ?' for col, _ in pairs)
+                conn.execute(
+                    f'UPDATE "{c.table}" SET {sets} WHERE rowid = ?',
+                    [*(v for _, v in pairs), assigned.get((c.table, c.key), c.key)],
+                )
+        conn.execute("COMMIT")
+        self.commits += 1
 
     def close(self) -> None:
         if self._conn is not None:

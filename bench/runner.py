@@ -28,7 +28,9 @@ resumability on, as DurableRunner requires):
   (:class:`UnitsAtTheirPoints`): a runner whose only cost is its units;
   and the physical bound (issue 45, :class:`BareAtTheirPoints`): ADK's
   in-memory Runner with one bare commit of the same bytes (one statement,
-  through the driver alone) at each of those points.
+  through the driver alone) at each of those points; on SQLite also the rows
+  each unit wrote, bare, at those points (:class:`SameRowsAtTheirPoints`:
+  what the rows themselves cost, with no check, guard or library code).
 
 Timed: everything a caller does for one run on a new session. ADK's Runner
 needs the session to exist (``create_session``, then ``run_async`` drained);
@@ -72,6 +74,7 @@ from bench.common import (
     PlacedUnits,
     PreparedReplays,
     Replay,
+    SameRows,
     Units,
     bench_main,
     fmt_ms,
@@ -385,12 +388,59 @@ class BareAtTheirPoints(UnitsAtTheirPoints):
         self._payloads = [(unit_bytes(p), at) for _q, p, at in writes]
 
     def prepare(self, runs: int) -> None:
-        """Nothing to make: a bare commit's bytes are the recorded ones."""
+        """Nothing to make fresh: a bare commit's bytes are the recorded ones."""
+        self._ready.extend((None, self.units) for _ in range(runs))  # type: ignore[misc]
 
     async def _send_at(self, replay: Replay, units: PlacedUnits, appended: int) -> None:
         for payload, at in self._payloads:
             if at == appended:
                 await self.bare.commit(payload)
+
+
+class SameRowsAtTheirPoints(UnitsAtTheirPoints):
+    """ADK's in-memory session service writing, where a recorded run made a unit, the
+    rows that unit wrote, bare (:class:`bench.common.SameRows`; SQLite).
+
+    Between the physical bound (one row of the same bytes per unit) and the
+    units themselves: what the rows a durable run needs cost (their tables,
+    indexes and pages), with no check, guard or read and no library code.
+    """
+
+    def __init__(self, store: Store, units: PlacedUnits, same: SameRows) -> None:
+        writes = [(q, p, at) for q, p, at in units if store.writes(q)]
+        super().__init__(store, writes)
+        self.same = same
+        self._at = [at for _q, _p, at in writes]
+
+    def prepare(self, runs: int) -> None:
+        """Fresh ids for the next ``runs`` runs' rows, before they are timed."""
+        for _ in range(runs):
+            rows = self.same.fresh()
+            # The run's state is the map of the keys its rows were given.
+            placed = [("rows", {"rows": r}, at) for r, at in zip(rows, self._at, strict=True)]
+            self._ready.append(({}, placed))  # type: ignore[arg-type]
+
+    async def _send_at(self, replay: Any, units: PlacedUnits, appended: int) -> None:
+        for _name, params, at in units:
+            if at == appended:
+                self.same.write(params["rows"], replay)
+
+
+class SameRowsAtTheirPointsContender(AdkContender):
+    """ADK's in-memory Runner writing each unit's rows bare at its point (SQLite)."""
+
+    def __init__(self, of: DurableContender, units: PlacedUnits, same: SameRows) -> None:
+        service = SameRowsAtTheirPoints(of.store, units, same)
+        super().__init__(
+            f"bound: in-memory, the same rows bare at its units' points ({of.backend})",
+            of.backend,
+            service,
+        )
+        self.of = of.name
+
+    def prepare(self, runs: int) -> None:
+        assert isinstance(self.service, SameRowsAtTheirPoints)
+        self.service.prepare(runs)
 
 
 class BareAtTheirPointsContender(AdkContender):
@@ -507,6 +557,15 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
                     UnitsInterleavedContender(c, placed),
                     BareAtTheirPointsContender(c, placed, bares[c.backend]),
                 ]
+                if c.backend == "sqlite":
+                    # The same rows, bare: captured on a database of their own.
+                    async with open_store(f"sqlite:///{tmp / 'runner_capture.db'}") as capture:
+                        changes = await SameRows.capture(capture, units)
+                    async with open_store(f"sqlite:///{tmp / 'runner_rows.db'}"):
+                        pass  # the schema; the rows go in through sqlite3 alone
+                    same = SameRows(str(tmp / "runner_rows.db"), changes).open()
+                    stack.callback(same.close)
+                    contenders.append(SameRowsAtTheirPointsContender(c, placed, same))
         yield contenders
 
 
@@ -705,7 +764,14 @@ def target_rows(
             a
             for a in contenders
             if isinstance(a, AdkContender)
-            and not isinstance(a, (UnitsInterleavedContender, BareAtTheirPointsContender))
+            and not isinstance(
+                a,
+                (
+                    UnitsInterleavedContender,
+                    BareAtTheirPointsContender,
+                    SameRowsAtTheirPointsContender,
+                ),
+            )
             and a.backend == backend
         )
         raw = next(
@@ -726,6 +792,10 @@ def target_rows(
         )
         bare = next(
             (u for u in contenders if isinstance(u, BareAtTheirPointsContender) and u.of == of),
+            None,
+        )
+        same = next(
+            (u for u in contenders if isinstance(u, SameRowsAtTheirPointsContender) and u.of == of),
             None,
         )
         for label, target, at_least, bound in (
@@ -791,6 +861,14 @@ def target_rows(
                         + against(bare.name)
                         + f", ours / it {fmt_ratio(r.round_ratio(ours, bare.name))}"
                         f" (p10 {fmt_ratio(r.low_ratio(ours, bare.name))})"
+                    )
+                    + (
+                        ""
+                        if same is None
+                        else "; the same rows bare at each unit's point: "
+                        + against(same.name)
+                        + f", ours / it {fmt_ratio(r.round_ratio(ours, same.name))}"
+                        f" (p10 {fmt_ratio(r.low_ratio(ours, same.name))})"
                     ),
                 ]
             )

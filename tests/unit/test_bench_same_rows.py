@@ -11,8 +11,13 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
-from bench.common import PreparedReplays, SameRows, record_store_calls
-from bench.runner import DurableContender
+from bench.common import BareCommits, PreparedReplays, SameRows, record_store_calls
+from bench.runner import (
+    BareAtTheirPointsContender,
+    DurableContender,
+    SameRowsAtTheirPointsContender,
+    UnitsInterleavedContender,
+)
 
 from durable_adk.store import open_store
 
@@ -84,3 +89,30 @@ async def test_updated_columns_land_on_the_rows_this_replay_inserted(tmp_path: P
         ).fetchone()
         events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
     assert status == "DONE" and last_seq == events > 0
+
+
+async def test_the_bounds_at_their_points_write_once_per_unit_of_each_run(tmp_path: Path) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'ours.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()
+        placed = await UnitsInterleavedContender.record(ours)
+        writes = sum(1 for q, _p, _at in placed if store.writes(q))
+        async with open_store(f"sqlite:///{tmp_path / 'capture.db'}") as capture:
+            changes = await SameRows.capture(capture, [(q, p) for q, p, _at in placed])
+        async with open_store(f"sqlite:///{tmp_path / 'rows.db'}"):
+            pass
+        same = SameRows(str(tmp_path / "rows.db"), changes).open()
+        bare = await BareCommits(f"sqlite:///{tmp_path / 'bare.db'}").open()
+        try:
+            rows_bound = SameRowsAtTheirPointsContender(ours, placed, same)
+            bare_bound = BareAtTheirPointsContender(ours, placed, bare)
+            for prepared in (2, 0, 0):  # two made before, the third while it runs
+                for bound in (rows_bound, bare_bound):
+                    bound.prepare(prepared)
+                    assert await bound.run_once() > 0
+            assert same.commits == bare.commits == 3 * writes
+            counts = _counts(tmp_path / "rows.db")
+            assert counts["runs"] == 3 and counts["events"] > 0
+        finally:
+            same.close()
+            await bare.close()
