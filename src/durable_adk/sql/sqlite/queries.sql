@@ -109,6 +109,18 @@ SELECT s.pk, s.last_seq, e.seq
  WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id
    AND s.purging_at IS NULL;
 
+-- name: append_fence fragment
+-- The fence of an append, as its events INSERT's own WHERE (the check travels
+-- there): the session is there and not being purged, the log is where the
+-- caller saw it (:expected_seq), and a run's event names the run's epoch while
+-- it is RUNNING. run_finish's fence (append_events_finish) names the owner too.
+ WHERE EXISTS (SELECT 1 FROM sessions s
+                WHERE s.pk = :session_pk AND s.purging_at IS NULL
+                  AND (s.last_seq <> :expected_seq) IS NOT TRUE)
+   AND (:run_id IS NULL OR EXISTS (
+          SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
+                               AND status = 'RUNNING'));
+
 -- name: append_event guarded inline
 -- The fence: the caller names the last sequence number it saw. Anything else
 -- (a newer append by someone, a deleted session, a replayed event id) writes
@@ -131,12 +143,7 @@ SELECT CASE
 -- replayed event id fails the table's UNIQUE (session_pk, event_id) instead).
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 SELECT :session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data
- WHERE EXISTS (SELECT 1 FROM sessions s
-                WHERE s.pk = :session_pk AND s.purging_at IS NULL
-                  AND (s.last_seq <> :expected_seq) IS NOT TRUE)
-   AND (:run_id IS NULL OR EXISTS (
-          SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                               AND status = 'RUNNING'));
+-- use: append_fence
 -- The unit's result (nothing after it returns rows): one statement fewer.
 UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk
 RETURNING 'ok' AS status, NULL AS dup_seq, last_seq;
@@ -186,12 +193,7 @@ SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.eve
        json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
        json_extract(j.value, '$.data')
   FROM json_each(:events) AS j
- WHERE EXISTS (SELECT 1 FROM sessions s
-                WHERE s.pk = :session_pk AND s.purging_at IS NULL
-                  AND (s.last_seq <> :expected_seq) IS NOT TRUE)
-   AND (:run_id IS NULL OR EXISTS (
-          SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
-                               AND status = 'RUNNING'));
+-- use: append_fence
 -- The unit's result (nothing after it returns rows): one statement fewer.
 UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk
 RETURNING 'ok' AS status, last_seq;
