@@ -477,21 +477,9 @@ class DurableSessionService(BaseSessionService):
             return await self.get_session(
                 app_name=app_name, user_id=user_id, session_id=session_id, config=config
             )
-        tail = await self._events_of(pk, [r for r in rows if r["seq"] is not None])
-        if base is not None and not tail and cached is not None and cached.seq == since:
-            entry = cached
-        else:
-            events, state = base or ([], _loads_state(await self._initial(key, head)))
-            entry = _Cached(
-                pk=pk,
-                seq=int(rows[-1]["seq"]) if tail else since,
-                events=events + tail,
-                state=fold(state, (split_delta(e.actions.state_delta)[0] for e in tail)),
-                repairs=repairs,
-            )
-        app_text, user_text = await self._shared_texts(app_name, user_id, head)
-        entry.app_state, entry.user_state = app_text, user_text
-        entry.update_time = float(head["update_time"])
+        entry = await self._entry_of(
+            key, head, [r for r in rows if r["seq"] is not None], cached, since, base
+        )
         if entry.seq != last_seq:
             raise errors.StoreError(
                 f"session {session_id!r} log has a gap: read up to {entry.seq}, row says {last_seq}"
@@ -506,10 +494,46 @@ class DurableSessionService(BaseSessionService):
             seq=last_seq,
             events=events,
             state=entry.state,
-            app_state=_loads_state(app_text),
-            user_state=_loads_state(user_text),
-            update_time=float(head["update_time"]),
+            app_state=_loads_state(entry.app_state),
+            user_state=_loads_state(entry.user_state),
+            update_time=entry.update_time,
         )
+
+    async def _entry_of(
+        self,
+        key: _Key,
+        head: Row,
+        rows: Sequence[Row],
+        cached: _Cached | None = None,
+        since: int = 0,
+        base: tuple[list[Event], dict[str, Any]] | None = None,
+    ) -> _Cached:
+        """The cache entry of a session read: its row ``head`` and its events after ``since``.
+
+        ``head`` has the columns of ``load_session_tail``'s session row (``pk``,
+        ``initial_state``, ``update_time``, ``repairs``, ``app_state``,
+        ``user_state``), ``rows`` the events read (``seq``, ``data``, in order;
+        sealed values are opened here). ``base`` is the cached log and state the
+        tail extends (None: the rows are the whole log); with no new event the
+        entry ``cached`` itself comes back, its shared state brought up to date.
+        The caller checks the entry's ``seq`` against the row's ``last_seq``.
+        """
+        pk = int(head["pk"])
+        tail = await self._events_of(pk, rows)
+        if base is not None and not tail and cached is not None and cached.seq == since:
+            entry = cached
+        else:
+            events, state = base or ([], _loads_state(await self._initial(key, head)))
+            entry = _Cached(
+                pk=pk,
+                seq=int(rows[-1]["seq"]) if tail else since,
+                events=events + tail,
+                state=fold(state, (split_delta(e.actions.state_delta)[0] for e in tail)),
+                repairs=int(head["repairs"] or 0),
+            )
+        entry.app_state, entry.user_state = await self._shared_texts(key[0], key[1], head)
+        entry.update_time = float(head["update_time"])
+        return entry
 
     async def _events_of(self, pk: int, rows: Sequence[Row]) -> list[Event]:
         """The events of stored rows (``seq``, ``data``); an unreadable row as its stand-in.
