@@ -100,6 +100,7 @@ class Run:
             continuation keeps its invocation's), or None (unversioned).
         app_fingerprint: The fingerprint of the app's definition it was
             started under, or None.
+        session_read: The claim's row with its ``session_*`` columns (``claim_expired(read=True)``).
     """
 
     run_id: str
@@ -122,6 +123,7 @@ class Run:
     claim_sent: float | None = field(default=None, compare=False)
     app_version: str | None = None
     app_fingerprint: str | None = None
+    session_read: Row | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_row(cls, row: Row, *, sent: float | None = None) -> Run:
@@ -147,6 +149,7 @@ class Run:
             claim_sent=sent,
             app_version=row.get("app_version"),
             app_fingerprint=row.get("app_fingerprint"),
+            session_read=row if "session_log" in row else None,
         )
 
     @property
@@ -644,7 +647,7 @@ class RunLedger:
         return row is not None
 
     async def claim_expired(
-        self, owner: str, *, limit: int = 10, app_name: str | None = None
+        self, owner: str, *, limit: int = 10, app_name: str | None = None, read: bool = False
     ) -> list[Run]:
         """Claims up to ``limit`` runs whose holder stopped renewing (recovery).
 
@@ -653,10 +656,11 @@ class RunLedger:
             limit: Most runs claimed.
             app_name: Claim only this app's runs (a worker can drive no other
                 app's agent); None claims any app's (tests, tools).
+            read: Also read each run's session, in the same statement (:attr:`Run.session_read`).
         """
         try:
             rows, sent = await self.store.fetch_sent(
-                "run_claim_expired",
+                "run_claim_expired_read" if read else "run_claim_expired",
                 {
                     "owner": owner,
                     "lease": self.lease_seconds,

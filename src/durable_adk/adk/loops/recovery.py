@@ -2,7 +2,12 @@
 
 ``Sweeper.recover_once()`` claims expired runs through the ledger's single
 atomic statement (so a duplicate sweep by another worker is harmless), at most
-``batch`` per pass, reads the invocation's events and acts on the class:
+``batch`` per pass, classifies the invocation from its events and acts on the
+class. The claim reads each run's session in the same statement
+(``RunLedger.claim_expired(read=True)``); the session service caches that read
+(``adopt_read``), so the classification and ADK's re-drive read nothing more
+(a claim that may have missed an append, on PostgreSQL, leaves the session to
+be read again: docs/runs.md, "Recovery: the sweeper"):
 
 =================  ==========================================================
 NOT_STARTED        drive it from the stored request, same invocation id
@@ -33,9 +38,9 @@ while the run path's driver drives it, so a pass claims only as many
 runs as it has free slots (``concurrency``) and claims more as recoveries end,
 up to ``batch`` per pass, stopping early once a claim finds fewer runs than it
 asked for. A run therefore waits in no queue of ours after its claim: the
-time between a claim and the heartbeat of its drive is one session read and
-the classification, not the length of other runs' drives, so its lease cannot
-run out while it waits and no other worker claims (and drives) it again,
+time between a claim and the heartbeat of its drive is the classification (and
+at most one session read), not the length of other runs' drives, so its lease
+cannot run out while it waits and no other worker claims (and drives) it again,
 burning an attempt with nothing failing. Handing claimed runs to a queue with
 their leases renewed from the claim would keep that guarantee too, but it
 would hold runs another idle worker could be driving; claiming on demand
@@ -86,6 +91,7 @@ from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.adk.tools.long_running import long_running_tools
 from durable_adk.metrics import Metrics
 from durable_adk.runlog import run_event, taken_over
+from durable_adk.store.base import Row
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.tables.sweeps import BEAT_EVERY, record_sweep
@@ -329,7 +335,7 @@ class Sweeper:
                 if more and failure is None and wanted > 0:
                     try:
                         runs = await self.ledger.claim_expired(
-                            owner, limit=wanted, app_name=app_name
+                            owner, limit=wanted, app_name=app_name, read=True
                         )
                     except Exception as exc:  # raised below, once the others end
                         failure, runs = exc, []
@@ -373,6 +379,10 @@ class Sweeper:
         return [r for r in (t.result() for t in started if not t.cancelled()) if r is not None]
 
     async def _recover_in_span(self, run: Run) -> Recovery | None:
+        # The run goes on without its session's read (a whole log): the cache holds it.
+        read = run.session_read
+        if read is not None:
+            run = dataclasses.replace(run, session_read=None)
         try:
             with self.metrics.span(
                 "durable_adk.recovery",
@@ -382,7 +392,7 @@ class Sweeper:
                     "durable_adk.attempt": run.attempts,
                 },
             ) as span:
-                recovery = await self._recover(run)
+                recovery = await self._recover(run, read)
                 if recovery.status is RunStatus.PAUSED and self._job_tools:
                     recovery = dataclasses.replace(recovery, reattached=await self._reattach(run))
                 span.set_attribute("durable_adk.found", recovery.found.value)
@@ -405,7 +415,11 @@ class Sweeper:
         )
         return recovery
 
-    async def _recover(self, run: Run) -> Recovery:
+    async def _recover(self, run: Run, read: Row | None = None) -> Recovery:
+        if read is not None:
+            # The claim read the session in its own statement: the read below is
+            # served from that (or, when the claim's read may be incomplete, reads).
+            await self.runner.sessions.adopt_read((run.app_name, run.user_id, run.session_id), read)
         session = await self.runner.sessions.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
@@ -512,6 +526,11 @@ class Sweeper:
         restart); the user's answers of the whole session count.
         Idempotent: a job that exists is found, attached and submitted as the
         tool would have (nothing twice).
+
+        The session is read again, not taken from the cache: the run is PAUSED
+        by now, so it no longer holds the session, and another run (an answer's)
+        may have appended to it. The read costs the events appended since the
+        claim read the log (``load_session_tail`` from the cached position).
         """
         session = await self.runner.sessions.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id

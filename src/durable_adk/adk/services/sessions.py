@@ -535,6 +535,54 @@ class DurableSessionService(BaseSessionService):
         entry.update_time = float(head["update_time"])
         return entry
 
+    async def adopt_read(self, key: _Key, claimed: Row) -> bool:
+        """Caches a session as a recovery's claim read it; the next read is served from it.
+
+        :meth:`~durable_adk.tables.ledger.RunLedger.claim_expired` with
+        ``read=True`` (``run_claim_expired_read``) reads each claimed run's
+        session in the claim's own statement: ``claimed`` is that row, whose
+        ``session_*`` columns hold the session row and the whole log
+        (``session_log``: JSON text, ``{"initial_state", "app_state",
+        "user_state", "events": [[seq, data], ...]}``, values as stored). The
+        entry is built from them as :meth:`get_session` builds one from
+        ``load_session_tail``'s rows (the same checks: the log's last sequence
+        number, sealed values opened), and trusted for the next read
+        (:meth:`trust_next_read`): the recovery's classification.
+
+        Returns:
+            False, caching nothing, when the claim found no session, when its
+            read may be incomplete (``session_settled`` false: on PostgreSQL
+            an append committed while the claim ran), when an append of this
+            process already moved the cached session past it, when a sealed
+            value does not open, or when the cache is off: the next
+            :meth:`get_session` then reads the session as it would have.
+        """
+        log_text = claimed.get("session_log")
+        if log_text is None or not claimed["session_settled"] or self._cache_size == 0:
+            return False
+        log = json.loads(log_text)
+        head = {
+            "pk": claimed["session_pk"],
+            "initial_state": log["initial_state"],
+            "update_time": claimed["session_update_time"],
+            "repairs": claimed["session_repairs"],
+            "app_state": log["app_state"],
+            "user_state": log["user_state"],
+        }
+        rows = [{"seq": seq, "data": data} for seq, data in sorted(log["events"] or ())]
+        try:
+            entry = await self._entry_of(key, head, rows)
+        except errors.KeyUnavailable:
+            return False  # the read that follows meets it as it would have
+        current = self._cache.get(key)
+        if entry.seq != int(claimed["session_last_seq"]) or (
+            current is not None and current.seq > entry.seq
+        ):
+            return False
+        entry.trusted = True
+        self._remember(key, entry)
+        return True
+
     async def _events_of(self, pk: int, rows: Sequence[Row]) -> list[Event]:
         """The events of stored rows (``seq``, ``data``); an unreadable row as its stand-in.
 

@@ -204,6 +204,78 @@ UPDATE runs
    AND status IN ('RUNNING', 'QUEUED')
 RETURNING *;
 
+-- name: run_claim_expired_read lease claim
+-- run_claim_expired, and in the same round trip each claimed run's session as
+-- load_session_tail reads it from its first event: the recovery classifies from
+-- it and ADK's re-drive is served from it (docs/runs.md, "Recovery").
+-- The events are read in the statement's snapshot, taken before the claim's
+-- UPDATE ran: an append committed after it would be missed. So the session row
+-- is also locked (held, FOR KEY SHARE: an append holds its session FOR UPDATE
+-- until it commits, so this waits for one in progress, and a row changed since
+-- the snapshot is read as its newest commit left it), and session_settled says
+-- whether that newest row still has the snapshot's last_seq and repairs. The
+-- lock is held until the claim commits, so no append commits in between: when
+-- settled, the read holds every event committed before the claim did; when not
+-- (or when the session row is not there), the caller reads the session again.
+-- session_log is JSON text, so no sealed value of it is opened by the store:
+-- {"initial_state", "app_state", "user_state", "events": [[seq, data], ...]}.
+WITH picked AS MATERIALIZED (
+    SELECT q.pk FROM runs q
+     WHERE q.lease_until < extract(epoch FROM clock_timestamp())
+       AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
+       AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
+       AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
+       -- only versions this worker serves (NULL: recorded before versions)
+       AND (q.app_version IS NULL
+            OR q.app_version IN (SELECT jsonb_array_elements_text(:serves::jsonb)))
+       AND (q.status = 'RUNNING'
+            OR (q.status = 'QUEUED'
+                AND NOT EXISTS (SELECT 1 FROM runs r
+                                 WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                   AND r.session_id = q.session_id AND r.status = 'RUNNING')
+                AND NOT EXISTS (SELECT 1 FROM runs r
+                                 WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                   AND r.session_id = q.session_id AND r.status = 'QUEUED'
+                                   AND r.pk < q.pk)))
+     ORDER BY q.pk
+     LIMIT :limit::int
+     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE runs
+       SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,
+           lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
+           next_attempt_at = extract(epoch FROM clock_timestamp()) + :lease::float8
+                             + :backoff::float8 * (1::bigint << LEAST(attempts, 20)),
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE pk IN (SELECT pk FROM picked)
+       AND lease_until < extract(epoch FROM clock_timestamp())
+       AND status IN ('RUNNING', 'QUEUED')
+    RETURNING *
+), held AS MATERIALIZED (
+    SELECT s.pk, s.last_seq, s.repairs
+      FROM sessions s
+      JOIN claimed c ON s.app_name = c.app_name AND s.user_id = c.user_id
+                    AND s.session_id = c.session_id
+     WHERE s.purging_at IS NULL
+       FOR KEY SHARE OF s
+)
+SELECT c.*,
+       s.pk AS session_pk, s.last_seq AS session_last_seq, s.update_time AS session_update_time,
+       s.repairs AS session_repairs,
+       COALESCE(h.last_seq = s.last_seq AND h.repairs = s.repairs, false) AS session_settled,
+       CASE WHEN s.pk IS NOT NULL THEN json_build_object(
+           'initial_state', s.initial_state,
+           'app_state', (SELECT state::text FROM app_state WHERE app_name = c.app_name),
+           'user_state', (SELECT state::text FROM user_state
+                           WHERE app_name = c.app_name AND user_id = c.user_id),
+           'events', COALESCE((SELECT json_agg(json_build_array(e.seq, e.data) ORDER BY e.seq)
+                                 FROM events e WHERE e.session_pk = s.pk), '[]'::json)
+       )::text END AS session_log
+  FROM claimed c
+  LEFT JOIN sessions s ON s.app_name = c.app_name AND s.user_id = c.user_id
+                      AND s.session_id = c.session_id AND s.purging_at IS NULL
+  LEFT JOIN held h ON h.pk = s.pk;
+
 -- name: run_park
 WITH r AS (
     UPDATE runs

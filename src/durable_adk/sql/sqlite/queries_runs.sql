@@ -174,6 +174,66 @@ UPDATE runs
          LIMIT :limit)
 RETURNING *;
 
+-- name: run_claim_expired_read lease claim
+-- run_claim_expired, and in the same statement each claimed run's session as
+-- load_session_tail reads it from its first event: the recovery classifies from
+-- it and ADK's re-drive is served from it (docs/runs.md, "Recovery"). One
+-- statement in a transaction that holds the write lock: no append commits
+-- between the claim and the read, so the read is always settled (see the
+-- PostgreSQL file for when it is not). session_log is JSON text, so no sealed
+-- value of it is opened by the store:
+-- {"initial_state", "app_state", "user_state", "events": [[seq, data], ...]}.
+UPDATE runs
+   SET status = 'RUNNING', owner = :owner, epoch = epoch + 1, attempts = attempts + 1,
+       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + :lease
+                         + :backoff * (1 << MIN(attempts, 20)),
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE pk IN (
+        SELECT q.pk FROM runs q
+         WHERE q.lease_until < (julianday('now') - 2440587.5) * 86400.0
+           AND q.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
+           AND (:app_name IS NULL OR q.app_name = :app_name)
+           AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
+           -- only versions this worker serves (NULL: recorded before versions)
+           AND (q.app_version IS NULL OR q.app_version IN (SELECT value FROM json_each(:serves)))
+           AND (q.status = 'RUNNING'
+                OR (q.status = 'QUEUED'
+                    AND NOT EXISTS (SELECT 1 FROM runs r
+                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                       AND r.session_id = q.session_id AND r.status = 'RUNNING')
+                    AND NOT EXISTS (SELECT 1 FROM runs r
+                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
+                                       AND r.session_id = q.session_id AND r.status = 'QUEUED'
+                                       AND r.pk < q.pk)))
+         ORDER BY q.pk
+         LIMIT :limit)
+RETURNING *,
+       (SELECT s.pk FROM sessions s
+         WHERE s.app_name = runs.app_name AND s.user_id = runs.user_id
+           AND s.session_id = runs.session_id AND s.purging_at IS NULL) AS session_pk,
+       (SELECT s.last_seq FROM sessions s
+         WHERE s.app_name = runs.app_name AND s.user_id = runs.user_id
+           AND s.session_id = runs.session_id AND s.purging_at IS NULL) AS session_last_seq,
+       (SELECT s.update_time FROM sessions s
+         WHERE s.app_name = runs.app_name AND s.user_id = runs.user_id
+           AND s.session_id = runs.session_id AND s.purging_at IS NULL) AS session_update_time,
+       (SELECT s.repairs FROM sessions s
+         WHERE s.app_name = runs.app_name AND s.user_id = runs.user_id
+           AND s.session_id = runs.session_id AND s.purging_at IS NULL) AS session_repairs,
+       1 AS session_settled,
+       (SELECT json_object(
+                 'initial_state', s.initial_state,
+                 'app_state', (SELECT state FROM app_state WHERE app_name = runs.app_name),
+                 'user_state', (SELECT state FROM user_state
+                                 WHERE app_name = runs.app_name AND user_id = runs.user_id),
+                 -- json(): a subquery's array would be embedded as a string
+                 'events', json((SELECT json_group_array(json_array(e.seq, e.data))
+                                   FROM events e WHERE e.session_pk = s.pk)))
+          FROM sessions s
+         WHERE s.app_name = runs.app_name AND s.user_id = runs.user_id
+           AND s.session_id = runs.session_id AND s.purging_at IS NULL) AS session_log;
+
 -- name: run_park guarded
 SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id AND owner = :owner
                            AND epoch = :epoch AND status = 'RUNNING')
