@@ -463,6 +463,7 @@ class CpuSteps:
         self._wrap(sweeper.ledger, "claim_expired", "claim")
         self._wrap(sweeper.ledger, "cancel_expired", "claim")
         self._wrap(path.sessions, "get_session", "session read")
+        self._wrap(path.sessions, "adopt_read", "session read")  # what the claim read
         self._wrap_sync(path, "classify", "classify")
         self._wrap(path, "run_to_end", "drive")
 

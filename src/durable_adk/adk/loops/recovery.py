@@ -91,7 +91,6 @@ from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.adk.tools.long_running import long_running_tools
 from durable_adk.metrics import Metrics
 from durable_adk.runlog import run_event, taken_over
-from durable_adk.store.base import Row
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.tables.sweeps import BEAT_EVERY, record_sweep
@@ -392,7 +391,12 @@ class Sweeper:
                     "durable_adk.attempt": run.attempts,
                 },
             ) as span:
-                recovery = await self._recover(run, read)
+                if read is not None:
+                    # The claim read the session in its own statement: _recover's
+                    # read is served from it (or reads, when it may be incomplete).
+                    key = (run.app_name, run.user_id, run.session_id)
+                    await self.runner.sessions.adopt_read(key, read)
+                recovery = await self._recover(run)
                 if recovery.status is RunStatus.PAUSED and self._job_tools:
                     recovery = dataclasses.replace(recovery, reattached=await self._reattach(run))
                 span.set_attribute("durable_adk.found", recovery.found.value)
@@ -415,11 +419,7 @@ class Sweeper:
         )
         return recovery
 
-    async def _recover(self, run: Run, read: Row | None = None) -> Recovery:
-        if read is not None:
-            # The claim read the session in its own statement: the read below is
-            # served from that (or, when the claim's read may be incomplete, reads).
-            await self.runner.sessions.adopt_read((run.app_name, run.user_id, run.session_id), read)
+    async def _recover(self, run: Run) -> Recovery:
         session = await self.runner.sessions.get_session(
             app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
         )
