@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import sqlite3
 import time
 import uuid
@@ -34,7 +35,8 @@ from durable_adk.adk.eventlog.classify import OrphanClass
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.store import Store
+from durable_adk.store import Keyring, Store, open_store
+from durable_adk.store.codec import envelope_key
 from durable_adk.store.sqlite import arguments, run_unit
 from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -139,6 +141,38 @@ async def test_a_recovery_reads_the_session_in_its_claim_and_not_again(
     texts = [p.text for e in session.events if e.content for p in e.content.parts or () if p.text]
     assert texts == ["bill I-1", "sent"]
     assert billing.acts("invoices", "create") == 2  # the dead worker's, and the re-drive's
+
+
+async def test_a_sealed_log_is_opened_from_the_claims_read(
+    store_url: str, billing: FakeService
+) -> None:
+    # Encryption at rest: the claim brings the values back sealed (the store opens
+    # none of them), and the session service opens them as a read of its own does.
+    ring = Keyring([("k1", os.urandom(32))])
+    async with open_store(store_url, keyring=ring) as store:
+        invoices = billing.client("invoices")
+        sessions = DurableSessionService(store)
+        await sessions.create_session(
+            app_name=APP, user_id="u", session_id="s", state={"tier": "gold"}
+        )
+        await orphan(store, invoices)
+        sealed = await store.fetch(
+            "load_session_tail",
+            {"app_name": APP, "user_id": "u", "session_id": "s", "since_seq": 0},
+        )
+        assert sealed and all(envelope_key(r["data"]) == "k1" for r in sealed)
+        recovering = make_runner(store, "w2", invoices, dies=False)
+        with Sent(store) as sent:
+            (recovery,) = await Sweeper(recovering).recover_once()
+        assert (recovery.found, recovery.status) == (
+            OrphanClass.TOOL_UNANSWERED,
+            RunStatus.DONE,
+        )
+        assert not SESSION_READS & set(sent.calls), sent.calls
+        after = await recovering.sessions.get_session(app_name=APP, user_id="u", session_id="s")
+        assert after is not None and after.state["tier"] == "gold"
+        texts = [p.text for e in after.events if e.content for p in e.content.parts or () if p.text]
+        assert texts == ["bill I-1", "sent"]
 
 
 def answer_of(run: Run, call: Event) -> Event:

@@ -217,6 +217,10 @@ RETURNING *;
 -- lock is held until the claim commits, so no append commits in between: when
 -- settled, the read holds every event committed before the claim did; when not
 -- (or when the session row is not there), the caller reads the session again.
+-- Lock order: the run's row, then its session's; append_events_finish takes them
+-- the other way. The old owner's finish of a run this claims, sent as its lease
+-- ran out, can deadlock with it: PostgreSQL aborts one (the claim: DatabaseBusy,
+-- nothing claimed, the next pass claims; or the finish, refused by now anyway).
 -- session_log is JSON text, so no sealed value of it is opened by the store:
 -- {"initial_state", "app_state", "user_state", "events": [[seq, data], ...]}.
 WITH picked AS MATERIALIZED (
