@@ -48,6 +48,8 @@ from durable_adk.adk.runs.inbox import InboxAnswer, InterruptSweeper
 from durable_adk.adk.runs.path import HasRunPath
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaSweeper
+from durable_adk.lifecycle.pacing import Pacer
+from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.lifecycle.purge import PurgeReport, purge
 from durable_adk.metrics import Metrics
 from durable_adk.tables.jobs import Job, JobTable
@@ -187,6 +189,7 @@ class Background:
         )
         self.before_sweep = before_sweep
         self._tasks: list[asyncio.Task[None]] = []
+        self._pacer: tuple[tuple[float, int], Pacer] | None = None
 
     @property
     def running(self) -> bool:
@@ -213,8 +216,25 @@ class Background:
             return None
         path = self.runner
         return await purge(
-            path.store, path.app_name, policy, metrics=self.metrics, must_exist=False
+            path.store,
+            path.app_name,
+            policy,
+            metrics=self.metrics,
+            must_exist=False,
+            pacer=self.purge_pacer(policy),
         )
+
+    def purge_pacer(self, policy: RetentionPolicy) -> Pacer:
+        """The purge's pacer, kept from pass to pass while the policy's duty and batch
+        stay: each pass starts at the batch size (and the floor) the passes before
+        learned, not again at the dialect's least batch (a pass of a purge that
+        keeps up with a steady load is short: started afresh, it marked and
+        deleted its least batch at a time all through)."""
+        key = (policy.duty, policy.batch)
+        if self._pacer is None or self._pacer[0] != key:
+            dialect = self.runner.store.dialect
+            self._pacer = (key, Pacer.for_dialect(dialect, policy.duty, policy.batch))
+        return self._pacer[1]
 
     async def once(self) -> PassReport:
         """One pass of each loop, in order; what a ``durable-adk recover`` run does.
