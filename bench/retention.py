@@ -17,7 +17,8 @@ of open windows) at ``--duty`` (the policy's duty cycle,
 
 (b) **A bounded database.** Steady load: sessions are created, get 20
 appends, and go idle; the worker's purge (``RetentionPolicy(idle_sessions=...)``
-run every second, as a worker's loop does) takes them after the idle time.
+run every second with one pacer for all its passes, as a worker's loop does)
+takes them after the idle time.
 Sampled every few seconds: events stored and the database's size (SQLite:
 pages in use, ``page_count - freelist_count``; PostgreSQL:
 ``pg_total_relation_size`` of the events table). Flat: the last third's
@@ -27,10 +28,12 @@ Run: ``.venv/bin/python -m bench.retention [--events N] [--backend sqlite|postgr
 [--duty D] [--target S] [--min-batch N] [--checkpoint-rows N] [--skip-cost|--skip-steady]``
 (``--target`` and ``--min-batch`` default to the dialect's,
 :func:`~durable_adk.lifecycle.pacing.pace_for`).
-Reported beside the rates: ``held_share``, the share of the open windows the
-purge was billed (its statements' hold of the writer and its checkpoints), and
-``waited_share``, the share its statements spent waiting for the lock or a
-connection (not billed).
+Reported beside the rates: ``hold_ms_p50_p90_p99``, how long the purge's
+statements held the writer each (the store's figure); ``held_share``, the
+share of the open windows the purge was billed (its statements' hold of the
+writer and its checkpoints), and ``waited_share``, the share its statements
+spent waiting for the lock or a connection (not billed; a statement's wait at
+the closed gate is left out).
 Not part of the test suite; the figures go to BENCHMARKS.md by hand.
 """
 
@@ -186,13 +189,18 @@ class Gated:
     def __init__(self, store: Store, gate: asyncio.Event) -> None:
         self._store = store
         self._gate = gate
+        self.gate_waited = 0.0
+        """Seconds statements waited at the closed gate (the pacer counts them as
+        waiting for the lock: the time around a statement, less what it held)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     async def fetch(self, query: str, params: Any = None) -> Any:
         if not self._gate.is_set():
+            began = time.perf_counter()
             await self._gate.wait()
+            self.gate_waited += time.perf_counter() - began
         return await self._store.fetch(query, params)
 
     async def execute(self, query: str, params: Any = None) -> None:
@@ -209,6 +217,37 @@ class Gated:
             began = time.perf_counter()
             await asyncio.sleep(min(left, 0.01))
             left -= time.perf_counter() - began
+
+
+class Traced(Pacer):
+    """A pacer that keeps what each statement held the writer (the store's figure)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holds: list[float] = []
+
+    async def rest(
+        self, began: float, full: bool, held: float | None = None, upkeep: float = 0.0
+    ) -> None:
+        if held is not None:
+            self.holds.append(held)
+        await super().rest(began, full, held, upkeep)
+
+
+def bench_pacer(
+    dialect: str, policy: RetentionPolicy, args: argparse.Namespace, sleep: Any
+) -> Traced:
+    """The dialect's pacer (:func:`~durable_adk.lifecycle.pacing.pace_for`), or the
+    ``--target``, ``--min-batch`` and ``--checkpoint-rows`` given."""
+    target, min_batch = pace_for(dialect)
+    return Traced(
+        policy.duty,
+        policy.batch,
+        target=target if args.target is None else args.target,
+        min_batch=min_batch if args.min_batch is None else args.min_batch,
+        sleep=sleep,
+        checkpoint_rows=args.checkpoint_rows,
+    )
 
 
 async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -231,17 +270,8 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
         out.without.clear()
         # Another worker's purge: a store (connections) of its own, gated between statements.
         gated = Gated(purge_store, gate)
-        target, min_batch = pace_for(store.dialect)
-        target = target if args.target is None else args.target
-        min_batch = min_batch if args.min_batch is None else args.min_batch
-        pacer = Pacer(
-            policy.duty,
-            policy.batch,
-            target=target,
-            min_batch=min_batch,
-            sleep=gated.sleep,
-            checkpoint_rows=args.checkpoint_rows,
-        )
+        pacer = bench_pacer(store.dialect, policy, args, gated.sleep)
+        target, min_batch = pacer.target, pacer.min_batch
         purging = asyncio.create_task(purge(gated, "old", policy, pacer=pacer))  # type: ignore[arg-type]
         started = time.monotonic()
         with_s = 0.0
@@ -258,6 +288,8 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
             windows += 1
         gate.set()
         report = await purging
+        waited = gated.gate_waited
+        holds = pacer.holds or [0.0]
         phase[0] = "without"
         await asyncio.sleep(args.window)
         stop.set()
@@ -273,7 +305,8 @@ async def cost_to_appends(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "checkpoint_rows": args.checkpoint_rows,
             "last_batch": pacer.batch,
             "held_share": round(pacer.busy / max(with_s, 1e-9), 3),
-            "waited_share": round(pacer.waited / max(with_s, 1e-9), 3),
+            "waited_share": round(max(0.0, pacer.waited - waited) / max(with_s, 1e-9), 3),
+            "hold_ms_p50_p90_p99": [round(percentile(holds, q) * 1000, 3) for q in (50, 90, 99)],
             "rows_per_s": round(report.rows / max(with_s, 1e-9)),
             "windows": windows,
             "purging_s": round(with_s, 1),
@@ -310,9 +343,12 @@ async def bounded(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     appended[0] += 1
                     await asyncio.sleep(args_pause[0])
 
+        # One pacer for every pass, as a worker's Background keeps (its learned batch).
+        pacer = bench_pacer(store.dialect, policy, args, asyncio.sleep)
+
         async def purge_loop() -> None:
             while not stop.is_set():
-                await purge(store, "steady", policy, must_exist=False)
+                await purge(store, "steady", policy, must_exist=False, pacer=pacer)
                 await asyncio.sleep(1.0)
 
         tasks = [asyncio.create_task(load(n)) for n in range(args.appenders)]
