@@ -9,13 +9,15 @@ database, no event loop, no thread) forks each child instead:
 
 - :func:`spawn` is ``subprocess.Popen`` for ``[sys.executable, "-m", module,
   ...]``, ``[sys.executable, "-c", code, ...]`` or ``[sys.executable, script,
-  ...]``. It returns a ``Popen``: ``pid``, ``stdout``/``stderr`` pipes as
-  asked, ``poll``, ``wait`` with ``TimeoutExpired``, ``send_signal``,
-  ``kill``, ``terminate``, ``communicate``, ``returncode`` negative after a
-  signal, context manager. The child's ends of its pipes are handed to the
-  zygote with ``SCM_RIGHTS``; the zygote hands back the child's pid and a
-  pidfd (signals go through it, so never to a recycled pid) and, when the
-  child ends, its wait status.
+  ...]`` (``*.py``, or a console script such as the virtualenv's ``bin/adk``,
+  run as ``python bin/adk`` runs it). It returns a ``Popen``: ``pid``,
+  ``stdout``/``stderr`` pipes as asked, ``poll``, ``wait`` with
+  ``TimeoutExpired``, ``send_signal``, ``kill``, ``terminate``,
+  ``communicate``, ``returncode`` negative after a signal, context manager.
+  The child's ends of its pipes are handed to the zygote with
+  ``SCM_RIGHTS``; the zygote hands back the child's pid and a pidfd
+  (signals go through it, so never to a recycled pid) and, when the child
+  ends, its wait status.
 - :func:`run_child` is ``subprocess.run`` over :func:`spawn`; :func:`run_module`
   runs a module to its end with its output captured (exit code 137 after a
   crash point or a SIGKILL, shell style).
@@ -160,6 +162,19 @@ def _the_zygote() -> _Zygote:
         return _zygote
 
 
+def _python_script(path: str, cwd: Any) -> bool:
+    """Whether ``path`` is a script Python runs as such: ``*.py``, or a console
+    script (a file of Python source whose first line is a ``#!`` line, such
+    as a virtualenv's ``bin/adk``)."""
+    if path.endswith(".py"):
+        return True
+    try:
+        with open(os.path.join(os.fspath(cwd) if cwd is not None else "", path), "rb") as file:
+            return file.read(2) == b"#!"
+    except OSError:  # not a file: left to an exec to report
+        return False
+
+
 def _forkable(args: Any, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The zygote's request for ``Popen(args, **kwargs)``, or None if it takes an exec."""
     if not enabled() or isinstance(args, (str, bytes)) or set(kwargs) - _POPEN_OPTIONS:
@@ -174,7 +189,7 @@ def _forkable(args: Any, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
         target = {"module": argv[2], "argv": argv[3:]}
     elif argv[1] == "-c" and len(argv) >= 3:
         target = {"command": argv[2], "argv": argv[3:]}
-    elif not argv[1].startswith("-") and argv[1].endswith(".py"):
+    elif not argv[1].startswith("-") and _python_script(argv[1], kwargs.get("cwd")):
         target = {"script": argv[1], "argv": argv[2:]}
     else:
         return None
@@ -306,7 +321,8 @@ def spawn(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.P
 
     ``args`` of the form ``[sys.executable, "-m", module, ...]``,
     ``[sys.executable, "-c", code, ...]`` or ``[sys.executable, "script.py",
-    ...]`` with only the options stdin, stdout, stderr, env, cwd, text,
+    ...]`` (or a console script, ``[sys.executable, "venv/bin/adk", ...]``)
+    with only the options stdin, stdout, stderr, env, cwd, text,
     universal_newlines, encoding, errors and bufsize are forked; anything
     else is exec'd.
     """

@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
+from children import spawn
 from durable_adk import RunLedger, RunStatus, open_store
 from durable_adk.testing import FakeService, arm
 
@@ -134,8 +135,11 @@ class AdkServer:
         adk = Path(sys.executable).with_name("adk")
         self.log = log
         self._out = log.open("w")
-        self.process = subprocess.Popen(
-            [str(adk), command, *extra, "--host", "127.0.0.1", "--port", str(self.port),
+        # The console script, run by this interpreter as its shebang says: forked
+        # from the tests' zygote (tests/children.py) instead of an exec.
+        self.process = spawn(
+            [sys.executable, str(adk), command, *extra,
+             "--host", "127.0.0.1", "--port", str(self.port),
              "--extra_plugins", "durable_adk.DurableRunsPlugin",
              "--session_service_uri", f"durable+{store_url}", str(agents)],
             stdout=self._out,

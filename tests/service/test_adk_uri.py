@@ -23,6 +23,7 @@ from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.database_session_service import DatabaseSessionService
 
+from children import spawn
 from durable_adk import errors
 from durable_adk.adk.servers.uri import DurableUriSessionService, register, store_url
 from durable_adk.adk.services.sessions import DurableSessionService
@@ -195,8 +196,8 @@ def test_adk_api_server_uses_the_durable_store(
         (agents / "services.py").write_text(SERVICES_PY)
     port = free_port()
     adk = Path(sys.executable).with_name("adk")
-    server = subprocess.Popen(
-        [str(adk), "api_server", "--host", "127.0.0.1", "--port", str(port),
+    server = spawn(  # the console script, forked from the tests' zygote (tests/children.py)
+        [sys.executable, str(adk), "api_server", "--host", "127.0.0.1", "--port", str(port),
          "--session_service_uri", f"durable+{store_url}", str(agents)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

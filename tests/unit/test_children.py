@@ -46,6 +46,8 @@ def probe(tmp_path: Path) -> Path:
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "probe_mod.py").write_text(PROBE)
     (tmp_path / "probe_script.py").write_text(PROBE)
+    (tmp_path / "bin").mkdir()  # a console script, as a virtualenv's bin/adk
+    (tmp_path / "bin" / "probe-cli").write_text(f"#!{sys.executable}\n{PROBE}")
     return tmp_path
 
 
@@ -60,7 +62,7 @@ def seen(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return dict(json.loads(line))
 
 
-@pytest.mark.parametrize("shape", ["module", "script", "command"])
+@pytest.mark.parametrize("shape", ["module", "script", "console_script", "command"])
 @pytest.mark.parametrize("mode", ["ok", "raise", "exit", "crash", "interrupt"])
 def test_a_forked_child_sees_and_ends_as_an_execd_one(probe: Path, shape: str, mode: str) -> None:
     env = {
@@ -72,8 +74,12 @@ def test_a_forked_child_sees_and_ends_as_an_execd_one(probe: Path, shape: str, m
     head = {
         "module": ["-m", "probe_mod"],
         "script": [str(probe / "probe_script.py")],
+        "console_script": [str(probe / "bin" / "probe-cli")],
         "command": ["-c", PROBE],
     }[shape]
+    with spawn([sys.executable, *head, "ok"], env=env, cwd=probe, stdout=subprocess.DEVNULL) as one:
+        assert isinstance(one, ZygoteChild)  # forked, not exec'd
+        assert one.wait(60) == 0
     forked, execd = both([sys.executable, *head, mode], env=env, cwd=probe)
     assert forked.returncode == execd.returncode, (forked, execd)
     assert seen(forked) == seen(execd)
