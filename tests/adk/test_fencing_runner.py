@@ -90,14 +90,27 @@ async def consume(runner: DurableRunner, session: str = "s") -> None:
         pass
 
 
+LEASE = 4.0
+"""The lease of the drives these tests cut off: renewed every 4/3 s, lost some 3.5 s
+after the last renewal. The waits of the tests follow it."""
+
+
+async def warm_up(store: Store, counter: Counter) -> None:
+    """One drive to its end on another session first: a cold first drive blocks the
+    loop for seconds (ADK's lazy imports) on a loaded machine, which may really cost
+    a short lease. Its act is not counted."""
+    warm = Work(counter, calls=1, pause=0)
+    await consume(DurableRunner(app=agent_with(warm.work), app_name=APP, store=store), "warm")
+    counter.requests = 0
+
+
 async def test_a_renewal_that_hangs_cancels_the_drive_and_its_tool_at_the_deadline(
     faulty: FaultyStore, counter: Counter
 ) -> None:
     work = Work(counter)
     metrics = Metrics(CollectorRegistry())
-    # Long enough that a cold first drive (ADK's imports block the loop for
-    # seconds on a loaded machine) does not lose it for real.
-    lease = 8.0
+    lease = LEASE
+    await warm_up(faulty.inner, counter)
     runner = DurableRunner(
         app=agent_with(work.work), app_name=APP, store=faulty, lease=lease, metrics=metrics
     )
@@ -124,7 +137,7 @@ async def test_a_renewal_that_hangs_cancels_the_drive_and_its_tool_at_the_deadli
     assert runner.detached_runs == []  # the caller read to the end: nothing detached
     assert current_fence() is None  # only inside a drive
     faulty.hang_renewals = False
-    (run,) = await runner.ledger.list_runs()
+    (run,) = [r for r in await runner.ledger.list_runs() if r.session_id == "s"]
     assert run.status is RunStatus.RUNNING  # nothing written: recovery takes it over
 
 
@@ -132,10 +145,11 @@ async def test_a_takeover_cancels_the_slow_tool_at_the_next_renewal(
     store: Store, counter: Counter
 ) -> None:
     work = Work(counter)
-    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store, lease=8.0)
+    await warm_up(store, counter)
+    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store, lease=LEASE)
     driving = asyncio.create_task(consume(runner))
     await asyncio.wait_for(work.started.wait(), 30)
-    (run,) = await runner.ledger.list_runs()
+    (run,) = [r for r in await runner.ledger.list_runs() if r.session_id == "s"]
     assert runner.fence(run.run_id, run.epoch) is work.fences[0]
     await runner.ledger.backdate(run.run_id, 3600)
     (taken,) = await RunLedger(store, lease_seconds=600).claim_expired("thief")
@@ -346,10 +360,11 @@ async def test_a_renewal_blocked_by_a_real_lock_cancels_the_drive(
     store_url: str, store: Store, counter: Counter
 ) -> None:
     work = Work(counter)
-    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store, lease=8.0)
+    await warm_up(store, counter)
+    runner = DurableRunner(app=agent_with(work.work), app_name=APP, store=store, lease=LEASE)
     driving = asyncio.create_task(consume(runner))
     await asyncio.wait_for(work.started.wait(), 30)
-    (run,) = await runner.ledger.list_runs()
+    (run,) = [r for r in await runner.ledger.list_runs() if r.session_id == "s"]
     async with row_locked(store_url, run.run_id):
         with pytest.raises(errors.Fenced, match="deadline"):
             await asyncio.wait_for(driving, 30)
@@ -388,18 +403,12 @@ async def test_a_drive_that_ends_with_a_call_unanswered_is_never_done(store: Sto
 async def test_a_renewal_that_fails_once_is_retried_and_the_run_ends_done(
     faulty: FaultyStore, counter: Counter
 ) -> None:
-    work = Work(counter, calls=25, pause=0.4)  # outlives two renewal intervals (8 / 3 s)
+    work = Work(counter, calls=25, pause=0.2)  # outlives three renewal intervals (4 / 3 s)
     metrics = Metrics(CollectorRegistry())
     runner = DurableRunner(
-        app=agent_with(work.work), app_name=APP, store=faulty, lease=8.0, metrics=metrics
+        app=agent_with(work.work), app_name=APP, store=faulty, lease=LEASE, metrics=metrics
     )
-    # A cold first drive blocks the loop for seconds (ADK's imports) on a loaded
-    # machine, which may really cost a short lease: warm up on another session.
-    warm = Work(counter, calls=1, pause=0)
-    await consume(
-        DurableRunner(app=agent_with(warm.work), app_name=APP, store=faulty.inner), "warm"
-    )
-    counter.requests = 0
+    await warm_up(faulty.inner, counter)
     driving = asyncio.create_task(consume(runner))
     # Once the tool works, the next renewal meets a reset connection once.
     await asyncio.wait_for(work.started.wait(), 60)
