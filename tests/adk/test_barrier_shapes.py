@@ -124,7 +124,7 @@ def by_message(request: LlmRequest) -> Turn:
 
 
 async def test_a_sync_tool_blocking_past_the_lease_loses_no_lease(store: Store) -> None:
-    lease = 5.0
+    lease = 3.0  # as tests/adk/test_sync_tools.py: the tool blocks 6 s, two leases
 
     def slow_report(n: int) -> dict[str, int]:
         """Blocks the calling thread for twice the lease (a legacy sync client)."""
