@@ -12,6 +12,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from durable_adk.testing.fakes.process import SERVICE_MODULE
 from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient
 from durable_adk.testing.services import (
     MAX_BODY_BYTES,
@@ -92,6 +95,30 @@ def notifications(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServ
     db = tmp_path_factory.mktemp("notifications") / "notifications.db"
     with FakeService("notifications", db) as service:
         yield service
+
+
+def test_the_child_is_started_by_the_class_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FakeService.launch`` starts every child (this suite forks it from its fork
+    server, tests/conftest.py): called as ``subprocess.Popen`` is, with the command."""
+    started: list[list[str]] = []
+    before = FakeService.launch
+
+    def launch(command: list[str], **options: Any) -> subprocess.Popen[Any]:
+        started.append(command)
+        return before(command, **options)
+
+    monkeypatch.setattr(FakeService, "launch", launch)
+    with FakeService("billing", tmp_path / "billing.db") as billing:
+        status, _, _ = post_invoice(billing, new_key())
+        assert status == 201
+        assert billing.acts("invoices", "create") == 1
+        billing.restart()  # each start goes through it
+    for command in started:  # the first start and the restart
+        assert command[:4] == [sys.executable, "-m", SERVICE_MODULE, "billing"], command
+    assert len(started) == 2
+    assert not billing.running
 
 
 # --------------------------------------------------------------------------- billing

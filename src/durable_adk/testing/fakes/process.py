@@ -9,10 +9,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final, Self
+from typing import IO, Any, ClassVar, Final, Self
 
 from durable_adk.testing.fakes.clients import (
     ResourceClient,
@@ -69,6 +69,11 @@ class FakeService:
         ...     assert billing.count("invoices") == 1
         ...     assert billing.acts("invoices", "create") == 1
     """
+
+    launch: ClassVar[Callable[..., subprocess.Popen[Any]]] = subprocess.Popen
+    """Starts the child process: called as ``subprocess.Popen`` is, with
+    :meth:`command` and the pipes. A test suite may start it another way (the
+    project's own forks it from its fork server, ``tests/children.py``)."""
 
     def __init__(
         self,
@@ -134,7 +139,7 @@ class FakeService:
             raise RuntimeError(f"{self.service} is already running (pid {self.pid})")
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            proc = subprocess.Popen(
+            proc = type(self).launch(
                 self.command(port),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
