@@ -332,6 +332,22 @@ def spawn(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.P
     return ZygoteChild(request["orig_argv"], request, **kwargs)
 
 
+def spawn_parented(
+    args: Sequence[str | os.PathLike[str]], *, parent_option: str, **kwargs: Any
+) -> subprocess.Popen[Any]:
+    """:func:`spawn` for a child that takes its parent's pid as ``parent_option PID``
+    and stops once that is no longer its parent (``FakeService``'s ``--parent-pid``).
+
+    Forked, the child's parent is the zygote, which lives exactly as long as
+    this process: the option is made to name it. Exec'd, it is left as given.
+    """
+    argv = [os.fspath(a) for a in args]
+    if _forkable(argv, kwargs) is not None:
+        at = argv.index(parent_option) + 1
+        argv[at] = str(_the_zygote().proc.pid)
+    return spawn(argv, **kwargs)
+
+
 def run_child(
     args: Sequence[str | os.PathLike[str]],
     *,
