@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -238,19 +238,28 @@ def test_a_request_the_partition_held_past_the_takeover_is_refused_by_the_servic
     assert len(result.verdict.fenced) == 1
 
 
+@pytest.fixture(scope="module")
+def restarted_pg() -> Iterator[TempPostgres]:
+    """One private server for the restart cases (each restarts it, on its own database):
+    every case leaves it up again, as it found it."""
+    postgres_or_skip()
+    with TempPostgres() as pg:
+        yield pg
+
+
 @pytest.mark.parametrize(
     ("mode", "down"),
     [("fast", 0.5), ("immediate", 0.5), ("immediate", 3.0)],
     ids=["fast-short", "crash-short", "crash-long"],
 )
 def test_postgresql_restarted_mid_run_ends_done_with_each_effect_once(
-    tmp_path: Path, mode: str, down: float
+    tmp_path: Path, mode: str, down: float, restarted_pg: TempPostgres
 ) -> None:
-    postgres_or_skip()
     markers = tmp_path / "markers"
     markers.mkdir()
-    with TempPostgres() as pg, fake_services(tmp_path) as urls:
-        db = pg.create_database("restart")
+    pg = restarted_pg
+    with fake_services(tmp_path) as urls:
+        db = pg.create_database(f"restart_{mode}_{round(down * 10)}")
         prepare(db)
         first = launch(db, "first", urls, tmp_path, tool_seconds=1.0, marker_dir=markers)
         second = launch(db, "second", urls, tmp_path, tool_seconds=1.0)
