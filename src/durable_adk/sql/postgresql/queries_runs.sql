@@ -165,13 +165,11 @@ UPDATE runs
    AND status = 'RUNNING'
 RETURNING status;
 
--- name: run_claim_expired lease claim
--- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
--- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
--- two sweepers never wait on, or both take, the same row.
--- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
--- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
-WITH picked AS MATERIALIZED (
+-- name: claim_expired_pick fragment
+-- The runs recovery claims (the body of run_claim_expired's and
+-- run_claim_expired_read's picked CTE): RUNNING rows whose owner stopped renewing,
+-- past their back-off, and QUEUED rows whose waiting caller died and whose turn has
+-- come; SKIP LOCKED, so two sweepers never wait on, or both take, the same row.
     SELECT q.pk FROM runs q
      WHERE q.lease_until < extract(epoch FROM clock_timestamp())
        AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
@@ -192,6 +190,15 @@ WITH picked AS MATERIALIZED (
      ORDER BY q.pk
      LIMIT :limit::int
      FOR UPDATE SKIP LOCKED
+
+-- name: run_claim_expired lease claim
+-- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
+-- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
+-- two sweepers never wait on, or both take, the same row.
+-- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
+-- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
+-- use: claim_expired_pick
 )
 UPDATE runs
    SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,
@@ -224,26 +231,7 @@ RETURNING *;
 -- session_log is JSON text, so no sealed value of it is opened by the store:
 -- {"initial_state", "app_state", "user_state", "events": [[seq, data], ...]}.
 WITH picked AS MATERIALIZED (
-    SELECT q.pk FROM runs q
-     WHERE q.lease_until < extract(epoch FROM clock_timestamp())
-       AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
-       AND (:app_name::text IS NULL OR q.app_name = :app_name::text)
-       AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
-       -- only versions this worker serves (NULL: recorded before versions)
-       AND (q.app_version IS NULL
-            OR q.app_version IN (SELECT jsonb_array_elements_text(:serves::jsonb)))
-       AND (q.status = 'RUNNING'
-            OR (q.status = 'QUEUED'
-                AND NOT EXISTS (SELECT 1 FROM runs r
-                                 WHERE r.app_name = q.app_name AND r.user_id = q.user_id
-                                   AND r.session_id = q.session_id AND r.status = 'RUNNING')
-                AND NOT EXISTS (SELECT 1 FROM runs r
-                                 WHERE r.app_name = q.app_name AND r.user_id = q.user_id
-                                   AND r.session_id = q.session_id AND r.status = 'QUEUED'
-                                   AND r.pk < q.pk)))
-     ORDER BY q.pk
-     LIMIT :limit::int
-     FOR UPDATE SKIP LOCKED
+-- use: claim_expired_pick
 ), claimed AS (
     UPDATE runs
        SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,

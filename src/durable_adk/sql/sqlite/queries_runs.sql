@@ -144,9 +144,10 @@ UPDATE runs
  WHERE run_id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'RUNNING'
 RETURNING status;
 
--- name: run_claim_expired lease claim
--- Recovery: RUNNING rows whose owner stopped renewing, past their back-off,
--- and QUEUED rows whose waiting caller died and whose turn has come.
+-- name: claim_expired_update fragment
+-- The claim of recovery (used by run_claim_expired and run_claim_expired_read,
+-- each with its RETURNING): RUNNING rows whose owner stopped renewing, past their
+-- back-off, and QUEUED rows whose waiting caller died and whose turn has come.
 UPDATE runs
    SET status = 'RUNNING', owner = :owner, epoch = epoch + 1, attempts = attempts + 1,
        lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
@@ -172,6 +173,11 @@ UPDATE runs
                                        AND r.pk < q.pk)))
          ORDER BY q.pk
          LIMIT :limit)
+
+-- name: run_claim_expired lease claim
+-- Recovery: RUNNING rows whose owner stopped renewing, past their back-off,
+-- and QUEUED rows whose waiting caller died and whose turn has come.
+-- use: claim_expired_update
 RETURNING *;
 
 -- name: run_claim_expired_read lease claim
@@ -183,31 +189,7 @@ RETURNING *;
 -- PostgreSQL file for when it is not). session_log is JSON text, so no sealed
 -- value of it is opened by the store:
 -- {"initial_state", "app_state", "user_state", "events": [[seq, data], ...]}.
-UPDATE runs
-   SET status = 'RUNNING', owner = :owner, epoch = epoch + 1, attempts = attempts + 1,
-       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
-       next_attempt_at = (julianday('now') - 2440587.5) * 86400.0 + :lease
-                         + :backoff * (1 << MIN(attempts, 20)),
-       updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE pk IN (
-        SELECT q.pk FROM runs q
-         WHERE q.lease_until < (julianday('now') - 2440587.5) * 86400.0
-           AND q.next_attempt_at <= (julianday('now') - 2440587.5) * 86400.0
-           AND (:app_name IS NULL OR q.app_name = :app_name)
-           AND q.cancel_requested_at IS NULL  -- asked to stop: cancel_expired ends it
-           -- only versions this worker serves (NULL: recorded before versions)
-           AND (q.app_version IS NULL OR q.app_version IN (SELECT value FROM json_each(:serves)))
-           AND (q.status = 'RUNNING'
-                OR (q.status = 'QUEUED'
-                    AND NOT EXISTS (SELECT 1 FROM runs r
-                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
-                                       AND r.session_id = q.session_id AND r.status = 'RUNNING')
-                    AND NOT EXISTS (SELECT 1 FROM runs r
-                                     WHERE r.app_name = q.app_name AND r.user_id = q.user_id
-                                       AND r.session_id = q.session_id AND r.status = 'QUEUED'
-                                       AND r.pk < q.pk)))
-         ORDER BY q.pk
-         LIMIT :limit)
+-- use: claim_expired_update
 RETURNING *,
        (SELECT s.pk FROM sessions s
          WHERE s.app_name = runs.app_name AND s.user_id = runs.user_id
