@@ -165,11 +165,14 @@ UPDATE runs
    AND status = 'RUNNING'
 RETURNING status;
 
--- name: claim_expired_pick fragment
--- The runs recovery claims (the body of run_claim_expired's and
--- run_claim_expired_read's picked CTE): RUNNING rows whose owner stopped renewing,
--- past their back-off, and QUEUED rows whose waiting caller died and whose turn has
--- come; SKIP LOCKED, so two sweepers never wait on, or both take, the same row.
+-- name: claim_expired fragment
+-- Recovery's claim, as the CTEs picked and claimed (run_claim_expired and
+-- run_claim_expired_read select from claimed): RUNNING rows whose owner stopped
+-- renewing, past their back-off, and QUEUED rows whose waiting caller died and
+-- whose turn has come. SKIP LOCKED: two sweepers never wait on, or both take, the
+-- same row. Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run
+-- a LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
+WITH picked AS MATERIALIZED (
     SELECT q.pk FROM runs q
      WHERE q.lease_until < extract(epoch FROM clock_timestamp())
        AND q.next_attempt_at <= extract(epoch FROM clock_timestamp())
@@ -190,26 +193,23 @@ RETURNING status;
      ORDER BY q.pk
      LIMIT :limit::int
      FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE runs
+       SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,
+           lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
+           next_attempt_at = extract(epoch FROM clock_timestamp()) + :lease::float8
+                             + :backoff::float8 * (1::bigint << LEAST(attempts, 20)),
+           updated_at = extract(epoch FROM clock_timestamp())
+     WHERE pk IN (SELECT pk FROM picked)
+       AND lease_until < extract(epoch FROM clock_timestamp())
+       AND status IN ('RUNNING', 'QUEUED')
+    RETURNING *
+)
 
 -- name: run_claim_expired lease claim
--- Recovery: RUNNING rows whose owner stopped renewing, past their back-off, and
--- QUEUED rows whose waiting caller died and whose turn has come. SKIP LOCKED:
--- two sweepers never wait on, or both take, the same row.
--- Evaluated once (MATERIALIZED): inside IN (...) the planner may re-run a
--- LIMIT ... SKIP LOCKED subquery per row and claim more than :limit.
-WITH picked AS MATERIALIZED (
--- use: claim_expired_pick
-)
-UPDATE runs
-   SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,
-       lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
-       next_attempt_at = extract(epoch FROM clock_timestamp()) + :lease::float8
-                         + :backoff::float8 * (1::bigint << LEAST(attempts, 20)),
-       updated_at = extract(epoch FROM clock_timestamp())
- WHERE pk IN (SELECT pk FROM picked)
-   AND lease_until < extract(epoch FROM clock_timestamp())
-   AND status IN ('RUNNING', 'QUEUED')
-RETURNING *;
+-- Recovery's claim (the claim_expired fragment): the runs it took.
+-- use: claim_expired
+SELECT * FROM claimed;
 
 -- name: run_claim_expired_read lease claim
 -- run_claim_expired, and in the same round trip each claimed run's session as
@@ -230,20 +230,8 @@ RETURNING *;
 -- nothing claimed, the next pass claims; or the finish, refused by now anyway).
 -- session_log is JSON text, so no sealed value of it is opened by the store:
 -- {"initial_state", "app_state", "user_state", "events": [[seq, data], ...]}.
-WITH picked AS MATERIALIZED (
--- use: claim_expired_pick
-), claimed AS (
-    UPDATE runs
-       SET status = 'RUNNING', owner = :owner::text, epoch = epoch + 1, attempts = attempts + 1,
-           lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
-           next_attempt_at = extract(epoch FROM clock_timestamp()) + :lease::float8
-                             + :backoff::float8 * (1::bigint << LEAST(attempts, 20)),
-           updated_at = extract(epoch FROM clock_timestamp())
-     WHERE pk IN (SELECT pk FROM picked)
-       AND lease_until < extract(epoch FROM clock_timestamp())
-       AND status IN ('RUNNING', 'QUEUED')
-    RETURNING *
-), held AS MATERIALIZED (
+-- use: claim_expired
+, held AS MATERIALIZED (
     SELECT s.pk, s.last_seq, s.repairs
       FROM sessions s
       JOIN claimed c ON s.app_name = c.app_name AND s.user_id = c.user_id
