@@ -7,6 +7,8 @@ the lock to come free within it (no assertion on a time)."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,55 @@ def test_a_lock_held_past_the_patience_raises_busy_and_leaves_no_transaction(
     with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
         lite.try_write_lock(conn, 30.0)
     conn.execute("ROLLBACK")
+
+
+def test_a_waiter_is_woken_when_a_connection_of_this_process_gives_the_lock_up(
+    tmp_path: Path,
+) -> None:
+    """A pause far longer than the test ends early: the holder's end wakes the waiter."""
+    path = tmp_path / "d.db"
+    other, conn = connect(path), connect(path)
+    releases = lite.releases_of(str(path))
+    assert releases is not None
+    other.execute("BEGIN IMMEDIATE")
+    took: list[bool] = []
+
+    def wait() -> None:
+        lite._begin_within(conn, 3600.0, 600.0, 600.0, releases)  # one try, then a 10-minute pause
+        took.append(conn.in_transaction)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    while not releases._waiting:  # the waiter found the lock taken and sleeps on it
+        time.sleep(0.001)
+    other.execute("COMMIT")
+    releases.ended()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive() and took == [True]
+    conn.execute("ROLLBACK")
+
+
+def test_one_releases_per_file_and_none_in_memory(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    assert lite.releases_of(str(path)) is lite.releases_of(str(tmp_path / "." / "e.db"))
+    assert lite.releases_of(str(path)) is not lite.releases_of(str(tmp_path / "f.db"))
+    assert lite.releases_of(":memory:") is None
+
+
+async def test_a_stores_write_wakes_another_store_on_the_same_file(tmp_path: Path) -> None:
+    """Two stores of this process on one file share the file's releases, and a
+    store's write transaction, once ended, counts for the other's waiters."""
+    from durable_adk.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    async with open_store(url) as one, open_store(url) as two:
+        assert one._releases is two._releases is not None  # type: ignore[attr-defined]
+        before = one._releases.seen()  # type: ignore[attr-defined]
+        await two.fetch("db_now")  # a read ends no write transaction
+        assert one._releases.seen() == before  # type: ignore[attr-defined]
+        params = {"app_name": "a", "user_id": "u", "initial_state": "{}", "now": 1.0}
+        params.update(session_id="s", app_delta=None, user_delta=None)
+        await two.fetch("create_session", params)  # inline: on the caller's thread
+        assert one._releases.seen() == before + 1  # type: ignore[attr-defined]
+        await two.fetch("create_session", params)  # refused ('exists'): the transaction ends too
+        assert one._releases.seen() == before + 2  # type: ignore[attr-defined]
