@@ -14,7 +14,8 @@ Where a unit runs:
   ``inline`` in the SQL (an append, a ledger write, a journal entry). They use
   a second connection with no busy timeout: if another connection holds the
   write lock, the unit tries again for up to a millisecond
-  (:func:`try_write_lock`: a purge's batch holds it a few tenths of one), then
+  (:func:`try_write_lock`: a purge's batch holds it a few tenths of one; a
+  holder of this process wakes it as it ends, :class:`Releases`), then
   gives up and goes to the database thread, which waits for the lock as
   usual. A thread hop (hand-off, wake-up, result back through the loop's
   self-pipe) measured 0.2-0.3 ms here, about as much as the fsync of the
