@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import sqlite3
 import time
@@ -31,6 +32,7 @@ from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.genai import types
 
+from durable_adk import errors
 from durable_adk.adk.eventlog.classify import OrphanClass
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
@@ -299,3 +301,87 @@ async def claim_waits_for_the_session(conn: asyncpg.Connection, sweep: asyncio.T
         if waiting:
             return
         await asyncio.sleep(0.01)
+
+
+async def test_a_zombies_finish_crossing_the_claims_locks_loses_nothing(
+    store: Store, billing: FakeService
+) -> None:
+    """The claim locks the run, then its session (``FOR KEY SHARE``); the old owner's
+    finish (``append_events_finish``) locks the session, then the run. When the two
+    cross, PostgreSQL aborts one of them (a deadlock): whichever it is, the run ends
+    once, with one answer in its log, and the tool's acts are the ones that side
+    explains (1: the old owner's finish stood; 2: the recovery re-ran the idempotent
+    tool after the finish was aborted)."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite has one writer: its statements take no row locks to cross")
+    invoices = billing.client("invoices")
+    run = await orphan(store, invoices)
+    reader = make_runner(store, "reader", invoices, dies=False)
+    before = await reader.sessions.get_session(app_name=APP, user_id="u", session_id="s")
+    assert before is not None
+    pk, seq = int(before._storage_update_marker.split(":")[0]), len(before.events)
+    answer = answer_of(run, before.events[-1])
+    one = append_params(run, pk, seq, answer)
+    events = [
+        {k: one[k] for k in ("event_id", "invocation_id", "author", "timestamp", "delta", "data")}
+        | {"seq": seq + 1}
+    ]
+    query = store._queries["append_events_finish"]
+    params = dict.fromkeys(query.params) | {
+        "owner": run.owner,
+        "session_pk": pk,
+        "events": json.dumps(events),
+        "run_id": run.run_id,
+        "run_epoch": run.epoch,
+        "expected_seq": seq,
+        "last_seq": seq + 1,
+        "timestamp": one["timestamp"],
+        "app_name": APP,
+        "user_id": "u",
+        "status": "DONE",
+    }
+    recovering = make_runner(store, "w2", invoices, dies=False)
+    conn = await asyncpg.connect(store.url)
+    finish_lost = False
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        # The old owner's finish has locked the session row (its first lock)...
+        await conn.execute("SELECT 1 FROM sessions WHERE pk = $1 FOR UPDATE", pk)
+        sweep = asyncio.create_task(sweeping(recovering, Sent(store)))
+        # ... the claim has locked the run and waits for the session ...
+        await claim_waits_for_the_session(conn, sweep)
+        assert not sweep.done()
+        # ... and the finish now asks for the run.
+        try:
+            (row,) = await conn.fetch(query.statements[0], *[params[n] for n in query.params])
+            assert row["status"] == "ok", row
+            await tx.commit()
+        except asyncpg.DeadlockDetectedError:
+            finish_lost = True
+            await tx.rollback()
+    finally:
+        await conn.close()
+
+    try:
+        swept: list[Any] = await asyncio.wait_for(sweep, WAIT)
+        claim_lost = False
+    except errors.DatabaseBusy:
+        claim_lost, swept = True, []
+    assert finish_lost != claim_lost, (finish_lost, claim_lost)  # exactly one was aborted
+    if claim_lost:
+        # The finish stood: the run is DONE with the old owner's answer, and a later
+        # sweep finds nothing to recover.
+        assert await Sweeper(recovering).recover_once() == []
+        assert billing.acts("invoices", "create") == 1
+    else:
+        (recovery,) = swept
+        assert (recovery.found, recovery.status) == (OrphanClass.TOOL_UNANSWERED, RunStatus.DONE)
+        assert billing.acts("invoices", "create") == 2  # the idempotent tool re-ran
+    (ended,) = await reader.ledger.list_runs()
+    assert ended.status is RunStatus.DONE
+    after = await DurableSessionService(store).get_session(
+        app_name=APP, user_id="u", session_id="s"
+    )
+    assert after is not None
+    assert len([r for e in after.events for r in e.get_function_responses()]) == 1
