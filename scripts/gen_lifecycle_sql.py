@@ -509,9 +509,50 @@ def _preview(dialect: str) -> str:
     return "\n".join(parts) + ";"
 
 
+_HOLDING_DOC = (
+    "Which tables hold rows of the sessions being purged, one flag a table (a read:",
+    "no write lock). A drain deletes only from those: on SQLite each DELETE is a",
+    "write of its own, lock and all, and most tables hold nothing for most sessions.",
+    "A row added after this read waits for the next pass (the sessions go last,",
+    "only once nothing is left of them).",
+)
+
+
+def _holding(dialect: str) -> str:
+    """One row: for each step's table, whether the sessions being purged have rows there."""
+    head = _head("purge_holding", _HOLDING_DOC)
+    flags = []
+    for step in STEPS:
+        if dialect == "sqlite":
+            if step.via == "task":
+                source = (
+                    f"(SELECT l.task_id FROM {_SQLITE_PURGING}\n"
+                    "              CROSS JOIN a2a_task_runs l ON "
+                    + _BY_SESSION.format(a="l")
+                    + ") k"
+                )
+            else:
+                source = _SQLITE_PURGING
+        else:
+            source = "tasks k" if step.via == "task" else "purging p"
+        joins = _joins(dialect, step, "              ")
+        flags.append(f"       EXISTS (SELECT 1 FROM {source}\n{joins}) AS {step.table}")
+    body = ",\n".join(flags)
+    if dialect == "sqlite":
+        return f"{head}SELECT\n{body};"
+    return (
+        f"{head}WITH\n-- use: purging_sessions\ntasks AS (\n"
+        "    SELECT l.task_id FROM purging p\n"
+        "      JOIN a2a_task_runs l ON " + _BY_SESSION.format(a="l") + "\n"
+        ")\n"
+        f"SELECT\n{body};"
+    )
+
+
 def statements(dialect: str) -> dict[str, str]:
     """Every generated statement of ``dialect`` by name, as the file holds it."""
     found = {f"purge_{s.table}": _purge(dialect, s) for s in STEPS}
+    found["purge_holding"] = _holding(dialect)
     by_table = {s.table: s for s in STEPS}
     for scrub in SCRUBS:
         found[f"scrub_pick_{scrub.table}"] = _scrub_pick(dialect, scrub, by_table[scrub.table])

@@ -275,6 +275,37 @@ async def test_a_policy_keeps_each_ending_as_long_as_it_says(store: Store) -> No
     assert await session_ids(store, runner) == []
 
 
+async def test_a_drain_sends_no_statement_to_a_table_that_holds_nothing_of_its_sessions(
+    store: Store,
+) -> None:
+    """Plain chat runs leave events and runs only: the drain asks which tables hold
+    rows (one read), deletes from those, and sends nothing to the other tables (on
+    SQLite each would be a write: the lock, a hop, for no row). Every row still goes."""
+    runner = chatter(store)
+    for session in ("a", "b"):
+        await turn(runner, session, "hi")
+    sent: list[str] = []
+    inner = store.fetch
+
+    async def counted(query: str, params: Any = None) -> Any:
+        sent.append(query)
+        return await inner(query, params)
+
+    store.fetch = counted  # type: ignore[method-assign]
+    try:
+        report = await purge(store, "chat", ALL_AT_ONCE)
+    finally:
+        del store.fetch
+    deletes = {q for q in sent if q.startswith("purge_")} - {
+        "purge_mark", "purge_holding", "purge_sessions", "purge_oldest", "purge_checkpoint"
+    }  # fmt: skip
+    assert deletes == {"purge_events", "purge_runs"}, sorted(deletes)
+    assert "purge_holding" in sent
+    assert {t for t, c in report.tables.items() if c.rows} == {"events", "runs", "sessions"}
+    left = await rows(store)
+    assert left["sessions"] == left["events"] == left["runs"] == 0
+
+
 async def test_payload_only_keeps_the_ledgers_skeleton_without_payloads(store: Store) -> None:
     acts: list[str] = []
 

@@ -26,6 +26,7 @@ PURGE_QUERIES = sorted(
     [
         "purge_mark",
         "purge_preview",
+        "purge_holding",
         "purge_sessions",
         "purge_oldest",
         "lifecycle_apps",

@@ -517,6 +517,109 @@ UNION ALL
 SELECT 'a2a_task_runs', COUNT(*), COALESCE(SUM(length(CAST(x.invocation_id AS BLOB))), 0) FROM cand p
   CROSS JOIN a2a_task_runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id;
 
+-- name: purge_holding
+-- Which tables hold rows of the sessions being purged, one flag a table (a read:
+-- no write lock). A drain deletes only from those: on SQLite each DELETE is a
+-- write of its own, lock and all, and most tables hold nothing for most sessions.
+-- A row added after this read waits for the next pass (the sessions go last,
+-- only once nothing is left of them).
+SELECT
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN events x ON x.session_pk = p.pk) AS events,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN state_snapshots x ON x.session_pk = p.pk) AS state_snapshots,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN event_repairs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS event_repairs,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN artifacts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS artifacts,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+              CROSS JOIN journal x ON x.invocation_id = r.invocation_id) AS journal,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+              CROSS JOIN dead_letters x ON x.run_id = r.run_id) AS dead_letters,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+              CROSS JOIN schedule_ticks x ON x.run_id = r.run_id) AS schedule_ticks,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+              CROSS JOIN operator_actions x ON x.run_id = r.run_id) AS operator_actions,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN runs r ON r.app_name = p.app_name AND r.user_id = p.user_id AND r.session_id = p.session_id
+              CROSS JOIN job_calls x ON x.invocation_id = r.invocation_id) AS job_calls,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN jobs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS jobs,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN sagas g ON g.app_name = p.app_name AND g.user_id = p.user_id AND g.session_id = p.session_id
+              CROSS JOIN saga_steps x ON x.saga_id = g.saga_id) AS saga_steps,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN sagas x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS sagas,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN interrupts x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS interrupts,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN answer_claims x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS answer_claims,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS runs,
+       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+              CROSS JOIN a2a_task_events x ON x.task_id = k.task_id) AS a2a_task_events,
+       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+              CROSS JOIN a2a_push_outbox x ON x.task_id = k.task_id) AS a2a_push_outbox,
+       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+              CROSS JOIN a2a_push_configs x ON x.task_id = k.task_id) AS a2a_push_configs,
+       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+              CROSS JOIN a2a_messages x ON x.task_id = k.task_id) AS a2a_messages,
+       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+              CROSS JOIN a2a_tasks x ON x.task_id = k.task_id) AS a2a_tasks,
+       EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+             WHERE app_name = :app_name AND purging_at IS NOT NULL
+               AND (:user_id IS NULL OR user_id = :user_id)) p
+              CROSS JOIN a2a_task_runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS a2a_task_runs;
+
 -- name: purge_sessions
 -- Last: the sessions being purged with nothing left of them (nothing at all, or
 -- with :keep_skeleton, nothing but the ledger's rows without their payloads).
