@@ -113,7 +113,9 @@ class PayloadLimits:
             raise self._too_deep(what) from None
         if encoded is None:
             return  # not JSON at all: the caller's own check says so
-        if opaque:
+        if opaque and encoded.count(b"{") + encoded.count(b"[") > deepest:
+            # Fewer brackets than levels allowed (the usual model response or
+            # message) cannot nest deeper: only more are scanned, token by token.
             found = json_depth(encoded.decode("utf-8", "replace"))
             if found > deepest:
                 raise self._too_deep(what)
