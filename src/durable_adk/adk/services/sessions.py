@@ -168,10 +168,13 @@ def _marker(pk: int, seq: int) -> str:
     return f"{pk}:{seq}"
 
 
+_MARKER = re.compile(r"(\d+):(\d+)")
+
+
 def _parse_marker(marker: str | None) -> tuple[int, int] | None:
     # Only our own "pk:seq" markers; another service's marker (ADK's
     # DatabaseSessionService stores a timestamp) falls back to the events.
-    match = re.fullmatch(r"(\d+):(\d+)", marker or "")
+    match = _MARKER.fullmatch(marker or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
@@ -316,6 +319,17 @@ class DurableSessionService(BaseSessionService):
             return False
         cached.trusted = True
         return True
+
+    def trusted_events(self, key: _Key) -> list[Event] | None:
+        """The cached log of ``key`` when the next read may be served from it, else None.
+
+        The log :meth:`get_session` would answer with after a
+        :meth:`trust_next_read`, without building a Session and without
+        using the permission up (the next read is still served from the
+        cache). None when the session is not cached or not trusted: read it.
+        """
+        cached = self._cache.get(key)
+        return cached.events if cached is not None and cached.trusted else None
 
     def distrust(self, key: _Key) -> None:
         """Withdraws an unused :meth:`trust_next_read`."""
@@ -813,7 +827,10 @@ class DurableSessionService(BaseSessionService):
         batch = current_batch()
         if batch is not None and (batch.key != key or batch.service is not self):
             batch = None  # another session (an AgentTool child's, say): committed at once
-        pk, expected = await self._fence_of(session)
+        # The marker of a session this service loaded says where it stands (no
+        # await: every append of a drive takes this path).
+        parsed = _parse_marker(session._storage_update_marker)
+        pk, expected = parsed if parsed is not None else await self._fence_of(session)
         fence = run_fence_of(event)
         if batch is not None and batch.pending:
             tip = batch.pending[-1]
@@ -845,7 +862,16 @@ class DurableSessionService(BaseSessionService):
         new_seq = expected + 1
         if batch is not None:
             return await self._buffer(
-                batch, session, event, pk, new_seq, data, session_delta, app_delta, user_delta
+                batch,
+                session,
+                event,
+                pk,
+                new_seq,
+                data,
+                fence,
+                session_delta,
+                app_delta,
+                user_delta,
             )
         snapshot = None
         if is_snapshot_seq(new_seq, self.snapshot_every):
@@ -976,11 +1002,14 @@ class DurableSessionService(BaseSessionService):
         pk: int,
         new_seq: int,
         data: str,
+        fence: dict[str, Any],
         session_delta: dict[str, Any],
         app_delta: dict[str, Any],
         user_delta: dict[str, Any],
     ) -> Event:
-        """Holds an append in the drive's batch; the session object moves on at once."""
+        """Holds an append in the drive's batch; the session object moves on at once.
+
+        ``fence`` is the event's :func:`run_fence_of`."""
         if batch.holds(event.id) or any(e.id == event.id for e in reversed(session.events)):
             return event  # re-appending an event the session holds: a no-op, as in the store
         # Refused now, as the store would refuse it at once: nothing is buffered.
@@ -1001,7 +1030,7 @@ class DurableSessionService(BaseSessionService):
                 event=event,
                 row={
                     "pk": pk,
-                    "fence": run_fence_of(event),
+                    "fence": fence,
                     "seq": new_seq,
                     "event_id": event.id,
                     "invocation_id": event.invocation_id,
