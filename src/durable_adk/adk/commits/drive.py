@@ -117,16 +117,20 @@ class Drive:
         self.yield_user_message = False  # ADK yields the stored user message first
         self.stopper: asyncio.Task[None] | None = None  # aborts ADK once the acts in flight end
         self.on_abort: Callable[[], None] | None = None  # aborts an invocation ADK's Runner drives
+        # The hand-over: the reader has asked for ``_asked`` events and been handed
+        # ``_handed``; ``_wanted`` is set when it waits for one not handed yet.
+        self._asked = 0
+        self._handed = 0
         self._wanted = asyncio.Event()
         self._items: asyncio.Queue[Event | End] = asyncio.Queue()
 
     async def wanted(self) -> None:
-        """Waits until the reader asks for the next event (at once once detached)."""
-        await self._wanted.wait()
-        if not self.detached:
+        """Waits until the reader asks for an event not handed yet (at once once detached)."""
+        while not self.detached and self._asked <= self._handed:
             self._wanted.clear()
+            await self._wanted.wait()
 
-    async def barrier(self, *, before_work: bool = False) -> None:
+    async def barrier(self, *, before_work: bool = False, last: bool = False) -> None:
         """Writes the buffered events, then hands the held ones over, lock-step.
 
         Returns when the reader has taken every held event and asked for the
@@ -143,6 +147,10 @@ class Drive:
                 leaves the run NOT_STARTED, and recovery drives it from its
                 request, as it would after a crash before the message was
                 written.
+            last: The drive's last hand-over (its finish is written): nothing
+                of ADK runs after it, so it returns once the events are
+                handed, without waiting for the reader to ask for more (the
+                drive's end follows them).
         """
         async with self._barrier_lock:
             # Only what is held now is in the batch the flush writes: an event a
@@ -153,7 +161,7 @@ class Drive:
                 return
             if self.batch is not None and self.flush is not None:
                 await self.flush(self.batch)
-            await self._hand_over(durable)
+            await self._hand_over(durable, then_wait=not last)
 
     async def begin_with_events(self, journal: Mapping[str, Any]) -> Any:
         """A journaled tool's intent, written in one unit with the buffered events.
@@ -199,14 +207,21 @@ class Drive:
             await self._hand_over(durable)
             return row
 
-    async def _hand_over(self, durable: int) -> None:
-        """Hands the ``durable`` first held events over, lock-step (they are stored)."""
+    async def _hand_over(self, durable: int, *, then_wait: bool = True) -> None:
+        """Hands the ``durable`` first held events over, lock-step (they are stored).
+
+        Once the reader asks for the first, all of them are queued for it
+        (each is durable: the reader takes one per ask, with no round trip
+        to the pump between two); then, unless ``then_wait`` is False, it
+        waits until the reader has taken them all and asked for the next.
+        """
         if not durable:
             return
+        await self.wanted()
         for _ in range(durable):
-            await self.wanted()
             self.hand(self.held.pop(0))
-        await self._wanted.wait()  # left set: the reader has asked for the next event
+        if then_wait:
+            await self.wanted()  # the reader has asked for the next event
 
     def _only_the_request(self) -> bool:
         batch = self.batch
@@ -216,6 +231,7 @@ class Drive:
 
     def hand(self, event: Event) -> None:
         if not self.detached:
+            self._handed += 1
             self._items.put_nowait(event)
 
     def end(self, outcome: Any, error: BaseException | None = None) -> None:
@@ -223,7 +239,9 @@ class Drive:
         self._items.put_nowait(End(outcome, error))
 
     async def next_item(self) -> Event | End:
-        self._wanted.set()
+        self._asked += 1
+        if self._asked > self._handed:
+            self._wanted.set()  # the pump may hand it (it waits for no earlier one)
         return await self._items.get()
 
     def detach(self) -> None:

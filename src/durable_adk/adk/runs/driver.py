@@ -544,7 +544,8 @@ class Driver:
             ending = self._decide(drive, refused, None, None)
             return await record(path, run, ending, classification=found)
         if outcome.recorded:
-            await drive.barrier()  # nothing left to write: hands the held events over
+            # Nothing left to write: hands the held events over, the drive's end after them.
+            await drive.barrier(last=True)
         else:
             drive.held.clear()  # maybe not written: never handed over
         return outcome
