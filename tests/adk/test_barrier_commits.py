@@ -9,6 +9,7 @@ stored), and they check that a refused batch writes nothing of itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from google.adk.agents import BaseAgent, LlmAgent, SequentialAgent
 from google.adk.agents.invocation_context import InvocationContext
+from google.adk.apps import App, ResumabilityConfig
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
@@ -86,6 +88,69 @@ async def test_the_call_is_stored_before_the_tool_runs_and_every_event_before_th
     assert handed == len(events) - 1  # every event but the user's is handed over
     (run,) = await runner.ledger.list_runs()
     assert run.status is RunStatus.DONE
+
+
+class SeesTheCaller(BasePlugin):
+    """Notes, before each model call and tool, whether the caller is still busy with an event."""
+
+    def __init__(self, caller: dict[str, Any]) -> None:
+        super().__init__(name="sees_the_caller")
+        self.caller = caller
+        self.seen: list[tuple[str, bool, int]] = []
+
+    def _note(self, what: str) -> None:
+        self.seen.append((what, self.caller["busy"], len(self.caller["received"])))
+
+    async def before_model_callback(self, **_: Any) -> None:
+        self._note("model")
+
+    async def before_tool_callback(self, **_: Any) -> None:
+        self._note("tool")
+
+
+async def test_nothing_runs_before_the_caller_has_taken_every_event_and_asked_for_the_next(
+    store: Store,
+) -> None:
+    # With barrier commits (per-event commits let ADK take its next step while
+    # the caller handles the event just handed). A first agent's answer and
+    # end marker are held together and handed over at the second agent's
+    # barrier (several events in one hand-over): the second agent's model call
+    # and its tool run only once the caller has taken them all and asked for
+    # the next, even a caller slow with each one.
+    caller: dict[str, Any] = {"busy": False, "received": []}
+    probe = SeesTheCaller(caller)
+    greeter = LlmAgent(name="greeter", model=ScriptedModel([Say("Hello, looking it up.")]))
+    clerk = LlmAgent(
+        name="clerk",
+        model=ScriptedModel([Call("lookup", {"order": "A1"}), Say("It has shipped.")]),
+        tools=[lambda_lookup],
+    )
+    app = App(
+        name=APP,
+        root_agent=SequentialAgent(name="desk", sub_agents=[greeter, clerk]),
+        plugins=[probe],
+        resumability_config=ResumabilityConfig(is_resumable=True),
+    )
+    runner = DurableRunner(app=app, store=store, commits="barrier")
+    async for event in runner.run(user_id="u", session_id="lock1", message="Where is A1?"):
+        caller["busy"] = True
+        caller["received"].append(event.id)
+        for _ in range(5):
+            await asyncio.sleep(0)  # the caller's own work, which ADK must not overtake
+        caller["busy"] = False
+    assert [what for what, _, _ in probe.seen] == ["model", "model", "tool", "model"]
+    assert not any(busy for _, busy, _ in probe.seen), probe.seen
+    # Each step saw every event stored before it in the caller's hands.
+    stored_ids = [e.id for e in await stored(store, "lock1") if e.author != "user"]
+    for _what, _busy, received in probe.seen:
+        assert caller["received"][:received] == stored_ids[:received]
+    assert probe.seen[1][2] >= 2  # the greeter's answer and end marker before the clerk's model
+    assert caller["received"] == stored_ids
+
+
+def lambda_lookup(order: str) -> dict[str, str]:
+    """Looks an order up."""
+    return {"order": order, "status": "shipped"}
 
 
 def ship(order: str) -> dict[str, str]:
