@@ -234,15 +234,30 @@ async def test_purge_racing_a_sagas_compensation_leaves_the_saga_to_finish(store
     saga = await sagas.compensating(saga_id, "the flight failed")
     assert saga is not None
     undone: list[str] = []
+    # The purge marks its sessions while the compensation is under way: the undo
+    # waits for the mark (on a busy machine the compensation could otherwise end
+    # first, and the purge then rightly take the finished saga's session at once).
+    marked = asyncio.Event()
+    inner = store.fetch
+
+    async def watched(query: str, params: Any = None) -> Any:
+        rows = await inner(query, params)
+        if query == "purge_mark":
+            marked.set()
+        return rows
 
     async def cancel_hotel(record: Any, key: str) -> None:
-        await asyncio.sleep(0)  # lets the purge's statements in between
+        await asyncio.wait_for(marked.wait(), 60)
         undone.append(record["booking"])
 
     compensation = Compensation(sagas, {"hotel": Undo(cancel_hotel)}, backoff=0)
-    report, result = await asyncio.gather(
-        purge(store, "chat", ALL_AT_ONCE), compensation.run(saga, "the flight failed")
-    )
+    store.fetch = watched  # type: ignore[method-assign]
+    try:
+        report, result = await asyncio.gather(
+            purge(store, "chat", ALL_AT_ONCE), compensation.run(saga, "the flight failed")
+        )
+    finally:
+        del store.fetch
     assert result.status is SagaStatus.COMPENSATED and undone == ["H-1"]
     assert await session_ids(store, runner) == ["trip"]
     assert report.tables["sessions"].rows == 1 and report.tables["sagas"].rows == 0
