@@ -7,6 +7,10 @@ the write wrote nothing or failed) and once as it ran before the check
 travelled: the check first, then the write without the check's conditions.
 Rows returned, error raised and what the transaction wrote must be the same
 for every outcome the check knows.
+
+The units' results are a SELECT of their own after the writes, not a RETURNING
+clause (which opens a temporary table each time it runs): the same outcomes
+as the clause gave, and no temporary table in the statements a run executes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 import pytest
 
 from durable_adk.store import open_store
-from durable_adk.store.queries import Query, load_queries, parse_queries
+from durable_adk.store.queries import Query, list_migrations, load_queries, parse_queries
 from durable_adk.store.sqlite import arguments, merge_json, run_unit
 
 APP, USER, SESSION = "app", "u1", "s1"
@@ -274,3 +278,114 @@ def test_postgresql_refuses_the_marker() -> None:
         parse_queries(
             "-- name: q\n-- check travels here\nINSERT INTO t SELECT 1 WHERE true;\n", "postgresql"
         )
+
+
+# The units' results as they were written before they became a SELECT of their own:
+# a RETURNING clause on the write just before that SELECT.
+RETURNING_BEFORE = {
+    "append_event": "RETURNING 'ok' AS status, NULL AS dup_seq, last_seq",
+    "append_events": "RETURNING 'ok' AS status, last_seq",
+    "append_events_finish": (
+        "RETURNING 'ok' AS status, :last_seq AS last_seq, app_name, user_id, session_id,"
+        " EXISTS (SELECT 1 FROM runs q WHERE q.app_name = runs.app_name"
+        " AND q.user_id = runs.user_id AND q.session_id = runs.session_id"
+        " AND q.status = 'QUEUED') AS queued_behind"
+    ),
+}
+
+
+def _with_returning(unit: Query) -> Query:
+    """The unit with its result SELECT folded back into the write before it (RETURNING)."""
+    statements = list(unit.statements)
+    result = next(
+        i
+        for i, s in enumerate(statements)
+        if "\n".join(line for line in s.splitlines() if not line.lstrip().startswith("--"))
+        .lstrip()
+        .startswith("SELECT 'ok' AS status")
+    )
+    write = statements[result - 1].rstrip()
+    assert write.startswith("UPDATE ") and "RETURNING" not in write
+    statements[result - 1] = f"{write}\n{RETURNING_BEFORE[unit.name]}"
+    del statements[result]
+    skips = list(unit.skips)
+    if skips:
+        del skips[result]
+    shift = {i if i < result else i - 1 for i in unit.checks}
+    return dataclasses.replace(
+        unit,
+        statements=tuple(statements),
+        skips=tuple(skips),
+        checks=frozenset(shift),
+        folds=frozenset(i if i < result else i - 1 for i in unit.folds),
+    )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", UNITS)
+def test_the_result_select_gives_what_returning_gave(
+    database: tuple[sqlite3.Connection, int], name: str, case: str
+) -> None:
+    """A unit's result is a SELECT after its writes (no temporary table for RETURNING):
+    the same rows, errors and tables as the write's RETURNING clause, in every case."""
+    conn, pk = database
+    unit = load_queries("sqlite")[name]
+    params = CASES[case](pk)["one" if name == "append_event" else "batch"]
+    got, got_tables, _ = _attempt(conn, unit, params)
+    want, want_tables, _ = _attempt(conn, _with_returning(unit), params)
+    assert got == want
+    assert got_tables == want_tables
+
+
+def test_the_result_select_gives_what_returning_gave_with_a_run_queued(
+    database: tuple[sqlite3.Connection, int],
+) -> None:
+    """The finish's result says a run of the session waits, as its RETURNING said."""
+    conn, pk = database
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request,"
+            " status, owner, lease_until, created_at, updated_at)"
+            " VALUES ('r2', ?, ?, ?, 'inv2', '{}', 'QUEUED', ?, 1.0, 1.0, 1.0)",
+            (APP, USER, SESSION, OWNER),
+        )
+        conn.execute("SAVEPOINT queued")
+        unit = load_queries("sqlite")["append_events_finish"]
+        params = CASES["ok"](pk)["batch"]
+        got = run_unit(conn, unit, arguments(unit, params))
+        conn.execute("ROLLBACK TO queued")
+        want = run_unit(conn, _with_returning(unit), arguments(unit, params))
+    finally:
+        conn.execute("ROLLBACK")
+    assert got == want
+    assert got[0]["queued_behind"] == 1
+
+
+HOT_UNITS = ("run_start", "append_event", "append_events", "append_events_finish")
+
+
+@pytest.mark.parametrize("name", HOT_UNITS)
+def test_a_run_s_units_open_no_temporary_table(name: str) -> None:
+    """The statements a one-tool run's units execute open no temporary table of their own.
+
+    SQLite opens one (an in-memory database) for the rows of a RETURNING clause
+    and for an INSERT ... SELECT that reads its own table, each time the
+    statement runs. The CHECK constraints of the schema open one too; they are
+    left out (``ignore_check_constraints``): a bare write of the same rows pays
+    them. Left out as well: a guarded unit's check (it runs only when the write
+    it travels in wrote nothing) and statements skipped when their parameter is
+    NULL (an inbox, a snapshot, a shared state delta).
+    """
+    conn = sqlite3.connect(":memory:")
+    conn.create_function("dadk_merge", 2, merge_json, deterministic=True)
+    for _version, _name, sql in list_migrations("sqlite"):
+        conn.executescript(sql)
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    unit = load_queries("sqlite")[name]
+    for index, statement in enumerate(unit.statements):
+        if index + 1 in unit.folds or (unit.skips and unit.skips[index]):
+            continue
+        ops = conn.execute("EXPLAIN " + statement, dict.fromkeys(unit.params)).fetchall()
+        opened = [op for op in ops if op[1] == "OpenEphemeral"]
+        assert not opened, f"{name}, statement {index + 1}: {statement}"

@@ -144,9 +144,12 @@ SELECT CASE
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
 SELECT :session_pk, :expected_seq + 1, :event_id, :invocation_id, :author, :timestamp, :delta, :data
 -- use: append_fence
--- The unit's result (nothing after it returns rows): one statement fewer.
-UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk
-RETURNING 'ok' AS status, NULL AS dup_seq, last_seq;
+UPDATE sessions SET last_seq = :expected_seq + 1, update_time = :timestamp WHERE pk = :session_pk;
+-- The unit's result, its values known: the fence passed, so the UPDATE above
+-- wrote its one row. Not a RETURNING clause: SQLite keeps RETURNING's rows in a
+-- temporary table it opens for each run of the statement, which costs more
+-- than this statement does.
+SELECT 'ok' AS status, NULL AS dup_seq, :expected_seq + 1 AS last_seq;
 -- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
@@ -187,16 +190,21 @@ SELECT CASE
   LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
 -- check travels here: the check's conditions for 'ok', NULLs as it reads them (an
 -- event id already stored fails the table's UNIQUE (session_pk, event_id) instead).
+-- Each column is read from :events by its path ('$[0].seq'): SQLite keeps the
+-- parse of :events for a statement's rows, while j.value is each element written
+-- out as text again, parsed again for each column.
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
-       json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
-       json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
-       json_extract(j.value, '$.data')
+SELECT :session_pk, json_extract(:events, j.fullkey || '.seq'),
+       json_extract(:events, j.fullkey || '.event_id'),
+       json_extract(:events, j.fullkey || '.invocation_id'),
+       json_extract(:events, j.fullkey || '.author'),
+       json_extract(:events, j.fullkey || '.timestamp'),
+       json_extract(:events, j.fullkey || '.delta'), json_extract(:events, j.fullkey || '.data')
   FROM json_each(:events) AS j
 -- use: append_fence
--- The unit's result (nothing after it returns rows): one statement fewer.
-UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk
-RETURNING 'ok' AS status, last_seq;
+UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
+-- The unit's result, its values known (as append_event's: not a RETURNING clause).
+SELECT 'ok' AS status, :last_seq AS last_seq;
 -- skip when :app_delta IS NULL
 INSERT INTO app_state (app_name, state, update_time)
 SELECT :app_name, :app_delta, :timestamp WHERE :app_delta IS NOT NULL
@@ -235,10 +243,12 @@ SELECT CASE
 -- check travels here: the check's conditions for 'ok', NULLs as it reads them (an
 -- event id already stored fails the table's UNIQUE (session_pk, event_id) instead).
 INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-SELECT :session_pk, json_extract(j.value, '$.seq'), json_extract(j.value, '$.event_id'),
-       json_extract(j.value, '$.invocation_id'), json_extract(j.value, '$.author'),
-       json_extract(j.value, '$.timestamp'), json_extract(j.value, '$.delta'),
-       json_extract(j.value, '$.data')
+SELECT :session_pk, json_extract(:events, j.fullkey || '.seq'),
+       json_extract(:events, j.fullkey || '.event_id'),
+       json_extract(:events, j.fullkey || '.invocation_id'),
+       json_extract(:events, j.fullkey || '.author'),
+       json_extract(:events, j.fullkey || '.timestamp'),
+       json_extract(:events, j.fullkey || '.delta'), json_extract(:events, j.fullkey || '.data')
   FROM json_each(:events) AS j
  WHERE EXISTS (SELECT 1 FROM sessions s
                 WHERE s.pk = :session_pk AND s.purging_at IS NULL
@@ -264,11 +274,15 @@ UPDATE runs
    SET status = :status, last_error = :error, classification = COALESCE(:classification, classification),
        finished_at = (julianday('now') - 2440587.5) * 86400.0,
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE run_id = :run_id AND owner = :owner AND epoch = :run_epoch AND status = 'RUNNING'
-RETURNING 'ok' AS status, :last_seq AS last_seq, app_name, user_id, session_id,
-          EXISTS (SELECT 1 FROM runs q
-                   WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
-                     AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind;
+ WHERE run_id = :run_id AND owner = :owner AND epoch = :run_epoch AND status = 'RUNNING';
+-- The unit's result: the run the UPDATE above finished (the fence named it, with
+-- the UPDATE's own conditions, in this transaction). Not a RETURNING clause, as
+-- in append_event.
+SELECT 'ok' AS status, :last_seq AS last_seq, app_name, user_id, session_id,
+       EXISTS (SELECT 1 FROM runs q
+                WHERE q.app_name = runs.app_name AND q.user_id = runs.user_id
+                  AND q.session_id = runs.session_id AND q.status = 'QUEUED') AS queued_behind
+  FROM runs WHERE run_id = :run_id;
 -- use: inbox_at_finish
 
 -- name: list_sessions

@@ -65,19 +65,38 @@ DELETE FROM answer_claims
 -- session has no run RUNNING or QUEUED, else QUEUED behind them. The run goes in
 -- first so that changes() in the last statement tells whether the session was
 -- made here; the caller then knows its (empty) state without reading it.
+-- One row of VALUES, not INSERT ... SELECT: a SELECT that reads the table it
+-- inserts into is first copied into a temporary table (SQLite opens one per
+-- run of the statement). Each (SELECT EXISTS ...) is the same question, asked
+-- of the runs as they were before this row (each is evaluated once, before
+-- the row goes in).
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
                   owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at,
                   app_version, app_fingerprint)
-SELECT :run_id, :app_name, :user_id, :session_id, :invocation_id, :request,
-       CASE WHEN busy THEN 'QUEUED' ELSE 'RUNNING' END, :owner,
-       (julianday('now') - 2440587.5) * 86400.0 + :lease,
-       CASE WHEN busy THEN 0 ELSE 1 END, CASE WHEN busy THEN 0 ELSE 1 END,
-       CASE WHEN busy THEN 0 ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease + :backoff END,
-       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
-       :app_version, :app_fingerprint
-  FROM (SELECT EXISTS (SELECT 1 FROM runs
-                        WHERE app_name = :app_name AND user_id = :user_id
-                          AND session_id = :session_id AND status IN ('RUNNING', 'QUEUED')) AS busy);
+VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request,
+        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
+                                   WHERE app_name = :app_name AND user_id = :user_id
+                                     AND session_id = :session_id
+                                     AND status IN ('RUNNING', 'QUEUED')))
+             THEN 'QUEUED' ELSE 'RUNNING' END,
+        :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
+        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
+                                   WHERE app_name = :app_name AND user_id = :user_id
+                                     AND session_id = :session_id
+                                     AND status IN ('RUNNING', 'QUEUED')))
+             THEN 0 ELSE 1 END,
+        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
+                                   WHERE app_name = :app_name AND user_id = :user_id
+                                     AND session_id = :session_id
+                                     AND status IN ('RUNNING', 'QUEUED')))
+             THEN 0 ELSE 1 END,
+        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
+                                   WHERE app_name = :app_name AND user_id = :user_id
+                                     AND session_id = :session_id
+                                     AND status IN ('RUNNING', 'QUEUED')))
+             THEN 0 ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease + :backoff END,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+        :app_version, :app_fingerprint);
 INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
 VALUES (:app_name, :user_id, :session_id, :initial_state, :now, :now)
 ON CONFLICT (app_name, user_id, session_id) DO NOTHING;
