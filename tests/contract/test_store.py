@@ -32,6 +32,37 @@ async def test_missing_parameter_is_rejected_before_sql(store: Store) -> None:
         await store.fetch("get_app_state", {})
 
 
+def _run_start(run_id: str) -> dict[str, object]:
+    return {
+        "run_id": run_id,
+        "app_name": "a",
+        "user_id": "u",
+        "session_id": "s",
+        "invocation_id": "i",
+        "request": "{}",
+        "owner": "w",
+        "lease": 30.0,
+        "backoff": 1.0,
+        "app_version": None,
+        "app_fingerprint": None,
+        "initial_state": "{}",
+        "now": 1.0,
+    }
+
+
+async def test_a_write_missing_a_parameter_is_rejected_and_writes_nothing(store: Store) -> None:
+    """A hot write (SQLite: on the caller's thread, its arguments bound as given) still
+    names what it misses before any SQL runs; names it does not use are ignored."""
+    params = _run_start("r1")
+    del params["initial_state"]
+    with pytest.raises(errors.InvalidArgument, match=r"needs \['initial_state'\]"):
+        await store.fetch("run_start", params)
+    assert await store.fetchrow("run_get", {"run_id": "r1"}) is None
+    rows = await store.fetch("run_start", {**_run_start("r1"), "not_a_parameter": object()})
+    assert rows[0]["status"] == "RUNNING"
+    assert (await store.fetchrow("run_get", {"run_id": "r1"}) or {})["status"] == "RUNNING"
+
+
 async def test_create_session_reports_an_existing_id(store: Store) -> None:
     params = {
         "app_name": "a",

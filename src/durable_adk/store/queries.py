@@ -72,7 +72,7 @@ passed without running).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 
@@ -129,6 +129,24 @@ class Query:
     folds: frozenset[int] = frozenset()
     parts: tuple[str, ...] = ()
     """The units this one is made of (``-- include:``), resolved by :func:`load_queries`."""
+    needs: frozenset[str] = field(init=False, repr=False, compare=False)  # params, as a set
+    plan: tuple[tuple[str, tuple[str, ...], int, str], ...] = field(
+        init=False, repr=False, compare=False
+    )
+    """Each statement as SQLite runs it: (it, the names whose NULL skip it, role, check)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", frozenset(self.params))
+        plan = []
+        for i, statement in enumerate(self.statements):
+            role = TRAVELS if i + 1 in self.folds else FOLDED if i in self.folds else RUN
+            role = CHECK if role == RUN and i in self.checks else role
+            carried = self.statements[i - 1] if role == FOLDED else ""
+            plan.append((statement, self.skips[i] if self.skips else (), role, carried))
+        object.__setattr__(self, "plan", tuple(plan))
+
+
+RUN, CHECK, TRAVELS, FOLDED = range(4)  # a statement's role in :attr:`Query.plan`
 
 
 def _split_statements(body: str) -> list[str]:

@@ -84,7 +84,7 @@ from durable_adk.store.groups import (
     groupable,
     nothing_else_ready,
 )
-from durable_adk.store.queries import Query, load_queries, split_script
+from durable_adk.store.queries import CHECK, FOLDED, TRAVELS, Query, load_queries, split_script
 
 T = TypeVar("T")
 
@@ -360,7 +360,7 @@ def arguments(query: Query, params: Params) -> dict[str, Any]:
         raise errors.InvalidArgument(f"query {query.name!r} needs {missing}") from None
 
 
-def run_unit(conn: sqlite3.Connection, query: Query, args: dict[str, Any]) -> list[dict[str, Any]]:
+def run_unit(conn: sqlite3.Connection, query: Query, args: Params) -> list[dict[str, Any]]:
     """Runs a unit's statements inside the caller's transaction; returns its rows.
 
     A unit stops after a check (the first statement of a guarded unit, or
@@ -369,36 +369,34 @@ def run_unit(conn: sqlite3.Connection, query: Query, args: dict[str, Any]) -> li
     ``-- skip when :x IS NULL`` is not run when ``x`` is NULL; a check that
     travels in the next statement (``-- check travels here``) runs only when
     that statement wrote nothing or failed on a constraint. The result is
-    the rows of the last statement that returned rows.
+    the rows of the last statement that returned rows (``args``: at least its names).
     """
     result: list[dict[str, Any]] = []
-    skips, folds, statements = query.skips, query.folds, query.statements
-    for index, statement in enumerate(statements):
-        if skips and any(args[name] is None for name in skips[index]):
+    for statement, skip, role, check in query.plan:
+        if skip and any(args[name] is None for name in skip):
             continue
-        if folds:
-            if index + 1 in folds:
-                continue  # the check travels in the next statement's WHERE
-            if index in folds:
-                # The check runs only when the write did not pass it: its rows are
-                # then what they would have been had it run first.
-                try:
-                    written = conn.execute(statement, args).rowcount
-                except sqlite3.IntegrityError:
-                    checked = _rows(conn.execute(statements[index - 1], args))
-                    if not checked or checked[0].get("status") != "ok":
-                        return checked
-                    raise
-                if written == 0:
-                    result = _rows(conn.execute(statements[index - 1], args))
-                    if not result or result[0].get("status") != "ok":
-                        return result
-                continue
+        if role == TRAVELS:
+            continue  # the check travels in the next statement's WHERE
+        if role == FOLDED:
+            # The check runs only when the write did not pass it: its rows are
+            # then what they would have been had it run first.
+            try:
+                written = conn.execute(statement, args).rowcount
+            except sqlite3.IntegrityError:
+                checked = _rows(conn.execute(check, args))
+                if not checked or checked[0].get("status") != "ok":
+                    return checked
+                raise
+            if written == 0:
+                result = _rows(conn.execute(check, args))
+                if not result or result[0].get("status") != "ok":
+                    return result
+            continue
         cursor = conn.execute(statement, args)
         if cursor.description is None:
             continue
         result = _rows(cursor)
-        if index in query.checks and (not result or result[0].get("status") != "ok"):
+        if role == CHECK and (not result or result[0].get("status") != "ok"):
             break
     return result
 
@@ -562,7 +560,12 @@ class SqliteStore(Store):
         """Runs a unit in a transaction of its own; appends to ``held`` (when given)
         the seconds from the write lock granted to the commit done (a unit that
         writes nothing: its whole run), never the wait for the lock."""
-        args = arguments(query, params)
+        # The caller's dict as it is when it holds every name (a statement reads its own).
+        args = (
+            params
+            if type(params) is dict and query.needs <= params.keys()
+            else arguments(query, params)
+        )
         if len(query.statements) == 1 and not query.writes:
             began = time.perf_counter()
             rows = _rows(conn.execute(query.statements[0], args))
@@ -573,7 +576,7 @@ class SqliteStore(Store):
             self._lock(conn)
         else:
             conn.execute("BEGIN")
-        began = time.perf_counter()  # the lock is ours (the wait for it is over)
+        began = 0.0 if held is None else time.perf_counter()  # the lock is ours
         try:
             result = run_unit(conn, query, args)
             conn.execute("COMMIT")
@@ -614,9 +617,10 @@ class SqliteStore(Store):
         held = held_receipt()  # taken here: the database thread does not see our context
         unsynced = unsynced_commit()
         if self._on_fast_path(q) and not unsynced:
-            loop = asyncio.get_running_loop()
-            if self.group_commit and groupable(q) and (self._group or not nothing_else_ready(loop)):
-                return await self._grouped(q, params or {}, loop)
+            if self.group_commit and groupable(q):
+                loop = asyncio.get_running_loop()
+                if self._group or not nothing_else_ready(loop):
+                    return await self._grouped(q, params or {}, loop)
             assert self._fast is not None
             try:
                 return self._run_on(self._fast, q, params or {}, held)
