@@ -389,3 +389,37 @@ def test_a_run_s_units_open_no_temporary_table(name: str) -> None:
         ops = conn.execute("EXPLAIN " + statement, dict.fromkeys(unit.params)).fetchall()
         opened = [op for op in ops if op[1] == "OpenEphemeral"]
         assert not opened, f"{name}, statement {index + 1}: {statement}"
+
+
+def test_the_batch_columns_read_by_path_are_those_of_each_element() -> None:
+    """The events INSERTs read each column from :events by the element's path
+    (``j.fullkey || '.seq'``): the same values and types as from the element itself
+    (``j.value``), for text that needs escaping, numbers, NULLs and an empty batch."""
+    columns = ("seq", "event_id", "invocation_id", "author", "timestamp", "delta", "data")
+    tricky = {
+        "seq": 7,
+        "event_id": "e-\u00e9\u4e2d\U0001f600",
+        "invocation_id": 'i "quoted" \\ back\nline',
+        "author": "",
+        "timestamp": 1796585124.4710631,
+        "delta": json.dumps({"k": [1, 2.5, None, "x\u2028y"]}),
+        "data": json.dumps({"text": 'a "b" \\ \t \u0000 c', "n": 1e-300}),
+    }
+    batches = [
+        [tricky, {**tricky, "seq": 8, "delta": None, "timestamp": 3}],
+        [],
+        [{c: None if c == "delta" else tricky[c] for c in columns}],
+    ]
+    conn = sqlite3.connect(":memory:")
+    by_path = ", ".join(f"json_extract(?1, j.fullkey || '.{c}')" for c in columns)
+    by_value = ", ".join(f"json_extract(j.value, '$.{c}')" for c in columns)
+    for batch in batches:
+        text = json.dumps(batch)
+        got = conn.execute(f"SELECT {by_path} FROM json_each(?1) AS j", (text,)).fetchall()
+        want = conn.execute(f"SELECT {by_value} FROM json_each(?1) AS j", (text,)).fetchall()
+        assert got == want
+        assert [[type(v) for v in row] for row in got] == [[type(v) for v in r] for r in want]
+        assert got == [tuple(e[c] for c in columns) for e in batch]
+    for name in ("append_events", "append_events_finish"):
+        insert = load_queries("sqlite")[name].statements[1]
+        assert all(f"json_extract(:events, j.fullkey || '.{c}')" in insert for c in columns)
