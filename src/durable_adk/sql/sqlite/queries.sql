@@ -121,6 +121,21 @@ SELECT s.pk, s.last_seq, e.seq
           SELECT 1 FROM runs WHERE run_id = :run_id AND epoch = :run_epoch
                                AND status = 'RUNNING'));
 
+-- name: events_from_batch fragment
+-- A batch's events (:events, a JSON array of objects) as the rows of the events
+-- INSERT, without its WHERE (the unit's fence follows it). Each column is read
+-- from :events by its path ('$[0].seq'): SQLite keeps the parse of :events for a
+-- statement's rows, while j.value is each element written out as text again,
+-- parsed again for each column.
+INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
+SELECT :session_pk, json_extract(:events, j.fullkey || '.seq'),
+       json_extract(:events, j.fullkey || '.event_id'),
+       json_extract(:events, j.fullkey || '.invocation_id'),
+       json_extract(:events, j.fullkey || '.author'),
+       json_extract(:events, j.fullkey || '.timestamp'),
+       json_extract(:events, j.fullkey || '.delta'), json_extract(:events, j.fullkey || '.data')
+  FROM json_each(:events) AS j
+
 -- name: append_event guarded inline
 -- The fence: the caller names the last sequence number it saw. Anything else
 -- (a newer append by someone, a deleted session, a replayed event id) writes
@@ -190,17 +205,7 @@ SELECT CASE
   LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
 -- check travels here: the check's conditions for 'ok', NULLs as it reads them (an
 -- event id already stored fails the table's UNIQUE (session_pk, event_id) instead).
--- Each column is read from :events by its path ('$[0].seq'): SQLite keeps the
--- parse of :events for a statement's rows, while j.value is each element written
--- out as text again, parsed again for each column.
-INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-SELECT :session_pk, json_extract(:events, j.fullkey || '.seq'),
-       json_extract(:events, j.fullkey || '.event_id'),
-       json_extract(:events, j.fullkey || '.invocation_id'),
-       json_extract(:events, j.fullkey || '.author'),
-       json_extract(:events, j.fullkey || '.timestamp'),
-       json_extract(:events, j.fullkey || '.delta'), json_extract(:events, j.fullkey || '.data')
-  FROM json_each(:events) AS j
+-- use: events_from_batch
 -- use: append_fence
 UPDATE sessions SET last_seq = :last_seq, update_time = :timestamp WHERE pk = :session_pk;
 -- The unit's result, its values known (as append_event's: not a RETURNING clause).
@@ -242,14 +247,7 @@ SELECT CASE
   LEFT JOIN sessions s ON s.pk = :session_pk AND s.purging_at IS NULL;
 -- check travels here: the check's conditions for 'ok', NULLs as it reads them (an
 -- event id already stored fails the table's UNIQUE (session_pk, event_id) instead).
-INSERT INTO events (session_pk, seq, event_id, invocation_id, author, timestamp, delta, data)
-SELECT :session_pk, json_extract(:events, j.fullkey || '.seq'),
-       json_extract(:events, j.fullkey || '.event_id'),
-       json_extract(:events, j.fullkey || '.invocation_id'),
-       json_extract(:events, j.fullkey || '.author'),
-       json_extract(:events, j.fullkey || '.timestamp'),
-       json_extract(:events, j.fullkey || '.delta'), json_extract(:events, j.fullkey || '.data')
-  FROM json_each(:events) AS j
+-- use: events_from_batch
  WHERE EXISTS (SELECT 1 FROM sessions s
                 WHERE s.pk = :session_pk AND s.purging_at IS NULL
                   AND (s.last_seq <> :expected_seq) IS NOT TRUE)
