@@ -828,9 +828,9 @@ class DurableSessionService(BaseSessionService):
         if batch is not None and (batch.key != key or batch.service is not self):
             batch = None  # another session (an AgentTool child's, say): committed at once
         # The marker of a session this service loaded says where it stands (no
-        # await: every append of a drive takes this path).
+        # await: every append of a drive takes this path); else its log does.
         parsed = _parse_marker(session._storage_update_marker)
-        pk, expected = parsed if parsed is not None else await self._fence_of(session)
+        pk, expected = parsed if parsed is not None else await self._fence_from_log(session)
         fence = run_fence_of(event)
         if batch is not None and batch.pending:
             tip = batch.pending[-1]
@@ -1204,12 +1204,9 @@ class DurableSessionService(BaseSessionService):
             )
         return row if unit != "append_events" else None
 
-    async def _fence_of(self, session: Session) -> tuple[int, int]:
-        """The (session pk, last sequence number) this session object was loaded at."""
-        parsed = _parse_marker(session._storage_update_marker)
-        if parsed is not None:
-            return parsed
-        # A Session built elsewhere: its newest event tells where it stands.
+    async def _fence_from_log(self, session: Session) -> tuple[int, int]:
+        """The (session pk, last sequence number) of a Session built elsewhere (no
+        marker of ours): its newest event tells where it stands."""
         last_id = session.events[-1].id if session.events else ""
         row = await self.store.fetchrow(
             "find_event_seq",
