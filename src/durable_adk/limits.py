@@ -113,12 +113,8 @@ class PayloadLimits:
             raise self._too_deep(what) from None
         if encoded is None:
             return  # not JSON at all: the caller's own check says so
-        if opaque and encoded.count(b"{") + encoded.count(b"[") > deepest:
-            # Fewer brackets than levels allowed (the usual model response or
-            # message) cannot nest deeper: only more are scanned, token by token.
-            found = json_depth(encoded.decode("utf-8", "replace"))
-            if found > deepest:
-                raise self._too_deep(what)
+        if opaque and _nested_over(encoded, deepest):
+            raise self._too_deep(what)
         if len(encoded) > self.max_bytes:
             raise errors.PayloadTooLarge(
                 f"{what} is {len(encoded)} bytes of JSON, over the limit of {self.max_bytes} "
@@ -136,10 +132,8 @@ class PayloadLimits:
             PayloadTooDeep: It is.
         """
         deepest = self.max_depth + EVENT_ENVELOPE
-        if data.count("{") + data.count("[") <= deepest:
-            return  # fewer brackets than levels allowed: the usual event, at C speed
-        found = json_depth(data)
-        if found > deepest:
+        found = _nested_over(data, deepest)
+        if found:
             raise errors.PayloadTooDeep(
                 f"{what} is nested {found} levels deep, over the limit of "
                 f"{deepest} (max_payload_depth {self.max_depth} plus "
@@ -217,6 +211,22 @@ def depth_of(value: Any, *, stop: int) -> tuple[int, bool]:
 
 
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _nested_over(text: str | bytes, deepest: int) -> int:
+    """The nesting depth of a JSON text when it is over ``deepest``, else 0.
+
+    A text with no more brackets than levels allowed (the usual event, model
+    response or message) cannot nest deeper: it is counted at C speed, and
+    only one with more is scanned token by token."""
+    if isinstance(text, bytes):
+        if text.count(b"{") + text.count(b"[") <= deepest:
+            return 0
+        text = text.decode("utf-8", "replace")
+    elif text.count("{") + text.count("[") <= deepest:
+        return 0
+    found = json_depth(text)
+    return found if found > deepest else 0
 
 
 def json_depth(text: str) -> int:
