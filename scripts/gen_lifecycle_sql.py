@@ -329,6 +329,20 @@ _SQLITE_PURGING = (
     "               AND (:user_id IS NULL OR user_id = :user_id)) p"
 )
 
+_SQLITE_TASKS = (
+    f"(SELECT DISTINCT l.task_id FROM {_SQLITE_PURGING}\n"
+    "      CROSS JOIN a2a_task_runs l ON " + _BY_SESSION.format(a="l") + ") k"
+)
+"""SQLite: the A2A tasks the sessions being purged drove (alias k), a step's source."""
+
+_PG_TASKS = (
+    "tasks AS (\n"
+    "    SELECT DISTINCT l.task_id FROM purging p\n"
+    "      JOIN a2a_task_runs l ON " + _BY_SESSION.format(a="l") + "\n"
+    ")"
+)
+"""PostgreSQL: the same as a CTE after ``purging_sessions``, read as ``tasks k``."""
+
 _PREVIEW_HEAD = {
     "sqlite": """-- name: purge_preview
 -- What a purge would delete now, per table, with its size: the sessions it
@@ -405,13 +419,7 @@ def _purge(dialect: str, step: Step) -> str:
     picked = ", ".join(f"x.{c}" for c in step.key)
     if dialect == "sqlite":
         key = step.key[0] if len(step.key) == 1 else f"({', '.join(step.key)})"
-        if step.via == "task":
-            source = (
-                f"(SELECT DISTINCT l.task_id FROM {_SQLITE_PURGING}\n"
-                "      CROSS JOIN a2a_task_runs l ON " + _BY_SESSION.format(a="l") + ") k"
-            )
-        else:
-            source = _SQLITE_PURGING
+        source = _SQLITE_TASKS if step.via == "task" else _SQLITE_PURGING
         return (
             f"{head}DELETE FROM {step.table} WHERE {key} IN (\n"
             f"    SELECT {picked} FROM {source}\n"
@@ -420,12 +428,7 @@ def _purge(dialect: str, step: Step) -> str:
             f"RETURNING {_sizes(dialect, step, '')} AS bytes;"
         )
     if step.via == "task":
-        first = (
-            "tasks AS (\n"
-            "    SELECT DISTINCT l.task_id FROM purging p\n"
-            "      JOIN a2a_task_runs l ON " + _BY_SESSION.format(a="l") + "\n"
-            f"), doomed AS (\n    SELECT {picked} FROM tasks k\n"
-        )
+        first = f"{_PG_TASKS}, doomed AS (\n    SELECT {picked} FROM tasks k\n"
     else:
         first = f"doomed AS (\n    SELECT {picked} FROM purging p\n"
     columns = ", ".join(f"t.{c}" for c in step.key)
@@ -524,15 +527,7 @@ def _holding(dialect: str) -> str:
     flags = []
     for step in STEPS:
         if dialect == "sqlite":
-            if step.via == "task":
-                source = (
-                    f"(SELECT l.task_id FROM {_SQLITE_PURGING}\n"
-                    "              CROSS JOIN a2a_task_runs l ON "
-                    + _BY_SESSION.format(a="l")
-                    + ") k"
-                )
-            else:
-                source = _SQLITE_PURGING
+            source = _SQLITE_TASKS if step.via == "task" else _SQLITE_PURGING
         else:
             source = "tasks k" if step.via == "task" else "purging p"
         joins = _joins(dialect, step, "              ")
@@ -540,13 +535,7 @@ def _holding(dialect: str) -> str:
     body = ",\n".join(flags)
     if dialect == "sqlite":
         return f"{head}SELECT\n{body};"
-    return (
-        f"{head}WITH\n-- use: purging_sessions\ntasks AS (\n"
-        "    SELECT l.task_id FROM purging p\n"
-        "      JOIN a2a_task_runs l ON " + _BY_SESSION.format(a="l") + "\n"
-        ")\n"
-        f"SELECT\n{body};"
-    )
+    return f"{head}WITH\n-- use: purging_sessions\n{_PG_TASKS}\nSELECT\n{body};"
 
 
 def statements(dialect: str) -> dict[str, str]:

@@ -694,7 +694,7 @@ SELECT 'a2a_task_runs', COUNT(*), COALESCE(SUM(octet_length(x.invocation_id)), 0
 WITH
 -- use: purging_sessions
 tasks AS (
-    SELECT l.task_id FROM purging p
+    SELECT DISTINCT l.task_id FROM purging p
       JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id
 )
 SELECT

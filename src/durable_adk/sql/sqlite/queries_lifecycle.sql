@@ -590,30 +590,30 @@ SELECT
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
               CROSS JOIN runs x ON x.app_name = p.app_name AND x.user_id = p.user_id AND x.session_id = p.session_id) AS runs,
-       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+       EXISTS (SELECT 1 FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
               CROSS JOIN a2a_task_events x ON x.task_id = k.task_id) AS a2a_task_events,
-       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+       EXISTS (SELECT 1 FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
               CROSS JOIN a2a_push_outbox x ON x.task_id = k.task_id) AS a2a_push_outbox,
-       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+       EXISTS (SELECT 1 FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
               CROSS JOIN a2a_push_configs x ON x.task_id = k.task_id) AS a2a_push_configs,
-       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+       EXISTS (SELECT 1 FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
               CROSS JOIN a2a_messages x ON x.task_id = k.task_id) AS a2a_messages,
-       EXISTS (SELECT 1 FROM (SELECT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
+       EXISTS (SELECT 1 FROM (SELECT DISTINCT l.task_id FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
                AND (:user_id IS NULL OR user_id = :user_id)) p
-              CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
+      CROSS JOIN a2a_task_runs l ON l.app_name = p.app_name AND l.user_id = p.user_id AND l.session_id = p.session_id) k
               CROSS JOIN a2a_tasks x ON x.task_id = k.task_id) AS a2a_tasks,
        EXISTS (SELECT 1 FROM (SELECT pk, app_name, user_id, session_id FROM sessions
              WHERE app_name = :app_name AND purging_at IS NOT NULL
