@@ -59,6 +59,13 @@ DELETE FROM answer_claims
    AND invocation_id = :invocation_id AND call_id = :call_id AND ask = :ask
    AND run_id = :run_id;
 
+-- name: run_start_busy fragment
+-- Whether the session has a run RUNNING or QUEUED (run_start's question, in
+-- each column its answer decides).
+(SELECT EXISTS (SELECT 1 FROM runs
+                 WHERE app_name = :app_name AND user_id = :user_id
+                   AND session_id = :session_id AND status IN ('RUNNING', 'QUEUED')))
+
 -- name: run_start inline intake
 -- A new run in one unit of work, for the common case: the session row is made if
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
@@ -67,33 +74,25 @@ DELETE FROM answer_claims
 -- made here; the caller then knows its (empty) state without reading it.
 -- One row of VALUES, not INSERT ... SELECT: a SELECT that reads the table it
 -- inserts into is first copied into a temporary table (SQLite opens one per
--- run of the statement). Each (SELECT EXISTS ...) is the same question, asked
--- of the runs as they were before this row (each is evaluated once, before
--- the row goes in).
+-- run of the statement). Each run_start_busy is the same question, asked of
+-- the runs as they were before this row (each is evaluated once, before the
+-- row goes in).
 INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
                   owner, lease_until, epoch, attempts, next_attempt_at, created_at, updated_at,
                   app_version, app_fingerprint)
 VALUES (:run_id, :app_name, :user_id, :session_id, :invocation_id, :request,
-        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
-                                   WHERE app_name = :app_name AND user_id = :user_id
-                                     AND session_id = :session_id
-                                     AND status IN ('RUNNING', 'QUEUED')))
+        CASE WHEN
+-- use: run_start_busy
              THEN 'QUEUED' ELSE 'RUNNING' END,
         :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease,
-        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
-                                   WHERE app_name = :app_name AND user_id = :user_id
-                                     AND session_id = :session_id
-                                     AND status IN ('RUNNING', 'QUEUED')))
+        CASE WHEN
+-- use: run_start_busy
              THEN 0 ELSE 1 END,
-        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
-                                   WHERE app_name = :app_name AND user_id = :user_id
-                                     AND session_id = :session_id
-                                     AND status IN ('RUNNING', 'QUEUED')))
+        CASE WHEN
+-- use: run_start_busy
              THEN 0 ELSE 1 END,
-        CASE WHEN (SELECT EXISTS (SELECT 1 FROM runs
-                                   WHERE app_name = :app_name AND user_id = :user_id
-                                     AND session_id = :session_id
-                                     AND status IN ('RUNNING', 'QUEUED')))
+        CASE WHEN
+-- use: run_start_busy
              THEN 0 ELSE (julianday('now') - 2440587.5) * 86400.0 + :lease + :backoff END,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
         :app_version, :app_fingerprint);
