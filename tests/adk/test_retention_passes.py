@@ -8,6 +8,7 @@ calls are watched (the batch each mark asks for), nothing is timed.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from google.adk.agents import LlmAgent
@@ -36,6 +37,10 @@ def chatter(store: Store) -> DurableRunner:
 async def turn(runner: DurableRunner, session: str) -> None:
     async for _ in runner.run(user_id="u", session_id=session, message="hi"):
         pass
+    # The cut-offs are "now" on the database's clock, milliseconds on SQLite,
+    # and a session's last change is its event's timestamp: a session that
+    # changed in the purge's own millisecond is not yet before it.
+    await asyncio.sleep(0.01)
 
 
 async def test_the_purge_loop_keeps_its_pacer_and_its_batch_from_pass_to_pass(
