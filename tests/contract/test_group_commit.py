@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.adk.events.event import Event
+from google.genai import types
 
 from durable_adk import errors
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.faults import arm
 from durable_adk.store import Store, connect, open_store
 
@@ -290,3 +293,28 @@ async def test_many_runs_appending_at_once_all_land_in_fewer_commits(store_url: 
         assert [await _count_events(store, pk) for pk in pks] == [3] * 40
         # 120 units; grouped by turn (SQLite) or by connection (PostgreSQL).
         assert store.commits - before < 120
+
+
+async def test_two_appends_through_one_session_object_are_both_stored_in_order(
+    store_url: str,
+) -> None:
+    """The session service queues appends per object: group commit changes no order."""
+    async with _grouped(store_url) as store:
+        service = DurableSessionService(store)
+        session = await service.create_session(app_name="app", user_id="u", session_id="one")
+
+        def said(text: str) -> Event:
+            content = types.Content(role="model", parts=[types.Part(text=text)])
+            return Event(id=text, invocation_id="inv", author="agent", content=content)
+
+        async with _busy_pool(store):
+            first = asyncio.create_task(service.append_event(session, said("a")))
+            second = asyncio.create_task(service.append_event(session, said("b")))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        assert [getattr(r, "id", r) for r in results] == ["a", "b"]
+        loaded = await service.get_session(app_name="app", user_id="u", session_id="one")
+        assert loaded is not None and [e.id for e in loaded.events] == ["a", "b"]
+        assert [e.id for e in session.events] == ["a", "b"]
+        assert service._appending == {}  # the queue goes with its last append

@@ -31,6 +31,7 @@ What it guarantees:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -212,6 +213,9 @@ class DurableSessionService(BaseSessionService):
         self.snapshot_every = snapshot_every
         self._cache_size = cache_sessions
         self._cache: OrderedDict[_Key, _Cached] = OrderedDict()
+        # Appends in flight per session object (by id): the lock they queue on
+        # and how many hold or wait for it (the entry goes with the last).
+        self._appending: dict[int, tuple[asyncio.Lock, list[int]]] = {}
         self._pins: dict[_Key, int] = {}  # sessions a live run holds: never dropped
         self.live = LiveEvents()
         """Followers of a session's events in this process: each stored event is
@@ -819,8 +823,32 @@ class DurableSessionService(BaseSessionService):
 
     @override
     async def append_event(self, session: Session, event: Event) -> Event:
+        """Stores ``event`` at the end of ``session``'s log and on the object.
+
+        Two appends sent at once through one session object are written one
+        after the other, in the order they were sent, as ADK's own services
+        do (each reads the object's place in the log once the one before has
+        moved it); copies of a session in other objects or processes are
+        fenced by the store instead, and refused as stale.
+        """
         if event.partial:
             return event
+        ident = id(session)  # alive while this append is: its id names it
+        entry = self._appending.get(ident)
+        if entry is None:
+            entry = self._appending[ident] = (asyncio.Lock(), [0])
+        lock, holders = entry
+        holders[0] += 1
+        try:
+            async with lock:
+                return await self._append_in_turn(session, event)
+        finally:
+            holders[0] -= 1
+            if not holders[0]:
+                del self._appending[ident]
+
+    async def _append_in_turn(self, session: Session, event: Event) -> Event:
+        """:meth:`append_event`, once no other append through the same object is out."""
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         key = (session.app_name, session.user_id, session.id)
