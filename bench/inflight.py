@@ -54,7 +54,10 @@ event loop's queueing behind the other runs); database statements per run and
 per second (ours: every named query through ``store.fetch``; ADK's: SQLAlchemy
 ``before_cursor_execute``); our write transactions committed per run
 (``store.commits``: a group counts one); heartbeat statements per second; worker CPU per run
-(``time.process_time``: all the process's threads); RSS per run in flight
+(``time.process_time``: all the process's threads) and the part of it the cyclic
+garbage collector took (``gc.callbacks``, the collecting thread's CPU): with
+hundreds of runs in flight a full collection walks every object of every run,
+so it is a share of both contenders' CPU; RSS per run in flight
 (peak during the window minus before the runs started, over ``N``); leases lost.
 Then two and three DurableRunner worker processes on one PostgreSQL
 (``--worker-size`` runs in flight each): runs/s and the database server's CPU
@@ -67,6 +70,7 @@ import argparse
 import asyncio
 import contextlib
 import contextvars
+import gc
 import json
 import logging
 import math
@@ -414,6 +418,22 @@ class Driver:
             self.done_in_window += 1
 
 
+class CollectorClock:
+    """CPU seconds the cyclic garbage collector spends (its thread's), while ``on``."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.spent = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+        elif self.on:
+            self.spent += time.thread_time() - self._began
+
+
 async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     logging.basicConfig(level=logging.ERROR)
     warnings.simplefilter("ignore")
@@ -477,6 +497,8 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     rng.shuffle(slots)
     await asyncio.sleep(args.warmup)
     driver.measuring = True
+    collector = CollectorClock()
+    collector.on = True
     c0, s0, h0 = time.process_time(), driver.statements.total(), driver.statements.heartbeats()
     k0 = driver.commits()
     t0 = time.perf_counter()
@@ -495,6 +517,7 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
         await window()
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
+    collector.on = False
     statements = driver.statements.total() - s0
     commits = driver.commits() - k0
     heartbeats = driver.statements.heartbeats() - h0
@@ -535,6 +558,7 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "wall": wall,
         "cpu": cpu,
+        "gc_cpu": collector.spent,
         "statements": statements,
         "statements_per_run_drained": drained,
         "commits": commits,
@@ -885,6 +909,7 @@ def single_table(results: list[dict[str, Any]]) -> str:
                 f"{r['statements'] / r['wall']:.0f}" if database else "",
                 f"{r['heartbeats'] / r['wall']:.2f}" if durable else "",
                 per_run(fmt_ms(cpu)),
+                per_run(f"{r.get('gc_cpu', math.nan) / max(1, runs) * 1000:.2f} ms"),
                 per_run(fmt_ratio(vs)),
                 per_run(
                     f"{r['server_cpu'] / max(1, runs) * 1000:.2f} ms",
@@ -911,6 +936,7 @@ def single_table(results: list[dict[str, Any]]) -> str:
             "statements/s",
             "heartbeat statements/s",
             "worker CPU per run",
+            "of it, the collector",
             "CPU / in-memory",
             "PostgreSQL CPU per run",
             "RSS per run in flight",
