@@ -5,6 +5,8 @@ Run from the repository root::
     .venv/bin/python -m bench.runner            # full run (~1-2 minutes)
     .venv/bin/python -m bench.runner --quick    # smaller run (~30 s)
     .venv/bin/python -m bench.runner --write    # also rewrite its BENCHMARKS.md section
+    .venv/bin/python -m bench.runner --growth [--quick]  # one session, 200 (100) turns:
+                                                # CPU per run at the last turns over the first
 
 One run = a new session, the user's message, the model calls a Python tool,
 the tool answers, the model answers with text (a ScriptedModel of two steps;
@@ -47,14 +49,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import gc
 import logging
+import pstats
+import sys
 import tempfile
 import time
 import uuid
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +81,7 @@ from bench.common import (
     Replay,
     SameRows,
     Units,
+    argv_flags,
     bench_main,
     fmt_ms,
     fmt_ratio,
@@ -1008,7 +1014,157 @@ def collect(quick: bool = False) -> str:
         return asyncio.run(run(quick))
 
 
+# ------------------------------------------------------------------ growth
+
+GROWTH_WINDOW = 20
+"""How many turns each end of the growth figure takes its medians over."""
+
+
+GROWTH_PROFILED = 10
+"""How many more turns of ours are profiled at each end of the growth figure."""
+
+
+async def _own_time(turn: Callable[[], Awaitable[None]], runs: int) -> float:
+    """The time per run spent in durable_adk's own functions (cProfile's tottime)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        for _ in range(runs):
+            await turn()
+    finally:
+        profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    total = sum(
+        tottime
+        for (filename, _line, _name), (_cc, _nc, tottime, _ct, _callers) in stats.items()
+        if "/durable_adk/" in filename
+    )
+    return float(total) / runs
+
+
+def _growth_app(turns: int) -> App:
+    """The bench's App with a script for ``turns`` turns of one session (call, then text)."""
+    app = make_app()
+    agent = app.root_agent
+    assert isinstance(agent, LlmAgent)
+    steps = [Call("lookup_order", {"order_id": "A1042"}), Say(_MODEL_TEXT)] * (
+        turns + 2 * GROWTH_PROFILED
+    )
+    agent.model = ScriptedModel(steps)
+    return app
+
+
+async def growth(turns: int) -> str:
+    """Per-run CPU at the first and last turns of one long session, ours beside ADK's.
+
+    Two sessions, one per contender (ADK's Runner with InMemorySessionService,
+    DurableRunner with barrier commits on SQLite), each driven for ``turns``
+    one-tool turns; the contenders alternate turn by turn, the order rotated
+    each turn. Each run's process CPU (``time.process_time()``) is taken;
+    the figure is the median of the first and of the last
+    :data:`GROWTH_WINDOW` turns. What a run costs that grows with the
+    conversation's length shows as the last window over the first; ADK's
+    own growth (it builds each model request from the whole session, and its
+    in-memory service copies the session on every read) is the reference.
+    """
+    cpu: dict[str, list[float]] = {IN_MEMORY: [], "DurableRunner (sqlite)": []}
+    own: list[float] = []
+    events: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-growth-") as tmp:
+        async with open_store(f"sqlite:///{Path(tmp) / 'growth.db'}") as store:
+            memory = InMemorySessionService()
+            adk = Runner(app=_growth_app(turns), session_service=memory)
+            adk_session = (await memory.create_session(app_name=APP, user_id=USER)).id
+            ours = DurableRunner(
+                app=_growth_app(turns), store=store, worker_id="bench-growth", commits="barrier"
+            )
+            our_session = uuid.uuid4().hex
+
+            async def adk_turn() -> None:
+                async for _ in adk.run_async(
+                    user_id=USER, session_id=adk_session, new_message=_message()
+                ):
+                    pass
+
+            async def our_turn() -> None:
+                async for _ in ours.run(user_id=USER, session_id=our_session, message=_message()):
+                    pass
+
+            turns_of = {IN_MEMORY: adk_turn, "DurableRunner (sqlite)": our_turn}
+            w = min(GROWTH_WINDOW, turns // 2)
+            for turn in range(turns):
+                for name in rotate(list(turns_of), turn):
+                    c0 = time.process_time()
+                    await turns_of[name]()
+                    cpu[name].append(time.process_time() - c0)
+                if turn == w - 1 or turn == turns - 1:
+                    # Our own code's time (cProfile's tottime of durable_adk's
+                    # functions) over a few more turns of ours, at this end.
+                    own.append(await _own_time(our_turn, GROWTH_PROFILED))
+                if turn % 50 == 49:
+                    print(f"  turn {turn + 1}/{turns}", flush=True)
+            adk_stored = await memory.get_session(
+                app_name=APP, user_id=USER, session_id=adk_session
+            )
+            our_stored = await ours.sessions.get_session(
+                app_name=APP, user_id=USER, session_id=our_session
+            )
+            events[IN_MEMORY] = len(adk_stored.events) if adk_stored else -1
+            events["DurableRunner (sqlite)"] = len(our_stored.events) if our_stored else -1
+    first = {n: median(v[:w]) for n, v in cpu.items()}
+    last = {n: median(v[-w:]) for n, v in cpu.items()}
+    ours_name = "DurableRunner (sqlite)"
+    rows = [
+        [
+            n,
+            fmt_ms(first[n]),
+            fmt_ms(last[n]),
+            fmt_ratio(last[n] / first[n]),
+            str(events[n]),
+        ]
+        for n in cpu
+    ]
+    rows.append(
+        [
+            f"durable_adk's own time (cProfile tottime, {GROWTH_PROFILED} more runs)",
+            fmt_ms(own[0]),
+            fmt_ms(own[1]),
+            fmt_ratio(own[1] / own[0]),
+            "",
+        ]
+    )
+    rows.append(
+        [
+            "ours / ADK's",
+            fmt_ratio(first[ours_name] / first[IN_MEMORY]),
+            fmt_ratio(last[ours_name] / last[IN_MEMORY]),
+            "",
+            "",
+        ]
+    )
+    table = md_table(
+        [
+            "contender",
+            f"CPU per run, turns 1-{w}",
+            f"CPU per run, turns {turns - w + 1}-{turns}",
+            "last / first",
+            "events stored",
+        ],
+        rows,
+    )
+    print(f"\n{table}\n", flush=True)
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--growth" in args:
+        # Growth with a conversation's length: one session, many turns (no --write).
+        args.remove("--growth")
+        quick, _write = argv_flags(args)
+        with quiet():
+            asyncio.run(growth(100 if quick else 200))
+        return
     bench_main("runner", collect, argv)
 
 
