@@ -42,6 +42,7 @@ from durable_adk.adk.eventlog.classify import (
     recover_invocation_id,
     replay_blockers,
 )
+from durable_adk.adk.eventlog.events import LogIndex
 from durable_adk.testing.scripted_model import Call, Fail, Say, ScriptedModel
 
 N = OrphanClass.NOT_STARTED
@@ -753,3 +754,37 @@ def test_the_done_test_follows_the_agent_that_owns_a_later_turn() -> None:
     # Without following the owner, the specialist's answer looks unfinished (re-asked).
     legacy = classify(events, second, root_agent_name="triage")
     assert legacy.cls is M
+
+
+@FAST
+@given(
+    st.lists(st.sampled_from(["inv", "x", "y"]), min_size=1, max_size=5),
+    st.data(),
+    st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["inv", "x", "y", "gone"]))),
+    st.integers(0, 60),
+)
+def test_the_invocations_tail_classifies_as_the_whole_log(
+    order: list[str], data: st.DataObject, rewinds: list[Any], indexed: int
+) -> None:
+    # An invocation may come back later in the log (an answer continues it),
+    # rewinds may name one that started before it, or before the tail; the
+    # log is indexed up to ``indexed`` events, the rest comes as ``later``.
+    events: list[Event] = []
+    for k, inv in enumerate(order):
+        part = data.draw(invocation_logs(inv))
+        events += [e.model_copy(update={"id": f"{inv}{k}-{i}"}) for i, e in enumerate(part)]
+    for n, (pos, target) in enumerate(sorted(rewinds, reverse=True)):
+        events.insert(min(pos, len(events)), mk(f"rw{n}", "user", rewind=target))
+    cut = min(indexed, len(events))
+    index = LogIndex().catch_up(events[:cut])
+    assert index.size == cut and index.ids == {e.id for e in events[:cut]}
+    for inv in ("inv", "x", "y", "gone"):
+        start = index.tail_start(inv, events[cut:])
+        tail = events[start:]
+        assert all(e.invocation_id != inv for e in events[:start])
+        assert [e.id for e in live_events(tail) if e.invocation_id == inv] == [
+            e.id for e in live_events(events) if e.invocation_id == inv
+        ]
+        assert classify(tail, inv, root_agent_name="payer") == classify(
+            events, inv, root_agent_name="payer"
+        )

@@ -491,26 +491,30 @@ class Driver:
         )
 
     async def _events_at_end(self, drive: Drive, seen: list[Event]) -> list[Event]:
-        """The session's events after the drive, the batch's unwritten last ones included.
+        """The session's events after the drive that decide its invocation, the batch's
+        unwritten last ones included.
 
-        The cache holds every event this run wrote (we hold the session); the
-        store is read only when the cache dropped it.
+        The cache holds every event this run wrote (we hold the session): the
+        part of its log from the invocation's first event on
+        (:meth:`~durable_adk.adk.services.sessions.DurableSessionService.invocation_log`)
+        is what the classification, the inbox and a dead letter read, the same
+        verdict as the whole log gives, at the cost of the invocation alone.
+        The store is read (the whole log) only when the cache dropped it.
         """
         path, run = self.path, drive.run
         key = (run.app_name, run.user_id, run.session_id)
-        events = path.sessions.cached_events(key)
-        if events is None:
-            # A plain read, not a barrier: the batch is still to join the finish.
-            with using_batch(None):
-                session = await path.sessions.get_session(
-                    app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-                )
-            if session is None:
-                return list(seen)  # every event the drive produced, the unwritten ones too
-            events = list(session.events)
-        if drive.batch is not None:
-            events.extend(p.event for p in drive.batch.pending)  # never in the store or cache yet
-        return events
+        pending = [p.event for p in drive.batch.pending] if drive.batch is not None else []
+        tail = path.sessions.invocation_log(key, run.invocation_id, pending)
+        if tail is not None:
+            return tail
+        # A plain read, not a barrier: the batch is still to join the finish.
+        with using_batch(None):
+            session = await path.sessions.get_session(
+                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
+            )
+        if session is None:
+            return list(seen)  # every event the drive produced, the unwritten ones too
+        return [*session.events, *pending]  # the batch's: never in the store or cache yet
 
     async def _finish_with_last_events(
         self,

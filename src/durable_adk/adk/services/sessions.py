@@ -56,7 +56,7 @@ from typing_extensions import override
 
 from durable_adk import errors
 from durable_adk.adk.commits.barrier import EventBatch, Pending, current_batch
-from durable_adk.adk.eventlog.events import open_invocation_id
+from durable_adk.adk.eventlog.events import LogIndex, open_invocation_id
 from durable_adk.adk.eventlog.live import LiveEvents, Stored
 from durable_adk.adk.eventlog.stored import load_event, load_events
 from durable_adk.adk.eventlog.unreadable import READ_ERRORS, placeholder, reason_of
@@ -83,7 +83,9 @@ class _Cached:
     written; ``trusted`` lets the next read serve this entry without a round
     trip (see :meth:`DurableSessionService.trust_next_read`); ``repairs`` is
     the session row's count of repaired events when read (a repair rewrites an
-    event in place, so an entry read before it is dropped).
+    event in place, so an entry read before it is dropped). ``index`` says what
+    ``events`` holds (ids, where each invocation starts), built when first
+    needed and caught up with ``events`` at each use (:func:`_index_of`).
     """
 
     pk: int
@@ -95,6 +97,32 @@ class _Cached:
     update_time: float = 0.0
     trusted: bool = False
     repairs: int = 0
+    index: LogIndex | None = None
+
+
+def _index_of(cached: _Cached) -> LogIndex:
+    """The index of a cached log, brought up to its last event (O(events since its last use))."""
+    if cached.index is None:
+        cached.index = LogIndex()
+    return cached.index.catch_up(cached.events)
+
+
+def _mirrors(events: list[Event], cached: _Cached, pending: Sequence[Pending], seq: int) -> bool:
+    """Whether a session object at ``seq`` holds the cached log followed by the batch's events.
+
+    What ADK does with a session it read from this service: it appends each
+    event to the object's own list as the service buffers it. The first
+    and last events and the count are checked; a list edited some other way
+    (a partial read, events appended through another service) does not pass.
+    """
+    logged, held = len(cached.events), len(pending)
+    if len(events) != logged + held or seq != (pending[-1].seq if held else cached.seq):
+        return False
+    if not events:
+        return True
+    first = cached.events[0] if logged else pending[0].event
+    last = pending[-1].event if held else cached.events[-1]
+    return events[0] is first and events[-1] is last
 
 
 _EVENT_COLUMNS = ("seq", "event_id", "invocation_id", "author", "timestamp", "delta", "data")
@@ -340,6 +368,25 @@ class DurableSessionService(BaseSessionService):
         cached = self._cache.get(key)
         if cached is not None:
             cached.trusted = False
+
+    def invocation_log(
+        self, key: _Key, invocation_id: str, later: Sequence[Event] = ()
+    ) -> list[Event] | None:
+        """The part of ``key``'s cached log, then ``later``, that decides ``invocation_id``.
+
+        The log from the invocation's first event on (from further back when
+        a rewind there names an invocation that started earlier:
+        :meth:`~durable_adk.adk.eventlog.events.LogIndex.tail_start`):
+        classifying the invocation on it gives what the whole log gives, at
+        the cost of the invocation's own events, however long the session.
+        ``later`` are events after the cached ones (a batch not yet written).
+        None when the session is not cached.
+        """
+        cached = self._cache.get(key)
+        if cached is None:
+            return None
+        start = _index_of(cached).tail_start(invocation_id, later)
+        return [*cached.events[start:], *later[max(0, start - len(cached.events)) :]]
 
     def cached_events(self, key: _Key) -> list[Event] | None:
         """The cached log of ``key`` (every event up to the last read or write), if cached.
@@ -1022,6 +1069,22 @@ class DurableSessionService(BaseSessionService):
         elif cached is not None:
             self._forget(key)
 
+    def _holds(self, batch: EventBatch, session: Session, pk: int, seq: int, event_id: str) -> bool:
+        """Whether ``session`` (at ``seq``) holds an event of this id.
+
+        A session object that holds the cached log and the batch's events
+        (the one ADK drives) is answered from the cache's index; any other is
+        searched.
+        """
+        cached = self._cache.get(batch.key)
+        if (
+            cached is not None
+            and cached.pk == pk
+            and _mirrors(session.events, cached, batch.pending, seq)
+        ):
+            return event_id in _index_of(cached).ids
+        return any(e.id == event_id for e in reversed(session.events))
+
     async def _buffer(
         self,
         batch: EventBatch,
@@ -1038,7 +1101,7 @@ class DurableSessionService(BaseSessionService):
         """Holds an append in the drive's batch; the session object moves on at once.
 
         ``fence`` is the event's :func:`run_fence_of`."""
-        if batch.holds(event.id) or any(e.id == event.id for e in reversed(session.events)):
+        if batch.holds(event.id) or self._holds(batch, session, pk, new_seq - 1, event.id):
             return event  # re-appending an event the session holds: a no-op, as in the store
         # Refused now, as the store would refuse it at once: nothing is buffered.
         _shared_json(app_delta, "app")
