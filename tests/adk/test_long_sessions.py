@@ -1,12 +1,13 @@
 """A run's cost does not grow with its conversation's length, on both backends.
 
-Two things a run does per event or per run used to walk the whole session:
+Three things a run does per event or per run used to walk the whole session:
 the check that an append inside a drive is not an event the session already
-holds (a re-append is a no-op), and the classification of the run's
-invocation when the drive ends. The first is answered from the cached log's
-index when the session object is the one the service handed out (else the
-object's own events are searched, as before); the second reads the log from
-the invocation's first event on. What each says must not change: the tests
+holds (a re-append is a no-op), the search for unreadable events when a run
+starts, and the classification of the run's invocation when the drive ends.
+The first two are answered from the cached log's index (the first when the
+session object is the one the service handed out; any other object's own
+events are searched, as before); the last reads the log from the
+invocation's first event on. What each says must not change: the tests
 below pin the no-op after a reload, a copy, a rewind, a partial read and an
 append made through another service.
 """
@@ -27,6 +28,7 @@ from google.genai import types
 from durable_adk import DurableRunner, RunStatus
 from durable_adk.adk.commits.barrier import EventBatch, using_batch
 from durable_adk.adk.eventlog.classify import Classification
+from durable_adk.adk.runs import driver
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import Store
 from durable_adk.tables.ledger import RunLedger
@@ -217,3 +219,28 @@ async def test_a_drives_end_classifies_its_invocation_not_the_whole_session(
     assert len(session.events) == sum(per_invocation) > per_invocation[-1]
     assert [found.invocation_id for _, found in given] == [r.invocation_id for r in runs]
     assert all(found.cls == "ACTUALLY_DONE" for _, found in given)
+
+
+async def test_a_runs_start_looks_up_unreadable_events_without_walking_the_session(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turns = 3
+    model = ScriptedModel([Call("lookup", {"order": "A1"}), Say("It has shipped.")] * turns)
+    runner = DurableRunner(
+        app=LlmAgent(name="clerk", model=model, tools=[lookup]), app_name=APP, store=store
+    )
+    looked_at: list[int] = []
+    decide = driver.unreadable_ending
+
+    def spy(run: Any, events: Any) -> Any:
+        looked_at.append(len(events))
+        return decide(run, events)
+
+    monkeypatch.setattr(driver, "unreadable_ending", spy)
+    for _ in range(turns):
+        async for _event in runner.run(user_id="u", session_id="c2", message="Where is A1?"):
+            pass
+    # Each start was handed the log's unreadable events (none), not the log.
+    assert looked_at == [0] * turns
+    runs = await runner.ledger.list_runs()
+    assert [r.status for r in runs] == [RunStatus.DONE] * turns

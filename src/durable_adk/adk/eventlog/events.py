@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from google.adk.events.event import Event
 
+from durable_adk.adk.eventlog.unreadable import is_unreadable
+
 
 def is_checkpoint_only(event: Event) -> bool:
     """True for an event that only records agent progress (no content, no calls).
@@ -58,15 +60,18 @@ class LogIndex:
         ids: Every event id of the indexed events.
         first: Each invocation id's first event, by its place in the log.
         rewinds: ``(place, invocation id)`` of each rewind event, in log order.
+        unreadable: The places of the stand-ins of unreadable rows
+            (:func:`durable_adk.adk.eventlog.unreadable.is_unreadable`), in log order.
         size: How many events are indexed (the first ``size`` of the log).
     """
 
-    __slots__ = ("first", "ids", "rewinds", "size")
+    __slots__ = ("first", "ids", "rewinds", "size", "unreadable")
 
     def __init__(self) -> None:
         self.ids: set[str] = set()
         self.first: dict[str, int] = {}
         self.rewinds: list[tuple[int, str]] = []
+        self.unreadable: list[int] = []
         self.size = 0
 
     def catch_up(self, events: Sequence[Event]) -> LogIndex:
@@ -86,6 +91,8 @@ class LogIndex:
         target = event.actions.rewind_before_invocation_id
         if target:
             self.rewinds.append((place, target))
+        if is_unreadable(event):
+            self.unreadable.append(place)
         self.size = place + 1
 
     def tail_start(self, invocation_id: str, later: Sequence[Event] = ()) -> int:

@@ -610,20 +610,18 @@ class Driver:
         """The run parked on its session's unreadable events, or None (the usual case).
 
         The read is the one ADK would make next: once done, ADK's is
-        answered from the cache (:meth:`trust_next_read`).
+        answered from the cache (:meth:`trust_next_read`). The cached log's
+        index names the unreadable events: no walk of the log, no Session built.
         """
         path, run = self.path, drive.run
         key = (run.app_name, run.user_id, run.session_id)
-        events = path.sessions.trusted_events(key)
-        if events is None:
-            session = await path.sessions.get_session(
-                app_name=run.app_name, user_id=run.user_id, session_id=run.session_id
-            )
+        trusted = path.sessions.trusted_events(key) is not None
+        # Trusted: the log ADK's read, next, is served from (a run just claimed
+        # as it was recorded, or a recovery's claim that read it): nothing to read.
+        found = await path.sessions.unreadable_events(key)
+        if not trusted:
             path.sessions.trust_next_read(key)
-            events = session.events if session is not None else []
-        # else: the log ADK's read, next, is served from (a run just claimed as
-        # it was recorded, or a recovery's claim that read it): nothing to read.
-        return unreadable_ending(run, events)
+        return unreadable_ending(run, found or [])
 
     async def _message_for(
         self, drive: Drive, message: types.Content, *, resume: bool

@@ -182,6 +182,10 @@ def run_fence_of(event: Event) -> dict[str, Any]:
     return {"run_id": None, "run_epoch": None}
 
 
+class _Reread(Exception):
+    """The cached copy of a session is of an earlier life of it (dropped): read it whole."""
+
+
 class _Sealed(Exception):
     """A stored event sealed under a key this process does not hold (its reason)."""
 
@@ -512,20 +516,43 @@ class DurableSessionService(BaseSessionService):
         if partial and cached is None:
             assert config is not None
             return await self._get_partial(key, config)
+        try:
+            entry = await self._read_entry(key, cached)
+        except _Reread:
+            return await self.get_session(
+                app_name=app_name, user_id=user_id, session_id=session_id, config=config
+            )
+        if entry is None:
+            return None
+        events = _select(entry.events, config) if config is not None else list(entry.events)
+        return self._build(
+            key,
+            pk=entry.pk,
+            seq=entry.seq,
+            events=events,
+            state=entry.state,
+            app_state=_loads_state(entry.app_state),
+            user_state=_loads_state(entry.user_state),
+            update_time=entry.update_time,
+        )
+
+    async def _read_entry(self, key: _Key, cached: _Cached | None) -> _Cached | None:
+        """The session as the store has it now, cached (None: no such session).
+
+        With ``cached``, only the events after it are read, in the round trip
+        that checks the session row; :class:`_Reread` when ``cached`` turns out
+        to be of an earlier life of the session (dropped: read it again).
+        """
         # What the cache held when the read was sent: an append of this process
         # landing while the read is in flight extends the cached entry in
-        # place, and its event is in the rows too; the read builds on this
-        # copy, never on the entry as it is when the rows come back.
+        # place, and its event is in the rows too; the read builds on the
+        # log's first ``held`` events and this state, never on the entry as it
+        # is when the rows come back (a log only grows at its end).
         since = cached.seq if cached else 0
-        base = (list(cached.events), dict(cached.state)) if cached else None
+        base = (len(cached.events), dict(cached.state)) if cached else None
         rows = await self.store.fetch(
             "load_session_tail",
-            {
-                "app_name": app_name,
-                "user_id": user_id,
-                "session_id": session_id,
-                "since_seq": since,
-            },
+            {"app_name": key[0], "user_id": key[1], "session_id": key[2], "since_seq": since},
         )
         if not rows:
             self._forget(key)
@@ -539,30 +566,44 @@ class DurableSessionService(BaseSessionService):
             # The session was deleted and created again since we cached it, or
             # an operator repaired one of its events (rewritten in place).
             self._forget(key)
-            return await self.get_session(
-                app_name=app_name, user_id=user_id, session_id=session_id, config=config
-            )
+            raise _Reread
         entry = await self._entry_of(
             key, head, [r for r in rows if r["seq"] is not None], cached, since, base
         )
         if entry.seq != last_seq:
             raise errors.StoreError(
-                f"session {session_id!r} log has a gap: read up to {entry.seq}, row says {last_seq}"
+                f"session {key[2]!r} log has a gap: read up to {entry.seq}, row says {last_seq}"
             )
         current = self._cache.get(key)
         if current is None or current is cached or current.seq <= entry.seq:
             self._remember(key, entry)  # never over an entry an append moved past the read
-        events = _select(entry.events, config) if config is not None else list(entry.events)
-        return self._build(
-            key,
-            pk=pk,
-            seq=last_seq,
-            events=events,
-            state=entry.state,
-            app_state=_loads_state(entry.app_state),
-            user_state=_loads_state(entry.user_state),
-            update_time=entry.update_time,
-        )
+        return entry
+
+    async def unreadable_events(self, key: _Key) -> list[Event] | None:
+        """The stand-ins of ``key``'s unreadable rows (:mod:`durable_adk.adk.eventlog.unreadable`).
+
+        From the cached log when the next read may be served from it
+        (:meth:`trust_next_read`), else read as :meth:`get_session` reads it
+        (only what is new since the cached copy), and cached; the cached
+        log's index names them (no walk of the log, no Session built).
+        None when there is no such session.
+        """
+        check_id("app_name", key[0])
+        check_id("user_id", key[1])
+        check_id("session_id", key[2])
+        batch = current_batch()
+        if batch is not None and batch.key == key and batch.service is self:
+            await self.flush_batch(batch)  # a read is a barrier, as get_session's
+        cached = self._cache.get(key)
+        entry = cached if cached is not None and cached.trusted else None
+        if entry is None:
+            try:
+                entry = await self._read_entry(key, cached)
+            except _Reread:
+                entry = await self._read_entry(key, None)
+        if entry is None:
+            return None
+        return [entry.events[place] for place in _index_of(entry).unreadable]
 
     async def _entry_of(
         self,
@@ -571,16 +612,17 @@ class DurableSessionService(BaseSessionService):
         rows: Sequence[Row],
         cached: _Cached | None = None,
         since: int = 0,
-        base: tuple[list[Event], dict[str, Any]] | None = None,
+        base: tuple[int, dict[str, Any]] | None = None,
     ) -> _Cached:
         """The cache entry of a session read: its row ``head`` and its events after ``since``.
 
         ``head`` has the columns of ``load_session_tail``'s session row (``pk``,
         ``initial_state``, ``update_time``, ``repairs``, ``app_state``,
         ``user_state``), ``rows`` the events read (``seq``, ``data``, in order;
-        sealed values are opened here). ``base`` is the cached log and state the
-        tail extends (None: the rows are the whole log); with no new event the
-        entry ``cached`` itself comes back, its shared state brought up to date.
+        sealed values are opened here). ``base`` is how many events of
+        ``cached``'s log and which state the tail extends (None: the rows are
+        the whole log); with no new event the entry ``cached`` itself comes
+        back, its shared state brought up to date.
         The caller checks the entry's ``seq`` against the row's ``last_seq``.
         """
         pk = int(head["pk"])
@@ -588,7 +630,10 @@ class DurableSessionService(BaseSessionService):
         if base is not None and not tail and cached is not None and cached.seq == since:
             entry = cached
         else:
-            events, state = base or ([], _loads_state(await self._initial(key, head)))
+            if base is not None and cached is not None:
+                events, state = cached.events[: base[0]], base[1]
+            else:
+                events, state = [], _loads_state(await self._initial(key, head))
             entry = _Cached(
                 pk=pk,
                 seq=int(rows[-1]["seq"]) if tail else since,
