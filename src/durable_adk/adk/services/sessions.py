@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 import uuid
 from collections import OrderedDict
@@ -201,14 +200,13 @@ def _marker(pk: int, seq: int) -> str:
     return f"{pk}:{seq}"
 
 
-_MARKER = re.compile(r"(\d+):(\d+)")
-
-
 def _parse_marker(marker: str | None) -> tuple[int, int] | None:
     # Only our own "pk:seq" markers; another service's marker (ADK's
     # DatabaseSessionService stores a timestamp) falls back to the events.
-    match = _MARKER.fullmatch(marker or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    # (Decimal digits on both sides of one colon: what r"\d+:\d+" matches,
+    # without a regular expression on every append.)
+    pk, colon, seq = (marker or "").partition(":")
+    return (int(pk), int(seq)) if colon and pk.isdecimal() and seq.isdecimal() else None
 
 
 _STALE = "The session has been modified in storage since it was loaded"
