@@ -32,7 +32,7 @@ from google.adk.apps import App
 from bench.common import bench_main, fmt_ms, fmt_ratio, md_table, quiet, rotate, verdict
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import Codec, column
+from durable_adk.store.sealing.codec import Codec, column
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.pg_cluster import TempPostgres
 

@@ -43,9 +43,9 @@ from durable_adk.adk.runner import DurableRunner
 from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
 from durable_adk.lifecycle.purge import A2A_STEPS
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import COLUMNS, envelope_key
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
+from durable_adk.store.sealing.codec import COLUMNS, envelope_key
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import Say, ScriptedModel
 

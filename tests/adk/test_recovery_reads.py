@@ -38,7 +38,7 @@ from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import envelope_key
+from durable_adk.store.sealing.codec import envelope_key
 from durable_adk.store.sqlite import arguments, run_unit
 from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel

@@ -44,9 +44,9 @@ from durable_adk.adk.runner import DurableRunner
 from durable_adk.cli import app as cli_app
 from durable_adk.lifecycle import RetentionPolicy, purge
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import KEY_FILE_ENV, envelope_key
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
+from durable_adk.store.sealing.codec import KEY_FILE_ENV, envelope_key
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.tables.versions import VersionTable

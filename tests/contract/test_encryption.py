@@ -28,9 +28,9 @@ from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import COLUMNS, KEY_FILE_ENV, MARK, envelope_key
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate, shred_user
+from durable_adk.store.sealing.codec import COLUMNS, KEY_FILE_ENV, MARK, envelope_key
 from durable_adk.tables.interrupts import InterruptKind, InterruptTable
 from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.journal import Attempt, Journal

@@ -34,9 +34,9 @@ from durable_adk.adk.services.repairs import repair_event, repairs_of, unreadabl
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
 from durable_adk.store import Keyring, Store, open_store
-from durable_adk.store.codec import KEY_FILE_ENV, MARK, column, envelope_key, lenient_reads
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
+from durable_adk.store.sealing.codec import KEY_FILE_ENV, MARK, column, envelope_key, lenient_reads
 from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 

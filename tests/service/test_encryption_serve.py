@@ -25,8 +25,8 @@ from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app
 from durable_adk.store import Keyring, open_store
-from durable_adk.store.codec import KEY_FILE_ENV, envelope_key
 from durable_adk.store.queries import parse_queries
+from durable_adk.store.sealing.codec import KEY_FILE_ENV, envelope_key
 from durable_adk.tables.ledger import RunLedger
 
 SECRET = "lamps-SECRET-99"

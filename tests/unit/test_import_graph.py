@@ -153,7 +153,7 @@ FLOORS: list[set[str]] = [
         "durable_adk.cron",
         "durable_adk.versions",
     },
-    {"durable_adk.store"},
+    {"durable_adk.store", "durable_adk.store.sealing"},
     {"durable_adk.schedules"},
     {"durable_adk.tables", "durable_adk.a2a_tables"},
     {"durable_adk.lifecycle"},

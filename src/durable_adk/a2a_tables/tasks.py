@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from durable_adk import errors
 from durable_adk.store.base import Row, Store
-from durable_adk.store.codec import seal_value
+from durable_adk.store.sealing.codec import seal_value
 
 TERMINAL_STATES = frozenset(
     {

@@ -36,8 +36,8 @@ from durable_adk.cli.recover import register as register_recover
 from durable_adk.cli.schedules import register as register_schedules
 from durable_adk.cli.versions import register as register_versions
 from durable_adk.store import DEFAULT_URL, connect, latest_version, upgrade
-from durable_adk.store.codec import KEY_FILE_ENV, Keyring
 from durable_adk.store.migrate import redact
+from durable_adk.store.sealing.codec import KEY_FILE_ENV, Keyring
 
 app = typer.Typer(
     add_completion=False,

@@ -200,7 +200,7 @@ def choice(value: str | None, option: str, choices: list[str]) -> str | None:
 async def _source(db: str | None, url: str | None, token: str | None) -> AsyncIterator[OpsSource]:
     from durable_adk.cli.client import HttpOps, StoreOps
     from durable_adk.store import open_store
-    from durable_adk.store.codec import lenient_reads
+    from durable_adk.store.sealing.codec import lenient_reads
 
     if url:
         if not token:

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from durable_adk import errors
-from durable_adk.store.codec import lenient_reads
+from durable_adk.store.sealing.codec import lenient_reads
 
 logger = logging.getLogger("durable_adk.service")
 
@@ -90,7 +90,7 @@ def bearer_guard(token: str) -> Callable[..., Awaitable[None]]:
 class ViewReads:
     """ASGI middleware: a ``GET`` (a view: dashboard, listings, event streams) reads
     values sealed under a key this worker does not hold as a placeholder naming
-    the key (:func:`~durable_adk.store.codec.lenient_reads`) instead of failing;
+    the key (:func:`~durable_adk.store.sealing.codec.lenient_reads`) instead of failing;
     every other request, and every run, still fails on such a value."""
 
     def __init__(self, app: ASGIApp) -> None:

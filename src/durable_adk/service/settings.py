@@ -18,7 +18,7 @@ from durable_adk.adk.loops.every import require_positive
 from durable_adk.adk.runs.policy import DEFAULT_POLICY, SyncTools, check_sync_tools
 from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, PayloadLimits
-from durable_adk.store.codec import Keyring, keyring_from_env
+from durable_adk.store.sealing.codec import Keyring, keyring_from_env
 
 if TYPE_CHECKING:
     from durable_adk.adk.services.app_services import AppServices

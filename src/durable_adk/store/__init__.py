@@ -18,8 +18,8 @@ from urllib.parse import parse_qsl, unquote
 from durable_adk import errors
 from durable_adk.limits import PayloadLimits
 from durable_adk.store.base import Params, Row, Store
-from durable_adk.store.codec import Codec, Keyring, keyring_from_env
 from durable_adk.store.migrate import check_schema, latest_version, upgrade
+from durable_adk.store.sealing.codec import Codec, Keyring, keyring_from_env
 from durable_adk.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:

@@ -18,7 +18,9 @@ from typing import Any
 
 from durable_adk import errors
 from durable_adk.limits import DEFAULT_LIMITS, PayloadLimits
-from durable_adk.store.codec import (
+from durable_adk.store.outage import StoreHealth, current_patience, may_send_again
+from durable_adk.store.queries import Query
+from durable_adk.store.sealing.codec import (
     MARK,
     SEALED_PARAMS,
     SEALED_TOO,
@@ -26,8 +28,6 @@ from durable_adk.store.codec import (
     open_rows,
     seal_params,
 )
-from durable_adk.store.outage import StoreHealth, current_patience, may_send_again
-from durable_adk.store.queries import Query
 from durable_adk.store.wakeups import Wakeups
 
 _sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
@@ -125,7 +125,7 @@ class Store(abc.ABC):
     (:mod:`durable_adk.limits`; set by ``open_store(..., limits=...)``)."""
 
     codec: Codec | None = None
-    """Seals and opens the payload columns (:mod:`durable_adk.store.codec`);
+    """Seals and opens the payload columns (:mod:`durable_adk.store.sealing.codec`);
     None: values are written in clear (sealed ones still fail clearly)."""
 
     _queries: dict[str, Query]
@@ -212,7 +212,7 @@ class Store(abc.ABC):
     async def fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         """Runs a named query and returns all its rows.
 
-        Sealed values (:mod:`durable_adk.store.codec`) come back opened when
+        Sealed values (:mod:`durable_adk.store.sealing.codec`) come back opened when
         their row names them.
 
         Inside a drive that holds its lease (:func:`~durable_adk.store.outage.using_patience`)

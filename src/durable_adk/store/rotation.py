@@ -1,6 +1,6 @@
 """Key rotation, key status and crypto-shredding over the encrypted columns.
 
-:func:`rotate` moves every value of :data:`~durable_adk.store.codec.COLUMNS`
+:func:`rotate` moves every value of :data:`~durable_adk.store.sealing.codec.COLUMNS`
 that is in clear or sealed under an older keyring key to the keyring's first
 key, in bounded batches that walk each table in its key order (no batch
 re-reads what an earlier one passed), while runs keep writing: each value is
@@ -8,7 +8,7 @@ replaced by one conditional statement that names the ciphertext it read
 (``... WHERE <row> AND <column> = :old``), so a row a run rewrote meanwhile
 keeps the run's value (which is already sealed under the first key). Killed
 half-way, it is simply run again: what is done is skipped. The shared
-``app:``/``user:`` state (:data:`~durable_adk.store.codec.STATE_COLUMNS`) is
+``app:``/``user:`` state (:data:`~durable_adk.store.sealing.codec.STATE_COLUMNS`) is
 sealed value by value: its rows are swapped whole, each by the same
 conditional statement, and a row a run merged into meanwhile is read again
 and redone (its other values may still be on an older key). Users' data keys
@@ -32,7 +32,8 @@ from typing import Any
 from durable_adk import errors
 from durable_adk.faults import crash_point
 from durable_adk.store.base import Store
-from durable_adk.store.codec import (
+from durable_adk.store.queries import parse_queries
+from durable_adk.store.sealing.codec import (
     COLUMNS,
     MARK,
     STATE_COLUMNS,
@@ -43,7 +44,6 @@ from durable_adk.store.codec import (
     state_envelope,
     user_key_id,
 )
-from durable_adk.store.queries import parse_queries
 
 __all__ = ["CLEAR", "RotationReport", "key_status", "rotate", "shred_user"]
 

@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from durable_adk.store.base import Row, Store
-from durable_adk.store.codec import seal_value
+from durable_adk.store.sealing.codec import seal_value
 from durable_adk.tables.ledger import Run
 
 

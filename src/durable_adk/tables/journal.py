@@ -56,7 +56,7 @@ from typing import Any, Protocol
 from durable_adk import errors
 from durable_adk.faults import crash_point
 from durable_adk.store.base import Row, Store
-from durable_adk.store.codec import open_value
+from durable_adk.store.sealing.codec import open_value
 
 Act = Callable[[str], Awaitable[Any]]
 Lookup = Callable[[str], Awaitable[Any]]

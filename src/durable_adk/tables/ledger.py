@@ -33,7 +33,7 @@ from typing import Any
 from durable_adk import errors
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
-from durable_adk.store.codec import open_state
+from durable_adk.store.sealing.codec import open_state
 from durable_adk.store.wakeups import session_key
 from durable_adk.versions import UNVERSIONED, Serving
 

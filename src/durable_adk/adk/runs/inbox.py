@@ -44,7 +44,7 @@ from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.long_running import answered_by_a_job
 from durable_adk.ids import check_id
 from durable_adk.store.base import Store
-from durable_adk.store.codec import seal_value
+from durable_adk.store.sealing.codec import seal_value
 from durable_adk.tables.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
 from durable_adk.tables.ledger import Run, RunLedger
 
@@ -182,7 +182,7 @@ def inbox_at_finish(
 
 async def seal_inbox(store: Store, inbox: str | None) -> str | None:
     """An inbox of :func:`inbox_at_finish` with each open call's arguments sealed
-    (:mod:`durable_adk.store.codec`; as it is when the store has no keys)."""
+    (:mod:`durable_adk.store.sealing.codec`; as it is when the store has no keys)."""
     if inbox is None or store.codec is None:
         return inbox
     found = json.loads(inbox)

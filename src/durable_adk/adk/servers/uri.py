@@ -57,7 +57,7 @@ from durable_adk.adk.servers.plugin import ServerRuns, ServerSettings
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.store import check_schema, check_url, connect
 from durable_adk.store.base import Params, Row, Store
-from durable_adk.store.codec import Codec, keyring_from_env
+from durable_adk.store.sealing.codec import Codec, keyring_from_env
 
 logger = logging.getLogger("durable_adk.service_uri")
 

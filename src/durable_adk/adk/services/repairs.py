@@ -51,7 +51,7 @@ from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.ids import check_id
 from durable_adk.limits import EVENT_ENVELOPE
 from durable_adk.store.base import Row
-from durable_adk.store.codec import open_rows, seal_value
+from durable_adk.store.sealing.codec import open_rows, seal_value
 
 __all__ = ["REPAIRED_KEY", "EventRepair", "repair_event", "repairs_of", "unreadable_events"]
 

@@ -68,7 +68,13 @@ from durable_adk.adk.services.fold import (
 )
 from durable_adk.ids import check_id
 from durable_adk.store.base import Row, Store
-from durable_adk.store.codec import envelope_key, open_state, open_value, seal_state, seal_value
+from durable_adk.store.sealing.codec import (
+    envelope_key,
+    open_state,
+    open_value,
+    seal_state,
+    seal_value,
+)
 from durable_adk.store.wakeups import session_key
 
 _Key = tuple[str, str, str]

@@ -1,5 +1,5 @@
 -- Encryption at rest (issue 43): users' data keys, stored wrapped. The
--- rotation's per-column queries are made from durable_adk.store.codec.COLUMNS
+-- rotation's per-column queries are made from durable_adk.store.sealing.codec.COLUMNS
 -- (durable_adk.store.rotation), not written here.
 
 -- name: user_key_get
