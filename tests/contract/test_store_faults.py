@@ -235,6 +235,70 @@ async def test_a_full_pool_times_out_as_store_unavailable(pg_url: str) -> None:
         await store.close()
 
 
+async def _pids(store: PostgresStore, *, lease: bool) -> set[int]:
+    """The server processes of every connection of a pool, each held at once."""
+    size = store._lease_size if lease else store._max_size
+    held, release, pids = asyncio.Event(), asyncio.Event(), set()
+
+    async def hold(conn: asyncpg.Connection) -> None:
+        pids.add(int(await conn.fetchval("SELECT pg_backend_pid()")))
+        if len(pids) == size:
+            held.set()
+        await release.wait()
+
+    holders = [asyncio.create_task(store._with_connection(hold, lease=lease)) for _ in range(size)]
+    await asyncio.wait_for(held.wait(), 10)
+    release.set()
+    await asyncio.gather(*holders)
+    return pids
+
+
+async def test_a_connection_given_back_inside_a_transaction_is_not_reused(pg_url: str) -> None:
+    async with open_store(pg_url, min_size=1, max_size=1) as store:
+        assert isinstance(store, PostgresStore)
+
+        async def leave_open(conn: asyncpg.Connection) -> int:
+            await conn.execute("BEGIN")
+            await conn.execute("CREATE TEMP TABLE left_behind (x int)")
+            return int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+        left = await store._with_connection(leave_open)
+        assert await backend_pid(store) != left  # a new connection, not the one in BEGIN
+        assert await store.now() > 0
+
+
+async def test_the_lease_pools_connections_are_opened_again_when_lost(pg_url: str) -> None:
+    async with open_store(pg_url + "?lease_pool_size=2") as store:
+        assert isinstance(store, PostgresStore)
+        first = await _pids(store, lease=True)
+        assert len(first) == 2
+        killer = await asyncpg.connect(pg_url)
+        try:
+            for pid in first:
+                assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
+            # No statement of ours ran: the pool saw its idle connections go and
+            # opened two new ones in the background.
+            deadline = time.monotonic() + 10
+            while True:
+                alive = {
+                    r["pid"]
+                    for r in await killer.fetch(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                    )
+                }
+                if len(store._lease_pool._idle) == 2 and not alive & first:
+                    break
+                assert time.monotonic() < deadline, (alive, first)
+                await asyncio.sleep(0.05)
+        finally:
+            await killer.close()
+        again = await _pids(store, lease=True)
+        assert len(again) == 2 and not again & first
+        renewed = await store.fetch("run_renew_many", {"owner": "w", "leases": "{}", "lease": 30})
+        assert renewed == []
+
+
 async def test_timeouts_come_from_the_url_and_are_checked(pg_url: str) -> None:
     dsn, options = split_url_options(pg_url + "?command_timeout=2.5&sslmode=disable")
     assert options == {"command_timeout": 2.5}

@@ -1,4 +1,4 @@
-"""PostgreSQL backend on asyncpg with a connection pool.
+"""PostgreSQL backend on asyncpg connections, pooled by :mod:`durable_adk.store.pool`.
 
 asyncpg was chosen over psycopg 3 by measurement (``bench/driver_choice.py``,
 figures in BENCHMARKS.md): a single-row durable commit and the fenced append
@@ -75,7 +75,8 @@ from durable_adk.store.base import (
 )
 from durable_adk.store.groups import DEFAULT_GROUP_MAX, Pending, Queue, groupable
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
-from durable_adk.store.outage import DIAGNOSE_TIMEOUT, is_store_outage, quiet_logger
+from durable_adk.store.outage import DIAGNOSE_TIMEOUT
+from durable_adk.store.pool import Pool
 from durable_adk.store.queries import Query, load_queries
 
 T = TypeVar("T")
@@ -228,34 +229,10 @@ def _hosts(dsn: str) -> tuple[str, list[tuple[str, int]], str]:
     return (f"{userinfo}@" if userinfo else ""), hosts, rest
 
 
-def _is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` (a driver's or ours) is the database being unreachable."""
-    if isinstance(exc, errors.StoreUnavailable):
-        return True
-    if isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)):
-        return isinstance(translate(exc), errors.StoreUnavailable)
-    return is_store_outage(exc)
-
-
-# asyncpg says "Failed to restore the pool connection floor" with a traceback at
-# each try while the server is down: during an outage this worker has said so once.
-quiet_logger("asyncpg.pool", _is_outage)
-
-
 def _unit_error(exc: asyncpg.PostgresError) -> errors.StoreError:
     error = translate(exc)
     error.__cause__ = exc
     return error
-
-
-async def _keep_session(connection: Any) -> None:
-    """Pool reset that sends nothing.
-
-    asyncpg's default reset runs ``pg_advisory_unlock_all(); CLOSE ALL;
-    UNLISTEN *; RESET ALL`` on every release: a second round trip per query.
-    We take no advisory locks, open no cursors, listen to nothing and set no
-    session state; asyncpg still rolls back a transaction left open.
-    """
 
 
 class PostgresStore(Store):
@@ -332,8 +309,8 @@ class PostgresStore(Store):
         self._min_size = min(min_size, max_size)
         self._max_size = max_size
         self._lease_size = lease_pool_size
-        self._pool: Any = None
-        self._lease_pool: Any = None
+        self._pool: Pool | None = None
+        self._lease_pool: Pool | None = None
         self._lane = Lane(max_size)
         # Claims leave one connection of the lease pool to the heartbeat.
         self._lease_lane = Lane(lease_pool_size, caps={CLAIM: max(1, lease_pool_size - 1)})
@@ -343,10 +320,10 @@ class PostgresStore(Store):
     async def open(self) -> PostgresStore:
         """Connects both pools (and the listener, with ``notify`` on); returns self."""
         try:
-            self._pool = await self._make_pool(self._min_size, self._max_size)
+            self._pool = await Pool(self._lane, self._connect, self._min_size).open()
             # All kept open: a renewal must not wait for a new connection.
-            self._lease_pool = await self._make_pool(self._lease_size, self._lease_size)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            self._lease_pool = await Pool(self._lease_lane, self._connect, self._lease_size).open()
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             if self._pool is not None:
                 self._pool.terminate()
                 self._pool = None
@@ -358,12 +335,9 @@ class PostgresStore(Store):
             await self.note_history(self.health.identity)
         return self
 
-    async def _make_pool(self, min_size: int, max_size: int) -> Any:
-        return await asyncpg.create_pool(
+    async def _connect(self) -> Any:
+        return await asyncpg.connect(
             self._dsn,
-            min_size=min_size,
-            max_size=max_size,
-            reset=_keep_session,
             timeout=self.acquire_timeout,
             # asyncpg caches 100 prepared statements per connection for 300 s
             # by default: fewer than the store's named queries, so a rarely
@@ -461,7 +435,7 @@ class PostgresStore(Store):
             if not lease and kind != INTAKE:  # the drives' own wait: admission's signal
                 self._wait_peak = max(self._wait_peak, waited)
             try:
-                conn = await pool.acquire(timeout=self.acquire_timeout)
+                conn = await pool.take()
             except TimeoutError as exc:
                 # The lane had a slot, so the pool had to open a connection.
                 raise errors.StoreUnavailable(
@@ -474,8 +448,8 @@ class PostgresStore(Store):
                 return await work(conn)
             except asyncio.CancelledError:
                 # The caller gave up (a drive cancelled on lease loss, a timeout
-                # around us): drop the connection now rather than wait, inside the
-                # release, for a cancel that a frozen server would never confirm.
+                # around us): drop the connection now rather than wait for a cancel
+                # that a frozen server would never confirm, or reuse it mid-statement.
                 conn.terminate()
                 raise
             except Exception as exc:
@@ -486,9 +460,7 @@ class PostgresStore(Store):
                     conn.terminate()
                 raise error from exc
             finally:
-                # A release that fails has terminated the connection: nothing to give back.
-                with contextlib.suppress(Exception):
-                    await pool.release(conn, timeout=self.acquire_timeout)
+                pool.give_back(conn)
         finally:
             lane.give_back(kind)
 
@@ -632,7 +604,7 @@ class PostgresStore(Store):
     async def now(self) -> float:
         return float(await self.fetchval("db_now"))
 
-    def _open_pool(self, *, lease: bool = False) -> Any:
+    def _open_pool(self, *, lease: bool = False) -> Pool:
         pool = self._lease_pool if lease else self._pool
         if pool is None:
             raise errors.StoreUnavailable("the store is closed")
