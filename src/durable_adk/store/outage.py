@@ -309,8 +309,8 @@ def quiet_during_outage(record: logging.LogRecord, is_outage: Callable[[Any], bo
     """A log filter's test: a record about an expected outage goes to DEBUG, without traceback.
 
     Whether or not this worker has noticed the outage yet: the store's own
-    statements meet it too and say it once (asyncpg's pool may try to reconnect
-    before any statement of ours fails).
+    statements meet it too and say it once (ADK logs an error a callback of
+    ours raised during the outage before our own handling says it).
 
     Args:
         record: The record (an ERROR or WARNING of a library we use).
