@@ -220,7 +220,7 @@ async def test_a_finished_drive_is_freed_at_once_without_the_garbage_collector(
     admission sampler run in contexts of their own, not the drive's).
 
     SQLite only: on PostgreSQL, asyncpg's own timers of the drive's last
-    statements (its command and acquire timeouts) keep their context until
+    statements (the command timeout of each) keep their context until
     they fall due, seconds after the drive, outside our code.
     """
     GATE.clear()
