@@ -604,6 +604,18 @@ def test_checkpoints_do_not_change_the_result(
     assert sans_last(verdict(padded)) == sans_last(verdict(events))
 
 
+def logged_with_rewinds(order: list[str], data: st.DataObject, rewinds: list[Any]) -> list[Event]:
+    """A log of the invocations in ``order`` (each drawn whole, ids unique), with
+    a rewind event inserted at each ``(place, target)`` of ``rewinds``."""
+    events: list[Event] = []
+    for k, inv in enumerate(order):
+        part = data.draw(invocation_logs(inv))
+        events += [e.model_copy(update={"id": f"{inv}{k}-{i}"}) for i, e in enumerate(part)]
+    for n, (pos, target) in enumerate(sorted(rewinds, reverse=True)):
+        events.insert(min(pos, len(events)), mk(f"rw{n}", "user", rewind=target))
+    return events
+
+
 @FAST
 @given(
     st.lists(st.sampled_from(["inv", "x", "y"]), min_size=1, max_size=4),
@@ -611,12 +623,7 @@ def test_checkpoints_do_not_change_the_result(
     st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["inv", "x", "y", "gone"]))),
 )
 def test_rewinds_match_adk(order: list[str], data: st.DataObject, rewinds: list[Any]) -> None:
-    events: list[Event] = []
-    for k, inv in enumerate(order):
-        part = data.draw(invocation_logs(inv))
-        events += [e.model_copy(update={"id": f"{inv}{k}-{i}"}) for i, e in enumerate(part)]
-    for n, (pos, target) in enumerate(sorted(rewinds, reverse=True)):
-        events.insert(min(pos, len(events)), mk(f"rw{n}", "user", rewind=target))
+    events = logged_with_rewinds(order, data, rewinds)
     assert [e.id for e in live_events(events)] == [e.id for e in _apply_rewinds(events)]
     for inv in ("inv", "x"):
         got = classify(events, inv, root_agent_name="payer")
@@ -769,12 +776,7 @@ def test_the_invocations_tail_classifies_as_the_whole_log(
     # An invocation may come back later in the log (an answer continues it),
     # rewinds may name one that started before it, or before the tail; the
     # log is indexed up to ``indexed`` events, the rest comes as ``later``.
-    events: list[Event] = []
-    for k, inv in enumerate(order):
-        part = data.draw(invocation_logs(inv))
-        events += [e.model_copy(update={"id": f"{inv}{k}-{i}"}) for i, e in enumerate(part)]
-    for n, (pos, target) in enumerate(sorted(rewinds, reverse=True)):
-        events.insert(min(pos, len(events)), mk(f"rw{n}", "user", rewind=target))
+    events = logged_with_rewinds(order, data, rewinds)
     cut = min(indexed, len(events))
     index = LogIndex().catch_up(events[:cut])
     assert index.size == cut and index.ids == {e.id for e in events[:cut]}
