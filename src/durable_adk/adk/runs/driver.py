@@ -615,7 +615,7 @@ class Driver:
         """
         path, run = self.path, drive.run
         key = (run.app_name, run.user_id, run.session_id)
-        trusted = path.sessions.trusted_events(key) is not None
+        trusted = path.sessions.is_trusted(key)
         # Trusted: the log ADK's read, next, is served from (a run just claimed
         # as it was recorded, or a recovery's claim that read it): nothing to read.
         found = await path.sessions.unreadable_events(key)

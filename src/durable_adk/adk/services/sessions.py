@@ -360,16 +360,11 @@ class DurableSessionService(BaseSessionService):
         cached.trusted = True
         return True
 
-    def trusted_events(self, key: _Key) -> list[Event] | None:
-        """The cached log of ``key`` when the next read may be served from it, else None.
-
-        The log :meth:`get_session` would answer with after a
-        :meth:`trust_next_read`, without building a Session and without
-        using the permission up (the next read is still served from the
-        cache). None when the session is not cached or not trusted: read it.
-        """
+    def is_trusted(self, key: _Key) -> bool:
+        """Whether the next read of ``key`` may be served from the cache
+        (:meth:`trust_next_read`); asking does not use the permission up."""
         cached = self._cache.get(key)
-        return cached.events if cached is not None and cached.trusted else None
+        return cached is not None and cached.trusted
 
     def distrust(self, key: _Key) -> None:
         """Withdraws an unused :meth:`trust_next_read`."""
@@ -399,9 +394,10 @@ class DurableSessionService(BaseSessionService):
     def cached_events(self, key: _Key) -> list[Event] | None:
         """The cached log of ``key`` (every event up to the last read or write), if cached.
 
-        DurableRunner classifies the end of a run from it: while the run holds
-        the session, the cache has every event the run appended (an append
-        that finds the log moved on fails as stale, and the run with it).
+        While a run holds the session, the cache has every event the run
+        appended (an append that finds the log moved on fails as stale, and
+        the run with it); DurableRunner classifies a run's end from the part
+        of it :meth:`invocation_log` returns.
         """
         cached = self._cache.get(key)
         return None if cached is None else list(cached.events)
@@ -496,24 +492,12 @@ class DurableSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        key = (check_id("app_name", app_name), check_id("user_id", user_id), session_id)
-        check_id("session_id", session_id)
-        batch = current_batch()
-        if batch is not None and batch.key == key and batch.service is self:
-            await self.flush_batch(batch)  # a read is a barrier: it sees the drive's own events
+        key = (app_name, user_id, session_id)
+        await self._ready_to_read(key)
         cached = self._cache.get(key)
         if cached is not None and cached.trusted:
             cached.trusted = False
-            return self._build(
-                key,
-                pk=cached.pk,
-                seq=cached.seq,
-                events=_select(cached.events, config) if config else list(cached.events),
-                state=cached.state,
-                app_state=_loads_state(cached.app_state),
-                user_state=_loads_state(cached.user_state),
-                update_time=cached.update_time,
-            )
+            return self._session_of(key, cached, config)
         partial = config is not None and (
             config.num_recent_events is not None or bool(config.after_timestamp)
         )
@@ -526,14 +510,25 @@ class DurableSessionService(BaseSessionService):
             return await self.get_session(
                 app_name=app_name, user_id=user_id, session_id=session_id, config=config
             )
-        if entry is None:
-            return None
-        events = _select(entry.events, config) if config is not None else list(entry.events)
+        return None if entry is None else self._session_of(key, entry, config)
+
+    async def _ready_to_read(self, key: _Key) -> None:
+        """Checks ``key``'s ids, then writes the drive's buffered events of it: a
+        read is a barrier, it sees the drive's own events."""
+        check_id("app_name", key[0])
+        check_id("user_id", key[1])
+        check_id("session_id", key[2])
+        batch = current_batch()
+        if batch is not None and batch.key == key and batch.service is self:
+            await self.flush_batch(batch)
+
+    def _session_of(self, key: _Key, entry: _Cached, config: GetSessionConfig | None) -> Session:
+        """A Session of a cache entry's log and state (its events as ``config`` selects)."""
         return self._build(
             key,
             pk=entry.pk,
             seq=entry.seq,
-            events=events,
+            events=_select(entry.events, config) if config is not None else list(entry.events),
             state=entry.state,
             app_state=_loads_state(entry.app_state),
             user_state=_loads_state(entry.user_state),
@@ -592,12 +587,7 @@ class DurableSessionService(BaseSessionService):
         log's index names them (no walk of the log, no Session built).
         None when there is no such session.
         """
-        check_id("app_name", key[0])
-        check_id("user_id", key[1])
-        check_id("session_id", key[2])
-        batch = current_batch()
-        if batch is not None and batch.key == key and batch.service is self:
-            await self.flush_batch(batch)  # a read is a barrier, as get_session's
+        await self._ready_to_read(key)
         cached = self._cache.get(key)
         entry = cached if cached is not None and cached.trusted else None
         if entry is None:
