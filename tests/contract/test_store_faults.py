@@ -16,9 +16,11 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
+from test_group_commit import _busy_pool
 
 from durable_adk import errors
 from durable_adk.store import PostgresStore, connect, open_store
@@ -76,8 +78,10 @@ async def pg_url(private_pg: TempPostgres, request: pytest.FixtureRequest) -> As
 
 
 async def backend_pid(store: PostgresStore) -> int:
-    async with store._pool.acquire() as conn:
+    async def pid(conn: Any) -> int:
         return int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    return await store._with_connection(pid)
 
 
 async def outcome(store: PostgresStore) -> str:
@@ -207,7 +211,7 @@ async def test_a_frozen_server_times_out_on_connect_as_store_unavailable(
     store = await connect(pg_url, min_size=1, max_size=2, acquire_timeout=1.0)
     assert isinstance(store, PostgresStore)
     try:
-        async with store._pool.acquire():  # the pooled connection is busy: a new one is needed
+        async with _busy_pool(store):  # the pooled connection is busy: a new one is needed
             server = postmaster_pid(private_pg)
             os.kill(server, signal.SIGSTOP)
             try:
@@ -225,7 +229,7 @@ async def test_a_frozen_server_times_out_on_connect_as_store_unavailable(
 async def test_a_full_pool_times_out_as_store_unavailable(pg_url: str) -> None:
     store = await connect(pg_url, min_size=1, max_size=1, acquire_timeout=0.5)
     try:
-        async with store._pool.acquire():  # type: ignore[attr-defined]
+        async with _busy_pool(store):
             started = time.monotonic()
             with pytest.raises(errors.StoreUnavailable):
                 await store.now()

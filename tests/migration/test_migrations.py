@@ -35,7 +35,8 @@ async def catalog(store: Any) -> list[tuple[Any, ...]]:
             return sorted(rows, key=repr)
 
         return await store._call(read)
-    async with store._pool.acquire() as conn:
+
+    async def read_pg(conn: Any) -> list[tuple[Any, ...]]:
         cols = await conn.fetch(
             "SELECT table_name, column_name, data_type, is_nullable, column_default"
             " FROM information_schema.columns WHERE table_schema = 'public'"
@@ -45,7 +46,9 @@ async def catalog(store: Any) -> list[tuple[Any, ...]]:
             "SELECT tablename, indexname, indexdef FROM pg_indexes"
             " WHERE schemaname = 'public' ORDER BY indexname"
         )
-    return [tuple(r) for r in cols] + [tuple(r) for r in idx]
+        return [tuple(r) for r in cols] + [tuple(r) for r in idx]
+
+    return await store._with_connection(read_pg)
 
 
 async def test_schema_equals_migrations(

@@ -30,10 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from durable_adk.store.lanes import URGENT, Lane
+from durable_adk.store.lanes import Lane
 
 
 class Pool:
@@ -136,19 +136,6 @@ class Pool:
                     self._idle.insert(0, conn)
         finally:
             self._keeper = None
-
-    @contextlib.asynccontextmanager
-    async def acquire(self, stall_after: float = 5.0, kind: str = URGENT) -> AsyncIterator[Any]:
-        """Holds a slot and its connection for the block (what a unit does)."""
-        await self.lane.take(stall_after, kind)
-        try:
-            conn = await self.take()
-            try:
-                yield conn
-            finally:
-                self.give_back(conn)
-        finally:
-            self.lane.give_back(kind)
 
     async def close(self) -> None:
         """Waits for the connections in use, then closes every one gracefully."""
