@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from test_group_commit import _busy_pool
 
 from children import spawn
 from durable_adk import errors
@@ -342,9 +343,8 @@ async def test_heartbeats_renew_while_slow_readers_hold_every_main_connection(
         async with contextlib.AsyncExitStack() as stack:
             if postgres:
                 # Every connection of the main pool taken, as slow event-stream readers would.
-                pool = store._pool  # type: ignore[attr-defined]
                 for _ in range(2):
-                    await stack.enter_async_context(pool.acquire())
+                    await stack.enter_async_context(_busy_pool(store))
                 with pytest.raises(errors.StoreUnavailable):  # the main pool is truly full
                     await store.now()
             else:
@@ -417,8 +417,7 @@ async def test_a_burst_of_submissions_waits_its_turn_instead_of_failing(store_ur
     timeout is not, deterministically)."""
     async with open_store(store_url + "?pool_size=2&acquire_timeout=1") as store:
         # Both connections opened first: the timeout also bounds making a connection.
-        pool = store._pool  # type: ignore[attr-defined]
-        async with pool.acquire(), pool.acquire():
+        async with _busy_pool(store), _busy_pool(store):
             pass
         ledger = RunLedger(store, lease_seconds=300)
         first = await started(ledger, "burst-first", "w1")
