@@ -565,6 +565,226 @@ class BareCommits:
             self._pool = None
 
 
+# --------------------------------------- the same rows, bare (PostgreSQL)
+
+
+@dataclass(frozen=True)
+class PgRowChange:
+    """One row a unit wrote on PostgreSQL: inserted (``key`` None) or updated
+    (``key``: the values of its primary key's columns, as recorded)."""
+
+    table: str
+    columns: tuple[str, ...]
+    values: tuple[Any, ...]
+    key: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class _PgTable:
+    name: str
+    primary: tuple[str, ...]  # the primary key's columns
+    identity: str | None  # a column the database numbers (GENERATED ... AS IDENTITY)
+    refs: dict[str, str]  # column -> the table whose identity column it names
+
+
+async def _pg_tables(conn: Any) -> dict[str, _PgTable]:
+    names = [
+        r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    ]
+    out: dict[str, _PgTable] = {}
+    for name in names:
+        primary = tuple(
+            r["attname"]
+            for r in await conn.fetch(
+                """SELECT a.attname FROM pg_index i
+                     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                    WHERE i.indrelid = $1::regclass AND i.indisprimary
+                    ORDER BY array_position(i.indkey, a.attnum)""",
+                f'"{name}"',
+            )
+        )
+        identity = await conn.fetchval(
+            """SELECT column_name FROM information_schema.columns
+                WHERE table_schema = 'public' AND table_name = $1 AND is_identity = 'YES'""",
+            name,
+        )
+        refs = {
+            r["col"]: r["parent"]
+            for r in await conn.fetch(
+                """SELECT a.attname AS col, c.confrelid::regclass::text AS parent
+                     FROM pg_constraint c
+                     JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+                    WHERE c.conrelid = $1::regclass AND c.contype = 'f'
+                      AND array_length(c.conkey, 1) = 1""",
+                f'"{name}"',
+            )
+        }
+        out[name] = _PgTable(name, primary, identity, refs)
+    return out
+
+
+async def _pg_rows(conn: Any, table: _PgTable) -> dict[tuple[Any, ...], dict[str, Any]]:
+    rows = await conn.fetch(f'SELECT * FROM "{table.name}"')
+    return {tuple(r[c] for c in table.primary): dict(r.items()) for r in rows}
+
+
+class PgSameRows:
+    """The physical bound of a unit that writes several rows (issue 45, item 6: "a
+    unit at most 1.2x a bare commit of the same rows"), on PostgreSQL.
+
+    As :class:`SameRows` on SQLite: :meth:`capture` replays a run's units one
+    by one on a database of our schema and notes the rows each wrote (a row
+    inserted, or the columns it changed of a row). A timed replay writes those
+    rows again, with fresh ids, into another database of the same schema
+    (tables, indexes, foreign keys), each unit as one statement of plain
+    ``INSERT``s and ``UPDATE``s (one data-modifying ``WITH`` per row), sent
+    with its values through asyncpg alone and committed on its own: one round
+    trip, as our unit is, with none of its checks, guards or reads. Numbers
+    the database assigns (identity columns) are given by the replay instead,
+    from a range of its own, and the columns that refer to them follow.
+    """
+
+    def __init__(self, url: str, units: list[list[PgRowChange]]) -> None:
+        self.url = url
+        self.units = units
+        self.commits = 0
+        self._conn: Any = None
+        self._tables: dict[str, _PgTable] = {}
+        self._sql: list[str] = []
+        self._ready: list[list[list[PgRowChange]]] = []
+        self._next_number = 10**12  # above any number the capture saw
+
+    @staticmethod
+    async def capture(store: Any, url: str, calls: Units) -> list[list[PgRowChange]]:
+        """The rows each of ``calls`` writes, replayed one by one on ``store`` (at ``url``)."""
+        import asyncpg  # only the benches that start PostgreSQL need it
+
+        conn = await asyncpg.connect(url)
+        try:
+            tables = await _pg_tables(conn)
+            replay = Replay(store)
+            out: list[list[PgRowChange]] = []
+            for query, params in calls:
+                if not store.writes(query):
+                    continue
+                before = {t: await _pg_rows(conn, tables[t]) for t in tables}
+                await replay.send(query, params)
+                changes: list[PgRowChange] = []
+                for name, old in before.items():
+                    for key, row in (await _pg_rows(conn, tables[name])).items():
+                        was = old.get(key)
+                        if was is None:
+                            changes.append(PgRowChange(name, tuple(row), tuple(row.values())))
+                        elif was != row:
+                            changed = [c for c in row if row[c] != was[c]]
+                            changes.append(
+                                PgRowChange(
+                                    name, tuple(changed), tuple(row[c] for c in changed), key
+                                )
+                            )
+                out.append(changes)
+            return out
+        finally:
+            await conn.close()
+
+    async def open(self) -> PgSameRows:
+        import asyncpg
+
+        self._conn = await asyncpg.connect(self.url)
+        self._tables = await _pg_tables(self._conn)
+        self._sql = [self._statement(unit) for unit in self.units]
+        return self
+
+    def _statement(self, unit: list[PgRowChange]) -> str:
+        """One unit's rows as one statement (its values are ``$n`` in the order
+        :meth:`_values` gives them)."""
+        parts: list[str] = []
+        n = 0
+        for i, c in enumerate(unit):
+            if c.key is None:
+                cols = ", ".join(f'"{col}"' for col in c.columns)
+                marks = ", ".join(f"${n + j + 1}" for j in range(len(c.columns)))
+                n += len(c.columns)
+                override = (
+                    " OVERRIDING SYSTEM VALUE" if self._tables[c.table].identity in c.columns else ""
+                )
+                parts.append(f'w{i} AS (INSERT INTO "{c.table}" ({cols}){override} VALUES ({marks}))')
+            else:
+                sets = ", ".join(f'"{col}" = ${n + j + 1}' for j, col in enumerate(c.columns))
+                n += len(c.columns)
+                primary = self._tables[c.table].primary
+                where = " AND ".join(f'"{col}" = ${n + j + 1}' for j, col in enumerate(primary))
+                n += len(primary)
+                parts.append(f'w{i} AS (UPDATE "{c.table}" SET {sets} WHERE {where})')
+        return "WITH " + ", ".join(parts) + " SELECT 1"
+
+    def fresh(self) -> list[list[PgRowChange]]:
+        """One replay's rows: every id fresh, every number the database assigned new
+        (the bench's own work, not timed)."""
+        swap = Replay(None)._swap
+        numbers: dict[tuple[str, Any], int] = {}
+
+        def number(table: str, old: Any) -> Any:
+            if (table, old) not in numbers:
+                numbers[(table, old)] = self._next_number
+                self._next_number += 1
+            return numbers[(table, old)]
+
+        def renumbered(table: str, col: str, value: Any) -> Any:
+            t = self._tables[table]
+            if col == t.identity:
+                return number(table, value)
+            parent = t.refs.get(col)
+            if parent is not None and self._tables[parent].identity is not None:
+                return number(parent, value)
+            return swap(value)
+
+        out = []
+        for unit in self.units:
+            rows = []
+            for c in unit:
+                values = tuple(
+                    renumbered(c.table, col, v) for col, v in zip(c.columns, c.values, strict=True)
+                )
+                key = (
+                    None
+                    if c.key is None
+                    else tuple(
+                        renumbered(c.table, col, v)
+                        for col, v in zip(self._tables[c.table].primary, c.key, strict=True)
+                    )
+                )
+                rows.append(dataclasses.replace(c, values=values, key=key))
+            out.append(rows)
+        return out
+
+    def prepare(self, runs: int) -> None:
+        """The next ``runs`` replays' rows, each with ids of its own (not timed)."""
+        self._ready.extend(self.fresh() for _ in range(runs))
+
+    async def __call__(self) -> None:
+        """One replay: each unit's rows in one statement, committed on its own."""
+        if not self._ready:
+            self.prepare(1)
+        for sql, unit in zip(self._sql, self._ready.pop(), strict=True):
+            await self._conn.execute(sql, *self._values(unit))
+            self.commits += 1
+
+    @staticmethod
+    def _values(unit: list[PgRowChange]) -> list[Any]:
+        out: list[Any] = []
+        for c in unit:
+            out.extend(c.values)
+            if c.key is not None:
+                out.extend(c.key)
+        return out
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+
 # ------------------------------------------- the same rows, bare (SQLite)
 
 

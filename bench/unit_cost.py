@@ -40,6 +40,7 @@ from pathlib import Path
 from bench.common import (
     BareCommits,
     PreparedReplays,
+    PgSameRows,
     SameRows,
     Units,
     fmt_ms,
@@ -91,7 +92,7 @@ async def _time(
 
 def _prepare(action: Callable[[], Awaitable[None]], runs: int) -> None:
     """Makes a replay's fresh ids before its block is timed (:class:`PreparedReplays`)."""
-    if isinstance(action, (PreparedReplays, SameRows)):
+    if isinstance(action, (PreparedReplays, SameRows, PgSameRows)):
         action.prepare(runs)
 
 
@@ -191,6 +192,18 @@ async def run(args: argparse.Namespace) -> str:
                     same = SameRows(f"{tmp}/rows.db", changes).open()
                     stack.callback(same.close)
                     contenders["same rows"] = same
+                if backend == "postgresql":
+                    # The same, on PostgreSQL: captured on a database of their own,
+                    # written into another of the same schema as one statement a unit.
+                    capture_url = pg.create_database("units_capture")
+                    async with open_store(capture_url) as capture:
+                        pg_changes = await PgSameRows.capture(capture, capture_url, units)
+                    rows_url = pg.create_database("units_rows")
+                    async with open_store(rows_url):
+                        pass  # the schema, migrated; the rows go in through asyncpg alone
+                    pg_same = await PgSameRows(rows_url, pg_changes).open()
+                    stack.push_async_callback(pg_same.close)
+                    contenders["same rows"] = pg_same
                 if backend == "sqlite" and args.before:
                     before = await stack.enter_async_context(
                         open_store(f"sqlite:///{tmp}/before.db")

@@ -10,8 +10,15 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
-from bench.common import BareCommits, PreparedReplays, SameRows, record_store_calls
+from bench.common import (
+    BareCommits,
+    PgSameRows,
+    PreparedReplays,
+    SameRows,
+    record_store_calls,
+)
 from bench.runner import (
     BareAtTheirPointsContender,
     DurableContender,
@@ -116,3 +123,70 @@ async def test_the_bounds_at_their_points_write_once_per_unit_of_each_run(tmp_pa
         finally:
             same.close()
             await bare.close()
+
+
+async def _pg_counts(url: str) -> dict[str, int]:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        tables = [
+            r["tablename"]
+            for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+        return {t: int(await conn.fetchval(f'SELECT count(*) FROM "{t}"')) for t in tables}
+    finally:
+        await conn.close()
+
+
+async def test_on_postgresql_the_same_rows_grow_each_table_as_our_units_do(
+    pg_clones: Any,
+) -> None:
+    names = [pg_clones.take() for _ in range(3)]
+    ours_url, capture_url, rows_url = (pg_clones.cluster.url(n) for n in names)
+    try:
+        async with open_store(ours_url) as store:
+            ours = DurableContender("postgresql", store, "barrier")
+            await ours.run_once()
+            calls = await record_store_calls(store, ours.run_once)
+            replays = PreparedReplays(store, calls)
+            before = await _pg_counts(ours_url)
+            for _ in range(2):
+                await replays()
+            ours_grew = _grown(before, await _pg_counts(ours_url))
+        async with open_store(capture_url) as capture:
+            changes = await PgSameRows.capture(capture, capture_url, calls)
+        assert len(changes) == sum(1 for q, _p in calls if store.writes(q))
+        assert {c.table for unit in changes for c in unit if c.key is not None} >= {
+            "sessions",
+            "runs",
+        }
+        same = await PgSameRows(rows_url, changes).open()
+        try:
+            before = await _pg_counts(rows_url)
+            same.prepare(1)
+            for _ in range(2):  # one prepared, one made when it runs
+                await same()
+            assert same.commits == 2 * len(changes)
+        finally:
+            await same.close()
+        assert _grown(before, await _pg_counts(rows_url)) == ours_grew
+        assert ours_grew["events"] > 0 and ours_grew["runs"] == 2
+        import asyncpg
+
+        conn = await asyncpg.connect(rows_url)
+        try:
+            ended = await conn.fetch(
+                "SELECT r.status, s.last_seq,"
+                " (SELECT count(*) FROM events e WHERE e.session_pk = s.pk) AS events"
+                " FROM runs r JOIN sessions s ON s.app_name = r.app_name"
+                " AND s.user_id = r.user_id AND s.session_id = r.session_id"
+            )
+        finally:
+            await conn.close()
+        # Each replay's updates landed on the rows it inserted itself.
+        assert len(ended) == 2
+        assert all(r["status"] == "DONE" and r["last_seq"] == r["events"] > 0 for r in ended)
+    finally:
+        for n in names:
+            pg_clones.give_back(n)
