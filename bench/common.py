@@ -589,7 +589,8 @@ class _PgTable:
 
 async def _pg_tables(conn: Any) -> dict[str, _PgTable]:
     names = [
-        r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        r["tablename"]
+        for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     ]
     out: dict[str, _PgTable] = {}
     for name in names:
@@ -706,9 +707,13 @@ class PgSameRows:
                 marks = ", ".join(f"${n + j + 1}" for j in range(len(c.columns)))
                 n += len(c.columns)
                 override = (
-                    " OVERRIDING SYSTEM VALUE" if self._tables[c.table].identity in c.columns else ""
+                    " OVERRIDING SYSTEM VALUE"
+                    if self._tables[c.table].identity in c.columns
+                    else ""
                 )
-                parts.append(f'w{i} AS (INSERT INTO "{c.table}" ({cols}){override} VALUES ({marks}))')
+                parts.append(
+                    f'w{i} AS (INSERT INTO "{c.table}" ({cols}){override} VALUES ({marks}))'
+                )
             else:
                 sets = ", ".join(f'"{col}" = ${n + j + 1}' for j, col in enumerate(c.columns))
                 n += len(c.columns)

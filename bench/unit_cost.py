@@ -39,8 +39,8 @@ from pathlib import Path
 
 from bench.common import (
     BareCommits,
-    PreparedReplays,
     PgSameRows,
+    PreparedReplays,
     SameRows,
     Units,
     fmt_ms,
