@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -76,9 +77,62 @@ def test_a_marker_that_does_not_hold_is_refused_at_load(text: str, reason: str) 
         parse_queries(text, "sqlite")
 
 
-def test_postgresql_refuses_the_marker() -> None:
+PG_UNIT = """
+-- name: put
+WITH kv AS (
+    INSERT INTO kv (key, value) VALUES (:key::text, :value::text) RETURNING key
+-- skip when :note IS NULL
+), note AS (
+    INSERT INTO notes (key, note) SELECT key, :note::text FROM kv WHERE :note::text IS NOT NULL
+-- skip when :tags IS NULL
+), tag AS (
+    INSERT INTO tags (key, tag)
+    SELECT kv.key, t FROM kv, json_array_elements_text(:tags::json) AS t
+)
+SELECT 'ok' AS status, (SELECT key FROM kv) AS key;
+"""
+
+
+def test_postgresql_sends_the_statement_without_the_members_its_nulls_leave_out() -> None:
+    query = parse_queries(PG_UNIT, "postgresql")["put"]
+    assert {nulls for nulls, _s, _o in query.variants} == {
+        frozenset(),
+        frozenset({"note"}),
+        frozenset({"tags"}),
+        frozenset({"note", "tags"}),
+    }
+    full, args = query.bind({"key": "a", "value": "1", "note": "n", "tags": "[]"})
+    assert full == query.statements[0] and args == ["a", "1", "n", "[]"]
+    assert "notes" in full and "tags" in full and "skip when" not in full
+    bare, args = query.bind({"key": "a", "value": "1", "note": None, "tags": None})
+    assert "INSERT INTO notes" not in bare and "INSERT INTO tags" not in bare
+    assert args == ["a", "1"] and "$3" not in bare  # numbered again: no parameter it never reads
+    no_tags, args = query.bind({"key": "a", "value": "1", "note": "n", "tags": None})
+    assert "INSERT INTO notes" in no_tags and "INSERT INTO tags" not in no_tags
+    assert args == ["a", "1", "n"]
+
+
+def test_postgresql_refuses_a_marker_that_is_not_before_a_member_of_its_with() -> None:
     text = "-- name: q\n-- skip when :x IS NULL\nDELETE FROM t WHERE :x IS NOT NULL;\n"
-    with pytest.raises(ValueError, match="one-statement"):
+    with pytest.raises(ValueError, match="member of its WITH"):
+        parse_queries(text, "postgresql")
+
+
+def test_postgresql_refuses_a_member_that_does_not_gate_itself_on_the_parameter() -> None:
+    text = PG_UNIT.replace("FROM kv WHERE :note::text IS NOT NULL", "FROM kv")
+    with pytest.raises(ValueError, match="does not gate itself"):
+        parse_queries(text, "postgresql")
+
+
+def test_postgresql_refuses_leaving_out_a_member_the_statement_reads() -> None:
+    text = (
+        PG_UNIT.replace(
+            "(SELECT key FROM kv) AS key", "(SELECT key FROM kv) AS key, (SELECT 1 FROM note) AS n"
+        )
+        .replace("FROM kv WHERE :note", "FROM kv WHERE :note")
+        .replace("WHERE :note::text IS NOT NULL", "WHERE :note::text IS NOT NULL RETURNING 1")
+    )
+    with pytest.raises(ValueError, match="reads it elsewhere"):
         parse_queries(text, "postgresql")
 
 
@@ -179,3 +233,41 @@ def test_the_literal_blanking_sees_a_hidden_second_statement() -> None:
     assert ";" in _code_outside_literals(query.statements[0])
     single = parse_queries("-- name: one\nSELECT ';' AS a -- ;\n;\n", "postgresql")["one"]
     assert ";" not in _code_outside_literals(single.statements[0])
+
+
+async def test_on_postgresql_each_variant_writes_what_the_whole_statement_writes(
+    pg_clones: Any,
+) -> None:
+    import asyncpg
+
+    query = parse_queries(PG_UNIT, "postgresql")["put"]
+    name = pg_clones.take()
+    conn = await asyncpg.connect(pg_clones.cluster.url(name))
+    try:
+        await conn.execute(
+            "CREATE TABLE kv (key text, value text); CREATE TABLE notes (key text, note text);"
+            "CREATE TABLE tags (key text, tag text)"
+        )
+        full = query.statements[0]
+        for note in ("n", None):
+            for tags in ('["a", "b"]', None):
+                given = {"key": "k", "value": "v", "note": note, "tags": tags}
+                seen = []
+                for statement, args in (
+                    query.bind(given),
+                    (full, [given[p] for p in query.params]),
+                ):
+                    async with conn.transaction():
+                        rows = [dict(r) for r in await conn.fetch(statement, *args)]
+                        tables = [
+                            sorted(tuple(r) for r in await conn.fetch(f"SELECT * FROM {t}"))
+                            for t in ("kv", "notes", "tags")
+                        ]
+                        await conn.execute("DELETE FROM kv; DELETE FROM notes; DELETE FROM tags")
+                    seen.append((rows, tables))
+                assert seen[0] == seen[1], given
+                assert (seen[0][1][1] != []) == (note is not None)
+                assert (seen[0][1][2] != []) == (tags is not None)
+    finally:
+        await conn.close()
+        pg_clones.give_back(name)

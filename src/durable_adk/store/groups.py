@@ -98,11 +98,13 @@ def groupable(query: Query) -> bool:
 
 @dataclass(eq=False, slots=True)
 class Pending:
-    """A unit waiting for its group: the query, its arguments and its caller's future."""
+    """A unit waiting for its group: the query, its arguments, its caller's future and,
+    on PostgreSQL, the statement it sends (:meth:`Query.bind`)."""
 
     query: Query
     args: Any
     future: asyncio.Future[Any] = field(repr=False)
+    statement: str = ""
 
     def settle(self, outcome: Any) -> None:
         """Hands the caller its rows or its exception (unless it stopped waiting)."""
@@ -128,9 +130,9 @@ class Queue:
     def __len__(self) -> int:
         return len(self.waiting)
 
-    def add(self, query: Query, args: Any) -> Pending:
+    def add(self, query: Query, args: Any, statement: str = "") -> Pending:
         """Queues a unit; its caller awaits ``pending.future``."""
-        pending = Pending(query, args, asyncio.get_running_loop().create_future())
+        pending = Pending(query, args, asyncio.get_running_loop().create_future(), statement)
         self.waiting.append(pending)
         return pending
 

@@ -170,13 +170,14 @@ def split_url_options(url: str) -> tuple[str, dict[str, Any]]:
 
 
 def statement_cache_size(queries: Mapping[str, Query]) -> int:
-    """Prepared statements asyncpg keeps per connection: every named query, and room.
+    """Prepared statements asyncpg keeps per connection: every statement a named query
+    may send (one, or one per combination of NULLs that leaves members out), and room.
 
     The room (32) is for the store's own statements outside the named queries
     (the schema version's two reads) and for queries added without this
     number being revisited.
     """
-    return len(queries) + 32
+    return sum(max(1, len(q.variants)) for q in queries.values()) + 32
 
 
 def _option(name: str, value: str) -> float | int | bool:
@@ -474,12 +475,12 @@ class PostgresStore(Store):
         missing = [n for n in q.params if n not in given]
         if missing:
             raise errors.InvalidArgument(f"query {q.name!r} needs {missing}")
-        args = [given[name] for name in q.params]
+        statement, args = q.bind(given)
         if self.group_commit and groupable(q) and (self._group or not self._lane.idle(q.lane)):
             # Every connection is busy (or units already wait for one): wait
             # with the others, and the connection that frees up takes them all.
             note_maybe_sent()  # the group's writer sends it: it may act without us seeing
-            pending = self._group.add(q, args)
+            pending = self._group.add(q, args, statement)
             self._start_takers()
             rows: list[dict[str, Any]] = await pending.future
             return rows
@@ -489,7 +490,7 @@ class PostgresStore(Store):
         async def run(conn: Any) -> Any:
             note_sent()  # the connection is ours: the statement leaves now
             began = time.perf_counter()
-            records = await conn.fetch(q.statements[0], *args, timeout=timeout)
+            records = await conn.fetch(statement, *args, timeout=timeout)
             if held is not None:  # the statement's own time, not the wait for a connection
                 held.append(time.perf_counter() - began)
             return records
@@ -569,7 +570,7 @@ class PostgresStore(Store):
                 for pending in left:
                     try:
                         records = await conn.fetch(
-                            pending.query.statements[0], *pending.args, timeout=timeout
+                            pending.statement, *pending.args, timeout=timeout
                         )
                     except asyncpg.PostgresError as exc:
                         failed = exc
@@ -594,7 +595,7 @@ class PostgresStore(Store):
             culprit.settle(_unit_error(failed))
         for only in left:  # alone: one statement, as without grouping
             try:
-                records = await conn.fetch(only.query.statements[0], *only.args, timeout=timeout)
+                records = await conn.fetch(only.statement, *only.args, timeout=timeout)
             except asyncpg.PostgresError as exc:
                 only.settle(_unit_error(exc))
                 return

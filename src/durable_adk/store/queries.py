@@ -52,8 +52,20 @@ itself on the parameter (``WHERE :x IS NOT NULL``, or rows from
 ``json_each(:x)``, which has none for NULL), must not return rows, must not
 be a guarded unit's check, and must not come before a statement that reads
 ``changes()`` or ``last_insert_rowid()``. A marker that breaks one of these rules, or
-sits in a one-statement unit (every PostgreSQL query), is refused when the
-file is loaded.
+sits in a one-statement SQLite unit, is refused when the file is loaded.
+
+A PostgreSQL unit is one statement, so a marker there stands before a member of
+its ``WITH`` instead (``-- skip when :x IS NULL`` on the line before
+``name AS (`` or ``), name AS (``): the store sends the statement without that
+member when ``x`` is NULL (each combination of such NULLs is a statement of its
+own, prepared once per connection). Its rules are the same: the member gates
+itself on the parameter (``:x IS NOT NULL``, or rows from
+``json_array_elements(:x)``, ``jsonb_array_elements_text(:x ...)``,
+``json_to_recordset(:x)`` and their kin, which have none for NULL), and no other part of the
+statement names it (a data-modifying member runs whether it is read or not,
+so a member nothing reads can go). A member executes and costs its share of the
+plan even when its rows are none: in a finish with no inbox and no state
+delta, the members left out were a sixth of the statement's time.
 
 The statement right after a check may carry the line ``-- check travels
 here``: its own WHERE holds the check's conditions for 'ok' (the same
@@ -72,9 +84,11 @@ passed without running).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
+from typing import Any
 
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT
 
@@ -129,14 +143,26 @@ class Query:
     folds: frozenset[int] = frozenset()
     parts: tuple[str, ...] = ()
     """The units this one is made of (``-- include:``), resolved by :func:`load_queries`."""
+    variants: tuple[tuple[frozenset[str], str, tuple[str, ...]], ...] = ()
+    """PostgreSQL: for each set of the parameters whose NULL leaves a member of the
+    statement out (``-- skip when``), the statement without those members and its
+    parameters in positional order; empty when no member can be left out."""
     needs: frozenset[str] = field(init=False, repr=False, compare=False)  # params, as a set
     plan: tuple[tuple[str, tuple[str, ...], int, str], ...] = field(
         init=False, repr=False, compare=False
     )
     """Each statement as SQLite runs it: (it, the names whose NULL skip it, role, check)."""
 
+    _by_nulls: dict[frozenset[str], tuple[str, tuple[str, ...]]] = field(
+        init=False, repr=False, compare=False
+    )
+    _skippable: frozenset[str] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "needs", frozenset(self.params))
+        by_nulls = {nulls: (statement, order) for nulls, statement, order in self.variants}
+        object.__setattr__(self, "_by_nulls", by_nulls)
+        object.__setattr__(self, "_skippable", frozenset().union(*by_nulls))
         plan = []
         for i, statement in enumerate(self.statements):
             role = TRAVELS if i + 1 in self.folds else FOLDED if i in self.folds else RUN
@@ -144,6 +170,16 @@ class Query:
             carried = self.statements[i - 1] if role == FOLDED else ""
             plan.append((statement, self.skips[i] if self.skips else (), role, carried))
         object.__setattr__(self, "plan", tuple(plan))
+
+    def bind(self, given: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        """PostgreSQL: the statement to send for ``given`` (the one without the members
+        its NULL parameters leave out) and its positional arguments."""
+        if self._by_nulls:
+            nulls = frozenset(n for n in self._skippable if given[n] is None)
+            statement, order = self._by_nulls[nulls]
+        else:
+            statement, order = self.statements[0], self.params
+        return statement, [given[name] for name in order]
 
 
 RUN, CHECK, TRAVELS, FOLDED = range(4)  # a statement's role in :attr:`Query.plan`
@@ -249,6 +285,105 @@ def _folds(
     return frozenset(found)
 
 
+_MEMBER = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)\s+AS\s+\(", re.IGNORECASE)
+
+
+def _member_end(text: str, opening: int) -> int:
+    """The offset just after the parenthesis that closes the one at ``opening``."""
+    depth = 0
+    i = opening
+    while i < len(text):
+        ch = text[i]
+        if ch == "'":  # a string literal: its parentheses do not count
+            i = text.index("'", i + 1)
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError("unbalanced parentheses")
+
+
+def _pg_members(name: str, statement: str) -> list[tuple[tuple[str, ...], int, int]]:
+    """A PostgreSQL statement's members that ``-- skip when :x IS NULL`` marks: for
+    each, its parameters and the span to cut (with the comma that joins it),
+    refusing a marker that lies."""
+    found: list[tuple[tuple[str, ...], int, int]] = []
+    params: list[str] = []
+    offset = 0
+    for line in statement.splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
+        stripped = line.strip()
+        marker = _SKIP_LINE.match(stripped)
+        if marker:
+            params.append(marker.group("name"))
+            continue
+        if not params or not stripped or stripped.startswith("--"):
+            continue
+        member = _MEMBER.search(statement, start, offset)
+        where = f"query {name!r}"
+        if member is None:
+            raise ValueError(f"{where}: '-- skip when' must stand before a member of its WITH")
+        end = _member_end(statement, member.end() - 1)
+        before = statement[: member.start()].rstrip()
+        if before.endswith(","):
+            cut = (len(before) - 1, end)
+        else:  # the first member: the comma after it goes with it
+            after = re.match(r"\s*,", statement[end:])
+            if after is None:
+                raise ValueError(f"{where}: the statement's only member cannot be left out")
+            cut = (member.start(), end + after.end())
+        body = _code(statement[member.start() : end])
+        for param in params:
+            gate = re.compile(
+                rf"(?<![:\w]):{param}\b(::\w+)?\)?(::\w+)?\s+IS\s+NOT\s+NULL\b"
+                rf"|\b(jsonb?_array_elements(_text)?|jsonb?_to_recordset)"
+                rf"\(\s*\(*\s*:{param}\b",
+                re.IGNORECASE,
+            )
+            if not gate.search(body):
+                raise ValueError(
+                    f"{where}: member {member.group('name')!r} is left out when :{param} is "
+                    f"NULL, but it does not gate itself on it"
+                )
+        rest = _code(statement[: cut[0]] + statement[cut[1] :])
+        if re.search(rf"\b{member.group('name')}\b", rest):
+            raise ValueError(
+                f"{where}: member {member.group('name')!r} may be left out, but the statement "
+                "reads it elsewhere"
+            )
+        found.append((tuple(params), *cut))
+        params = []
+    if params:
+        raise ValueError(f"query {name!r}: '-- skip when' with no member after it")
+    return found
+
+
+def _pg_variants(
+    name: str, statement: str
+) -> tuple[tuple[frozenset[str], str, tuple[str, ...]], ...]:
+    """Every combination of NULLs the statement's marked members answer to: the
+    statement without the members they leave out, in ``$n`` form, with its order."""
+    members = _pg_members(name, statement)
+    if not members:
+        return ()
+    names = sorted({p for params, _a, _b in members for p in params})
+    out = []
+    for mask in range(2 ** len(names)):
+        nulls = frozenset(n for i, n in enumerate(names) if mask >> i & 1)
+        text = statement
+        for params, start, end in reversed(members):
+            if nulls & set(params):
+                text = text[:start] + text[end:]
+        order: list[str] = []
+        # Without its comment lines: a parameter they name (a marker's, say) would
+        # count among the statement's own as ``$n``, and be one it never reads.
+        out.append((nulls, _to_positional(_code(text), order), tuple(order)))
+    return tuple(out)
+
+
 def _to_positional(statement: str, order: list[str]) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
@@ -292,13 +427,16 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             raise ValueError(f"query {current!r} is defined twice")
         if dialect == "postgresql" and (len(statements) > 1 or "guarded" in flags):
             raise ValueError(f"PostgreSQL query {current!r} must be one statement, unguarded")
-        skips = _skips(current, statements, "guarded" in flags)
+        skips = () if dialect == "postgresql" else _skips(current, statements, "guarded" in flags)
         folds = _folds(current, statements, "guarded" in flags, skips)
         if folds and dialect == "postgresql":
             raise ValueError(f"PostgreSQL query {current!r}: a check cannot travel")
         order: list[str] = []
+        variants: tuple[tuple[frozenset[str], str, tuple[str, ...]], ...] = ()
         if dialect == "postgresql":
-            statements = [_to_positional(s, order) for s in statements]
+            variants = _pg_variants(current, statements[0])
+            source = statements[0]
+            statements = [_to_positional(_code(source) if variants else source, order)]
         else:
             for s in statements:
                 for m in _PARAM.finditer(s):
@@ -316,6 +454,7 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
             skips=skips,
             checks=frozenset({0}) if "guarded" in flags else frozenset(),
             folds=folds,
+            variants=variants,
         )
         unknown = flags - {"guarded", "inline", "lease", "claim", "intake"}
         if unknown:

@@ -150,6 +150,7 @@ WITH s AS (
     UPDATE sessions SET last_seq = ins.seq, update_time = :timestamp::float8
       FROM ins WHERE sessions.pk = :session_pk::bigint
     RETURNING sessions.last_seq
+-- skip when :app_delta IS NULL
 ), app AS (
     INSERT INTO app_state (app_name, state, update_time)
     SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
@@ -157,6 +158,7 @@ WITH s AS (
     ON CONFLICT (app_name) DO UPDATE
        SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
     RETURNING 1
+-- skip when :user_delta IS NULL
 ), usr AS (
     INSERT INTO user_state (app_name, user_id, state, update_time)
     SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
@@ -164,6 +166,7 @@ WITH s AS (
     ON CONFLICT (app_name, user_id) DO UPDATE
        SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
     RETURNING 1
+-- skip when :snapshot IS NULL
 ), snap AS (
     INSERT INTO state_snapshots (session_pk, seq, state)
     SELECT :session_pk::bigint, ins.seq, :snapshot::text
@@ -172,8 +175,7 @@ WITH s AS (
 )
 SELECT v.status,
        (SELECT seq FROM d) AS dup_seq,
-       COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
-       (SELECT count(*) FROM app) + (SELECT count(*) FROM usr) + (SELECT count(*) FROM snap) AS side_writes
+       COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq
   FROM verdict v;
 
 -- name: events_batch fragment
@@ -218,6 +220,7 @@ ins AS (
     UPDATE sessions SET last_seq = :last_seq::bigint, update_time = :timestamp::float8
       FROM verdict WHERE sessions.pk = :session_pk::bigint AND verdict.status = 'ok'
     RETURNING sessions.last_seq
+-- skip when :app_delta IS NULL
 ), app AS (
     INSERT INTO app_state (app_name, state, update_time)
     SELECT :app_name::text, (:app_delta::text)::jsonb, :timestamp::float8
@@ -225,6 +228,7 @@ ins AS (
     ON CONFLICT (app_name) DO UPDATE
        SET state = app_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
     RETURNING 1
+-- skip when :user_delta IS NULL
 ), usr AS (
     INSERT INTO user_state (app_name, user_id, state, update_time)
     SELECT :app_name::text, :user_id::text, (:user_delta::text)::jsonb, :timestamp::float8
@@ -232,6 +236,7 @@ ins AS (
     ON CONFLICT (app_name, user_id) DO UPDATE
        SET state = user_state.state || EXCLUDED.state, update_time = EXCLUDED.update_time
     RETURNING 1
+-- skip when :snapshots IS NULL
 ), snap AS (
     INSERT INTO state_snapshots (session_pk, seq, state)
     SELECT :session_pk::bigint, (x ->> 0)::bigint, x ->> 1
@@ -253,9 +258,7 @@ WITH
 -- use: events_batch_verdict
 -- use: events_batch_writes
 SELECT v.status,
-       COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
-       (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
-         + (SELECT count(*) FROM snap) AS writes
+       COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq
   FROM verdict v;
 
 -- name: append_events_finish inline
@@ -295,9 +298,7 @@ verdict AS (
 -- use: inbox_at_finish
 SELECT v.status,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
-       f.app_name, f.user_id, f.session_id, COALESCE(f.queued_behind, false) AS queued_behind,
-       (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
-         + (SELECT count(*) FROM snap) AS writes
+       f.app_name, f.user_id, f.session_id, COALESCE(f.queued_behind, false) AS queued_behind
   FROM verdict v LEFT JOIN fin f ON true;
 
 -- name: list_sessions

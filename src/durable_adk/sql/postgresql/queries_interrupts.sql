@@ -29,6 +29,7 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
 -- call_id, kind, name, args as JSON text, deadline in seconds or null). An indexed
 -- call the session shows answered leaves the inbox; one already indexed stays as
 -- it is, but for its kind (interrupt_open). Nothing is written unless fin was.
+-- skip when :inbox IS NULL
 , inbox_paused AS (
     UPDATE runs
        SET status = 'DONE', finished_at = extract(epoch FROM clock_timestamp()),
@@ -43,6 +44,7 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
             OR (status = 'PARKED' AND classification = 'CONTINUATION_PARKED'))
        AND run_id <> :run_id::text
     RETURNING 1
+-- skip when :inbox IS NULL
 ), inbox_open AS (
     INSERT INTO interrupts (call_id, app_name, user_id, session_id, invocation_id, run_id,
                             kind, name, args, status, deadline_at, created_at, app_version,
@@ -63,6 +65,7 @@ ON CONFLICT (app_name, user_id, session_id, invocation_id, call_id) DO UPDATE
        SET kind = excluded.kind
      WHERE interrupts.status = 'OPEN' AND interrupts.kind <> excluded.kind
     RETURNING 1
+-- skip when :inbox IS NULL
 ), inbox_settled AS (
     UPDATE interrupts
        SET status = 'ANSWERED', answered_by = COALESCE(answered_by, 'session'),

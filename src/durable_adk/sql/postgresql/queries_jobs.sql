@@ -113,8 +113,6 @@ WITH
 -- use: job_start_writes
 SELECT v.status,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
-       (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
-         + (SELECT count(*) FROM snap) AS writes,
        j.*
   FROM verdict v LEFT JOIN job j ON TRUE;
 

@@ -154,8 +154,6 @@ SELECT CASE v.status
        END AS status,
        (SELECT status FROM verdict) = 'ok' AS appended,
        COALESCE((SELECT last_seq FROM upd), (SELECT last_seq FROM s)) AS last_seq,
-       (SELECT count(*) FROM ins) + (SELECT count(*) FROM app) + (SELECT count(*) FROM usr)
-         + (SELECT count(*) FROM snap) AS writes,
        c.tool_name AS entry_tool, c.result AS result, c.run_id AS owner_run_id,
        c.run_epoch AS owner_epoch, c.function_call_id AS owner_call_id
   FROM jv v LEFT JOIN cur c ON TRUE;
