@@ -71,3 +71,28 @@ async def test_the_default_cache_would_evict(store_url: str) -> None:
             assert await _prepared(store) - before, "db_now was not prepared again"
     finally:
         postgres.statement_cache_size = saved
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_every_statement_a_query_may_send_is_valid_and_reads_each_of_its_parameters(
+    store_url: str,
+) -> None:
+    """Each combination of NULLs a unit's markers answer to is a statement of its own
+    (store/queries.py): each one PostgreSQL prepares, with exactly the parameters the
+    store binds to it, or a combination seen only in production would fail there."""
+    async with open_store(store_url, min_size=1, max_size=1) as store:
+
+        async def prepare_all(conn: Any) -> int:
+            checked = 0
+            for name, query in load_queries("postgresql").items():
+                for nulls, statement, order in query.variants or (
+                    (frozenset(), query.statements[0], query.params),
+                ):
+                    prepared = await conn.prepare(statement)
+                    assert len(prepared.get_parameters()) == len(order), (name, sorted(nulls))
+                    checked += 1
+            return checked
+
+        checked = await store._with_connection(prepare_all)
+    queries = load_queries("postgresql")
+    assert checked == sum(max(1, len(q.variants)) for q in queries.values()) > len(queries)
