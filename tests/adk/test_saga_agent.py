@@ -201,3 +201,45 @@ async def test_saga_outside_a_durable_store_is_refused(services: dict[str, FakeS
         ):
             pass
     assert services["inventory"].count("reservations") == 0
+
+
+async def test_a_store_outage_in_a_stage_hands_the_run_back_and_does_not_roll_the_saga_back(
+    store: Store, services: dict[str, FakeService]
+) -> None:
+    """A stage that meets the store unreachable (an error the run's retry policy calls
+    transient) has not failed: the saga is not compensated, the run is handed back,
+    and recovery goes on at that stage, which acts once."""
+    from durable_adk import Sweeper
+    from durable_adk.errors import RunInterrupted, StoreUnavailable
+
+    payments = ResourceClient(services["payments"].url, "charges")
+    outages = [StoreUnavailable("the store went away mid-stage")]
+
+    def take_payment(state: dict[str, Any], key: str) -> dict[str, Any]:
+        if outages:
+            raise outages.pop()
+        return payments.create({"order_id": "O-1", "customer": "c", "amount": 5.0}, key)
+
+    charge = SagaStage(
+        name="charge",
+        action=take_payment,
+        find=payments.find,
+        undo_of=lambda r: {"charge_id": r["id"]},
+    )
+    refunds: list[str] = []
+    saga = SagaSequence("order", [charge], {"charge": lambda record, key: refunds.append(key)})
+    runner = DurableRunner(app=saga, app_name="shop", store=store, backoff=0.0)
+    with pytest.raises(RunInterrupted):
+        async for _ in runner.run(user_id="u", session_id="s", message="go"):
+            pass
+    (run,) = await runner.ledger.list_runs()
+    assert run.status.value == "RUNNING" and "went away" in (run.last_error or "")
+    (row,) = await SagaLedger(store).list_sagas()
+    assert row.status.value == "RUNNING"  # not compensated
+    assert services["payments"].count("charges") == 0
+
+    (recovery,) = await Sweeper(runner).recover_once()
+    assert recovery.status.value == "DONE"
+    assert (await SagaLedger(store).get(row.saga_id)).status.value == "COMMITTED"  # type: ignore[union-attr]
+    assert services["payments"].count("charges") == 1 and refunds == []
+    await runner.aclose()

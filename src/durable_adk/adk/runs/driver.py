@@ -239,6 +239,7 @@ class Driver:
                 invocation_id=run.invocation_id,
                 store=self.path.store,
             ),
+            self.path.retry_policy,
         )
 
     def start(

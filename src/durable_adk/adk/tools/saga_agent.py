@@ -53,6 +53,7 @@ from pydantic import Field, model_validator
 from typing_extensions import override
 
 from durable_adk import errors
+from durable_adk.adk.commits.drive import hands_back
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.tools.journaling import as_async, attempt_in
@@ -395,6 +396,11 @@ class SagaSequence(BaseAgent):
             except errors.Fenced:
                 raise  # this worker lost the run: it must stop, not roll back
             except Exception as exc:  # a stage failed: the saga rolls back
+                if hands_back(exc):
+                    # Not the stage's failure but the run's (the store unreachable
+                    # or busy, a timeout): the run is handed back and re-driven at
+                    # this stage, whose journal finds what its call did.
+                    raise
                 yield exc
                 return
 
