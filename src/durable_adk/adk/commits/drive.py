@@ -38,7 +38,6 @@ from google.genai import types
 from typing_extensions import override
 
 from durable_adk.adk.commits.barrier import EventBatch
-from durable_adk.adk.runs.policy import RetryPolicy
 from durable_adk.adk.shapes.marks import writes_with_its_call
 from durable_adk.fencing.fence import RunFence
 from durable_adk.fencing.leases import LEASE_MARGIN_FRACTION as LEASE_MARGIN_FRACTION
@@ -89,10 +88,16 @@ class End:
 class Drive:
     """One drive: its pump task, its fence and the lock-step hand-over to its reader."""
 
-    def __init__(self, run: Run, fence: RunFence, retry_policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        run: Run,
+        fence: RunFence,
+        transient: Callable[[BaseException], bool] | None = None,
+    ) -> None:
         self.run = run
         self.fence = fence
-        self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY  # which errors hand it back
+        # Which errors hand the run back (its RetryPolicy's is_transient; none: no error).
+        self.transient = transient or _never
         # Barrier commits (docs/runs.md): the drive's buffered appends, how to
         # write them, the events held back until they are written, and whether
         # ADK may run ahead of the reader between barriers.
@@ -280,22 +285,23 @@ def echoes_request(event: Event, invocation_id: str | None) -> bool:
     )
 
 
-DEFAULT_RETRY_POLICY = RetryPolicy()
+def _never(exc: BaseException) -> bool:
+    return False
+
 
 _current_drive: ContextVar[Drive | None] = ContextVar("durable_adk_drive", default=None)
 
 
 def hands_back(exc: BaseException) -> bool:
-    """Whether the current drive's retry policy hands its run back for ``exc`` (a
-    store busy or unreachable, a timeout: the run is re-driven later, not ended);
-    outside a drive, the default policy's answer.
+    """Whether the current drive hands its run back for ``exc``: its retry policy calls
+    it transient (a store busy or unreachable, a timeout), so the run is re-driven
+    later, not ended. Outside a drive, never (no one would re-drive it).
 
     For code that catches an app's errors inside a drive (a saga's stage): such an
     error is the run's, not the app's, and must reach the drive as it is.
     """
     drive = _current_drive.get()
-    policy = drive.retry_policy if drive is not None else DEFAULT_RETRY_POLICY
-    return policy.is_transient(exc)
+    return drive is not None and drive.transient(exc)
 
 
 @contextlib.contextmanager

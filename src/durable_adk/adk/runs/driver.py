@@ -239,7 +239,7 @@ class Driver:
                 invocation_id=run.invocation_id,
                 store=self.path.store,
             ),
-            self.path.retry_policy,
+            self.path.retry_policy.is_transient,
         )
 
     def start(
