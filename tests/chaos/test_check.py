@@ -510,3 +510,24 @@ def test_a_tick_fired_with_an_older_versions_definition_after_a_newer_one_is_fou
     assert found == [
         "tick at:110 fired with the definition of 1.0 after tick at:105 fired a newer one's"
     ]
+
+
+def test_a_tick_charged_only_under_a_rekeyed_versions_key_acted() -> None:
+    """Each tick charges under the key of the code that runs it (a rekeyed version:
+    ``charge:ORD-tick:v2``): a tick run whose charge went under that key acted."""
+    log = [dataclasses.replace(e, data=_with_order(e.data, "ORD-tick")) for e in good_log()]
+    rekeyed = [request("charge:ORD-tick:v2", 1, 2.0), request("notify:ORD-tick", 2, 6.0)]
+    assert "unexpected endings" not in verdict(events=log, requests=rekeyed)
+    (hollow,) = verdict(events=log, requests=rekeyed[1:])["unexpected endings"]
+    assert "never acted: ['charge:ORD-tick']" in hollow
+    # Another order's charge under a rekeyed key is not this run's.
+    other = [request("charge:ORD-tick-2:v2", 1, 2.0), rekeyed[1]]
+    assert "unexpected endings" in verdict(events=log, requests=other)
+
+
+def _with_order(data: dict[str, Any], order: str) -> dict[str, Any]:
+    parts = [
+        {**p, "text": p["text"].replace("ORD-1", order)} if "text" in p else p
+        for p in data["content"]["parts"]
+    ]
+    return {**data, "content": {"parts": parts}}

@@ -748,6 +748,15 @@ def drift_park(
     return False
 
 
+def _acted(effect: str, acted: set[str]) -> bool:
+    """Whether ``effect`` (``charge:<order>``) acted. The schedule's order keeps each
+    code's key (:func:`business_key`): a tick run by a rekeyed version acts under
+    ``charge:ORD-tick:v2``, and that is its charge."""
+    if effect in acted:
+        return True
+    return effect.endswith(":" + TICK_ORDER) and any(k.startswith(effect + ":") for k in acted)
+
+
 def unexpected_endings(
     runs: Sequence[RunRow],
     events: Sequence[EventRow],
@@ -789,7 +798,7 @@ def unexpected_endings(
             continue
         if any(SAGA_ASK in asked_text(e).lower() for e in mine if e.author == "user"):
             continue  # the saga's own check judges its acts
-        missing = [p + order for p in EFFECT_PREFIXES if p + order not in acted]
+        missing = [p + order for p in EFFECT_PREFIXES if not _acted(p + order, acted)]
         said = " ".join(str(p.get("text") or "") for e in mine for p in e.parts())
         if missing:
             found.append(f"run {run.run_id} DONE but never acted: {missing}")
