@@ -242,16 +242,27 @@ def _skips(name: str, statements: list[str], guarded: bool) -> tuple[tuple[str, 
                 "which would read another statement's count when this one is skipped"
             )
         for param in params:
-            gate = re.compile(
-                rf"(?<![:\w]):{param}\s+IS\s+NOT\s+NULL\b|\bjson_each\(\s*:{param}\s*\)",
-                re.IGNORECASE,
-            )
-            if not gate.search(code):
+            if not _gates_itself(code, param, "sqlite"):
                 raise ValueError(
                     f"{where}: skipped when :{param} is NULL, but it does not gate itself on "
                     f"it (':{param} IS NOT NULL' or 'json_each(:{param})')"
                 )
     return tuple(found) if any(found) else ()
+
+
+_GATES = {
+    "sqlite": (r"(?<![:\w]):{p}\s+IS\s+NOT\s+NULL\b|\bjson_each\(\s*:{p}\s*\)"),
+    "postgresql": (
+        r"(?<![:\w]):{p}\b(::\w+)?\)?(::\w+)?\s+IS\s+NOT\s+NULL\b"
+        r"|\b(jsonb?_array_elements(_text)?|jsonb?_to_recordset)\(\s*\(*\s*:{p}\b"
+    ),
+}
+"""What a statement (SQLite) or a member (PostgreSQL) left out when ``:p`` is NULL must
+hold: a condition on it, or rows only from it (a function that has none for NULL)."""
+
+
+def _gates_itself(code: str, param: str, dialect: str) -> bool:
+    return re.search(_GATES[dialect].format(p=param), code, re.IGNORECASE) is not None
 
 
 def _returns_rows(statement: str) -> bool:
@@ -337,13 +348,7 @@ def _pg_members(name: str, statement: str) -> list[tuple[tuple[str, ...], int, i
             cut = (member.start(), end + after.end())
         body = _code(statement[member.start() : end])
         for param in params:
-            gate = re.compile(
-                rf"(?<![:\w]):{param}\b(::\w+)?\)?(::\w+)?\s+IS\s+NOT\s+NULL\b"
-                rf"|\b(jsonb?_array_elements(_text)?|jsonb?_to_recordset)"
-                rf"\(\s*\(*\s*:{param}\b",
-                re.IGNORECASE,
-            )
-            if not gate.search(body):
+            if not _gates_itself(body, param, "postgresql"):
                 raise ValueError(
                     f"{where}: member {member.group('name')!r} is left out when :{param} is "
                     f"NULL, but it does not gate itself on it"
@@ -435,8 +440,11 @@ def parse_queries(text: str, dialect: str) -> dict[str, Query]:
         variants: tuple[tuple[frozenset[str], str, tuple[str, ...]], ...] = ()
         if dialect == "postgresql":
             variants = _pg_variants(current, statements[0])
-            source = statements[0]
-            statements = [_to_positional(_code(source) if variants else source, order)]
+            if variants:  # the first leaves nothing out: it is the whole statement
+                _nulls, whole, whole_order = variants[0]
+                statements, order = [whole], list(whole_order)
+            else:
+                statements = [_to_positional(statements[0], order)]
         else:
             for s in statements:
                 for m in _PARAM.finditer(s):
