@@ -565,6 +565,19 @@ class BareCommits:
             self._pool = None
 
 
+def changed_rows(
+    old: dict[Any, dict[str, Any]], new: dict[Any, dict[str, Any]]
+) -> Iterator[tuple[Any, dict[str, Any], list[str] | None]]:
+    """A table's rows (by key) that a unit wrote: each row of ``new`` that ``old`` did
+    not hold (columns None: inserted) or held otherwise (the columns that changed)."""
+    for key, row in new.items():
+        was = old.get(key)
+        if was is None:
+            yield key, row, None
+        elif was != row:
+            yield key, row, [c for c in row if row[c] != was[c]]
+
+
 # --------------------------------------- the same rows, bare (PostgreSQL)
 
 
@@ -672,17 +685,13 @@ class PgSameRows:
                 await replay.send(query, params)
                 changes: list[PgRowChange] = []
                 for name, old in before.items():
-                    for key, row in (await _pg_rows(conn, tables[name])).items():
-                        was = old.get(key)
-                        if was is None:
+                    after = await _pg_rows(conn, tables[name])
+                    for key, row, changed in changed_rows(old, after):
+                        if changed is None:
                             changes.append(PgRowChange(name, tuple(row), tuple(row.values())))
-                        elif was != row:
-                            changed = [c for c in row if row[c] != was[c]]
-                            changes.append(
-                                PgRowChange(
-                                    name, tuple(changed), tuple(row[c] for c in changed), key
-                                )
-                            )
+                        else:
+                            values = tuple(row[c] for c in changed)
+                            changes.append(PgRowChange(name, tuple(changed), values, key))
                 out.append(changes)
             return out
         finally:
@@ -872,9 +881,8 @@ class SameRows:
                 await replay.send(query, params)
                 changes: list[RowChange] = []
                 for table, old in before.items():
-                    for rowid, row in _rows(conn, table).items():
-                        was = old.get(rowid)
-                        if was is None:
+                    for rowid, row, changed in changed_rows(old, _rows(conn, table)):
+                        if changed is None:
                             changes.append(
                                 RowChange(
                                     table,
@@ -883,10 +891,9 @@ class SameRows:
                                     rowid=rowid if isinstance(rowid, int) else None,
                                 )
                             )
-                        elif was != row:
+                        else:
                             if not isinstance(rowid, int):
                                 raise NotImplementedError(f"an update of {table} (WITHOUT ROWID)")
-                            changed = [c for c in row if row[c] != was[c]]
                             changes.append(
                                 RowChange(
                                     table,
