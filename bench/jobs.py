@@ -36,8 +36,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.testing.pg_cluster import TempPostgres
 from durable_adk.webhooks import handle_job_webhook, sign
 

@@ -36,8 +36,8 @@ from tempfile import TemporaryDirectory
 from bench.common import bench_main, fmt_ms, fmt_ratio, md_table, quiet, verdict
 from bench.runner import StoreCalls
 from durable_adk.adk.loops.sleep import Waker
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.testing.pg_cluster import TempPostgres
 
 

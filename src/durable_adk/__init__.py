@@ -46,17 +46,17 @@ _EXPORTS: dict[str, str] = {
     "RunStatus": "durable_adk.tables.ledger",
     "DeadLetter": "durable_adk.tables.ledger",
     # journal
-    "Journal": "durable_adk.tables.journal",
-    "JournalEntry": "durable_adk.tables.journal",
-    "OutcomeUnknown": "durable_adk.tables.journal",
+    "Journal": "durable_adk.effect_tables.journal",
+    "JournalEntry": "durable_adk.effect_tables.journal",
+    "OutcomeUnknown": "durable_adk.effect_tables.journal",
     # jobs
-    "JobTable": "durable_adk.tables.jobs",
-    "Job": "durable_adk.tables.jobs",
-    "JobState": "durable_adk.tables.jobs",
-    "JobNotFound": "durable_adk.tables.jobs",
+    "JobTable": "durable_adk.effect_tables.jobs",
+    "Job": "durable_adk.effect_tables.jobs",
+    "JobState": "durable_adk.effect_tables.jobs",
+    "JobNotFound": "durable_adk.effect_tables.jobs",
     # sagas (ledger half)
-    "SagaLedger": "durable_adk.tables.sagas",
-    "SagaStatus": "durable_adk.tables.sagas",
+    "SagaLedger": "durable_adk.effect_tables.sagas",
+    "SagaStatus": "durable_adk.effect_tables.sagas",
     # webhooks
     "webhooks": "durable_adk.webhooks",
     "handle_job_webhook": "durable_adk.webhooks",
@@ -300,6 +300,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         SagaSweeper,
     )
     from durable_adk.adk.tools.workflow_nodes import journaled_node
+    from durable_adk.effect_tables.jobs import Job, JobNotFound, JobState, JobTable
+    from durable_adk.effect_tables.journal import Journal, JournalEntry, OutcomeUnknown
+    from durable_adk.effect_tables.sagas import SagaLedger, SagaStatus
     from durable_adk.errors import (
         Conflict,
         DatabaseBusy,
@@ -333,8 +336,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from durable_adk.store import DEFAULT_URL, Keyring, Store, open_store
     from durable_adk.store.rotation import shred_user
     from durable_adk.tables.interrupts import Interrupt, InterruptTable
-    from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
-    from durable_adk.tables.journal import Journal, JournalEntry, OutcomeUnknown
     from durable_adk.tables.ledger import DeadLetter, Run, RunLedger, RunStatus
-    from durable_adk.tables.sagas import SagaLedger, SagaStatus
     from durable_adk.webhooks import WebhookError, handle_job_webhook

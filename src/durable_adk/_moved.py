@@ -27,9 +27,12 @@ from types import CodeType, ModuleType
 
 MOVED: dict[str, str] = {
     "durable_adk.ledger": "durable_adk.tables.ledger",
-    "durable_adk.journal": "durable_adk.tables.journal",
-    "durable_adk.jobs": "durable_adk.tables.jobs",
-    "durable_adk.sagas": "durable_adk.tables.sagas",
+    "durable_adk.journal": "durable_adk.effect_tables.journal",
+    "durable_adk.tables.journal": "durable_adk.effect_tables.journal",
+    "durable_adk.jobs": "durable_adk.effect_tables.jobs",
+    "durable_adk.tables.jobs": "durable_adk.effect_tables.jobs",
+    "durable_adk.sagas": "durable_adk.effect_tables.sagas",
+    "durable_adk.tables.sagas": "durable_adk.effect_tables.sagas",
     "durable_adk.interrupts": "durable_adk.tables.interrupts",
     "durable_adk.schedule_table": "durable_adk.tables.schedules",
     "durable_adk.version_table": "durable_adk.tables.versions",

@@ -14,7 +14,7 @@ Guarantees:
   (400), an unknown job (404) or a result nested deeper (422) or larger (413)
   than the store's payload limits raises before anything is written, and the
   error's message says which.
-* A valid completion goes through :meth:`~durable_adk.tables.jobs.JobTable.complete`:
+* A valid completion goes through :meth:`~durable_adk.effect_tables.jobs.JobTable.complete`:
   a duplicate or late delivery is answered 200 like the first, and changes
   nothing.
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_adk import errors
+from durable_adk.effect_tables.jobs import COMPLETION_STATES, JobNotFound, JobState, JobTable
 from durable_adk.metrics import Metrics
-from durable_adk.tables.jobs import COMPLETION_STATES, JobNotFound, JobState, JobTable
 
 SIGNATURE_HEADER = "X-Durable-Signature"
 TIMESTAMP_HEADER = "X-Durable-Timestamp"

@@ -31,8 +31,8 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import DurableRunner, errors, journaled
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.journal import Journal
 from durable_adk.store import Store
-from durable_adk.tables.journal import Journal
 from durable_adk.testing import Call, Say, ScriptedModel
 from refusals import refuse
 

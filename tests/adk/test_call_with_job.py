@@ -35,8 +35,8 @@ from google.adk.tools.tool_context import ToolContext
 
 from durable_adk import DurableRunner, errors
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import Store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.testing import Call, Say, ScriptedModel
 from refusals import refuse
 

@@ -29,10 +29,10 @@ from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs.operators import cancel_run
 from durable_adk.adk.tools.journaling import journaled
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage
+from durable_adk.effect_tables.journal import Journal, JournalStatus
+from durable_adk.effect_tables.sagas import SagaLedger, SagaStatus
 from durable_adk.store import Store
-from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import Run, RunStatus
-from durable_adk.tables.sagas import SagaLedger, SagaStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import FakeService, ResourceClient
 

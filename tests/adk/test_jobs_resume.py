@@ -29,8 +29,8 @@ from google.genai import types
 from durable_adk.adk.loops.resume import ExpirySweeper, ProgressSender, Resumer, Submitter
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.tools.long_running import long_running_tool
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 

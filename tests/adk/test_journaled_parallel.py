@@ -25,8 +25,8 @@ from google.genai import types
 
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.tools.journaling import journaled
+from durable_adk.effect_tables.journal import Journal, JournalStatus
 from durable_adk.store import Store
-from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import BillingClient, FakeService

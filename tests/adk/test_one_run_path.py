@@ -28,9 +28,9 @@ from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs.inbox import answer_interrupt
 from durable_adk.adk.runs.operators import cancel_run
 from durable_adk.adk.tools.journaling import journaled
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.store import Store
 from durable_adk.tables.interrupts import InterruptStatus, InterruptTable
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.scripted_model import Turn

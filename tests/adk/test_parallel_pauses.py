@@ -25,8 +25,8 @@ from durable_adk import errors, long_running_tool
 from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.loops.sleep import Waker, sleep_tool
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import Store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import ScriptedModel
 

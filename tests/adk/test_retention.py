@@ -32,13 +32,13 @@ from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.loops.sleep import Waker
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.runs.inbox import answer_interrupt
+from durable_adk.effect_tables.jobs import JobState, JobTable
+from durable_adk.effect_tables.sagas import Compensation, SagaLedger, SagaStatus, Undo
 from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
 from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.queries import parse_queries
 from durable_adk.tables.interrupts import InterruptTable
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunStatus
-from durable_adk.tables.sagas import Compensation, SagaLedger, SagaStatus, Undo
 from durable_adk.testing import Call, Say, ScriptedModel
 
 ALL_AT_ONCE = RetentionPolicy(

@@ -42,12 +42,12 @@ from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.loops.sleep import Waker, sleep_tool
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.cli import app as cli_app
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.lifecycle import RetentionPolicy, purge
 from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate
 from durable_adk.store.sealing.codec import KEY_FILE_ENV, envelope_key
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.tables.versions import VersionTable
 from durable_adk.testing import Call, Say, ScriptedModel

@@ -20,9 +20,9 @@ from google.genai import types
 
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.tools.saga_agent import SagaFailed, SagaSequence, SagaStage
+from durable_adk.effect_tables.sagas import SagaLedger
 from durable_adk.metrics import Metrics
 from durable_adk.store import Store
-from durable_adk.tables.sagas import SagaLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import FakeService, ResourceClient, ServiceError
 

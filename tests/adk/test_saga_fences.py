@@ -26,9 +26,16 @@ from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage, SagaSweeper
+from durable_adk.effect_tables.sagas import (
+    Compensation,
+    Fence,
+    SagaLedger,
+    SagaStatus,
+    StepStatus,
+    Undo,
+)
 from durable_adk.store import Store
 from durable_adk.tables.ledger import RunLedger, RunStatus
-from durable_adk.tables.sagas import Compensation, Fence, SagaLedger, SagaStatus, StepStatus, Undo
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import FakeService, ResourceClient
 from saga_support import Releases, reserve_stage

@@ -22,10 +22,10 @@ from durable_adk.adk.loops.sleep import Waker, sleep_tool
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.tools.long_running import long_running_tool
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage
+from durable_adk.effect_tables.jobs import JobState, JobTable
+from durable_adk.effect_tables.sagas import SagaLedger, SagaStatus
 from durable_adk.store import Store
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunStatus
-from durable_adk.tables.sagas import SagaLedger, SagaStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import FakeService, ResourceClient
 from saga_support import Releases, reserve_stage

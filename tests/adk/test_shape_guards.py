@@ -26,9 +26,9 @@ from google.genai import types
 from durable_adk import DurableRunner, RunStatus, errors, journaled, long_running_tool
 from durable_adk.adk.runner import cause_of
 from durable_adk.adk.tools.saga_agent import SagaSequence
+from durable_adk.effect_tables.journal import Journal
 from durable_adk.fencing.fence import RunFence, using_fence
 from durable_adk.store import Store
-from durable_adk.tables.journal import Journal
 from durable_adk.testing import Call, Say, ScriptedModel
 
 

@@ -21,9 +21,9 @@ from durable_adk.adk.loops.background import Background
 from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.loops.sleep import Waker, parse_sleep, sleep_tool
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.effect_tables.jobs import Job, JobState, JobTable
 from durable_adk.errors import InvalidArgument
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import Job, JobState, JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 

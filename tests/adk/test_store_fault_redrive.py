@@ -30,9 +30,9 @@ from durable_adk import errors
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.adk.tools.journaling import journaled
+from durable_adk.effect_tables.journal import Journal, JournalStatus
 from durable_adk.store import Store, open_store
 from durable_adk.store.base import Params, Row
-from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 

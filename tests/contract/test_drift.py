@@ -26,10 +26,10 @@ from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift, node_nam
 from durable_adk.adk.runs.fingerprint import Known
 from durable_adk.adk.tools.long_running import long_running_tool
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage
+from durable_adk.effect_tables.jobs import JobState, JobTable
+from durable_adk.effect_tables.sagas import SagaLedger
 from durable_adk.store import Store
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunStatus
-from durable_adk.tables.sagas import SagaLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 
 
@@ -310,7 +310,7 @@ async def test_a_workflow_waking_in_a_node_the_new_code_renamed_is_parked(store:
 
     from durable_adk.adk.loops.background import Background
     from durable_adk.adk.loops.sleep import sleep_node
-    from durable_adk.tables.jobs import JobTable
+    from durable_adk.effect_tables.jobs import JobTable
 
     outputs: list[Any] = []
 

@@ -27,15 +27,15 @@ from durable_adk import errors
 from durable_adk.adk.services.artifacts import DurableArtifactService
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.cli import app as cli_app
+from durable_adk.effect_tables.jobs import JobTable
+from durable_adk.effect_tables.journal import Attempt, Journal
+from durable_adk.effect_tables.sagas import SagaLedger
 from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.queries import parse_queries
 from durable_adk.store.rotation import key_status, rotate, shred_user
 from durable_adk.store.sealing.codec import COLUMNS, KEY_FILE_ENV, MARK, envelope_key
 from durable_adk.tables.interrupts import InterruptKind, InterruptTable
-from durable_adk.tables.jobs import JobTable
-from durable_adk.tables.journal import Attempt, Journal
 from durable_adk.tables.ledger import RunLedger
-from durable_adk.tables.sagas import SagaLedger
 
 SECRET = "SECRET-4711"
 A2A = [c for c in COLUMNS if c.table.startswith("a2a_")]

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from durable_adk import errors
+from durable_adk.effect_tables.jobs import JobNotFound, JobState, JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import JobNotFound, JobState, JobTable
 
 CALL = {
     "app_name": "shop",

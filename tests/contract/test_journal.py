@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from durable_adk import errors
+from durable_adk.effect_tables.journal import Attempt, Journal, JournalStatus, OutcomeUnknown
 from durable_adk.store import Store
-from durable_adk.tables.journal import Attempt, Journal, JournalStatus, OutcomeUnknown
 from durable_adk.tables.ledger import RunLedger
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from durable_adk.effect_tables import journal as journal_module
+from durable_adk.effect_tables.journal import Attempt, Journal, JournalStatus
 from durable_adk.store import Store, open_store
-from durable_adk.tables import journal as journal_module
-from durable_adk.tables.journal import Attempt, Journal, JournalStatus
 
 ATTEMPT = Attempt(tool_name="send_invoice", invocation_id="e-1", function_call_id="c-1")
 

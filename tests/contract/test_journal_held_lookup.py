@@ -38,8 +38,8 @@ from test_journal_owners import (
 )
 
 from durable_adk import errors
+from durable_adk.effect_tables.journal import WAIT_SECONDS, Journal, JournalBusy, JournalStatus
 from durable_adk.store import Store
-from durable_adk.tables.journal import WAIT_SECONDS, Journal, JournalBusy, JournalStatus
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing.services import FakeService
 

@@ -29,15 +29,15 @@ from typing import Any
 import pytest
 
 from durable_adk import errors
-from durable_adk.fencing.fence import FenceToken, RunFence, using_fence
-from durable_adk.store import Store, open_store
-from durable_adk.tables.journal import (
+from durable_adk.effect_tables.journal import (
     Attempt,
     Journal,
     JournalBusy,
     JournalStatus,
     OutcomeUnknown,
 )
+from durable_adk.fencing.fence import FenceToken, RunFence, using_fence
+from durable_adk.store import Store, open_store
 from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing.services import BillingClient, FakeService, request_json
 

@@ -30,10 +30,10 @@ from durable_adk.adk.runs.operators import (
     resolve_run,
     retry_run,
 )
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.service.features import complete_job
 from durable_adk.store import Store, open_store
 from durable_adk.tables.interrupts import InterruptTable
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 

@@ -29,9 +29,7 @@ from durable_adk.adk.runs.drift import RecordedStep, RunDrifted, drift
 from durable_adk.adk.runs.fingerprint import Known
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaStage, SagaSweeper
-from durable_adk.store import Store
-from durable_adk.tables.ledger import RunStatus
-from durable_adk.tables.sagas import (
+from durable_adk.effect_tables.sagas import (
     Compensation,
     SagaDrifted,
     SagaLedger,
@@ -39,6 +37,8 @@ from durable_adk.tables.sagas import (
     StepStatus,
     Undo,
 )
+from durable_adk.store import Store
+from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.services import FakeService, ResourceClient
 from durable_adk.versions import Serving

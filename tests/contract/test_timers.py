@@ -8,8 +8,8 @@ import time
 import pytest
 
 from durable_adk import errors
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import JobState, JobTable
 
 CALL = {
     "app_name": "reminders",

@@ -152,9 +152,9 @@ def test_a_bad_declaration_is_refused_clearly(
 
 
 async def test_sagas_jobs_and_interrupts_record_the_version_of_their_run(store: Store) -> None:
+    from durable_adk.effect_tables.jobs import JobTable
+    from durable_adk.effect_tables.sagas import SagaLedger
     from durable_adk.tables.interrupts import InterruptKind, InterruptTable
-    from durable_adk.tables.jobs import JobTable
-    from durable_adk.tables.sagas import SagaLedger
 
     v1 = ledger(store, "1.0.0")
     run = await v1.submit(app_name="a", user_id="u", session_id="s", request={}, owner="w")

@@ -7,9 +7,9 @@ import json
 import pytest
 from prometheus_client import CollectorRegistry
 
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.metrics import Metrics
 from durable_adk.store import Store
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.webhooks import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

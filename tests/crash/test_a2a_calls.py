@@ -34,9 +34,9 @@ from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import GetTaskRequest, TaskState
 
 from children import run_child, run_module, spawn
+from durable_adk.effect_tables.journal import Journal, JournalStatus
 from durable_adk.store import open_store
 from durable_adk.tables.interrupts import InterruptTable
-from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 from durable_adk.testing.services import FakeService

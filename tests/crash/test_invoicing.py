@@ -24,8 +24,8 @@ import pytest
 
 from children import run_module
 from durable_adk.adk.runs.operators import resolve_run
+from durable_adk.effect_tables.journal import Journal, JournalStatus
 from durable_adk.store import open_store
-from durable_adk.tables.journal import Journal, JournalStatus
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 from durable_adk.testing.services import FakeService, RequestRecord

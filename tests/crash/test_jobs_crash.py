@@ -34,8 +34,8 @@ from google.adk.events.event import Event
 from children import run_child
 from durable_adk.adk.loops.resume import Resumer, Submitter
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 from durable_adk.testing.report_builder import ReportBuilder, ReportBuilderClient

@@ -23,10 +23,10 @@ from google.adk.apps import App
 from children import run_module
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import Keyring, Store, open_store
 from durable_adk.store.rotation import key_status, rotate
 from durable_adk.store.sealing.codec import KEY_FILE_ENV
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel, arm
 

@@ -25,9 +25,9 @@ import pytest
 from children import run_module
 from durable_adk.adk.runs.operators import cancel_run
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.sagas import SagaLedger, SagaStatus
 from durable_adk.store import open_store
 from durable_adk.tables.ledger import RunLedger
-from durable_adk.tables.sagas import SagaLedger, SagaStatus
 from durable_adk.testing import arm
 from durable_adk.testing.services import FakeService
 

@@ -24,10 +24,10 @@ import httpx
 import pytest
 
 from children import spawn
+from durable_adk.effect_tables.jobs import JobState, JobTable
+from durable_adk.effect_tables.sagas import SagaLedger, SagaStatus
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunLedger
-from durable_adk.tables.sagas import SagaLedger, SagaStatus
 from durable_adk.testing.services import FakeService
 
 HERE = Path(__file__).parent

@@ -25,8 +25,8 @@ from google.adk.events.event import Event
 
 from children import run_child, spawn
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import Job, JobState, JobTable
 from durable_adk.store import Store, open_store
-from durable_adk.tables.jobs import Job, JobState, JobTable
 from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.testing import arm
 

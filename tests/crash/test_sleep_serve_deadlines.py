@@ -18,8 +18,8 @@ from examples.reminders.app import APP_NAME, REMINDER, texts
 from test_saga_sleep_serve import AUTH, serve, until
 
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunLedger
 
 SPEC = "examples.reminders.app:app"

@@ -48,8 +48,8 @@ from a2a_support import (
     workers,
 )
 
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import JobTable
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -13,11 +13,11 @@ from svc_support import Service, parse_sse
 
 from durable_adk import webhooks
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import JobTable
+from durable_adk.effect_tables.sagas import SagaLedger
 from durable_adk.service.follow import End, follow
 from durable_adk.service.ops import SessionKey
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunLedger, RunStatus
-from durable_adk.tables.sagas import SagaLedger
 
 
 async def start(service: Service, session: str, message: str = "lamps") -> dict[str, Any]:

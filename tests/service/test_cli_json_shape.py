@@ -18,6 +18,7 @@ from test_cli import prepare
 from typer.testing import CliRunner
 
 from durable_adk.cli import app
+from durable_adk.effect_tables.jobs import Job
 from durable_adk.schedules import Schedule
 from durable_adk.service.schedule_routes import ScheduleOut, TickOut
 from durable_adk.service.schemas import (
@@ -29,7 +30,6 @@ from durable_adk.service.schemas import (
 )
 from durable_adk.service.version_routes import VersionOut
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import Job
 from durable_adk.tables.schedules import ScheduleTable
 
 runner = CliRunner()

@@ -23,8 +23,8 @@ import wf_support
 from svc_support import TOKEN, ThreadedWorker, settings_for, threaded_worker
 
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunLedger
 
 CHROMIUM_ARGS = [

@@ -38,10 +38,10 @@ from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.result_limits import ERROR_CODE
 from durable_adk.demo.approvals_app import app as approvals_app
 from durable_adk.demo.service_app import APP_NAME as STOCK_APP
+from durable_adk.effect_tables.jobs import JobState, JobTable
 from durable_adk.limits import PayloadLimits
 from durable_adk.store import Store, open_store
 from durable_adk.tables.interrupts import InterruptStatus, InterruptTable
-from durable_adk.tables.jobs import JobState, JobTable
 from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.scripted_model import Turn

@@ -19,8 +19,8 @@ import httpx
 from op_support import park_in_store
 from svc_support import settings_for, threaded_worker
 
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import RunLedger
 
 ROUNDS = 12

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.cli import app
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store import open_store
-from durable_adk.tables.jobs import JobTable
 
 runner = CliRunner()
 

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from durable_adk.effect_tables.sagas import Compensation, SagaLedger, SagaStatus, Undo
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.store import Store
-from durable_adk.tables.sagas import Compensation, SagaLedger, SagaStatus, Undo
 
 
 async def test_a_compensation_is_a_span_and_an_outcome(store: Store) -> None:

@@ -16,8 +16,8 @@ from google.genai import types
 from durable_adk import journaled
 from durable_adk.adk.runs.drift import drift, key_drift
 from durable_adk.adk.runs.fingerprint import Known
-from durable_adk.tables.jobs import Job, JobState
-from durable_adk.tables.journal import JournalEntry, JournalStatus
+from durable_adk.effect_tables.jobs import Job, JobState
+from durable_adk.effect_tables.journal import JournalEntry, JournalStatus
 
 INV = "e-1"
 

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 import durable_adk
 from durable_adk import errors
 from durable_adk.adk.eventlog.classify import check_answers
+from durable_adk.effect_tables.jobs import Job
 from durable_adk.service import dashboard, features, schedule_routes, version_routes
 from durable_adk.service.follow import follow, sse
 from durable_adk.service.guards import (
@@ -67,7 +68,6 @@ from durable_adk.service.schemas import (
     run_out,
 )
 from durable_adk.service.worker import Worker
-from durable_adk.tables.jobs import Job
 from durable_adk.tables.ledger import RunStatus
 
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="The session's user.")]

@@ -1,9 +1,10 @@
 """The operations and routes of long-running jobs, sagas, event repairs and the data
 lifecycle (purge, forget a user: :mod:`durable_adk.lifecycle`), and the job webhook.
 
-Jobs (:mod:`durable_adk.tables.jobs`) and sagas (:mod:`durable_adk.tables.sagas`) keep their
-own ledgers; this module only reads them for operators and passes a job's
-completion to :meth:`~durable_adk.tables.jobs.JobTable.complete`, whose conditional
+Jobs (:mod:`durable_adk.effect_tables.jobs`) and sagas
+(:mod:`durable_adk.effect_tables.sagas`) keep their own ledgers; this module
+only reads them for operators and passes a job's completion to
+:meth:`~durable_adk.effect_tables.jobs.JobTable.complete`, whose conditional
 update makes the first terminal result win (a duplicate or late completion
 changes nothing and is still answered 200).
 
@@ -40,6 +41,8 @@ from durable_adk.adk.services.repairs import (
     unreadable_events,
 )
 from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.effect_tables.jobs import Job, JobNotFound, JobState, JobTable
+from durable_adk.effect_tables.sagas import SagaLedger, SagaStatus
 from durable_adk.lifecycle import RetentionPolicy, forget_user, purge
 from durable_adk.metrics import Metrics
 from durable_adk.service.guards import error_response
@@ -47,8 +50,6 @@ from durable_adk.service.ops import MAX_PAGE
 from durable_adk.service.schemas import ID_PATTERN, ErrorOut, ListOut, Reason, Who
 from durable_adk.store.base import Store
 from durable_adk.store.rotation import key_status, rotate
-from durable_adk.tables.jobs import Job, JobNotFound, JobState, JobTable
-from durable_adk.tables.sagas import SagaLedger, SagaStatus
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,255}$"
 """Job ids the API accepts (business identities such as ``report:2026-Q3:EMEA``)."""

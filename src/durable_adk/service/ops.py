@@ -34,10 +34,10 @@ from durable_adk.adk.eventlog.unreadable import (
 from durable_adk.adk.runs import operators
 from durable_adk.adk.runs.inbox import InboxAnswer, answer_interrupt
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.store.base import Store
 from durable_adk.store.sealing.codec import PLACEHOLDER_KEY, placeholder_note
 from durable_adk.tables.interrupts import Interrupt, InterruptKind, InterruptStatus, InterruptTable
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import (
     TERMINAL,
     DeadLetter,

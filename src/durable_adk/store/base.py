@@ -135,7 +135,7 @@ class Store(abc.ABC):
     """When the database last changed history (a PostgreSQL failover to a promoted
     standby, as a worker recorded it: :meth:`note_history`), seconds since the
     epoch; None if it never did. The journal asks by key before it acts for a
-    while after it (:data:`durable_adk.tables.journal.LOOK_FIRST_AFTER_FAILOVER`)."""
+    while after it (:data:`durable_adk.effect_tables.journal.LOOK_FIRST_AFTER_FAILOVER`)."""
 
     async def note_history(self, identity: str | None) -> None:
         """Records the database's history as this worker found it (``identity``: a

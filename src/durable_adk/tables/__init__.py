@@ -1,11 +1,11 @@
 """The durable tables: one module per table, each the only code that writes it.
 
 Holds the run ledger (:mod:`.ledger`: runs, their history, dead letters and
-the per-session queue), the side-effect journal (:mod:`.journal`), the job
-table (:mod:`.jobs`), the saga ledger (:mod:`.sagas`), the interrupts index
-(:mod:`.interrupts`), the schedules' tables (:mod:`.schedules`), the version
-records (:mod:`.versions`) and the sweepers' beats (:mod:`.sweeps`). Each
-maps its rows to frozen records and asks the store for its SQL by name.
+the per-session queue), the interrupts index (:mod:`.interrupts`), the
+schedules' tables (:mod:`.schedules`), the version records (:mod:`.versions`)
+and the sweepers' beats (:mod:`.sweeps`). The tables of outside effects (the
+journal, jobs, sagas) are beside it, in :mod:`durable_adk.effect_tables`.
+Each maps its rows to frozen records and asks the store for its SQL by name.
 
 May import: the ground floor (:mod:`durable_adk.errors`, ``faults``, ``ids``,
 ``metrics``), the value modules (``versions``, ``schedules``, ``cron``) and

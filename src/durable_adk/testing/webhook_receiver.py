@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from durable_adk.tables.jobs import JobTable
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.webhooks import MAX_BODY, WebhookError, handle_job_webhook
 
 PATH = "/webhooks/jobs"

@@ -48,13 +48,13 @@ from durable_adk.adk.runs.inbox import InboxAnswer, InterruptSweeper
 from durable_adk.adk.runs.path import HasRunPath
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.tools.saga_agent import SagaSequence, SagaSweeper
+from durable_adk.effect_tables.jobs import Job, JobTable
+from durable_adk.effect_tables.sagas import Saga
 from durable_adk.lifecycle.pacing import Pacer
 from durable_adk.lifecycle.policy import RetentionPolicy
 from durable_adk.lifecycle.purge import PurgeReport, purge
 from durable_adk.metrics import Metrics
-from durable_adk.tables.jobs import Job, JobTable
 from durable_adk.tables.ledger import RunStatus
-from durable_adk.tables.sagas import Saga
 from durable_adk.tables.sweeps import record_beat, record_leave
 
 logger = logging.getLogger("durable_adk.background")

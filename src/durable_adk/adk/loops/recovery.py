@@ -89,9 +89,9 @@ from durable_adk.adk.runs.ending import Ending, EndKind, Outcome, after_cancel, 
 from durable_adk.adk.runs.path import HasRunPath, RunPath
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.adk.tools.long_running import long_running_tools
+from durable_adk.effect_tables.jobs import JobTable
 from durable_adk.metrics import Metrics
 from durable_adk.runlog import run_event, taken_over
-from durable_adk.tables.jobs import JobTable
 from durable_adk.tables.ledger import Run, RunStatus
 from durable_adk.tables.sweeps import BEAT_EVERY, record_sweep
 

@@ -1,6 +1,6 @@
 """Answering long-running calls: the submitter, the resumer, progress, the expiry sweep.
 
-The job table (:mod:`durable_adk.tables.jobs`) knows when a call's job has its result;
+The job table (:mod:`durable_adk.effect_tables.jobs`) knows when a call's job has its result;
 this module turns that into the call's answer, through :class:`DurableRunner`,
 so the invocation that made the call continues. Guarantees:
 
@@ -56,8 +56,8 @@ from durable_adk.adk.loops.every import periodically
 from durable_adk.adk.runs.ending import CANCELLED_JOB_RESULT
 from durable_adk.adk.runs.path import HasRunPath
 from durable_adk.adk.tools.long_running import DurableLongRunningTool, long_running_tools
+from durable_adk.effect_tables.jobs import DEFAULT_EXPIRED_RESULT, Job, JobTable
 from durable_adk.faults import crash_point
-from durable_adk.tables.jobs import DEFAULT_EXPIRED_RESULT, Job, JobTable
 from durable_adk.tables.ledger import Run, RunStatus
 
 logger = logging.getLogger("durable_adk.resume")

@@ -2,7 +2,7 @@
 
 ``sleep_tool()`` makes ``durable_sleep``, a long-running ADK tool the model
 calls with ``seconds`` (a duration) or ``until`` (ISO-8601 with a zone). A
-sleep is a timer on the job table (:meth:`~durable_adk.tables.jobs.JobTable.create_timer`):
+sleep is a timer on the job table (:meth:`~durable_adk.effect_tables.jobs.JobTable.create_timer`):
 a job whose result is known in advance and which becomes ready at its due
 time. Guarantees:
 
@@ -53,8 +53,8 @@ from durable_adk.adk.loops.resume import Resumer
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes.marks import idempotent
 from durable_adk.adk.tools.long_running import DurableLongRunningTool, jobs_of, refusal
+from durable_adk.effect_tables.jobs import Job, JobTable
 from durable_adk.faults import crash_point
-from durable_adk.tables.jobs import Job, JobTable
 
 logger = logging.getLogger("durable_adk.sleep")
 

@@ -49,9 +49,9 @@ from typing import Any
 from google.adk.events.event import Event
 
 from durable_adk.adk.runs.fingerprint import Known
-from durable_adk.tables.jobs import Job
-from durable_adk.tables.journal import JournalEntry, OutcomeUnknown
-from durable_adk.tables.sagas import owes_undo
+from durable_adk.effect_tables.jobs import Job
+from durable_adk.effect_tables.journal import JournalEntry, OutcomeUnknown
+from durable_adk.effect_tables.sagas import owes_undo
 
 CONFIRMATION_CALL = "adk_request_confirmation"
 """ADK's call asking a person to confirm another call (named in its ``originalFunctionCall``)."""

@@ -55,14 +55,14 @@ from durable_adk.adk.runs.fingerprint import Known
 from durable_adk.adk.runs.policy import RetryPolicy, RunPolicy, SyncTools, causes
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 from durable_adk.adk.tools.workflow_nodes import answer_lost_calls
+from durable_adk.effect_tables.jobs import JobTable
+from durable_adk.effect_tables.journal import Journal, OutcomeUnknown
 from durable_adk.faults import crash_point
 from durable_adk.fencing.fence import RunFence, using_fence
 from durable_adk.fencing.leases import Holding, LeaseKeeper
 from durable_adk.runlog import run_event
 from durable_adk.store.base import Store
 from durable_adk.store.outage import using_patience
-from durable_adk.tables.jobs import JobTable
-from durable_adk.tables.journal import Journal, OutcomeUnknown
 from durable_adk.tables.ledger import RenewResult, Run
 from durable_adk.versions import Serving
 

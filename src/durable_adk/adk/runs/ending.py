@@ -68,14 +68,14 @@ from durable_adk.adk.runs.inbox import inbox_at_finish, may_have_interrupts, sea
 from durable_adk.adk.runs.policy import RetryPolicy, causes
 from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.tools.workflow_nodes import NodeInFlight
+from durable_adk.effect_tables.jobs import JobTable
+from durable_adk.effect_tables.journal import OutcomeUnknown
 from durable_adk.faults import crash_point
 from durable_adk.ids import check_id
 from durable_adk.metrics import Metrics
 from durable_adk.runlog import run_event, taken_over
 from durable_adk.store.outage import current_patience
 from durable_adk.tables.interrupts import InterruptTable
-from durable_adk.tables.jobs import JobTable
-from durable_adk.tables.journal import OutcomeUnknown
 from durable_adk.tables.ledger import Lease, Run, RunLedger, RunStatus
 
 logger = logging.getLogger("durable_adk.runner")
@@ -108,7 +108,7 @@ class Ending:
         reason: Why, for the ledger's ``last_error`` and the log (None for
             DONE and PAUSED).
         error: The error behind the ending, if any: the app's error of a
-            FAILED run, the :class:`~durable_adk.tables.journal.OutcomeUnknown` of a
+            FAILED run, the :class:`~durable_adk.effect_tables.journal.OutcomeUnknown` of a
             PARKED one, the transient fault of a hand-back.
         found: The class recorded with a parked run (its dead letter's).
         by: Who cancelled a CANCELLED run (an id, for the audit trail).
@@ -236,7 +236,7 @@ class Outcome:
         Raises:
             durable_adk.errors.Fenced: Another worker holds the run.
             durable_adk.errors.RunInterrupted: Handed back, or not recorded.
-            durable_adk.tables.journal.OutcomeUnknown: Parked.
+            durable_adk.effect_tables.journal.OutcomeUnknown: Parked.
             durable_adk.errors.RunCancelled: Cancelled.
             Exception: The app's own error of a FAILED run.
         """

@@ -17,7 +17,7 @@ second call changes nothing and its :class:`Outcome` says where the run stands.
   the run's app drives the invocation on from the answer. The tool is not run
   again. A call whose effect waits in the journal as an INTENT (a journaled
   tool that may have acted, with no lookup) gets the result in the journal
-  instead (:meth:`~durable_adk.tables.journal.Journal.resolve`, recorded as DONE by
+  instead (:meth:`~durable_adk.effect_tables.journal.Journal.resolve`, recorded as DONE by
   the operator): the re-drive calls the tool again and the journal answers
   it, so the outside system gets no act.
 * :func:`abandon_run`: a PARKED run (or a FAILED one) is closed as FAILED with
@@ -51,9 +51,9 @@ from durable_adk import errors
 from durable_adk.adk.eventlog.classify import classify
 from durable_adk.adk.runs.ending import after_cancel
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.effect_tables.journal import Journal, JournalEntry, JournalStatus
 from durable_adk.ids import check_id
 from durable_adk.tables.interrupts import InterruptTable
-from durable_adk.tables.journal import Journal, JournalEntry, JournalStatus
 from durable_adk.tables.ledger import OperatorAction, Run, RunLedger, RunStatus
 from durable_adk.tables.versions import VersionTable
 from durable_adk.versions import parse_version

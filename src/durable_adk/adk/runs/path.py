@@ -726,7 +726,7 @@ class RunPath:
             durable_adk.errors.RunInterrupted: A transient fault: the run was
                 handed back for recovery (or, if even that failed, its lease
                 expires and recovery takes it over then).
-            durable_adk.tables.journal.OutcomeUnknown: The run was parked.
+            durable_adk.effect_tables.journal.OutcomeUnknown: The run was parked.
             durable_adk.errors.RunCancelled: It was cancelled; it is CANCELLED.
             Exception: The app's own error; the run is FAILED.
         """

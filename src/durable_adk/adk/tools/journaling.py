@@ -7,7 +7,7 @@ sync or async Python function into an ADK tool:
   identity, the same on every retry and every re-driven model call;
 * the function's ``idempotency_key`` parameter receives that key (pass it
   downstream) and is hidden from the model's schema, as is ``tool_context``;
-* inside a durable run the effect goes through :class:`~durable_adk.tables.journal.Journal`
+* inside a durable run the effect goes through :class:`~durable_adk.effect_tables.journal.Journal`
   with the run's fencing epoch; outside one (an ADK Runner on another session
   service) the function is simply called with the key, so the tool still
   works, only without the journal (parallel calls of one key in one process
@@ -38,9 +38,9 @@ from durable_adk.adk.commits.drive import begin_with_events_of
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.shapes.marks import JOURNALED_MARK as JOURNALED_MARK
 from durable_adk.adk.shapes.marks import is_journaled as is_journaled
+from durable_adk.effect_tables.journal import Attempt, Journal
 from durable_adk.fencing.fence import current_fence
 from durable_adk.store.base import Store
-from durable_adk.tables.journal import Attempt, Journal
 
 KEY_PARAM = "idempotency_key"
 

@@ -56,8 +56,8 @@ from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.shapes.marks import WITH_CALL_MARK
 from durable_adk.adk.tools.journaling import as_async, template_fields
+from durable_adk.effect_tables.jobs import Job, JobTable
 from durable_adk.faults import crash_point
-from durable_adk.tables.jobs import Job, JobTable
 
 logger = logging.getLogger("durable_adk.long_running")
 

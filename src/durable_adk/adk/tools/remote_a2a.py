@@ -71,9 +71,9 @@ from typing import Any, cast
 from durable_adk import errors
 from durable_adk.adk.commits.drive import begin_with_events_of
 from durable_adk.adk.tools.journaling import attempt_in
+from durable_adk.effect_tables.journal import JournalStatus, OutcomeUnknown
 from durable_adk.faults import crash_point
 from durable_adk.fencing.fence import current_fence
-from durable_adk.tables.journal import JournalStatus, OutcomeUnknown
 
 try:
     import httpx

@@ -10,7 +10,7 @@ What it guarantees:
 * A stage that raises, any event setting the ``saga_abort`` state key, or a
   cancel of the run (seen before each stage and after each event) starts
   the rollback: every step that may have acted is compensated, newest
-  first (see :class:`durable_adk.tables.sagas.Compensation`). The final event carries
+  first (see :class:`durable_adk.effect_tables.sagas.Compensation`). The final event carries
   ``saga_status`` (committed, compensated, compensation_failed) and
   ``saga_reason``; with ``raise_on_failure`` the error is raised afterwards.
 * It checkpoints like ADK's SequentialAgent, so a resumable re-drive after a
@@ -57,11 +57,7 @@ from durable_adk.adk.commits.drive import hands_back
 from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
 from durable_adk.adk.shapes import agent_tree
 from durable_adk.adk.tools.journaling import as_async, attempt_in
-from durable_adk.faults import crash_point
-from durable_adk.fencing.fence import current_fence
-from durable_adk.metrics import NO_METRICS
-from durable_adk.tables.ledger import RunLedger, RunStatus
-from durable_adk.tables.sagas import (
+from durable_adk.effect_tables.sagas import (
     Compensation,
     Fence,
     Saga,
@@ -70,6 +66,10 @@ from durable_adk.tables.sagas import (
     SagaStatus,
     Undo,
 )
+from durable_adk.faults import crash_point
+from durable_adk.fencing.fence import current_fence
+from durable_adk.metrics import NO_METRICS
+from durable_adk.tables.ledger import RunLedger, RunStatus
 from durable_adk.versions import UNVERSIONED, Serving
 
 logger = logging.getLogger("durable_adk.saga_agent")

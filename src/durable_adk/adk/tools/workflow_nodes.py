@@ -63,8 +63,8 @@ from durable_adk.adk.tools.journaling import (
     present_as,
     template_fields,
 )
+from durable_adk.effect_tables.journal import OutcomeUnknown
 from durable_adk.fencing.fence import current_fence
-from durable_adk.tables.journal import OutcomeUnknown
 
 GUARD_MARK = "__durable_adk_node_guard__"
 
@@ -342,7 +342,7 @@ async def answer_lost_calls(
     confirmation), and the response event is appended with the call's node
     path and the run's metadata, as ADK would have stored it. A journaled tool
     answers from its journal (or looks its effect up); an idempotent one runs
-    again. Errors propagate: :class:`~durable_adk.tables.journal.OutcomeUnknown`
+    again. Errors propagate: :class:`~durable_adk.effect_tables.journal.OutcomeUnknown`
     parks the run, :class:`~durable_adk.errors.Fenced` stops it.
 
     Args:

@@ -36,10 +36,10 @@ from enum import StrEnum
 from typing import Any
 
 from durable_adk import errors
+from durable_adk.effect_tables.journal import OutcomeUnknown
 from durable_adk.faults import crash_point
 from durable_adk.metrics import NO_METRICS, Metrics
 from durable_adk.store.base import Row, Store
-from durable_adk.tables.journal import OutcomeUnknown
 from durable_adk.versions import UNVERSIONED, Serving
 
 logger = logging.getLogger("durable_adk.sagas")
