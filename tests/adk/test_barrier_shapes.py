@@ -7,6 +7,7 @@ a fresh process would) at the moment that matters.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -20,7 +21,8 @@ from google.adk.tools.tool_context import ToolContext
 from durable_adk import DurableRunner, RunStatus
 from durable_adk.adk.commits.drive import BarrierPlugin
 from durable_adk.adk.services.sessions import DurableSessionService
-from durable_adk.store import Store
+from durable_adk.store import Store, open_store
+from durable_adk.tables.ledger import RunLedger
 from durable_adk.testing import Call, Say, ScriptedModel
 from durable_adk.testing.scripted_model import Turn
 
@@ -206,4 +208,54 @@ async def test_a_blocked_event_loop_costs_no_lease(store: Store) -> None:
         "stalls": (RunStatus.DONE, 1),
     }
     assert runner.keeper.watchdog.renewals >= 1  # the loop's own heartbeat could not have
+    await runner.aclose()
+
+
+async def test_a_claim_answered_while_the_loop_is_blocked_costs_no_lease(
+    store: Store, store_url: str
+) -> None:
+    """The loop blocks while a claim's answer waits for it, and another worker sweeps.
+
+    The claim committed, so the run's lease runs from then; its answer is read
+    only after the loop comes back, two leases later. Meanwhile a second
+    worker (a thread of its own, with its own store) tries to claim every
+    expired run: the watchdog must have kept this one's lease too, so the
+    run is not taken over and ends at its first epoch.
+    """
+    lease = 3.0
+    real = store.fetch_sent
+    taken: list[Any] = []
+
+    def sweep_elsewhere() -> None:
+        async def sweep() -> None:
+            async with open_store(store_url) as other:
+                taken.extend(await RunLedger(other, lease_seconds=lease).claim_expired("w2"))
+
+        asyncio.run(sweep())
+
+    def block_the_loop() -> None:
+        time.sleep(1.5 * lease)  # the claim's answer waits, unread
+        other = threading.Thread(target=sweep_elsewhere)
+        other.start()
+        other.join()
+        taken.append(None)  # swept once
+        time.sleep(0.5 * lease)
+
+    async def answered_late(query: str, params: Any = None) -> Any:
+        rows, sent = await real(query, params)
+        if query == "run_start" and not taken and params["session_id"] == "late":
+            block_the_loop()
+        return rows, sent
+
+    store.fetch_sent = answered_late  # type: ignore[method-assign]
+    agent = LlmAgent(name="clerk", model=ScriptedModel([Say("ok")]), tools=[])
+    runner = DurableRunner(app=agent, app_name=APP, store=store, lease=lease)
+    async for _ in runner.run(user_id="u", session_id="late", message="go"):
+        pass
+    assert taken == [None], taken
+    runs = await runner.ledger.list_runs()
+    assert [(r.session_id, r.status, r.epoch, r.attempts) for r in runs] == [
+        ("late", RunStatus.DONE, 1, 1)
+    ]
+    assert runner.keeper.watchdog.renewals >= 1
     await runner.aclose()

@@ -26,8 +26,12 @@ What it guarantees (framework-agnostic: no ADK import here):
   watchdog sends the same one statement itself and moves each fence's local
   deadline (the loop learns of it when it runs again). A synchronous tool or
   callback that blocks for minutes therefore loses neither its own lease nor
-  those of the runs beside it. Every write is still fenced by the store, and
-  a run the watchdog finds taken over is lost on the loop as soon as it runs.
+  those of the runs beside it, nor that of a run whose claim committed while
+  the loop was blocked (the watchdog renews every live lease of the worker
+  for a lease after each claim, and the keeper credits that renewal to the
+  run's fence when it holds the lease). Every write is still fenced by the
+  store, and a run the watchdog finds taken over is lost on the loop as soon
+  as it runs.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class LeaseKeeper:
         self._held: dict[str, Holding] = {}
         self._task: asyncio.Task[None] | None = None
         self.watchdog = LeaseWatchdog(self)
+        ledger.claim_listeners.append(self._claiming)
 
     @property
     def interval(self) -> float:
@@ -108,6 +113,21 @@ class LeaseKeeper:
     def held(self) -> int:
         """How many leases are kept now."""
         return len(self._held)
+
+    def unheld_until(self) -> float:
+        """Until when (``time.monotonic()``) this worker may hold a lease it keeps no holding of.
+
+        A claim's lease runs from the moment its statement commits; its holding
+        comes when the drive has read the answer. Until a lease after the last
+        claim was sent (or after the watchdog last renewed such a lease), the
+        watchdog renews every live lease of this worker.
+        """
+        claimed = self.ledger.claimed_at.get(self.owner, float("-inf"))
+        return max(claimed, self.watchdog.credited_at) + self.lease_seconds
+
+    def busy(self) -> bool:
+        """Whether any lease of this worker may need renewing: one is held, or may be unheld."""
+        return bool(self._held) or time.monotonic() < self.unheld_until()
 
     def hold(
         self,
@@ -119,6 +139,9 @@ class LeaseKeeper:
         """Keeps ``lease`` renewed until :meth:`drop`; its fence's deadline is armed now."""
         holding = Holding(lease, fence, on_lost, on_renewal)
         self._held[lease.run_id] = holding
+        credited = self.watchdog.credit(lease)
+        if credited is not None:  # renewed by the watchdog while the claim's answer waited
+            fence.extend(trust_from(credited, self.lease_seconds))
         self._arm(holding)
         loop = asyncio.get_running_loop()
         task = self._task
@@ -167,6 +190,16 @@ class LeaseKeeper:
 
     def _live(self) -> list[Holding]:
         return [h for h in list(self._held.values()) if h.fence.lost is None]
+
+    def _claiming(self, owner: str) -> None:
+        """A claim of ``owner`` is being sent (the ledger's call): the watchdog watches."""
+        if owner != self.owner:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self.watchdog.watch(loop)
 
     def _arm(self, holding: Holding) -> None:
         """(Re)sets the holding's deadline timer on the fence's ``trusted_until``."""
@@ -265,21 +298,33 @@ class LeaseWatchdog:
     """Renews a keeper's leases from a thread of its own while the event loop is blocked.
 
     The loop ticks a timestamp every tenth of the renewal interval while any
-    lease is held. The watchdog thread looks at it as often: when the loop
-    has been silent for half an interval and a renewal is due (an interval
-    since the last one sent), it renews every live holding with one
-    statement on a store connection of its own (opened at first need, from
-    the store's URL, in the thread's own event loop), moves each fence's
-    local deadline (:meth:`~durable_adk.fencing.fence.RunFence.extend`, safe from a
-    thread) and hands the per-run results to the loop for when it runs again
-    (renewal callbacks, lost runs). While the loop ticks, the watchdog sends
-    nothing: the keeper's own task renews. A store it cannot open (an
-    in-memory SQLite database has no second connection) leaves it idle.
+    lease is held or may be (:meth:`LeaseKeeper.busy`). The watchdog thread
+    looks at it as often: when the loop has been silent for half an interval
+    and a renewal is due (an interval since the last one sent), it renews,
+    on a store connection of its own (opened at first need, from the store's
+    URL, in the thread's own event loop):
+
+    * every live holding, with the keeper's one statement; it moves each
+      fence's local deadline (:meth:`~durable_adk.fencing.fence.RunFence.extend`,
+      safe from a thread) and hands the per-run results to the loop for when
+      it runs again (renewal callbacks, lost runs);
+    * while a claim may have leased a run the keeper holds no lease of yet
+      (its answer waits for the blocked loop: :meth:`LeaseKeeper.unheld_until`),
+      every live lease of the worker as well
+      (:meth:`~durable_adk.tables.ledger.RunLedger.renew_owned`); such a
+      renewal is kept as a credit, which :meth:`LeaseKeeper.hold` applies to
+      the lease's fence when the drive takes it, at the epoch renewed.
+
+    While the loop ticks, the watchdog sends nothing: the keeper's own task
+    renews. A store it cannot open (an in-memory SQLite database has no
+    second connection) leaves it idle.
     """
 
     def __init__(self, keeper: LeaseKeeper) -> None:
         self.keeper = keeper
-        self.renewals = 0  # statements the watchdog sent (tests)
+        self.renewals = 0  # renewals the watchdog made that kept a lease (tests)
+        self.credited_at = float("-inf")  # when it last renewed a lease no holding had
+        self._credits: dict[str, tuple[int, float]] = {}  # run id: (epoch, renewal sent)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -298,13 +343,13 @@ class LeaseWatchdog:
         url = getattr(self.keeper.ledger.store, "url", None)
         if not isinstance(url, str) or ":memory:" in url:
             return  # no second connection reaches this database
-        self._seen = time.monotonic()
         if self._main is not loop or self._tick is None:
+            self._seen = time.monotonic()
             self._main = loop
             self._schedule_tick()
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
+            if self._thread is not None:
+                return  # it leaves only under this lock, once the keeper is not busy
             self._stop.clear()
             self._thread = threading.Thread(
                 target=self._thread_main,
@@ -317,6 +362,15 @@ class LeaseWatchdog:
     def renewed(self, sent: float) -> None:
         """The keeper's own renewal answered (sent at ``sent``)."""
         self._last_sent = max(self._last_sent, sent)
+
+    def credit(self, lease: Lease) -> float | None:
+        """When the watchdog renewed ``lease`` before any holding had it (taken once), or None."""
+        with self._lock:
+            credit = self._credits.get(lease.run_id)
+            if credit is None or credit[0] != lease.epoch:
+                return None
+            del self._credits[lease.run_id]
+        return credit[1]
 
     async def stop(self) -> None:
         """Stops the thread (waits for it) and the loop's tick."""
@@ -331,7 +385,7 @@ class LeaseWatchdog:
     def _schedule_tick(self) -> None:
         def tick() -> None:
             self._seen = time.monotonic()
-            if self.keeper.held() and not self._stop.is_set():
+            if self.keeper.busy() and not self._stop.is_set():
                 assert self._main is not None
                 self._tick = self._main.call_later(self.every, tick, context=contextvars.Context())
             else:
@@ -345,14 +399,30 @@ class LeaseWatchdog:
             asyncio.run(self._watch(url))
         except Exception:  # never take the process down; the loop's own renewal goes on
             logger.exception("the lease watchdog stopped")
+        finally:
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _leaving(self) -> bool:
+        """Whether the thread ends now: stopped, or nothing to keep (decided under the lock)."""
+        main = self._main
+        if self._stop.is_set() or main is None or main.is_closed():
+            return True  # stopped, or the loop it watched is gone
+        if self.keeper.busy():
+            return False
+        with self._lock:
+            if self.keeper.busy():
+                return False
+            self._thread = None  # a hold or claim from now on starts a new thread
+            return True
 
     async def _watch(self, url: str) -> None:
         from durable_adk.store import connect
-        from durable_adk.tables.ledger import RunLedger
 
         store: Any = None
         try:
-            while self.keeper.held():
+            while not self._leaving():
                 # Waits on the stop event, not a sleep, so stop() returns at once
                 # (this thread's loop runs nothing else between looks).
                 if self._stop.wait(self.every):
@@ -363,16 +433,15 @@ class LeaseWatchdog:
                 if not (stalled and due):
                     continue
                 batch = self.keeper._live()
-                if not batch:
+                unheld = now < self.keeper.unheld_until()
+                if not batch and not unheld:
                     continue
-                if store is None:
-                    store = await connect(url, **_one_connection(url))
-                ledger = RunLedger(store, lease_seconds=self.keeper.lease_seconds)
                 sent = time.monotonic()
                 try:
-                    results = await asyncio.wait_for(
-                        ledger.renew_many(self.keeper.owner, [h.lease for h in batch]),
-                        timeout=self.keeper.interval * 0.8,
+                    if store is None:
+                        store = await connect(url, **_one_connection(url))
+                    results, owned = await asyncio.wait_for(
+                        self._renew(store, batch, unheld), timeout=self.keeper.interval * 0.8
                     )
                 except Exception as exc:  # retried at the next look, until the deadlines
                     logger.log(
@@ -383,26 +452,57 @@ class LeaseWatchdog:
                         exc,
                     )
                     continue
-                self.renewals += 1
                 self._last_sent = sent
                 trusted = trust_from(sent, self.keeper.lease_seconds)
                 for holding in batch:
                     result = results.get(holding.lease.run_id)
                     if result is not None and result.ok:
                         holding.fence.extend(trusted)
+                credited = self._keep_credits(batch, owned, sent)
+                if not batch and not credited:
+                    continue  # no lease was waiting for its holding
+                self.renewals += 1
                 logger.warning(
                     "the event loop has not run for %.1fs: the lease watchdog renewed %d "
-                    "lease(s) from its own thread",
+                    "lease(s) from its own thread (%d not yet held)",
                     now - self._seen,
-                    len(batch),
+                    len(batch) + credited,
+                    credited,
                 )
                 self._hand_to_loop(batch, results, sent)
         finally:
             if store is not None:
                 with contextlib.suppress(Exception):
                     await store.close()
-            with self._lock:
-                self._thread = None
+
+    async def _renew(
+        self, store: Any, batch: list[Holding], unheld: bool
+    ) -> tuple[dict[str, RenewResult], dict[str, tuple[int, RenewResult]]]:
+        """The holdings' renewal, then (while a claim may be unheld) every live lease's."""
+        ledger = RunLedger(store, lease_seconds=self.keeper.lease_seconds)
+        owner = self.keeper.owner
+        results = await ledger.renew_many(owner, [h.lease for h in batch])
+        owned = await ledger.renew_owned(owner) if unheld else {}
+        return results, owned
+
+    def _keep_credits(
+        self, batch: list[Holding], owned: dict[str, tuple[int, RenewResult]], sent: float
+    ) -> int:
+        """Keeps a credit for each lease renewed that no holding of the batch had."""
+        held = {h.lease.run_id for h in batch}
+        fresh = {
+            run_id: (epoch, sent)
+            for run_id, (epoch, result) in owned.items()
+            if run_id not in held and result.ok
+        }
+        with self._lock:
+            stale = sent - self.keeper.lease_seconds
+            for run_id in [r for r, (_, at) in self._credits.items() if at < stale]:
+                del self._credits[run_id]
+            self._credits.update(fresh)
+            if fresh:
+                self.credited_at = sent
+        return len(fresh)
 
     def _hand_to_loop(self, batch: list[Holding], results: Any, sent: float) -> None:
         """The loop applies the results when it runs again (callbacks, lost runs, timers)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any
 
 from durable_adk import errors
 from durable_adk.ids import check_id
-from durable_adk.store.base import Row, Store
+from durable_adk.store.base import Params, Row, Store
 from durable_adk.store.sealing.codec import open_state
 from durable_adk.store.wakeups import session_key
 from durable_adk.versions import UNVERSIONED, Serving
@@ -261,6 +262,24 @@ class RunLedger:
         self.backoff_seconds = backoff_seconds
         self.max_attempts = max_attempts
         self.serving = serving
+        self.claimed_at: dict[str, float] = {}
+        """Per owner, when (``time.monotonic()``) its last claim was sent: until a lease
+        after it, the owner may hold a lease no keeper knows of yet (the lease watchdog's)."""
+        self.claim_listeners: list[Callable[[str], None]] = []
+        """Called with the owner as each claim is sent, on the event loop (the lease keeper's)."""
+
+    async def _claim(self, owner: str, query: str, params: Params) -> tuple[Sequence[Row], float]:
+        """Sends a statement that leases runs to ``owner``; says when it was sent.
+
+        Noted first (:attr:`claimed_at`, :attr:`claim_listeners`): from the
+        moment the statement commits until the caller holds the lease through
+        its keeper, the lease is renewed by nobody but the lease watchdog's
+        :meth:`renew_owned`, should the event loop block meanwhile.
+        """
+        self.claimed_at[owner] = time.monotonic()
+        for listener in self.claim_listeners:
+            listener(owner)
+        return await self.store.fetch_sent(query, params)
 
     async def submit(
         self,
@@ -290,9 +309,9 @@ class RunLedger:
             if invocation_id is None:
                 raise errors.InvalidArgument("answer claims need the invocation the run continues")
             params["claims"] = json.dumps([[call_id, int(ask)] for call_id, ask in claims])
-            rows, sent = await self.store.fetch_sent("run_submit_answer", params)
+            rows, sent = await self._claim(owner, "run_submit_answer", params)
         else:
-            rows, sent = await self.store.fetch_sent("run_submit", params)
+            rows, sent = await self._claim(owner, "run_submit", params)
         return Run.from_row(rows[0], sent=sent)
 
     async def claim_holders(
@@ -408,7 +427,8 @@ class RunLedger:
         """
         params = self._new_run(app_name, user_id, session_id, request, owner, invocation_id, run_id)
         try:
-            rows, sent = await self.store.fetch_sent(
+            rows, sent = await self._claim(
+                owner,
                 "run_start",
                 {**params, "backoff": self.backoff_seconds, "now": now, "initial_state": "{}"},
             )
@@ -428,7 +448,8 @@ class RunLedger:
     async def claim_queued(self, run_id: str, owner: str) -> Run | None:
         """Starts our own queued run if it heads its session's queue and the session is free."""
         try:
-            rows, sent = await self.store.fetch_sent(
+            rows, sent = await self._claim(
+                owner,
                 "run_claim_queued",
                 {
                     "run_id": run_id,
@@ -501,6 +522,23 @@ class RunLedger:
             lease.run_id: RenewResult.from_row(renewed.get((lease.run_id, lease.epoch)))
             for lease in leases
         }
+
+    async def renew_owned(self, owner: str) -> dict[str, tuple[int, RenewResult]]:
+        """Extends every live lease ``owner`` holds, known to its keeper or not (one statement).
+
+        The lease watchdog's, while the event loop is blocked: a claim that
+        committed but whose answer the loop has not read yet leases a run the
+        keeper does not know of. Only leases not yet expired are renewed: a
+        run handed back (its lease ended at once) or left to lapse stays so.
+
+        Returns:
+            Per run id renewed: its epoch and the :class:`RenewResult`.
+        """
+        check_id("owner", owner)
+        rows = await self.store.fetch(
+            "run_renew_owned", {"owner": owner, "lease": self.lease_seconds}
+        )
+        return {str(r["run_id"]): (int(r["epoch"]), RenewResult.from_row(r)) for r in rows}
 
     async def wait_turn(
         self,
@@ -659,7 +697,8 @@ class RunLedger:
             read: Also read each run's session, in the same statement (:attr:`Run.session_read`).
         """
         try:
-            rows, sent = await self.store.fetch_sent(
+            rows, sent = await self._claim(
+                owner,
                 "run_claim_expired_read" if read else "run_claim_expired",
                 {
                     "owner": owner,
@@ -815,7 +854,8 @@ class RunLedger:
         """
         check_id("owner", owner)
         try:
-            rows, sent = await self.store.fetch_sent(
+            rows, sent = await self._claim(
+                owner,
                 "run_operator_claim",
                 {
                     "run_id": run.run_id,

@@ -537,6 +537,21 @@ UPDATE runs
    AND runs.owner = :owner::text AND runs.status IN ('QUEUED', 'RUNNING')
 RETURNING runs.run_id, runs.epoch, runs.cancel_requested_at, runs.cancel_requested_by;
 
+-- name: run_renew_owned inline lease
+-- The lease watchdog's renewal while the event loop is blocked: every live lease
+-- the worker holds, whether its keeper knows it or not. A claim that committed
+-- but whose answer waits for the loop leases a run no keeper holds yet; this keeps
+-- it, and the keeper credits the renewal when it takes the lease. Only leases not
+-- yet expired: a run handed back (its lease ended at once) stays handed back.
+-- Found through runs_by_lease: the live leases are the runs in flight.
+UPDATE runs
+   SET lease_until = extract(epoch FROM clock_timestamp()) + :lease::float8,
+       updated_at = extract(epoch FROM clock_timestamp())
+ WHERE status IN ('QUEUED', 'RUNNING')
+   AND lease_until > extract(epoch FROM clock_timestamp())
+   AND owner = :owner::text
+RETURNING run_id, epoch, cancel_requested_at, cancel_requested_by;
+
 -- name: turn_notify
 -- Wakes the workers listening (LISTEN durable_adk_turns) whose queued runs wait
 -- for this session's turn. Sent only when notifications are on (the store's

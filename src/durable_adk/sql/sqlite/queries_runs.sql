@@ -474,6 +474,21 @@ UPDATE runs
    AND owner = :owner AND status IN ('QUEUED', 'RUNNING')
 RETURNING run_id, epoch, cancel_requested_at, cancel_requested_by;
 
+-- name: run_renew_owned inline lease
+-- The lease watchdog's renewal while the event loop is blocked: every live lease
+-- the worker holds, whether its keeper knows it or not. A claim that committed
+-- but whose answer waits for the loop leases a run no keeper holds yet; this keeps
+-- it, and the keeper credits the renewal when it takes the lease. Only leases not
+-- yet expired: a run handed back (its lease ended at once) stays handed back.
+-- Found through runs_by_lease: the live leases are the runs in flight.
+UPDATE runs
+   SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE status IN ('QUEUED', 'RUNNING')
+   AND lease_until > (julianday('now') - 2440587.5) * 86400.0
+   AND owner = :owner
+RETURNING run_id, epoch, cancel_requested_at, cancel_requested_by;
+
 -- name: turn_notify
 -- PostgreSQL's cross-process wake-up; SQLite wakes waiting runs in-process (the
 -- store's notifier) and by polling at a back-off across processes, so this is
