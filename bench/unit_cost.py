@@ -3,7 +3,7 @@ issue 45's SQLite changes, side by side in one process.
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.unit_cost [--rounds N] [--block N] [--before PATH]
+    .venv/bin/python -m bench.unit_cost [--rounds N] [--block N] [--before PATH] [--fewer-rows]
 
 One DurableRunner run of ``bench.runner``'s app (one tool call, barrier commits:
 four units) is recorded on each backend; each timed *replay* sends the same
@@ -21,6 +21,11 @@ Contenders, interleaved in blocks with their order rotated every round:
   the same code whose named queries are that checkout's SQL (the loader of
   today, with that tree's ``-- skip when :inbox`` markers dropped, as its
   loader dropped a fragment's markers): what the SQL changes alone moved.
+* SQLite only, with ``--fewer-rows``: ``same rows, no session row``, the same
+  rows without the updates of the session's row (``last_seq``,
+  ``update_time``: what a fence kept on the events' own ``(session_pk, seq)``
+  key would not write), and ``..., nor run row``, without the finish's update
+  of the run's row either: what a unit writing fewer rows could save at most.
 
 Reported: median wall and process CPU per replay (four units), and the ratios
 of the medians per round (median over rounds).
@@ -41,6 +46,7 @@ from bench.common import (
     BareCommits,
     PgSameRows,
     PreparedReplays,
+    RowChange,
     SameRows,
     Units,
     fmt_ms,
@@ -56,6 +62,17 @@ from bench.runner import DurableContender
 from durable_adk.store import Store, open_store
 from durable_adk.store.queries import Query, expand_fragments, parse_queries, resolve_includes
 from durable_adk.testing.pg_cluster import TempPostgres
+
+FEWER_ROWS = {
+    "same rows, no session row": ("sessions",),
+    "same rows, nor run row": ("sessions", "runs"),
+}
+"""``--fewer-rows``: per contender, the tables whose row updates it leaves out."""
+
+
+def without_updates(units: list[list[RowChange]], tables: Sequence[str]) -> list[list[RowChange]]:
+    """The same rows, less the updates of rows of ``tables`` (their inserts stay)."""
+    return [[c for c in unit if not (c.table in tables and c.key is not None)] for unit in units]
 
 
 def queries_of(src: Path) -> dict[str, Query]:
@@ -138,6 +155,16 @@ def table(backend: str, result: dict[str, list[tuple[float, float]]]) -> str:
             [o[1] / b[1] for o, b in zip(result["ours"], result["same rows"], strict=True)]
         )
         rows.append([backend, "ours / same rows", fmt_ratio(ratio), fmt_ratio(ratio_cpu), "", ""])
+        for fewer in [n for n in result if n.startswith("same rows, ")]:
+            ratio = median(
+                [f[0] / b[0] for f, b in zip(result[fewer], result["same rows"], strict=True)]
+            )
+            ratio_cpu = median(
+                [f[1] / b[1] for f, b in zip(result[fewer], result["same rows"], strict=True)]
+            )
+            rows.append(
+                [backend, f"{fewer} / same rows", fmt_ratio(ratio), fmt_ratio(ratio_cpu), "", ""]
+            )
     if "before" in result:
         ratio = median([o[0] / b[0] for o, b in zip(result["ours"], result["before"], strict=True)])
         ratio_cpu = median(
@@ -192,6 +219,14 @@ async def run(args: argparse.Namespace) -> str:
                     same = SameRows(f"{tmp}/rows.db", changes).open()
                     stack.callback(same.close)
                     contenders["same rows"] = same
+                    if args.fewer_rows:
+                        for name, tables in FEWER_ROWS.items():
+                            path = f"{tmp}/rows-{len(contenders)}.db"
+                            async with open_store(f"sqlite:///{path}"):
+                                pass
+                            fewer = SameRows(path, without_updates(changes, tables)).open()
+                            stack.callback(fewer.close)
+                            contenders[name] = fewer
                 if backend == "postgresql":
                     # The same, on PostgreSQL: captured on a database of their own,
                     # written into another of the same schema as one statement a unit.
@@ -227,6 +262,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--block", type=int, default=25, help="replays per contender per block")
     p.add_argument("--before", help="another checkout's src folder (SQLite's SQL before)")
+    p.add_argument(
+        "--fewer-rows",
+        action="store_true",
+        help="SQLite: also the same rows without the session's and the run's row updates",
+    )
     with quiet():
         asyncio.run(run(p.parse_args(argv)))
 
