@@ -30,6 +30,7 @@ from durable_adk import (
     ServerSettings,
     open_store,
 )
+from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.servers.uri import DurableUriSessionService
 from durable_adk.adk.services.sessions import DurableSessionService
 
@@ -229,11 +230,28 @@ class HeldTurn:
         await self.service.store.close()
 
 
-async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: str) -> None:
+async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The plugin's own sweeper passes once when the service starts. On a loaded
+    # machine that pass could land after a backdate below, claim the run and
+    # park it (its tool may have acted: CI saw it), leaving the thief nothing to
+    # claim; so the thief begins once that pass is over.
+    swept = asyncio.Event()
+    recover_once = Sweeper.recover_once
+
+    async def counted(self: Sweeper, **kwargs: Any) -> Any:
+        try:
+            return await recover_once(self, **kwargs)
+        finally:
+            swept.set()
+
+    monkeypatch.setattr(Sweeper, "recover_once", counted)
     held = HeldTurn(store_url)
     service = held.service
     try:
         driving = await held.start()
+        await asyncio.wait_for(swept.wait(), 30)
         ledger = RunLedger(service.store)
         [mine] = await ledger.list_runs(status=RunStatus.RUNNING)
         # As if this worker had stalled: its lease moved back, then claimed. A
@@ -250,10 +268,9 @@ async def test_a_run_taken_over_is_cancelled_and_writes_nothing_more(store_url: 
             if not claimed:
                 await asyncio.sleep(0.02)
         [taken] = claimed
-        # Above mine: the plugin's own sweeper makes its first pass when the
-        # service starts, and on a loaded machine that pass can land after a
-        # backdate and claim the run first (CI saw epoch 3); the thief's claim
-        # after it is the one tested.
+        # Above mine: a pass of the plugin's own sweeper (a nudge, say) may
+        # still claim the run between a backdate and the thief's claim (CI saw
+        # epoch 3); the thief's claim after it is the one tested.
         assert taken.owner == "thief" and taken.epoch > mine.epoch
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(driving, 30)  # the next renewal finds it taken: cancelled
