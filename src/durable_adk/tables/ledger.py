@@ -530,6 +530,9 @@ class RunLedger:
         committed but whose answer the loop has not read yet leases a run the
         keeper does not know of. Only leases not yet expired are renewed: a
         run handed back (its lease ended at once) or left to lapse stays so.
+        A lease whose drive gave it up moments before (its fence lost) but
+        which has not expired yet is kept one lease longer: its recovery
+        waits that much more, a cost paid only while the loop is blocked.
 
         Returns:
             Per run id renewed: its epoch and the :class:`RenewResult`.
