@@ -9,19 +9,11 @@ left to lapse, not another worker's, not an ended run's.
 from __future__ import annotations
 
 import pytest
+from test_ledger_release import running
 
 from durable_adk import errors
 from durable_adk.store import Store
-from durable_adk.tables.ledger import Run, RunLedger, RunStatus
-
-
-async def running(ledger: RunLedger, session: str, owner: str = "w1") -> Run:
-    run = await ledger.submit(
-        app_name="a", user_id="u", session_id=session, request={"parts": []}, owner=owner
-    )
-    claimed = await ledger.claim_queued(run.run_id, owner)
-    assert claimed is not None and claimed.status is RunStatus.RUNNING
-    return claimed
+from durable_adk.tables.ledger import RunLedger, RunStatus
 
 
 async def test_only_the_workers_live_leases_are_renewed(store: Store) -> None:
