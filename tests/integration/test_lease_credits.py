@@ -52,3 +52,23 @@ async def test_only_renewed_unheld_leases_earn_credits_and_old_ones_fade(store: 
     assert watchdog.credit(Lease("old", "w1", 1)) is None  # older than a lease: dropped
     assert watchdog.credit(Lease("new", "w1", 1)) is not None
     await keeper.aclose()
+
+
+async def test_a_lease_held_while_the_renewal_was_out_has_its_fence_moved(store: Store) -> None:
+    keeper = LeaseKeeper(RunLedger(store, lease_seconds=LEASE), "w1")
+    fence = past_its_deadline("r1", 1)
+    other = past_its_deadline("r2", 1)
+    holdings = [
+        keeper.hold(Lease("r1", "w1", 1), fence, lambda _: None),
+        keeper.hold(Lease("r2", "w1", 1), other, lambda _: None),
+    ]
+    sent = time.monotonic()  # renewed after both were held, the batch taken before
+    renewed = {"r1": (1, RenewResult(ok=True)), "r2": (2, RenewResult(ok=True))}
+    assert keeper.watchdog._keep_credits([], renewed, sent) == 2
+    assert fence.trusted_until == trust_from(sent, LEASE)  # moved at once
+    assert keeper.watchdog.credit(Lease("r1", "w1", 1)) is None  # and not kept twice
+    assert not other.trusted()  # another epoch's renewal: kept as a credit, not applied
+    assert keeper.watchdog.credit(Lease("r2", "w1", 2)) == sent
+    for holding in holdings:
+        keeper.drop(holding)
+    await keeper.aclose()

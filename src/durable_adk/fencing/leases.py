@@ -365,6 +365,8 @@ class LeaseWatchdog:
 
     def credit(self, lease: Lease) -> float | None:
         """When the watchdog renewed ``lease`` before any holding had it (taken once), or None."""
+        if not self._credits:  # the usual case, without the lock: see _keep_credits
+            return None
         with self._lock:
             credit = self._credits.get(lease.run_id)
             if credit is None or credit[0] != lease.epoch:
@@ -488,18 +490,31 @@ class LeaseWatchdog:
     def _keep_credits(
         self, batch: list[Holding], owned: dict[str, tuple[int, RenewResult]], sent: float
     ) -> int:
-        """Keeps a credit for each lease renewed that no holding of the batch had."""
+        """Credits each lease renewed that no holding of the batch had.
+
+        A holding taken since the batch was (the loop ran again meanwhile)
+        has its fence moved here; else a credit is kept for :meth:`credit`.
+        Decided under the lock, after the holding is registered and before
+        :meth:`credit` looks: whichever comes first, the renewal reaches the
+        fence once.
+        """
         held = {h.lease.run_id for h in batch}
         fresh = {
             run_id: (epoch, sent)
             for run_id, (epoch, result) in owned.items()
             if run_id not in held and result.ok
         }
+        trusted = trust_from(sent, self.keeper.lease_seconds)
         with self._lock:
             stale = sent - self.keeper.lease_seconds
             for run_id in [r for r, (_, at) in self._credits.items() if at < stale]:
                 del self._credits[run_id]
-            self._credits.update(fresh)
+            for run_id, (epoch, _) in fresh.items():
+                holding = self.keeper._held.get(run_id)
+                if holding is not None and holding.lease.epoch == epoch:
+                    holding.fence.extend(trusted)
+                else:
+                    self._credits[run_id] = (epoch, sent)
             if fresh:
                 self.credited_at = sent
         return len(fresh)
