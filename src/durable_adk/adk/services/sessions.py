@@ -248,7 +248,9 @@ class DurableSessionService(BaseSessionService):
         self.store = store
         self.snapshot_every = snapshot_every
         self._cache_size = cache_sessions
-        self._cache: OrderedDict[_Key, _Cached] = OrderedDict()
+        self._cache: dict[_Key, _Cached] = {}
+        # The cached sessions no live run holds, least recently used first.
+        self._unheld: OrderedDict[_Key, None] = OrderedDict()
         # Appends in flight per session object (by id): the lock they queue on
         # and how many hold or wait for it (the entry goes with the last).
         self._appending: dict[int, tuple[asyncio.Lock, list[int]]] = {}
@@ -263,24 +265,27 @@ class DurableSessionService(BaseSessionService):
         if self._cache_size == 0:
             return
         self._cache[key] = entry
-        self._cache.move_to_end(key)
-        excess = len(self._cache) - len(self._pins) - self._cache_size
-        if excess > 0:
-            # Least recently used first; a session a live run holds stays and
-            # does not count: the cache holds cache_sessions besides them (a
-            # held session not cached yet, a moment at a drive's start, leaves
-            # room for one more meanwhile).
-            victims: list[_Key] = []
-            for k in self._cache:  # oldest first; usually the first is free to go
-                if k not in self._pins:
-                    victims.append(k)
-                    if len(victims) == excess:
-                        break
-            for victim in victims:
-                del self._cache[victim]
+        self._used(key)
+
+    def _used(self, key: _Key) -> None:
+        """Marks a cached session used now; drops the least recently used over the size.
+
+        Only sessions no live run holds are in the order (``_unheld``): a
+        held one is never dropped and does not count, so an eviction never
+        walks past them (with a thousand runs in flight it did, on every
+        session cached).
+        """
+        if key in self._pins:
+            return
+        self._unheld[key] = None
+        self._unheld.move_to_end(key)
+        while len(self._unheld) > self._cache_size:
+            victim, _ = self._unheld.popitem(last=False)
+            del self._cache[victim]
 
     def _forget(self, key: _Key) -> None:
         self._cache.pop(key, None)
+        self._unheld.pop(key, None)
 
     def forget(self, key: _Key) -> None:
         """Drops this process's cached copy of a session (the next read reads it whole)."""
@@ -296,6 +301,7 @@ class DurableSessionService(BaseSessionService):
         runs in flight.
         """
         self._pins[key] = self._pins.get(key, 0) + 1
+        self._unheld.pop(key, None)
 
     def pinned(self, key: _Key) -> bool:
         """Whether a live run of this process holds ``key`` (see :meth:`pin`)."""
@@ -314,6 +320,8 @@ class DurableSessionService(BaseSessionService):
         if left > 0:
             self._pins[key] = left
         elif self._pins.pop(key, None) is not None:
+            if key in self._cache:
+                self._used(key)  # a run has just ended on it
             self.store.wakeups.notify(session_key(*key))
 
     def adopt_created(
@@ -1104,7 +1112,7 @@ class DurableSessionService(BaseSessionService):
                 cached.app_state = _dumps({**_loads_state(cached.app_state), **app_delta})
             if user_delta:
                 cached.user_state = _dumps({**_loads_state(cached.user_state), **user_delta})
-            self._cache.move_to_end(key)
+            self._used(key)
         elif cached is not None:
             self._forget(key)
 
