@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -109,6 +110,33 @@ def cut_off_and_rescuer(
     return net, cut, rescuer
 
 
+def freeze(worker: Worker, store_url: str) -> int:
+    """SIGSTOPs ``worker`` outside a SQLite write transaction; returns the tries it took.
+
+    A process frozen inside a SQLite write transaction holds the database's
+    write lock until it thaws or dies: no other worker can write, so none
+    can take its runs over (SQLite's locking, not ours; on PostgreSQL a
+    frozen session's row locks are what the lease's fence is for). Its
+    transactions are short (one unit, one heartbeat), so a freeze that
+    lands in one is thawed and tried again a moment later.
+    """
+    for tries in range(1, 51):
+        worker.signal(signal.SIGSTOP)
+        if not store_url.startswith("sqlite:"):
+            return tries
+        probe = sqlite3.connect(store_url.removeprefix("sqlite:///"), timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return tries
+        except sqlite3.OperationalError:  # "database is locked": the frozen one holds it
+            worker.signal(signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError("the worker held SQLite's write lock at each of 50 freezes")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -128,7 +156,7 @@ def test_a_worker_frozen_past_its_lease_calls_out_no_more_after_takeover(
             ready(frozen, rescuer)
             run_id = submit(frozen, "s1", "ORD-F1")
             marker = wait_marker(markers, ".1.charge", frozen)  # epoch 1's charge is at work
-            frozen.signal(signal.SIGSTOP)
+            freeze(frozen, store_url)
             row = wait_until(finished(rescuer, run_id), 120, "the rescuer finishing the run")
             frozen.signal(signal.SIGCONT)
             # Thawed, it finds its lease lost and gives the drive up: then nothing of
