@@ -244,6 +244,9 @@ async def profile_async(
         await make()
     finally:
         profiler.disable()
+    dump = os.environ.get("BENCH_PSTATS")  # a path: the whole profile, for pstats
+    if dump:
+        profiler.dump_stats(dump)
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(top)
