@@ -510,55 +510,29 @@ def _req(seq: int, worker: str, action: str, outcome: str, status: int = 200) ->
     )
 
 
+def _retried(a: tuple[str, int], looked: bool, b: tuple[str, int]) -> list[Any]:
+    """worker-A's create (outcome, status), worker-B's lookup if ``looked``, then its create."""
+    log = [_req(1, "worker-A", "create", *a)]
+    if looked:
+        log.append(_req(2, "worker-B", "lookup", "not_found", 404))
+    return [*log, _req(3, "worker-B", "create", *b)]
+
+
 @pytest.mark.parametrize(
     ("log", "once"),
     [
         # worker-A never recorded its intent: worker-B acts with no lookup.
         ([_req(1, "worker-B", "create", "created", 201)], True),
         # worker-A's create in the service's hands: found nothing, replayed.
-        (
-            [
-                _req(1, "worker-A", "create", "created", 201),
-                _req(2, "worker-B", "lookup", "not_found", 404),
-                _req(3, "worker-B", "create", "replayed"),
-            ],
-            True,
-        ),
+        (_retried(("created", 201), True, ("replayed", 200)), True),
         # worker-A's create torn by its crash (refused unread), worker-B's made it.
-        (
-            [
-                _req(1, "worker-A", "create", "error", 400),
-                _req(2, "worker-B", "lookup", "not_found", 404),
-                _req(3, "worker-B", "create", "created", 201),
-            ],
-            True,
-        ),
+        (_retried(("error", 400), True, ("created", 201)), True),
         # worker-A sent one: worker-B created without looking it up.
-        (
-            [
-                _req(1, "worker-A", "create", "error", 400),
-                _req(2, "worker-B", "create", "created", 201),
-            ],
-            False,
-        ),
+        (_retried(("error", 400), False, ("created", 201)), False),
         # Two invoices made.
-        (
-            [
-                _req(1, "worker-A", "create", "created", 201),
-                _req(2, "worker-B", "lookup", "not_found", 404),
-                _req(3, "worker-B", "create", "created", 201),
-            ],
-            False,
-        ),
+        (_retried(("created", 201), True, ("created", 201)), False),
         # A server error on a create is not known to have done nothing.
-        (
-            [
-                _req(1, "worker-A", "create", "error", 500),
-                _req(2, "worker-B", "lookup", "not_found", 404),
-                _req(3, "worker-B", "create", "created", 201),
-            ],
-            False,
-        ),
+        (_retried(("error", 500), True, ("created", 201)), False),
     ],
 )
 def test_the_parallel_act_check_passes_what_a_crash_can_leave_and_nothing_else(
