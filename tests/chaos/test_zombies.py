@@ -45,6 +45,7 @@ from chaos_support import (
 from durable_adk.chaos.check import TERMINAL
 from durable_adk.chaos.net import Namespace, partitions_available
 from durable_adk.chaos.soak import read_log, restart_postgres
+from durable_adk.store import _sqlite_target
 from durable_adk.testing.pg_cluster import TempPostgres
 from postgres_required import postgres_or_skip
 
@@ -110,8 +111,8 @@ def cut_off_and_rescuer(
     return net, cut, rescuer
 
 
-def freeze(worker: Worker, store_url: str) -> int:
-    """SIGSTOPs ``worker`` outside a SQLite write transaction; returns the tries it took.
+def freeze(worker: Worker, store_url: str) -> None:
+    """SIGSTOPs ``worker`` outside a SQLite write transaction.
 
     A process frozen inside a SQLite write transaction holds the database's
     write lock until it thaws or dies: no other worker can write, so none
@@ -120,15 +121,15 @@ def freeze(worker: Worker, store_url: str) -> int:
     transactions are short (one unit, one heartbeat), so a freeze that
     lands in one is thawed and tried again a moment later.
     """
-    for tries in range(1, 51):
+    for _ in range(50):
         worker.signal(signal.SIGSTOP)
         if not store_url.startswith("sqlite:"):
-            return tries
-        probe = sqlite3.connect(store_url.removeprefix("sqlite:///"), timeout=0.2)
+            return
+        probe = sqlite3.connect(_sqlite_target(store_url)[0], timeout=0.2)
         try:
             probe.execute("BEGIN IMMEDIATE")
             probe.execute("ROLLBACK")
-            return tries
+            return
         except sqlite3.OperationalError:  # "database is locked": the frozen one holds it
             worker.signal(signal.SIGCONT)
             time.sleep(0.01)

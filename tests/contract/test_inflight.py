@@ -663,9 +663,9 @@ async def test_a_pinned_session_stays_cached_beyond_the_cache_size(store: Store)
 
 
 async def test_a_thousand_held_sessions_are_not_walked_on_every_eviction(store: Store) -> None:
-    """With most cached sessions held by live runs, each eviction passes over
-    the held ones it meets once, not on every later eviction (was: every
-    session cached walked every older held one, a thousand checks each)."""
+    """With most cached sessions held by live runs, an eviction never walks the
+    held ones: a few checks per session cached (was: every session cached
+    walked every older held one, a thousand checks each)."""
     from durable_adk.adk.services.sessions import DurableSessionService
 
     class CountedPins(dict[Any, int]):

@@ -485,6 +485,8 @@ def each_acted_once(requests: list[Any], keys: list[str]) -> bool:
                 r in by_a and refused_unread(r)
             ):
                 return False
+        if not by_a:
+            continue  # worker-A sent nothing for it: nothing for worker-B to look up
         for create in (r for r in creates if r.caller.get("worker") == "worker-B"):
             looked = [
                 r
@@ -493,7 +495,7 @@ def each_acted_once(requests: list[Any], keys: list[str]) -> bool:
                 and r.caller.get("worker") == "worker-B"
                 and r.seq < create.seq
             ]
-            if by_a and (not looked or looked[-1].outcome != "not_found"):
+            if not looked or looked[-1].outcome != "not_found":
                 return False
     return {r.key for r in requests if r.mutating} == set(keys)
 
