@@ -28,7 +28,7 @@ from children import spawn
 from durable_adk import errors
 from durable_adk.adk.runner import DurableRunner
 from durable_adk.fencing.fence import RunFence, current_fence
-from durable_adk.fencing.leases import LeaseKeeper
+from durable_adk.fencing.leases import LeaseKeeper, trust_from
 from durable_adk.store import Store, open_store
 from durable_adk.tables.ledger import RenewResult, Run, RunLedger, RunStatus
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -449,8 +449,6 @@ async def test_a_leases_local_deadline_counts_from_when_its_claim_was_sent(
     """A claim whose answer comes late (a long wait for a connection, a slow round
     trip) is trusted from when it was sent: the database's lease began before the
     answer arrived, so trusting it from the answer would outlive it."""
-    from durable_adk.fencing.leases import trust_from
-
     late = 2.0
     real_fetch = store.fetch
 
@@ -521,6 +519,41 @@ async def test_a_claim_that_waits_for_a_connection_is_trusted_from_when_it_left(
         assert run.claim_sent is not None and run.claim_sent >= freed > asked + 0.9
         rows, sent = await store.fetch_sent("db_now")
         assert rows and sent <= time.monotonic()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_claim_blocked_between_its_prepare_and_its_send_is_trusted_from_the_send(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement new to a connection is prepared in a round trip of its own first.
+    An event loop blocked between that round trip and the statement's send (a sync
+    tool on the loop) delays the send, so the lease runs from the send, not from
+    before the prepare: noted earlier, a claim blocked longer than its lease was
+    trusted for a deadline already past and lost at once, though nobody took it."""
+    import asyncpg.connection
+
+    prepare = asyncpg.connection.Connection._get_statement
+    block = {"seconds": 0.0, "ended": 0.0}
+
+    async def prepared_then_blocked(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        statement = await prepare(self, query, *args, **kwargs)
+        if block["seconds"]:
+            time.sleep(block["seconds"])  # noqa: ASYNC251 -- the loop held, as a blocking tool holds it
+            block["ended"] = time.monotonic()
+        return statement
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "_get_statement", prepared_then_blocked)
+    async with open_store(store_url + "?pool_size=1") as store:
+        ledger = RunLedger(store, lease_seconds=1.0)
+        block["seconds"] = 1.5  # longer than the lease: its deadline passed if counted before
+        run = await started(ledger, "blocked", "w1")
+        assert block["ended"], "the claim's statement was not prepared on this connection"
+        assert run.claim_sent is not None and run.claim_sent >= block["ended"]
+        assert time.monotonic() < trust_from(run.claim_sent, 1.0)  # trusted on its answer
+        block["seconds"] = 0.0
+        # Prepared once per connection: the next claim sends at once.
+        again = await started(ledger, "again", "w1")
+        assert again.claim_sent is not None and again.claim_sent > run.claim_sent
 
 
 def test_pool_sizes_and_notify_come_from_the_url_and_are_checked() -> None:

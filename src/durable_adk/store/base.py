@@ -47,6 +47,13 @@ def note_sent() -> None:
         attempt.append(True)
 
 
+def sent_wanted() -> bool:
+    """Whether the caller asked when its statement leaves (:meth:`Store.fetch_sent`): a
+    backend that needs round trips of its own first (a prepare) makes them before
+    :func:`note_sent`, so the note is no earlier than the statement's own send."""
+    return _sent.get() is not None
+
+
 def note_maybe_sent() -> None:
     """Notes that a statement may leave without the caller seeing it (a group's unit):
     an outage then counts it as sent (it may have acted)."""

@@ -57,6 +57,7 @@ import contextlib
 import contextvars
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -72,6 +73,7 @@ from durable_adk.store.base import (
     held_receipt,
     note_maybe_sent,
     note_sent,
+    sent_wanted,
 )
 from durable_adk.store.groups import DEFAULT_GROUP_MAX, Pending, Queue, groupable
 from durable_adk.store.lanes import CLAIM, INTAKE, URGENT, Lane, LaneStalled
@@ -307,6 +309,8 @@ class PostgresStore(Store):
         self._takers: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self._takers_waiting = 0  # takers not yet holding a connection
         self._queries = load_queries("postgresql")
+        # Per connection, the lease-taking statements prepared on it (see _fetch).
+        self._prepared: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
         self._min_size = min(min_size, max_size)
         self._max_size = max_size
         self._lease_size = lease_pool_size
@@ -488,6 +492,8 @@ class PostgresStore(Store):
         held = held_receipt()
 
         async def run(conn: Any) -> Any:
+            if sent_wanted():  # a lease it takes runs from the note: no round trip after it
+                return await self._fetch_prepared(conn, statement, args, held)
             note_sent()  # the connection is ours: the statement leaves now
             began = time.perf_counter()
             records = await conn.fetch(statement, *args, timeout=timeout)
@@ -499,6 +505,42 @@ class PostgresStore(Store):
         if q.writes:
             self.commits += 1
         return [dict(r) for r in records]
+
+    async def _fetch_prepared(
+        self, conn: Any, statement: str, args: Sequence[Any], held: list[float] | None
+    ) -> Any:
+        """Runs a statement whose send the caller notes (a claim's lease runs from it).
+
+        ``conn.fetch`` prepares a statement new to the connection in a round
+        trip of its own (and may look up types in more) before it sends the
+        statement itself: a note taken before it would be early by those round
+        trips, and by however long the event loop is blocked between them (a
+        sync tool on the loop). The lease would then be trusted for less than
+        it is held, and lost on the claim's answer though nobody took it. So
+        the statement is prepared first, kept per connection, and the note is
+        taken as it is sent, in one round trip.
+        """
+        timeout = self.command_timeout
+        prepared = self._prepared.setdefault(conn, {})
+
+        async def send() -> Any:
+            ready = prepared.get(statement)
+            if ready is None:
+                ready = prepared[statement] = await conn.prepare(statement, timeout=timeout)
+            note_sent()
+            began = time.perf_counter()
+            records = await ready.fetch(*args, timeout=timeout)
+            if held is not None:
+                held.append(time.perf_counter() - began)
+            return records
+
+        try:
+            return await send()
+        except asyncpg.exceptions.InvalidCachedStatementError:
+            # The statement's tables changed shape since it was prepared (a
+            # deploy migrated them): the server refused it before running it.
+            del prepared[statement]
+            return await send()
 
     # ------------------------------------------------------------ group commit
 
