@@ -75,6 +75,7 @@ from typing import Any
 
 from bench.common import (
     ROOT,
+    analyze_databases,
     bench_main,
     fmt_ms,
     fmt_ratio,
@@ -685,6 +686,7 @@ async def run(quick: bool = False) -> str:
         pg_version = await server_version(pg.admin_url)
         fixture_url = pg.create_database("rec_fixture")
         timings = await build_fixture(fixture_url, p.orphans)
+        analyze_databases(pg)  # the copies keep its statistics, as autovacuum would have made
         print(
             f"  fixture: {p.orphans} orphans built in {timings['build']:.0f} s "
             f"(+ backdated: {timings['total']:.0f} s)",

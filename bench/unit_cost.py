@@ -49,6 +49,7 @@ from bench.common import (
     RowChange,
     SameRows,
     Units,
+    analyze_databases,
     fmt_ms,
     fmt_ratio,
     md_table,
@@ -246,6 +247,8 @@ async def run(args: argparse.Namespace) -> str:
                     before._queries = queries_of(Path(args.before))
 
                     contenders["before"] = PreparedReplays(before, units)
+                if backend == "postgresql":
+                    analyze_databases(pg)  # as autovacuum would have (analyze_databases)
                 print(
                     f"{backend}: {len(payloads)} units per replay: {[q for q, _ in units]}",
                     flush=True,
