@@ -40,7 +40,11 @@ class Ticks:
 
 
 async def seed(store: Store, sessions: int, events: int) -> None:
+    """Sessions last updated a minute ago: idle by any policy's clock, whatever its
+    resolution (SQLite's clock reads whole milliseconds, an event's timestamp
+    microseconds: a session just written could look newer than the purge's now)."""
     service = DurableSessionService(store)
+    written = time.time() - 60
     for n in range(sessions):
         session = await service.create_session(app_name="old", user_id=f"u{n % 3}")
         for k in range(events):
@@ -50,6 +54,7 @@ async def seed(store: Store, sessions: int, events: int) -> None:
                     invocation_id=f"i{k}",
                     author="user",
                     content=types.Content(role="user", parts=[types.Part(text=f"m{k}")]),
+                    timestamp=written,
                 ),
             )
 
