@@ -510,6 +510,11 @@ def analyze_databases(pg: Any) -> list[str]:
     before it), and a fence check through the partial index of the RUNNING
     runs. A production database is analyzed; the benches time that state.
 
+    Call it once the tables hold about as many rows as the timed part will
+    leave: from the statistics of a table of twenty runs the planner makes a
+    sequential scan the cached plan of a lookup by run id, which the table
+    then outgrows (autovacuum analyzes again as it grows; a bench would not).
+
     Returns:
         The databases analyzed.
     """

@@ -485,17 +485,6 @@ async def child_main(args: argparse.Namespace) -> dict[str, Any]:
     driver.lost, driver.errors = 0, Counter()
     driver.lost_reasons.clear()
     await asyncio.gather(*(driver.turn(uuid.uuid4().hex, new=True) for _ in range(min(size, 20))))
-    url = getattr(driver.store, "url", "") if driver.durable else ""
-    if url.startswith("postgresql"):  # as autovacuum would have (bench.common.analyze_databases)
-        import asyncpg
-
-        from durable_adk.store.postgres import split_url_options
-
-        conn = await asyncpg.connect(split_url_options(url)[0])
-        try:
-            await conn.execute("ANALYZE")
-        finally:
-            await conn.close()
     lags.clear()
     rss_before = _rss_bytes()
     if args.start_at:

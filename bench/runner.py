@@ -634,10 +634,22 @@ async def _run_block(
     return yielded
 
 
+async def settled(contenders: Sequence[Contender], p: Params, pg: TempPostgres) -> None:
+    """The PostgreSQL databases as a worker in service finds them: the runs the
+    timed rounds will add made first (untimed), then analyzed, as autovacuum
+    would have (:func:`bench.common.analyze_databases`)."""
+    for c in contenders:
+        if isinstance(c, DurableContender) and c.backend == "postgresql":
+            await _run_block(c, p.rounds * p.runs_per_round, [])
+    analyze_databases(pg)
+
+
 async def measure(
-    contenders: Sequence[Contender], p: Params, settle: Callable[[], object] | None = None
+    contenders: Sequence[Contender],
+    p: Params,
+    settle: Callable[[], Awaitable[None]] | None = None,
 ) -> RunResult:
-    """Warms every contender up, calls ``settle`` (if given), then times the rounds."""
+    """Warms every contender up, awaits ``settle`` (if given), then times the rounds."""
     result = RunResult([c.name for c in contenders])
     for c in contenders:  # warm-up: connections, prepared statements, ORM and ADK caches
         result.events_yielded[c.name] = await _run_block(c, p.warmup, [])
@@ -645,7 +657,7 @@ async def measure(
         result.cpu[c.name] = []
         result.round_medians[c.name] = []
     if settle is not None:
-        settle()
+        await settle()
     for rnd in range(p.rounds):
         gc.collect()
         this_round: dict[str, list[float]] = {c.name: [] for c in contenders}
@@ -906,8 +918,7 @@ async def run(quick: bool = False) -> str:
         pg_version = await server_version(pg.admin_url)
         async with open_contenders(Path(tmp), pg) as contenders:
             with OtherLoad(pg.data_dir) as load:
-                # Every PostgreSQL contender's database analyzed, as autovacuum would have.
-                result = await measure(contenders, p, lambda: analyze_databases(pg))
+                result = await measure(contenders, p, lambda: settled(contenders, p, pg))
             for c in contenders:
                 if isinstance(c, DurableContender):
                     breakdowns[c.name] = await breakdown(c, p.breakdown_runs)
