@@ -33,7 +33,14 @@ own private cluster with `durable_adk.testing.pg_cluster.TempPostgres`, also as 
 .venv/bin/python -m bench.sessions [--quick] [--write]  # one bench; --write: its section
 .venv/bin/python -m bench.driver_choice [--quick] [--write]
 .venv/bin/python -m bench.runner [--quick] [--write]
+.venv/bin/python -m bench.runner --growth [--quick]    # CPU per run: first, last turns
+.venv/bin/python -m bench.unit_cost --rounds 8         # a run's units against the same rows bare
+.venv/bin/python -m bench.sync_tools [--quick]         # sync tools: ADK's pool or the loop
+.venv/bin/python -m bench.inflight --sizes 1000 --no-workers  # runs in flight, one worker
 .venv/bin/python -m bench.recovery [--quick] [--write]  # starts bench.recovery_worker processes
+.venv/bin/python -m bench.timers [--quick] [--write]    # durable sleep: wake cost per poll
+.venv/bin/python -m bench.schedules [--quick] [--write] # schedules: poll cost, ticks fired
+.venv/bin/python -m bench.crypto [--quick] [--write]    # encryption at rest, with and without keys
 ```
 
 `--quick` measures less: 100 appends per contender per round instead of 300, no
