@@ -451,17 +451,27 @@ class SameRowsAtTheirPointsContender(AdkContender):
 
 
 class BareAtTheirPointsContender(AdkContender):
-    """ADK's in-memory Runner with one bare commit at each point of a unit (the physical bound)."""
+    """ADK's in-memory Runner with one bare commit at each point of a unit (the physical bound).
 
-    def __init__(self, of: DurableContender, units: PlacedUnits, bare: BareCommits) -> None:
+    With ``pool``, ADK's Runner runs the sync tool on its tool thread pool, as
+    DurableRunner does by default (``sync_tools="pool"``): the bound of a
+    runner whose only cost is its commits, its tools where ours run.
+    """
+
+    def __init__(
+        self, of: DurableContender, units: PlacedUnits, bare: BareCommits, pool: bool = False
+    ) -> None:
         service = BareAtTheirPoints(of.store, units, bare)
+        where = ", sync tools on ADK's thread pool" if pool else ""
         super().__init__(
-            f"bound: in-memory, {len(service.units)} bare commits at its units' points "
+            f"bound: in-memory, {len(service.units)} bare commits at its units' points{where} "
             f"({of.backend})",
             of.backend,
             service,
+            RunConfig(tool_thread_pool_config=ToolThreadPoolConfig()) if pool else None,
         )
         self.of = of.name
+        self.pool = pool
 
 
 class UnitsInterleavedContender(AdkContender):
@@ -563,6 +573,7 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
                     UnitsReplayContender(c, units),
                     UnitsInterleavedContender(c, placed),
                     BareAtTheirPointsContender(c, placed, bares[c.backend]),
+                    BareAtTheirPointsContender(c, placed, bares[c.backend], pool=True),
                 ]
                 if c.backend == "sqlite":
                     # The same rows, bare: captured on a database of their own.
@@ -814,10 +825,14 @@ def target_rows(
             (u for u in contenders if isinstance(u, UnitsInterleavedContender) and u.of == of),
             None,
         )
-        bare = next(
-            (u for u in contenders if isinstance(u, BareAtTheirPointsContender) and u.of == of),
-            None,
-        )
+        bares = {
+            u.pool: u
+            for u in contenders
+            if isinstance(u, BareAtTheirPointsContender) and u.of == of
+        }
+        bare = bares.get(False)
+        # The bound with the sync tool where ours runs it (for the loop: the first).
+        bare_pool = bares.get(True) if c.sync_tools == "pool" else None
         same = next(
             (u for u in contenders if isinstance(u, SameRowsAtTheirPointsContender) and u.of == of),
             None,
@@ -885,6 +900,14 @@ def target_rows(
                         + against(bare.name)
                         + f", ours / it {fmt_ratio(r.round_ratio(ours, bare.name))}"
                         f" (p10 {fmt_ratio(r.low_ratio(ours, bare.name))})"
+                    )
+                    + (
+                        ""
+                        if bare_pool is None
+                        else "; the same, sync tools on ADK's thread pool as ours: "
+                        + against(bare_pool.name)
+                        + f", ours / it {fmt_ratio(r.round_ratio(ours, bare_pool.name))}"
+                        f" (p10 {fmt_ratio(r.low_ratio(ours, bare_pool.name))})"
                     )
                     + (
                         ""

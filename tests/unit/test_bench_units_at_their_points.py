@@ -10,16 +10,27 @@ DurableRunner wrote it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from bench.common import PlacedUnits, PreparedReplays, Replay, record_store_calls_at
+from bench.common import (
+    BareCommits,
+    PlacedUnits,
+    PreparedReplays,
+    Replay,
+    record_store_calls_at,
+)
 from bench.runner import (
+    BareAtTheirPointsContender,
     DurableContender,
     UnitsAtTheirPoints,
     UnitsInterleavedContender,
 )
+from google.adk.agents import LlmAgent
 
 from durable_adk.store import open_store
 
@@ -102,3 +113,47 @@ async def test_prepared_replays_send_ids_made_before_the_clock(tmp_path: Path) -
 def _count_sessions(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as conn:
         return int(conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
+
+
+async def test_the_physical_bound_runs_the_tool_where_ours_does_when_asked(
+    tmp_path: Path,
+) -> None:
+    """The bound of the pool's default runs ADK's sync tool on ADK's thread pool too, and
+    makes its bare commits at the same points either way."""
+    async with open_store(f"sqlite:///{tmp_path / 'bench.db'}") as store:
+        ours = DurableContender("sqlite", store, "barrier")
+        await ours.run_once()
+        placed = await UnitsInterleavedContender.record(ours)
+        bare = await BareCommits(f"sqlite:///{tmp_path / 'bare.db'}").open()
+        try:
+            on_loop = BareAtTheirPointsContender(ours, placed, bare)
+            on_pool = BareAtTheirPointsContender(ours, placed, bare, pool=True)
+            assert on_loop.run_config is None  # ADK's own default: the loop
+            assert on_pool.run_config is not None
+            assert on_pool.run_config.tool_thread_pool_config is not None
+            assert "thread pool" in on_pool.name and on_pool.name != on_loop.name
+            threads: list[str] = []
+            for bound in (on_loop, on_pool):
+                _note_the_tools_thread(bound, threads)
+                before = bare.commits
+                assert await bound.run_once() > 0
+                assert bare.commits - before == 4  # one per unit of the recorded run
+            assert threads[0] == threading.current_thread().name  # the loop's
+            assert threads[1] != threading.current_thread().name  # one of the pool's
+        finally:
+            await bare.close()
+
+
+def _note_the_tools_thread(bound: BareAtTheirPointsContender, threads: list[str]) -> None:
+    """Wraps the bound's one sync tool (same name, signature and doc) to note its thread."""
+    agent = bound.runner.agent
+    assert isinstance(agent, LlmAgent)
+    tool = agent.tools[0]
+    assert callable(tool)
+
+    @functools.wraps(tool)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return tool(*args, **kwargs)
+
+    agent.tools[0] = noted
