@@ -554,6 +554,34 @@ async def test_a_claim_blocked_between_its_prepare_and_its_send_is_trusted_from_
         # Prepared once per connection: the next claim sends at once.
         again = await started(ledger, "again", "w1")
         assert again.claim_sent is not None and again.claim_sent > run.claim_sent
+        held = store._prepared  # type: ignore[attr-defined]
+        assert held and all(held.values())
+    # A closed connection's statements are let go with it (each holds its connection).
+    await asyncio.sleep(0)  # the termination listeners run on the loop
+    assert held == {}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_claim_prepared_before_a_deploy_migrated_its_table_is_prepared_again(
+    store_url: str,
+) -> None:
+    """A deploy's migration adds a column to ``runs`` while this worker runs: a claim
+    prepared before it returns another row type now, which the server refuses
+    before running it; the store prepares it again, once, and the claim is made."""
+    import asyncpg
+
+    from durable_adk.store.postgres import split_url_options
+
+    async with open_store(store_url + "?pool_size=1") as store:
+        ledger = RunLedger(store, lease_seconds=30)
+        await started(ledger, "before", "w1")  # prepared on the one connection
+        other = await asyncpg.connect(split_url_options(store_url)[0])
+        try:
+            await other.execute("ALTER TABLE runs ADD COLUMN added_by_a_deploy integer")
+        finally:
+            await other.close()
+        run = await started(ledger, "after", "w1")
+        assert run.session_id == "after" and run.claim_sent is not None
 
 
 def test_pool_sizes_and_notify_come_from_the_url_and_are_checked() -> None:

@@ -57,7 +57,6 @@ import contextlib
 import contextvars
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -309,8 +308,10 @@ class PostgresStore(Store):
         self._takers: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self._takers_waiting = 0  # takers not yet holding a connection
         self._queries = load_queries("postgresql")
-        # Per connection, the lease-taking statements prepared on it (see _fetch).
-        self._prepared: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        # Per connection, the lease-taking statements prepared on it (_fetch_prepared);
+        # forgotten when the connection is closed or terminated (each statement
+        # holds its connection, so a weak map would never let one go).
+        self._prepared: dict[Any, dict[str, Any]] = {}
         self._min_size = min(min_size, max_size)
         self._max_size = max_size
         self._lease_size = lease_pool_size
@@ -521,7 +522,10 @@ class PostgresStore(Store):
         taken as it is sent, in one round trip.
         """
         timeout = self.command_timeout
-        prepared = self._prepared.setdefault(conn, {})
+        prepared = self._prepared.get(conn)
+        if prepared is None:
+            prepared = self._prepared[conn] = {}
+            conn.add_termination_listener(self._forget_prepared)
 
         async def send() -> Any:
             ready = prepared.get(statement)
@@ -536,11 +540,19 @@ class PostgresStore(Store):
 
         try:
             return await send()
-        except asyncpg.exceptions.InvalidCachedStatementError:
-            # The statement's tables changed shape since it was prepared (a
-            # deploy migrated them): the server refused it before running it.
+        except (
+            asyncpg.exceptions.InvalidCachedStatementError,
+            asyncpg.exceptions.OutdatedSchemaCacheError,
+        ):
+            # The statement's tables (or a type) changed shape since it was
+            # prepared (a deploy migrated them): refused before it ran, and
+            # the prepared statement is of no more use. Prepared again once.
             del prepared[statement]
             return await send()
+
+    def _forget_prepared(self, conn: Any) -> None:
+        """A connection closed or terminated: its prepared statements go with it."""
+        self._prepared.pop(conn, None)
 
     # ------------------------------------------------------------ group commit
 
