@@ -547,7 +547,7 @@ class PostgresStore(Store):
             # The statement's tables (or a type) changed shape since it was
             # prepared (a deploy migrated them): refused before it ran, and
             # the prepared statement is of no more use. Prepared again once.
-            del prepared[statement]
+            prepared.pop(statement, None)
             return await send()
 
     def _forget_prepared(self, conn: Any) -> None:
