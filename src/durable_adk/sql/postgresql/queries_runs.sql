@@ -70,7 +70,10 @@ DELETE FROM answer_claims
 -- missing, and the run is recorded RUNNING (claimed: epoch 1, attempt 1) when its
 -- session has no run RUNNING or QUEUED, else QUEUED behind them. Two starts that
 -- both find the session free trip the partial unique index: the caller then
--- submits QUEUED and waits its turn.
+-- submits QUEUED and waits its turn. "Busy" is asked as two questions, one per
+-- status: the RUNNING one is answered by runs_one_running_per_session alone, with
+-- or without statistics (as one IN, a never-analyzed table was read through
+-- runs_by_version, every run of the app: bench/common.py, analyze_databases).
 WITH sess AS (
     INSERT INTO sessions (app_name, user_id, session_id, initial_state, create_time, update_time)
     VALUES (:app_name::text, :user_id::text, :session_id::text, :initial_state::text, :now::float8, :now::float8)
@@ -79,7 +82,10 @@ WITH sess AS (
 ), busy AS (
     SELECT EXISTS (SELECT 1 FROM runs
                     WHERE app_name = :app_name::text AND user_id = :user_id::text
-                      AND session_id = :session_id::text AND status IN ('RUNNING', 'QUEUED')) AS b,
+                      AND session_id = :session_id::text AND status = 'RUNNING')
+           OR EXISTS (SELECT 1 FROM runs
+                       WHERE app_name = :app_name::text AND user_id = :user_id::text
+                         AND session_id = :session_id::text AND status = 'QUEUED') AS b,
            extract(epoch FROM clock_timestamp()) AS now
 ), ins AS (
     INSERT INTO runs (run_id, app_name, user_id, session_id, invocation_id, request, status,
