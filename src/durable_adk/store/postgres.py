@@ -308,7 +308,7 @@ class PostgresStore(Store):
         self._takers: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self._takers_waiting = 0  # takers not yet holding a connection
         self._queries = load_queries("postgresql")
-        # Per connection, the lease-taking statements prepared on it (_fetch_prepared);
+        # Per connection, the lease-taking statements prepared on it (_prepared_on);
         # forgotten when the connection is closed or terminated (each statement
         # holds its connection, so a weak map would never let one go).
         self._prepared: dict[Any, dict[str, Any]] = {}
@@ -492,25 +492,38 @@ class PostgresStore(Store):
         timeout = self.command_timeout
         held = held_receipt()
 
-        async def run(conn: Any) -> Any:
-            if sent_wanted():  # a lease it takes runs from the note: no round trip after it
-                return await self._fetch_prepared(conn, statement, args, held)
-            note_sent()  # the connection is ours: the statement leaves now
+        async def send(fetch: Callable[..., Awaitable[Any]], *head: str) -> Any:
+            note_sent()  # the connection is ours (and the statement prepared): it leaves now
             began = time.perf_counter()
-            records = await conn.fetch(statement, *args, timeout=timeout)
+            records = await fetch(*head, *args, timeout=timeout)
             if held is not None:  # the statement's own time, not the wait for a connection
                 held.append(time.perf_counter() - began)
             return records
+
+        async def run(conn: Any) -> Any:
+            if not sent_wanted():
+                return await send(conn.fetch, statement)
+            # A lease it takes runs from the note: no round trip of the driver's after it.
+            try:
+                return await send((await self._prepared_on(conn, statement)).fetch)
+            except (
+                asyncpg.exceptions.InvalidCachedStatementError,
+                asyncpg.exceptions.OutdatedSchemaCacheError,
+            ):
+                # The statement's tables (or a type) changed shape since it was
+                # prepared (a deploy migrated them): refused before it ran, and
+                # the prepared statement is of no more use. Prepared again once.
+                self._prepared.get(conn, {}).pop(statement, None)
+                return await send((await self._prepared_on(conn, statement)).fetch)
 
         records = await self._with_connection(run, lease=q.lease, kind=q.lane)
         if q.writes:
             self.commits += 1
         return [dict(r) for r in records]
 
-    async def _fetch_prepared(
-        self, conn: Any, statement: str, args: Sequence[Any], held: list[float] | None
-    ) -> Any:
-        """Runs a statement whose send the caller notes (a claim's lease runs from it).
+    async def _prepared_on(self, conn: Any, statement: str) -> Any:
+        """The statement prepared on ``conn``, for a caller that notes its send (a claim's
+        lease runs from it); prepared now, in a round trip of its own, if new.
 
         ``conn.fetch`` prepares a statement new to the connection in a round
         trip of its own (and may look up types in more) before it sends the
@@ -518,37 +531,19 @@ class PostgresStore(Store):
         trips, and by however long the event loop is blocked between them (a
         sync tool on the loop). The lease would then be trusted for less than
         it is held, and lost on the claim's answer though nobody took it. So
-        the statement is prepared first, kept per connection, and the note is
-        taken as it is sent, in one round trip.
+        the statement is prepared first and kept per connection, and the note
+        is taken as it is sent.
         """
-        timeout = self.command_timeout
         prepared = self._prepared.get(conn)
         if prepared is None:
             prepared = self._prepared[conn] = {}
             conn.add_termination_listener(self._forget_prepared)
-
-        async def send() -> Any:
-            ready = prepared.get(statement)
-            if ready is None:
-                ready = prepared[statement] = await conn.prepare(statement, timeout=timeout)
-            note_sent()
-            began = time.perf_counter()
-            records = await ready.fetch(*args, timeout=timeout)
-            if held is not None:
-                held.append(time.perf_counter() - began)
-            return records
-
-        try:
-            return await send()
-        except (
-            asyncpg.exceptions.InvalidCachedStatementError,
-            asyncpg.exceptions.OutdatedSchemaCacheError,
-        ):
-            # The statement's tables (or a type) changed shape since it was
-            # prepared (a deploy migrated them): refused before it ran, and
-            # the prepared statement is of no more use. Prepared again once.
-            prepared.pop(statement, None)
-            return await send()
+        ready = prepared.get(statement)
+        if ready is None:
+            ready = prepared[statement] = await conn.prepare(
+                statement, timeout=self.command_timeout
+            )
+        return ready
 
     def _forget_prepared(self, conn: Any) -> None:
         """A connection closed or terminated: its prepared statements go with it."""
