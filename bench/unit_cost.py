@@ -64,6 +64,9 @@ from durable_adk.store import Store, open_store
 from durable_adk.store.queries import Query, expand_fragments, parse_queries, resolve_includes
 from durable_adk.testing.pg_cluster import TempPostgres
 
+BLOCKS_PER_ROUND = 4
+"""Blocks of ``--block`` replays each contender runs per round (:func:`measure`)."""
+
 FEWER_ROWS = {
     "same rows, no session row": ("sessions",),
     "same rows, nor run row": ("sessions", "runs"),
@@ -125,7 +128,7 @@ async def measure(
     out: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for rnd in range(rounds):
         samples = {n: ([], []) for n in names}
-        for b in range(4):
+        for b in range(BLOCKS_PER_ROUND):
             for name in rotate(names, rnd + b):
                 wall, cpu = samples[name]
                 _prepare(contenders[name], block)
@@ -250,7 +253,7 @@ async def run(args: argparse.Namespace) -> str:
                 if backend == "postgresql":
                     # As a database in service: the runs the timed replays will
                     # add made first (untimed), then analyzed (analyze_databases).
-                    fill = args.rounds * 4 * args.block
+                    fill = args.rounds * BLOCKS_PER_ROUND * args.block
                     ours.prepare(fill)
                     for _ in range(fill):
                         await ours()
