@@ -584,6 +584,37 @@ async def test_a_claim_prepared_before_a_deploy_migrated_its_table_is_prepared_a
         assert run.session_id == "after" and run.claim_sent is not None
 
 
+@pytest.mark.parametrize("backend", ["postgresql"])
+async def test_a_claim_whose_answer_meets_a_changed_type_is_not_sent_again(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg raises OutdatedSchemaCacheError while decoding a statement's answer,
+    after the server ran it (a type changed since the connection cached it): the
+    claim fails as an outage and is not sent a second time, since it may have acted.
+    The next claim is prepared afresh on a new connection."""
+    import asyncpg.prepared_stmt
+
+    fetch = asyncpg.prepared_stmt.PreparedStatement.fetch
+    sent: list[str] = []
+
+    async def ran_then_outdated(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = await fetch(self, *args, **kwargs)  # the server ran it
+        sent.append(self.get_query())
+        if len(sent) == 1:
+            self._state.mark_closed()  # as asyncpg leaves it
+            raise asyncpg.exceptions.OutdatedSchemaCacheError("a type changed")
+        return rows
+
+    monkeypatch.setattr(asyncpg.prepared_stmt.PreparedStatement, "fetch", ran_then_outdated)
+    async with open_store(store_url + "?pool_size=1") as store:
+        ledger = RunLedger(store, lease_seconds=30)
+        with pytest.raises(errors.StoreUnavailable, match="a type changed"):
+            await started(ledger, "outdated", "w1")
+        assert len(sent) == 1, "the claim was sent again after it ran"
+        run = await started(ledger, "next", "w1")
+        assert run.session_id == "next" and len(sent) == 2
+
+
 def test_pool_sizes_and_notify_come_from_the_url_and_are_checked() -> None:
     from durable_adk.store.postgres import PostgresStore, split_url_options
 

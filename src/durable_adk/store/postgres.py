@@ -506,13 +506,12 @@ class PostgresStore(Store):
             # A lease it takes runs from the note: no round trip of the driver's after it.
             try:
                 return await send((await self._prepared_on(conn, statement)).fetch)
-            except (
-                asyncpg.exceptions.InvalidCachedStatementError,
-                asyncpg.exceptions.OutdatedSchemaCacheError,
-            ):
-                # The statement's tables (or a type) changed shape since it was
-                # prepared (a deploy migrated them): refused before it ran, and
-                # the prepared statement is of no more use. Prepared again once.
+            except asyncpg.exceptions.InvalidCachedStatementError:
+                # The statement's tables changed shape since it was prepared (a
+                # deploy migrated them): the server refused it before it ran.
+                # Prepared again, once. (A changed type, OutdatedSchemaCacheError,
+                # is raised on the answer, after the statement ran: never sent
+                # again; it fails the call and the connection is dropped.)
                 self._prepared.get(conn, {}).pop(statement, None)
                 return await send((await self._prepared_on(conn, statement)).fetch)
 
