@@ -27,7 +27,7 @@ from pathlib import Path
 
 from google.adk.agents import LlmAgent
 
-from bench.common import bench_main, fmt_ratio, md_table, median, quiet
+from bench.common import bench_main, fmt_ratio, md_table, median, quiet, rotate
 from durable_adk import DurableRunner
 from durable_adk.store import open_store
 from durable_adk.testing import Call, Say, ScriptedModel
@@ -86,7 +86,7 @@ async def run(p: Params) -> str:
         for wait in WAITS:
             rates: dict[str, list[float]] = {place: [] for place in PLACES}
             for rnd in range(p.rounds):
-                for place in PLACES if rnd % 2 == 0 else PLACES[::-1]:
+                for place in rotate(PLACES, rnd):
                     url = f"sqlite:///{Path(tmp) / f'{place}-{wait}-{rnd}.db'}"
                     rates[place].append(await runs_per_second(url, place, wait, p.seconds))
             ratio = median([a / b for a, b in zip(rates["pool"], rates["loop"], strict=True)])
