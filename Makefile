@@ -24,10 +24,12 @@ demo: $(STAMP)
 # The whole suite, both backends. PostgreSQL is started by the test setup;
 # with DURABLE_ADK_REQUIRE_POSTGRES=1 (as .ci/run sets) a missing server fails
 # instead of skipping. pytest exits 5 when it collected no test: that fails too.
-# Work stealing: an idle xdist worker takes tests queued for the other, so the
+# Three xdist workers on two cores: most tests wait on child processes, sleeps
+# and commits, so two workers left a third of the CPU idle (docs/testing.md).
+# Work stealing: an idle xdist worker takes tests queued for another, so the
 # last minutes are not one worker alone with a long tail.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist worksteal --durations=25 tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench $(wildcard examples)
