@@ -1201,8 +1201,101 @@ async def growth(turns: int) -> str:
     return table
 
 
+BOUNDS_ROUNDS = 6
+"""Rounds of ``--bounds`` (100 runs of each contender a round; 3 with ``--quick``)."""
+
+
+def _is_bounds_contender(c: Contender) -> bool:
+    """A SQLite single-run contender that ``--bounds`` times, or ADK's in-memory run."""
+    if c.name == IN_MEMORY:
+        return True
+    if c.backend != "sqlite":
+        return False
+    if isinstance(c, DurableContender):
+        return c.commits == "barrier" and c.sync_tools == "pool"
+    return isinstance(
+        c, (UnitsInterleavedContender, SameRowsAtTheirPointsContender, BareAtTheirPointsContender)
+    ) and not getattr(c, "pool", False)
+
+
+async def bounds(rounds: int) -> str:
+    """Where a one-tool run's CPU goes over its physical bound, SQLite (issue 45).
+
+    Five contenders interleaved as in :func:`measure`, ``rounds`` x 100 runs
+    each: ADK's in-memory run; with one bare commit at each unit's point (the
+    bound); with the same rows bare there; with our own units there, through
+    our store; DurableRunner. Each step's difference is what it adds: the
+    rows a durable run writes, our statements and store calls, and the rest
+    of the run (driver, session service, barrier, ledger, plugins).
+    """
+    p = Params(
+        rounds=rounds, runs_per_round=100, block=10, warmup=10, profiled_runs=0, breakdown_runs=0
+    )
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-bounds-") as tmp, TempPostgres() as pg:
+        async with open_contenders(Path(tmp), pg) as contenders:
+            chosen = [c for c in contenders if _is_bounds_contender(c)]
+            order = [
+                IN_MEMORY,
+                *(
+                    c.name
+                    for kind in (
+                        BareAtTheirPointsContender,
+                        SameRowsAtTheirPointsContender,
+                        UnitsInterleavedContender,
+                        DurableContender,
+                    )
+                    for c in chosen
+                    if type(c) is kind
+                ),
+            ]
+            assert len(order) == 5, order
+            result = await measure(chosen, p)
+    cpu = {name: median(result.cpu[name]) for name in order}
+    wall = {name: median(result.samples[name]) for name in order}
+    _adk, bound, rows, units, ours = order
+    steps = {
+        rows: "the rows a durable run writes, over one bare row a unit",
+        units: "our statements and store calls, over those rows",
+        ours: "the rest of our run: driver, session service, barrier, ledger, plugins",
+    }
+    lines = []
+    previous = bound
+    for name in order:
+        lines.append(
+            [
+                name,
+                fmt_ms(cpu[name]),
+                fmt_ratio(cpu[name] / cpu[bound]),
+                fmt_ms(wall[name]),
+                fmt_ratio(wall[name] / wall[bound]),
+                f"{steps[name]}: {fmt_ms(cpu[name] - cpu[previous])}" if name in steps else "",
+            ]
+        )
+        if name in steps:
+            previous = name
+    text = md_table(
+        [
+            "contender (SQLite)",
+            "CPU per run",
+            "CPU / bound",
+            "wall per run",
+            "wall / bound",
+            "CPU added by",
+        ],
+        lines,
+    )
+    return f"{text}\n\n{rounds} x 100 runs of each, interleaved; medians.\n"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--bounds" in args:
+        # A one-tool run's CPU over its bound, step by step (SQLite; no --write).
+        args.remove("--bounds")
+        quick, _write = argv_flags(args)
+        with quiet():
+            print(asyncio.run(bounds(3 if quick else BOUNDS_ROUNDS)))
+        return
     if "--growth" in args:
         # Growth with a conversation's length: one session, many turns (no --write).
         args.remove("--growth")
