@@ -430,7 +430,9 @@ class LeaseWatchdog:
                 if self._stop.wait(self.every):
                     break
                 now = time.monotonic()
-                stalled = now - self._seen > self.keeper.interval / 2
+                # Read once: the loop may mark itself seen again while this renews.
+                quiet_for = now - self._seen
+                stalled = quiet_for > self.keeper.interval / 2
                 due = now - self._last_sent >= self.keeper.interval
                 if not (stalled and due):
                     continue
@@ -467,7 +469,7 @@ class LeaseWatchdog:
                 logger.warning(
                     "the event loop has not run for %.1fs: the lease watchdog renewed %d "
                     "lease(s) from its own thread (%d not yet held)",
-                    now - self._seen,
+                    quiet_for,
                     len(batch) + credited,
                     credited,
                 )
