@@ -1205,17 +1205,23 @@ BOUNDS_ROUNDS = 6
 """Rounds of ``--bounds`` (100 runs of each contender a round; 3 with ``--quick``)."""
 
 
-def _is_bounds_contender(c: Contender) -> bool:
-    """A SQLite single-run contender that ``--bounds`` times, or ADK's in-memory run."""
-    if c.name == IN_MEMORY:
-        return True
-    if c.backend != "sqlite":
+BOUNDS_STEPS = (
+    (BareAtTheirPointsContender, ""),
+    (SameRowsAtTheirPointsContender, "the rows a durable run writes, over one bare row a unit"),
+    (UnitsInterleavedContender, "our statements and store calls, over those rows"),
+    (DurableContender, "the rest of our run: driver, session service, barrier, ledger, plugins"),
+)
+"""``--bounds``'s SQLite contenders from the bound to DurableRunner, each with what it adds."""
+
+
+def _is_step(c: Contender, kind: type[Contender]) -> bool:
+    """Whether ``c`` is the SQLite contender of ``kind`` that ``--bounds`` times: of
+    DurableRunner's default (barrier, sync tools on the pool), its tools where ADK's run them."""
+    if type(c) is not kind or c.backend != "sqlite":
         return False
     if isinstance(c, DurableContender):
         return c.commits == "barrier" and c.sync_tools == "pool"
-    return isinstance(
-        c, (UnitsInterleavedContender, SameRowsAtTheirPointsContender, BareAtTheirPointsContender)
-    ) and not getattr(c, "pool", False)
+    return not getattr(c, "pool", False)
 
 
 async def bounds(rounds: int) -> str:
@@ -1224,55 +1230,34 @@ async def bounds(rounds: int) -> str:
     Five contenders interleaved as in :func:`measure`, ``rounds`` x 100 runs
     each: ADK's in-memory run; with one bare commit at each unit's point (the
     bound); with the same rows bare there; with our own units there, through
-    our store; DurableRunner. Each step's difference is what it adds: the
-    rows a durable run writes, our statements and store calls, and the rest
-    of the run (driver, session service, barrier, ledger, plugins).
+    our store; DurableRunner. Each step's difference from the one before is
+    what it adds (:data:`BOUNDS_STEPS`).
     """
     p = Params(
         rounds=rounds, runs_per_round=100, block=10, warmup=10, profiled_runs=0, breakdown_runs=0
     )
     with tempfile.TemporaryDirectory(prefix="dadk-bench-bounds-") as tmp, TempPostgres() as pg:
         async with open_contenders(Path(tmp), pg) as contenders:
-            chosen = [c for c in contenders if _is_bounds_contender(c)]
-            order = [
-                IN_MEMORY,
-                *(
-                    c.name
-                    for kind in (
-                        BareAtTheirPointsContender,
-                        SameRowsAtTheirPointsContender,
-                        UnitsInterleavedContender,
-                        DurableContender,
-                    )
-                    for c in chosen
-                    if type(c) is kind
-                ),
-            ]
-            assert len(order) == 5, order
+            (adk,) = [c for c in contenders if c.name == IN_MEMORY]
+            steps = [[c for c in contenders if _is_step(c, kind)] for kind, _ in BOUNDS_STEPS]
+            assert all(len(found) == 1 for found in steps), steps
+            chosen = [adk, *(found[0] for found in steps)]
             result = await measure(chosen, p)
-    cpu = {name: median(result.cpu[name]) for name in order}
-    wall = {name: median(result.samples[name]) for name in order}
-    _adk, bound, rows, units, ours = order
-    steps = {
-        rows: "the rows a durable run writes, over one bare row a unit",
-        units: "our statements and store calls, over those rows",
-        ours: "the rest of our run: driver, session service, barrier, ledger, plugins",
-    }
-    lines = []
-    previous = bound
-    for name in order:
-        lines.append(
-            [
-                name,
-                fmt_ms(cpu[name]),
-                fmt_ratio(cpu[name] / cpu[bound]),
-                fmt_ms(wall[name]),
-                fmt_ratio(wall[name] / wall[bound]),
-                f"{steps[name]}: {fmt_ms(cpu[name] - cpu[previous])}" if name in steps else "",
-            ]
-        )
-        if name in steps:
-            previous = name
+    names = [c.name for c in chosen]
+    cpu = [median(result.cpu[name]) for name in names]
+    wall = [median(result.samples[name]) for name in names]
+    adds = ["", *(what for _kind, what in BOUNDS_STEPS)]
+    lines = [
+        [
+            name,
+            fmt_ms(cpu[i]),
+            fmt_ratio(cpu[i] / cpu[1]),  # [1]: the bound
+            fmt_ms(wall[i]),
+            fmt_ratio(wall[i] / wall[1]),
+            f"{adds[i]}: {fmt_ms(cpu[i] - cpu[i - 1])}" if adds[i] else "",
+        ]
+        for i, name in enumerate(names)
+    ]
     text = md_table(
         [
             "contender (SQLite)",
