@@ -1224,6 +1224,39 @@ def _is_step(c: Contender, kind: type[Contender]) -> bool:
     return not getattr(c, "pool", False)
 
 
+@contextlib.asynccontextmanager
+async def open_bounds_steps(tmp: Path) -> AsyncIterator[list[Contender]]:
+    """``--bounds``'s six SQLite contenders, in order: ADK's in-memory run, then each
+    step of :data:`BOUNDS_STEPS` from the bound to DurableRunner (no PostgreSQL).
+
+    The bounds replay one recorded run of the DurableRunner contender, as in
+    :func:`open_contenders`.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        store = await stack.enter_async_context(open_store(f"sqlite:///{tmp / 'runner_ours.db'}"))
+        ours = DurableContender("sqlite", store, "barrier")
+        bare = BareCommits(f"sqlite:///{tmp / 'runner_bare.db'}")
+        await bare.open()
+        stack.push_async_callback(bare.close)
+        await ours.run_once()  # the first run on a store also reads what later ones have cached
+        placed = await UnitsInterleavedContender.record(ours)
+        units = [(query, params) for query, params, _at in placed]
+        async with open_store(f"sqlite:///{tmp / 'runner_capture.db'}") as capture:
+            changes = await SameRows.capture(capture, units)
+        async with open_store(f"sqlite:///{tmp / 'runner_rows.db'}"):
+            pass  # the schema; the rows go in through sqlite3 alone
+        same = SameRows(str(tmp / "runner_rows.db"), changes).open()
+        stack.callback(same.close)
+        steps: list[Contender] = [
+            BareAtTheirPointsContender(ours, placed, bare),
+            SameRowsAtTheirPointsContender(ours, placed, same),
+            UnitsInterleavedContender(ours, placed),
+            ours,
+        ]
+        assert all(_is_step(c, kind) for c, (kind, _) in zip(steps, BOUNDS_STEPS, strict=True))
+        yield [AdkContender(IN_MEMORY, "memory", InMemorySessionService()), *steps]
+
+
 async def bounds(rounds: int) -> str:
     """Where a one-tool run's CPU goes over its physical bound, SQLite (issue 45).
 
@@ -1236,12 +1269,8 @@ async def bounds(rounds: int) -> str:
     p = Params(
         rounds=rounds, runs_per_round=100, block=10, warmup=10, profiled_runs=0, breakdown_runs=0
     )
-    with tempfile.TemporaryDirectory(prefix="dadk-bench-bounds-") as tmp, TempPostgres() as pg:
-        async with open_contenders(Path(tmp), pg) as contenders:
-            (adk,) = [c for c in contenders if c.name == IN_MEMORY]
-            steps = [[c for c in contenders if _is_step(c, kind)] for kind, _ in BOUNDS_STEPS]
-            assert all(len(found) == 1 for found in steps), steps
-            chosen = [adk, *(found[0] for found in steps)]
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-bounds-") as tmp:
+        async with open_bounds_steps(Path(tmp)) as chosen:
             result = await measure(chosen, p)
     names = [c.name for c in chosen]
     cpu = [median(result.cpu[name]) for name in names]
