@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m bench.instructions            # 4 x 30 runs of each (~4 minutes)
     .venv/bin/python -m bench.instructions --quick    # 3 x 15 runs of each (~2 minutes)
+    .venv/bin/python -m bench.instructions --layers   # bytecodes a run adds, by layer (~20 s)
 
 The contenders of ``bench.runner --bounds`` (SQLite): ADK's in-memory run;
 with one bare commit at each point where DurableRunner makes a unit (the
@@ -20,6 +21,13 @@ run (under 1 %) but about 1 ms of CPU time (25-30 %): after each fsync the
 process runs on cold caches, on a core another tenant used meanwhile. A count
 is the same to within about 0.5 % between processes, so it tells how much
 work each step adds, and what a change to the run path saves.
+
+``--layers`` says where DurableRunner's instructions over ADK's run come
+from: it counts the Python bytecodes each run executes (``sys.settrace`` with
+opcode events: exact, and no valgrind needed), by the layer of the code that
+runs them, for ADK's in-memory run (its tool on ADK's thread pool, as ours)
+and DurableRunner, and prints what each layer adds. C code (SQLite, pydantic's
+core, ``json``) is not in it: the counted table has it.
 
 Needs valgrind (Debian's ``valgrind`` package, which ships ``callgrind_control``).
 The bench runs itself again under callgrind (``--child``); that process turns
@@ -40,8 +48,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from bench.common import ROOT, fmt_ratio, md_table, median, quiet, rotate
 
@@ -161,15 +173,121 @@ async def _child(runs: int, rounds: int) -> None:
     print(json.dumps(names))
 
 
+def layer_of(filename: str) -> str:
+    """The layer a code object's file belongs to, for ``--layers``."""
+    path = filename.replace("\\", "/")
+    if "/durable_adk/" in path:
+        parts = path.rsplit("/durable_adk/", 1)[1].split("/")
+        if parts[0] == "adk" and len(parts) > 1:
+            return f"durable_adk.adk.{parts[1].removesuffix('.py')}"
+        return "durable_adk." + parts[0].removesuffix(".py")
+    if "/asyncio/" in path:
+        return "asyncio"
+    for marker, name in (("/google/adk/", "google.adk"), ("/pydantic", "pydantic")):
+        if marker in path:
+            return name
+    if "/google/genai/" in path:
+        return "google.genai"
+    if "/opentelemetry/" in path:
+        return "opentelemetry"
+    return "other (contextlib, json, dataclasses' methods, threading, ...)"
+
+
+class Bytecodes:
+    """Counts the bytecodes executed in each layer while it is on (every thread)."""
+
+    def __init__(self) -> None:
+        self.by_layer: Counter[str] = Counter()
+        self._layers: dict[str, str] = {}
+
+    def _trace(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        filename = frame.f_code.co_filename
+        layer = self._layers.get(filename)
+        if layer is None:
+            layer = self._layers[filename] = layer_of(filename)
+        by_layer = self.by_layer
+
+        def local(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "opcode":
+                by_layer[layer] += 1
+            return local
+
+        return local
+
+    def __enter__(self) -> Bytecodes:
+        self._before = (sys.gettrace(), threading.gettrace())  # a coverage tracer, say
+        threading.settrace(self._trace)
+        sys.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        here, threads = self._before
+        sys.settrace(here)
+        threading.settrace(threads)  # type: ignore[arg-type]
+
+
+async def layers(runs: int = 50) -> str:
+    """Bytecodes per run by layer, ADK's in-memory run and DurableRunner, SQLite."""
+    from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
+    from google.adk.sessions import InMemorySessionService
+
+    from bench.runner import IN_MEMORY_POOL, AdkContender, DurableContender
+    from durable_adk.store import open_store
+
+    counted: dict[str, Counter[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="dadk-bench-layers-") as tmp:
+        async with open_store(f"sqlite:///{Path(tmp) / 'ours.db'}") as store:
+            contenders = [
+                AdkContender(
+                    IN_MEMORY_POOL,
+                    "memory",
+                    InMemorySessionService(),
+                    RunConfig(tool_thread_pool_config=ToolThreadPoolConfig()),
+                ),
+                DurableContender("sqlite", store, "barrier"),
+            ]
+            for c in contenders:
+                for _ in range(WARMUP):
+                    await c.run_once()
+                with Bytecodes() as count:
+                    for _ in range(runs):
+                        await c.run_once()
+                counted[c.name] = count.by_layer
+    adk, ours = (counted[c.name] for c in contenders)
+    added = {name: (ours[name] - adk[name]) / runs for name in set(adk) | set(ours)}
+    rows = [
+        [name, f"{adk[name] / runs:,.0f}", f"{ours[name] / runs:,.0f}", f"{delta:+,.0f}"]
+        for name, delta in sorted(added.items(), key=lambda item: -item[1])
+        if abs(delta) >= 50 or name.startswith("durable_adk")
+    ]
+    total_adk, total_ours = sum(adk.values()) / runs, sum(ours.values()) / runs
+    rows.append(
+        ["all", f"{total_adk:,.0f}", f"{total_ours:,.0f}", f"{total_ours - total_adk:+,.0f}"]
+    )
+    text = md_table(
+        ["layer", "ADK's run (pool)", "DurableRunner (sqlite)", "DurableRunner adds"], rows
+    )
+    return f"{text}\n\nPython bytecodes per run, {runs} runs of each after {WARMUP}.\n"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == [CHILD]:
         with quiet():
             asyncio.run(_child(int(args[1]), int(args[2])))
         return
-    unknown = [a for a in args if a != "--quick"]
+    unknown = [a for a in args if a not in ("--quick", "--layers")]
     if unknown:
-        raise SystemExit(f"bench.instructions: unknown argument(s) {unknown}; usage: [--quick]")
+        raise SystemExit(
+            f"bench.instructions: unknown argument(s) {unknown}; usage: [--quick] [--layers]"
+        )
+    if "--layers" in args:
+        with quiet():
+            print(asyncio.run(layers()))
+        return
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         raise SystemExit(

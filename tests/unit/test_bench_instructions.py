@@ -84,3 +84,30 @@ async def test_the_steps_are_the_bounds_steps_in_order(tmp_path: Path) -> None:
         for c in contenders:
             c.prepare(1)
             await c.run_once()
+
+
+def test_code_is_put_in_its_layer() -> None:
+    site = "/x/.venv/lib/python3.11/site-packages"
+    assert instructions.layer_of("/r/src/durable_adk/adk/services/sessions.py") == (
+        "durable_adk.adk.services"
+    )
+    assert instructions.layer_of("/r/src/durable_adk/adk/runner.py") == "durable_adk.adk.runner"
+    assert instructions.layer_of("/r/src/durable_adk/store/sqlite.py") == "durable_adk.store"
+    assert instructions.layer_of("/r/src/durable_adk/limits.py") == "durable_adk.limits"
+    assert instructions.layer_of(f"{site}/google/adk/runners.py") == "google.adk"
+    assert instructions.layer_of("/usr/lib/python3.11/asyncio/tasks.py") == "asyncio"
+    assert instructions.layer_of(f"{site}/pydantic/main.py") == "pydantic"
+    assert instructions.layer_of("/usr/lib/python3.11/json/encoder.py").startswith("other")
+
+
+async def test_layers_count_what_a_durable_run_adds_over_adks() -> None:
+    text = await instructions.layers(runs=2)
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[4].strip()
+        for line in text.splitlines()
+        if line.startswith("| ") and "layer" not in line
+    }
+    # The session service and the store run only in a durable run; ADK runs in both.
+    assert int(rows["durable_adk.adk.services"].replace(",", "")) > 0
+    assert int(rows["durable_adk.store"].replace(",", "")) > 0
+    assert int(rows["all"].replace(",", "")) > 0
