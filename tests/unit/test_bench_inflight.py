@@ -127,3 +127,38 @@ def test_heartbeats_are_at_most_one_per_renewal_interval_whatever_the_windows_ph
     assert heartbeats_seen({"heartbeats": 3, "wall": 20.4}, 30.0) == (
         "3 in 20.4 s (at most 3, one per 10 s)"
     )
+
+
+def test_the_essentials_reference_drives_runs_to_their_end_with_our_units(tmp_path: Path) -> None:
+    """ADK's run with our units inline and a durable run's essential work: every run
+    ends ACTUALLY_DONE by the classifier (an error is counted otherwise)."""
+    done = run_child(
+        [
+            sys.executable,
+            "-m",
+            "bench.inflight",
+            "--child",
+            "essentials-sqlite",
+            "--url",
+            f"sqlite:///{tmp_path / 'bench.db'}",
+            "--size",
+            "10",
+            "--latency",
+            "0.05",
+            "--warmup",
+            "0.5",
+            "--duration",
+            "1.5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["contender"] == "essentials-sqlite"
+    assert result["runs"] > 0 and result["errors"] == {}, result
+    # Our run's units, sent at their points: a handful of statements a run.
+    assert 3 <= result["statements"] / result["runs"] <= 20, result
