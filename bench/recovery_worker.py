@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
@@ -73,9 +74,11 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from durable_adk.adk.eventlog.classify import classify
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.services.sessions import DurableSessionService
+from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
+from durable_adk.limits import DEFAULT_LIMITS
 from durable_adk.store import Store, open_store
 from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Turn
@@ -244,13 +247,17 @@ class RoundTripsInline(InMemorySessionService):
     :func:`floor_pool` opened it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, essentials: bool = False) -> None:
         super().__init__()
         self.pool: Any = None
         self.payload = ""
         self.first = 0
         self.writes = 0
         self.reads = 0
+        self.essentials = essentials
+        """Also serialize each event once and check its nesting (``--mode essentials``)."""
+        self.logs: dict[str, list[Event]] = {}
+        """With ``essentials``: each session's events appended (its end is classified on them)."""
 
     async def insert(self) -> None:
         if self.pool is not None:
@@ -263,6 +270,9 @@ class RoundTripsInline(InMemorySessionService):
             await self.pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", self.first)
 
     async def append_event(self, session: Any, event: Event) -> Event:
+        if self.essentials and not event.partial:
+            DEFAULT_LIMITS.check_event(event.model_dump_json(exclude_none=True), "the event")
+            self.logs.setdefault(session.id, []).append(event)
         out = await super().append_event(session, event)
         if not event.partial and (event.get_function_calls() or event.get_function_responses()):
             await self.insert()
@@ -310,6 +320,10 @@ async def finish_in_memory(
                 await inline.insert()
                 for _ in range(_spread(reads, index)):
                     await inline.select()
+            if inline is not None and inline.essentials:
+                await essential_drive(runner, inline, run, events, message, started)
+                await inline.insert()  # the run's last events and its finish
+                return
             async for _ in runner.run_async(
                 user_id=run.user_id,
                 session_id=run.session_id,
@@ -321,6 +335,58 @@ async def finish_in_memory(
                 await inline.insert()  # the run's last events and its finish
 
     await asyncio.gather(*(finish(i, run, events) for i, (run, events) in enumerate(orphans)))
+
+
+async def essential_drive(
+    runner: Runner,
+    service: RoundTripsInline,
+    run: Run,
+    stored: list[Event],
+    message: types.Content,
+    started: bool,
+) -> None:
+    """ADK's re-drive of an orphan with the work no durable recovery skips (issue 45).
+
+    The orphan classified from its stored events (what its claim read), the
+    run stamped on its events, ADK driven in a task of its own handing its
+    events over through a queue, a heartbeat task, each event serialized once
+    (:class:`RoundTripsInline` with ``essentials``), the end classified, the
+    tool on ADK's thread pool as a durable worker runs it.
+    """
+    classify(stored, run.invocation_id, root_agent_name=AGENT, owner_speaks_first=True)
+    config = RunConfig(
+        tool_thread_pool_config=ToolThreadPoolConfig(),
+        custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch + 1}},
+    )
+    handed: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for event in runner.run_async(
+                user_id=run.user_id,
+                session_id=run.session_id,
+                invocation_id=run.invocation_id if started else None,
+                new_message=message,
+                run_config=config,
+            ):
+                handed.put_nowait(event)
+        finally:
+            handed.put_nowait(None)
+
+    heartbeat = asyncio.create_task(asyncio.sleep(3600))
+    drive = asyncio.create_task(pump())
+    try:
+        while await handed.get() is not None:
+            pass
+        await drive
+    finally:
+        heartbeat.cancel()
+    new = service.logs.pop(run.session_id, [])
+    # A run that had stored nothing of its invocation went again as a new one (ADK named it).
+    invocation = run.invocation_id if started or not new else new[-1].invocation_id
+    # Its cost, not its verdict: that the run finished once is checked as for ADK's
+    # own baseline (finished_once), over the same sessions.
+    classify([*stored, *new], invocation, root_agent_name=AGENT, owner_speaks_first=True)
 
 
 async def finished_once(runner: Runner, runs: Sequence[Run]) -> int:
@@ -336,15 +402,22 @@ async def finished_once(runner: Runner, runs: Sequence[Run]) -> int:
 
 
 async def adk_baseline(
-    url: str, worker_id: str, concurrency: int, inline: bool = False, reads: float = 0.0
+    url: str,
+    worker_id: str,
+    concurrency: int,
+    inline: bool = False,
+    reads: float = 0.0,
+    essentials: bool = False,
 ) -> None:
     """ADK's Runner + InMemorySessionService finishing each orphan's remaining work.
 
     ``inline``: over :class:`RoundTripsInline`, making a recovery's round
-    trips (``reads`` session reads per run) to the database at ``url``.
+    trips (``reads`` session reads per run) to the database at ``url``;
+    ``essentials``: that, with a durable recovery's essential work
+    (:func:`essential_drive`).
     """
     orphans = await read_orphans(url)  # the store is closed again: the timed part has none
-    service = RoundTripsInline() if inline else InMemorySessionService()
+    service = RoundTripsInline(essentials) if inline or essentials else InMemorySessionService()
     runner = await in_memory_copies(orphans, service)
     runs = [run for run, _ in orphans]
     # Warm-up: imports, ADK's first-run caches.
@@ -556,7 +629,8 @@ async def serve(
 
 USAGE = (
     "usage: python -m bench.recovery_worker URL WORKER_ID [--batch N] "
-    "[--mode recover|steps|adk|inline|floor] [--runs N --writes W --reads R] [--concurrency N]"
+    "[--mode recover|steps|adk|inline|essentials|floor] [--runs N --writes W --reads R] "
+    "[--concurrency N]"
 )
 
 
@@ -580,13 +654,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     writes = float(_option(args, "--writes", "0"))
     reads = float(_option(args, "--reads", "0"))
     concurrency = int(_option(args, "--concurrency", str(CONCURRENCY)))
-    if len(args) != 2 or mode not in ("recover", "steps", "adk", "inline", "floor"):
+    if len(args) != 2 or mode not in ("recover", "steps", "adk", "inline", "essentials", "floor"):
         raise SystemExit(USAGE)
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     url, worker_id = args
-    if mode in ("adk", "inline"):
-        asyncio.run(adk_baseline(url, worker_id, concurrency, mode == "inline", reads))
+    if mode in ("adk", "inline", "essentials"):
+        inline, essentials = mode == "inline", mode == "essentials"
+        asyncio.run(adk_baseline(url, worker_id, concurrency, inline, reads, essentials))
     elif mode == "floor":
         asyncio.run(commit_floor(url, worker_id, runs, writes, reads, concurrency))
     else:

@@ -138,3 +138,16 @@ async def test_the_inline_mode_makes_a_recoverys_statements_where_it_makes_them(
     writes = sum(n for q, n in calls.calls.items() if not is_read(q) and q not in per_pass)
     reads = sum(n for q, n in calls.calls.items() if is_read(q))
     assert report["statements"] == {"writes": writes, "reads": reads}
+
+
+async def test_the_essentials_mode_finishes_every_orphan_once_with_the_bounds_statements(
+    pg_url: str,
+) -> None:
+    # The bound with a durable recovery's essential work: the same statements as
+    # the bound's (a bare commit at each unit's point, no read), every orphan
+    # finished once, its stored events and its end classified on the way.
+    await _fixture(pg_url)
+    bound = await asyncio.to_thread(_worker, pg_url, "--mode", "inline", "--reads", "0")
+    report = await asyncio.to_thread(_worker, pg_url, "--mode", "essentials", "--reads", "0")
+    assert report["recovered"] == report["checked"] == ORPHANS
+    assert report["statements"] == bound["statements"]
