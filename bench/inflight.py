@@ -297,6 +297,7 @@ class Driver:
         self._stack = contextlib.AsyncExitStack()
         self.durable = contender.startswith("durable")
         self.store: Any = None
+        self.admission: Any = None  # essentials-*: admits ADK's runs as DurableRunner does
 
     def commits(self) -> int:
         """Write transactions our store committed so far (0 for ADK's services: not counted)."""
@@ -390,6 +391,12 @@ class Driver:
             self._stack.push_async_callback(bare.close)
             return BareAtTheirPoints(store, placed, bare)
         if self.contender.startswith("essentials-"):
+            from durable_adk.adk.runs.admission import Admission
+
+            # Admitted as a DurableRunner's drives are: without it ADK's runs
+            # crowd the loop (the inline references' trouble at high counts).
+            self.admission = Admission()
+            self.admission.pressure = store.take_pressure
             return EssentialsAtTheirPoints(store, placed)
         return UnitsAtTheirPoints(store, placed)
 
@@ -397,7 +404,8 @@ class Driver:
         """ADK's run with a durable run's essential work, as
         :class:`bench.runner.EssentialsContender`: the run stamped on its events, ADK
         in a task of its own handing its events over through a queue, a heartbeat
-        task, the end classified; the sync tool on ADK's pool."""
+        task, the end classified; the sync tool on ADK's pool; ADK's run admitted by
+        an :class:`~durable_adk.adk.runs.admission.Admission`, as a drive is."""
         from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 
         from durable_adk.adk.eventlog.classify import OrphanClass, classify
@@ -410,12 +418,15 @@ class Driver:
         handed: asyncio.Queue[Any] = asyncio.Queue()
 
         async def pump() -> None:
+            admitted = await self.admission.enter()
             try:
                 async for event in self.runner.run_async(
                     user_id=USER, session_id=session_id, new_message=_message(), run_config=config
                 ):
                     handed.put_nowait(event)
             finally:
+                if admitted:
+                    self.admission.leave()
                 handed.put_nowait(None)
 
         heartbeat = asyncio.create_task(asyncio.sleep(3600))
