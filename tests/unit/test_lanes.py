@@ -151,3 +151,29 @@ def test_bad_sizes_and_caps_are_refused() -> None:
         Lane(2, caps={CLAIM: 0})
     with pytest.raises(ValueError, match="bad cap"):
         Lane(2, caps={"heartbeat": 1})
+
+
+async def test_the_count_of_waiting_turns_follows_every_wait_cancel_and_hand_over() -> None:
+    # The fast paths of idle() and give_back() trust it: with it wrong, a waiter
+    # would never be handed a slot, or a slot would be taken past a waiter.
+    lane = Lane(1)
+    await lane.take(5.0)
+
+    def counted() -> int:
+        return sum(len(q) for q in lane.waiting.values())
+
+    waiters = [asyncio.create_task(lane.take(5.0, kind)) for kind in (INTAKE, URGENT, CLAIM)]
+    await asyncio.sleep(0)
+    assert lane.queued == counted() == 3
+    assert not lane.idle(URGENT)
+    waiters[1].cancel()  # the urgent one leaves before its turn
+    await asyncio.gather(waiters[1], return_exceptions=True)
+    assert lane.queued == counted() == 2
+    lane.give_back()  # to the claim (served before intake)
+    assert lane.queued == counted() == 1
+    await waiters[2]
+    lane.give_back(CLAIM)  # to the intake
+    await waiters[0]
+    assert lane.queued == counted() == 0
+    lane.give_back(INTAKE)
+    assert lane.idle(URGENT) and lane.free == 1

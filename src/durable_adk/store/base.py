@@ -11,6 +11,7 @@ ownership (leases, deadlines, back-off).
 from __future__ import annotations
 
 import abc
+import operator
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -29,6 +30,10 @@ from durable_adk.store.sealing.codec import (
     seal_params,
 )
 from durable_adk.store.wakeups import Wakeups
+
+_is_text = str.__instancecheck__
+_sealed_text = operator.methodcaller("startswith", MARK)
+"""Whether a value of a row is text, and whether a text is a sealed value (codec.MARK)."""
 
 _sent: ContextVar[list[float] | None] = ContextVar("durable_adk_sent", default=None)
 _attempt: ContextVar[list[bool] | None] = ContextVar("durable_adk_attempt", default=None)
@@ -244,9 +249,9 @@ class Store(abc.ABC):
         sealed = params
         rows = await patiently(self, query, lambda: self._fetch(query, sealed))
         for row in rows:
-            for value in row.values():
-                if type(value) is str and value.startswith(MARK):
-                    return await open_rows(self, rows)  # type: ignore[arg-type]
+            # Any text of the row that is sealed (the scan in C: no frame a value).
+            if any(map(_sealed_text, filter(_is_text, row.values()))):
+                return await open_rows(self, rows)  # type: ignore[arg-type]
         return rows
 
     async def _fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:

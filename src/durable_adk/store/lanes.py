@@ -70,6 +70,7 @@ class Lane:
         self.free = size
         self.held = dict.fromkeys(_ORDER, 0)
         self.waiting = {kind: deque[asyncio.Future[None]]() for kind in _ORDER}
+        self.queued = 0  # the turns in ``waiting``, all classes (0: nothing to look at)
         self.last_given_back = time.monotonic()
 
     def _may_take(self, kind: str) -> bool:
@@ -77,11 +78,21 @@ class Lane:
 
     def idle(self, kind: str = URGENT) -> bool:
         """Whether a :meth:`take` of class ``kind`` now would get a slot without waiting."""
+        if not self.queued:
+            return self._may_take(kind)
         ahead = any(
             self.waiting[k] and self.held[k] < self.caps[k]
             for k in _ORDER[: _ORDER.index(kind) + 1]
         )
         return not ahead and self._may_take(kind)
+
+    def try_take(self, kind: str = URGENT) -> bool:
+        """Takes a slot of class ``kind`` if one is free now (no coroutine: the common case)."""
+        if self.idle(kind):
+            self.free -= 1
+            self.held[kind] += 1
+            return True
+        return False
 
     async def take(self, stall_after: float, kind: str = URGENT) -> float:
         """Waits for a slot of class ``kind``; returns the seconds waited.
@@ -90,13 +101,12 @@ class Lane:
             LaneStalled: No slot was given back during the last
                 ``stall_after`` seconds of the wait (nothing is held then).
         """
-        if self.idle(kind):
-            self.free -= 1
-            self.held[kind] += 1
+        if self.try_take(kind):
             return 0.0
         asked = time.monotonic()
         turn = asyncio.get_running_loop().create_future()
         self.waiting[kind].append(turn)
+        self.queued += 1
         try:
             while not turn.done():
                 stalled_at = max(asked, self.last_given_back) + stall_after
@@ -110,6 +120,7 @@ class Lane:
             else:
                 turn.cancel()
                 self.waiting[kind].remove(turn)
+                self.queued -= 1
             raise
         return time.monotonic() - asked
 
@@ -118,10 +129,13 @@ class Lane:
         self.last_given_back = time.monotonic()
         self.held[kind] -= 1
         self.free += 1
+        if not self.queued:
+            return
         for next_kind in _ORDER:
             queue = self.waiting[next_kind]
             while queue and self._may_take(next_kind):
                 turn = queue.popleft()
+                self.queued -= 1
                 if turn.done():  # cancelled, being removed by its waiter
                     continue
                 self.free -= 1

@@ -71,13 +71,20 @@ class Pool:
         """Connections open or being opened."""
         return len(self._idle) + len(self._busy) + self._opening
 
-    async def take(self) -> Any:
-        """A connection for a slot the lane granted: an open idle one, else a new one."""
+    def try_take(self) -> Any:
+        """An open idle connection for a slot the lane granted, or None (no coroutine)."""
         while self._idle:
             conn = self._idle.pop()
             if not conn.is_closed():
                 self._busy.add(conn)
                 return conn
+        return None
+
+    async def take(self) -> Any:
+        """A connection for a slot the lane granted: an open idle one, else a new one."""
+        conn = self.try_take()
+        if conn is not None:
+            return conn
         if self.closed:
             raise ConnectionError("the pool is closed")
         conn = await self._open_one()

@@ -427,7 +427,7 @@ class PostgresStore(Store):
         pool = self._open_pool(lease=lease)
         lane = self._lease_lane if lease else self._lane
         try:
-            waited = await lane.take(self.acquire_timeout, kind)
+            waited = 0.0 if lane.try_take(kind) else await lane.take(self.acquire_timeout, kind)
         except LaneStalled as exc:
             if not lease:
                 self._wait_peak = max(self._wait_peak, self.acquire_timeout)
@@ -441,7 +441,9 @@ class PostgresStore(Store):
             if not lease and kind != INTAKE:  # the drives' own wait: admission's signal
                 self._wait_peak = max(self._wait_peak, waited)
             try:
-                conn = await pool.take()
+                conn = pool.try_take()
+                if conn is None:
+                    conn = await pool.take()
             except TimeoutError as exc:
                 # The lane had a slot, so the pool had to open a connection.
                 raise errors.StoreUnavailable(
@@ -477,8 +479,8 @@ class PostgresStore(Store):
     async def _fetch(self, query: str, params: Params | None = None) -> Sequence[Row]:
         q = self._query(query)
         given = params or {}
-        missing = [n for n in q.params if n not in given]
-        if missing:
+        if not q.needs <= given.keys():
+            missing = [n for n in q.params if n not in given]
             raise errors.InvalidArgument(f"query {q.name!r} needs {missing}")
         statement, args = q.bind(given)
         if self.group_commit and groupable(q) and (self._group or not self._lane.idle(q.lane)):
@@ -518,7 +520,7 @@ class PostgresStore(Store):
         records = await self._with_connection(run, lease=q.lease, kind=q.lane)
         if q.writes:
             self.commits += 1
-        return [dict(r) for r in records]
+        return list(map(dict, records))
 
     async def _prepared_on(self, conn: Any, statement: str) -> Any:
         """The statement prepared on ``conn``, for a caller that notes its send (a claim's

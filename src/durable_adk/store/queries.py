@@ -179,7 +179,7 @@ class Query:
             statement, order = self._by_nulls[nulls]
         else:
             statement, order = self.statements[0], self.params
-        return statement, [given[name] for name in order]
+        return statement, list(map(given.__getitem__, order))
 
 
 RUN, CHECK, TRAVELS, FOLDED = range(4)  # a statement's role in :attr:`Query.plan`
