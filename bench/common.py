@@ -499,6 +499,53 @@ class PreparedReplays:
             await replay.send(query, params, fresh=True)
 
 
+class DriverOnlyReplays(PreparedReplays):
+    """A replay's units as our store sends them, through asyncpg alone (PostgreSQL).
+
+    The same statement and positional arguments our store binds for each unit
+    (bound before the clock starts, with the other prepared work), sent on
+    one asyncpg connection with ``fetch``: one round trip, the statement
+    prepared once per connection (asyncpg's cache), its rows returned and
+    decoded, as a unit must read its status. None of our store's layers (its
+    outage patience, lanes, pool, timer, error translation, rows made into
+    dicts): what a unit costs the client with no library code, the bound a
+    leaner store call could reach.
+    """
+
+    def __init__(self, store: Any, calls: Units, conn: Any) -> None:
+        super().__init__(store, calls)
+        self.conn = conn
+        self._bound: list[list[tuple[str, str, list[Any], int | None]]] = []
+
+    def prepare(self, runs: int) -> None:
+        super().prepare(runs)
+        while self._ready:
+            _replay, calls = self._ready.pop()
+            units = []
+            for query, params in calls:
+                statement, args = self.store._query(query).bind(params)
+                # The names in the order bound (the same variant: the same NULLs).
+                names = {k: None if v is None else k for k, v in params.items()}
+                order = self.store._query(query).bind(names)[1]
+                # Where the session's key goes: known once the replay's run_start created it.
+                at = order.index("session_pk") if "session_pk" in order else None
+                units.append((query, statement, args, at))
+            self._bound.append(units)
+
+    async def __call__(self) -> None:
+        if not self._bound:
+            self.prepare(1)
+        session_pk = None
+        for query, statement, args, at in self._bound.pop():
+            if at is not None and session_pk is not None:
+                args[at] = session_pk
+            rows = await self.conn.fetch(statement, *args)
+            if query == "run_start" and rows:
+                session_pk = rows[0]["created_session_pk"]
+            elif query.startswith("append_") and rows and rows[0]["status"] != "ok":
+                raise RuntimeError(f"replayed {query!r} was refused ({rows[0]['status']})")
+
+
 def analyze_databases(pg: Any) -> list[str]:
     """Runs ``ANALYZE`` in every database of a bench's PostgreSQL cluster (after warm-up).
 

@@ -16,6 +16,12 @@ Contenders, interleaved in blocks with their order rotated every round:
 * ``bare``: one bare commit of each unit's bytes (:class:`bench.common.BareCommits`:
   a single autocommit INSERT of the unit's text parameters, through the driver
   alone), on a database of its own;
+* PostgreSQL only: ``same rows`` (:class:`bench.common.PgSameRows`, the rows each
+  unit wrote as one plain statement a unit) and ``our statements, asyncpg alone``
+  (:class:`bench.common.DriverOnlyReplays`: our units' own statements and
+  arguments, bound before the clock starts, on one asyncpg connection with none
+  of our store's code): what the statements cost the client, apart from the
+  store's call path;
 * SQLite only, with ``--before PATH`` (a checkout's ``src`` folder, e.g. of
   the commit before issue 45's changes): ``before``, the replay on a store of
   the same code whose named queries are that checkout's SQL (the loader of
@@ -44,6 +50,7 @@ from pathlib import Path
 
 from bench.common import (
     BareCommits,
+    DriverOnlyReplays,
     PgSameRows,
     PreparedReplays,
     RowChange,
@@ -113,7 +120,7 @@ async def _time(
 
 def _prepare(action: Callable[[], Awaitable[None]], runs: int) -> None:
     """Makes a replay's fresh ids before its block is timed (:class:`PreparedReplays`)."""
-    if isinstance(action, (PreparedReplays, SameRows, PgSameRows)):
+    if isinstance(action, (PreparedReplays, SameRows, PgSameRows)):  # DriverOnlyReplays too
         action.prepare(runs)
 
 
@@ -159,7 +166,7 @@ def table(backend: str, result: dict[str, list[tuple[float, float]]]) -> str:
             [o[1] / b[1] for o, b in zip(result["ours"], result["same rows"], strict=True)]
         )
         rows.append([backend, "ours / same rows", fmt_ratio(ratio), fmt_ratio(ratio_cpu), "", ""])
-        for fewer in [n for n in result if n.startswith("same rows, ")]:
+        for fewer in [n for n in result if n.startswith(("same rows, ", "our statements"))]:
             ratio = median(
                 [f[0] / b[0] for f, b in zip(result[fewer], result["same rows"], strict=True)]
             )
@@ -243,6 +250,14 @@ async def run(args: argparse.Namespace) -> str:
                     pg_same = await PgSameRows(rows_url, pg_changes).open()
                     stack.push_async_callback(pg_same.close)
                     contenders["same rows"] = pg_same
+                    # Our units' own statements through asyncpg alone (no store code).
+                    import asyncpg  # only this bench's PostgreSQL contenders need it
+
+                    conn = await asyncpg.connect(url)
+                    stack.push_async_callback(conn.close)
+                    contenders["our statements, asyncpg alone"] = DriverOnlyReplays(
+                        store, units, conn
+                    )
                 if backend == "sqlite" and args.before:
                     before = await stack.enter_async_context(
                         open_store(f"sqlite:///{tmp}/before.db")
