@@ -35,7 +35,7 @@ own private cluster with `durable_adk.testing.pg_cluster.TempPostgres`, also as 
 .venv/bin/python -m bench.runner [--quick] [--write]
 .venv/bin/python -m bench.runner --growth [--quick]    # CPU per run: first, last turns
 .venv/bin/python -m bench.runner --bounds [--quick]    # a run's CPU over its bound, step by step
-.venv/bin/python -m bench.instructions [--quick]      # the same steps in instructions (callgrind)
+.venv/bin/python -m bench.instructions [--quick]      # the same steps in instructions (valgrind)
 .venv/bin/python -m bench.instructions --layers       # bytecodes a run adds over ADK's, by layer
 .venv/bin/python -m bench.unit_cost --rounds 8         # a run's units against the same rows bare
 .venv/bin/python -m bench.sync_tools [--quick]         # sync tools: ADK's pool or the loop
