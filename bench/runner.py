@@ -585,6 +585,18 @@ WRITE_QUERIES = frozenset(name for name, q in load_queries("sqlite").items() if 
 """The store's units that write (a commit each): what a run's commits are counted from."""
 
 
+async def same_rows_of(tmp: Path, units: Units, stack: contextlib.AsyncExitStack) -> SameRows:
+    """The rows ``units`` write, bare (SQLite): captured on a database of their own, then
+    written into another of the same schema through sqlite3 alone (closed with ``stack``)."""
+    async with open_store(f"sqlite:///{tmp / 'runner_capture.db'}") as capture:
+        changes = await SameRows.capture(capture, units)
+    async with open_store(f"sqlite:///{tmp / 'runner_rows.db'}"):
+        pass  # the schema; the rows go in through sqlite3 alone
+    same = SameRows(str(tmp / "runner_rows.db"), changes).open()
+    stack.callback(same.close)
+    return same
+
+
 @contextlib.asynccontextmanager
 async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Contender]]:
     async with contextlib.AsyncExitStack() as stack:
@@ -660,13 +672,7 @@ async def open_contenders(tmp: Path, pg: TempPostgres) -> AsyncIterator[list[Con
                     BareAtTheirPointsContender(c, placed, bares[c.backend], pool=True),
                 ]
                 if c.backend == "sqlite":
-                    # The same rows, bare: captured on a database of their own.
-                    async with open_store(f"sqlite:///{tmp / 'runner_capture.db'}") as capture:
-                        changes = await SameRows.capture(capture, units)
-                    async with open_store(f"sqlite:///{tmp / 'runner_rows.db'}"):
-                        pass  # the schema; the rows go in through sqlite3 alone
-                    same = SameRows(str(tmp / "runner_rows.db"), changes).open()
-                    stack.callback(same.close)
+                    same = await same_rows_of(tmp, units, stack)
                     contenders.append(SameRowsAtTheirPointsContender(c, placed, same))
         yield contenders
 
@@ -1345,12 +1351,7 @@ async def open_bounds_steps(tmp: Path) -> AsyncIterator[list[Contender]]:
         await ours.run_once()  # the first run on a store also reads what later ones have cached
         placed = await UnitsInterleavedContender.record(ours)
         units = [(query, params) for query, params, _at in placed]
-        async with open_store(f"sqlite:///{tmp / 'runner_capture.db'}") as capture:
-            changes = await SameRows.capture(capture, units)
-        async with open_store(f"sqlite:///{tmp / 'runner_rows.db'}"):
-            pass  # the schema; the rows go in through sqlite3 alone
-        same = SameRows(str(tmp / "runner_rows.db"), changes).open()
-        stack.callback(same.close)
+        same = await same_rows_of(tmp, units, stack)
         steps: list[Contender] = [
             BareAtTheirPointsContender(ours, placed, bare),
             SameRowsAtTheirPointsContender(ours, placed, same),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,24 +19,25 @@ from children import run_child
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path) -> None:
+def _child(contender: str, url: str, size: int, duration: float) -> dict[str, Any]:
+    """One bench child's run of ``contender`` at ``size`` in flight: its report."""
     done = run_child(
         [
             sys.executable,
             "-m",
             "bench.inflight",
             "--child",
-            "durable-sqlite",
+            contender,
             "--url",
-            f"sqlite:///{tmp_path / 'bench.db'}",
+            url,
             "--size",
-            "20",
+            str(size),
             "--latency",
             "0.05",
             "--warmup",
             "0.5",
             "--duration",
-            "2.5",
+            str(duration),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -44,7 +46,12 @@ def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path)
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_the_inflight_bench_child_drives_twenty_runs_and_reports(tmp_path: Path) -> None:
+    result = _child("durable-sqlite", f"sqlite:///{tmp_path / 'bench.db'}", 20, 2.5)
     assert result["contender"] == "durable-sqlite" and result["size"] == 20
     assert result["runs"] > 0 and result["events"] > 0, result
     assert result["lost"] == 0 and result["errors"] == {}, result
@@ -132,32 +139,7 @@ def test_heartbeats_are_at_most_one_per_renewal_interval_whatever_the_windows_ph
 def test_the_essentials_reference_drives_runs_to_their_end_with_our_units(tmp_path: Path) -> None:
     """ADK's run with our units inline and a durable run's essential work: every run
     ends ACTUALLY_DONE by the classifier (an error is counted otherwise)."""
-    done = run_child(
-        [
-            sys.executable,
-            "-m",
-            "bench.inflight",
-            "--child",
-            "essentials-sqlite",
-            "--url",
-            f"sqlite:///{tmp_path / 'bench.db'}",
-            "--size",
-            "10",
-            "--latency",
-            "0.05",
-            "--warmup",
-            "0.5",
-            "--duration",
-            "1.5",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _child("essentials-sqlite", f"sqlite:///{tmp_path / 'bench.db'}", 10, 1.5)
     assert result["contender"] == "essentials-sqlite"
     assert result["runs"] > 0 and result["errors"] == {}, result
     # Our run's units, sent at their points: a handful of statements a run.
