@@ -523,10 +523,10 @@ class DriverOnlyReplays(PreparedReplays):
             _replay, calls = self._ready.pop()
             units = []
             for query, params in calls:
-                statement, args = self.store._query(query).bind(params)
+                named = self.store._query(query)
+                statement, args = named.bind(params)
                 # The names in the order bound (the same variant: the same NULLs).
-                names = {k: None if v is None else k for k, v in params.items()}
-                order = self.store._query(query).bind(names)[1]
+                order = named.bind({k: None if v is None else k for k, v in params.items()})[1]
                 # Where the session's key goes: known once the replay's run_start created it.
                 at = order.index("session_pk") if "session_pk" in order else None
                 units.append((query, statement, args, at))

@@ -406,37 +406,17 @@ class Driver:
         in a task of its own handing its events over through a queue, a heartbeat
         task, the end classified; the sync tool on ADK's pool; ADK's run admitted by
         an :class:`~durable_adk.adk.runs.admission.Admission`, as a drive is."""
-        from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
-
+        from bench.runner import essential_config, handed_over
         from durable_adk.adk.eventlog.classify import OrphanClass, classify
-        from durable_adk.adk.services.sessions import RUN_METADATA_KEY
 
-        config = RunConfig(
-            tool_thread_pool_config=ToolThreadPoolConfig(),
-            custom_metadata={RUN_METADATA_KEY: {"run_id": uuid.uuid4().hex, "epoch": 1}},
+        events = self.runner.run_async(
+            user_id=USER,
+            session_id=session_id,
+            new_message=_message(),
+            run_config=essential_config(uuid.uuid4().hex),
         )
-        handed: asyncio.Queue[Any] = asyncio.Queue()
-
-        async def pump() -> None:
-            admitted = await self.admission.enter()
-            try:
-                async for event in self.runner.run_async(
-                    user_id=USER, session_id=session_id, new_message=_message(), run_config=config
-                ):
-                    handed.put_nowait(event)
-            finally:
-                if admitted:
-                    self.admission.leave()
-                handed.put_nowait(None)
-
-        heartbeat = asyncio.create_task(asyncio.sleep(3600))
-        drive = asyncio.create_task(pump())
-        try:
-            while (event := await handed.get()) is not None:
-                yield event
-            await drive
-        finally:
-            heartbeat.cancel()
+        async for event in handed_over(events, self.admission):
+            yield event
         log = self.service.logs.pop(session_id)
         verdict = classify(
             log, log[-1].invocation_id, root_agent_name=AGENT, owner_speaks_first=True

@@ -66,7 +66,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from google.adk.agents import LlmAgent
-from google.adk.agents.run_config import RunConfig, ToolThreadPoolConfig
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
@@ -74,11 +73,11 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from bench.runner import essential_config, handed_over, store_essentially
 from durable_adk.adk.eventlog.classify import classify
 from durable_adk.adk.loops.recovery import Sweeper
 from durable_adk.adk.runner import DurableRunner
-from durable_adk.adk.services.sessions import RUN_METADATA_KEY, DurableSessionService
-from durable_adk.limits import DEFAULT_LIMITS
+from durable_adk.adk.services.sessions import DurableSessionService
 from durable_adk.store import Store, open_store
 from durable_adk.tables.ledger import Run, RunLedger, RunStatus
 from durable_adk.testing.scripted_model import Call, Say, ScriptedModel, Turn
@@ -270,9 +269,8 @@ class RoundTripsInline(InMemorySessionService):
             await self.pool.fetchrow("SELECT x FROM floor_rows WHERE id = $1", self.first)
 
     async def append_event(self, session: Any, event: Event) -> Event:
-        if self.essentials and not event.partial:
-            DEFAULT_LIMITS.check_event(event.model_dump_json(exclude_none=True), "the event")
-            self.logs.setdefault(session.id, []).append(event)
+        if self.essentials:
+            store_essentially(self.logs, session.id, event)
         out = await super().append_event(session, event)
         if not event.partial and (event.get_function_calls() or event.get_function_responses()):
             await self.insert()
@@ -354,33 +352,15 @@ async def essential_drive(
     tool on ADK's thread pool as a durable worker runs it.
     """
     classify(stored, run.invocation_id, root_agent_name=AGENT, owner_speaks_first=True)
-    config = RunConfig(
-        tool_thread_pool_config=ToolThreadPoolConfig(),
-        custom_metadata={RUN_METADATA_KEY: {"run_id": run.run_id, "epoch": run.epoch + 1}},
+    events = runner.run_async(
+        user_id=run.user_id,
+        session_id=run.session_id,
+        invocation_id=run.invocation_id if started else None,
+        new_message=message,
+        run_config=essential_config(run.run_id, run.epoch + 1),
     )
-    handed: asyncio.Queue[Event | None] = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async for event in runner.run_async(
-                user_id=run.user_id,
-                session_id=run.session_id,
-                invocation_id=run.invocation_id if started else None,
-                new_message=message,
-                run_config=config,
-            ):
-                handed.put_nowait(event)
-        finally:
-            handed.put_nowait(None)
-
-    heartbeat = asyncio.create_task(asyncio.sleep(3600))
-    drive = asyncio.create_task(pump())
-    try:
-        while await handed.get() is not None:
-            pass
-        await drive
-    finally:
-        heartbeat.cancel()
+    async for _ in handed_over(events):
+        pass
     new = service.logs.pop(run.session_id, [])
     # A run that had stored nothing of its invocation went again as a new one (ADK named it).
     invocation = run.invocation_id if started or not new else new[-1].invocation_id

@@ -59,7 +59,7 @@ import time
 import uuid
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -498,9 +498,54 @@ class UnitsInterleavedContender(AdkContender):
         return await record_store_calls_at(c.store, c.run_once, c.runner.sessions)
 
 
+def essential_config(run_id: str, epoch: int = 1) -> RunConfig:
+    """A durable run's RunConfig: its run stamped on every event (ADK stamps
+    ``custom_metadata``), sync tools on ADK's thread pool as DurableRunner runs them."""
+    return RunConfig(
+        tool_thread_pool_config=ToolThreadPoolConfig(),
+        custom_metadata={RUN_METADATA_KEY: {"run_id": run_id, "epoch": epoch}},
+    )
+
+
+def store_essentially(logs: dict[str, list[Any]], session_id: str, event: Any) -> None:
+    """What any durable session service does with an event before its row: serializes it
+    once and checks its nesting; ``logs`` keeps it (the run's end is classified on them)."""
+    if not event.partial:
+        DEFAULT_LIMITS.check_event(event.model_dump_json(exclude_none=True), "the event")
+        logs.setdefault(session_id, []).append(event)
+
+
+async def handed_over(
+    events: AsyncIterator[Any], admission: Any = None
+) -> AsyncGenerator[Any, None]:
+    """ADK's ``events`` driven in a task of its own (a run goes on when its caller leaves),
+    each handed to the caller through a queue, a heartbeat task beside the drive; with
+    ``admission``, the drive admitted by it first, as DurableRunner's drives are."""
+    handed: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def pump() -> None:
+        admitted = admission is None or await admission.enter()
+        try:
+            async for event in events:
+                handed.put_nowait(event)
+        finally:
+            if admission is not None and admitted:
+                admission.leave()
+            handed.put_nowait(None)
+
+    heartbeat = asyncio.create_task(asyncio.sleep(3600))
+    drive = asyncio.create_task(pump())
+    try:
+        while (event := await handed.get()) is not None:
+            yield event
+        await drive
+    finally:
+        heartbeat.cancel()
+
+
 class EssentialsAtTheirPoints(UnitsAtTheirPoints):
-    """:class:`UnitsAtTheirPoints` that also serializes each event once and checks its
-    nesting, as any durable session service must before it writes the event's row."""
+    """:class:`UnitsAtTheirPoints` that also stores each event essentially
+    (:func:`store_essentially`)."""
 
     def __init__(self, store: Store, units: PlacedUnits) -> None:
         super().__init__(store, units)
@@ -508,9 +553,7 @@ class EssentialsAtTheirPoints(UnitsAtTheirPoints):
         """Each session's stored events, by session id (what a run's end is classified on)."""
 
     async def append_event(self, session: Any, event: Any) -> Any:
-        if not event.partial:
-            DEFAULT_LIMITS.check_event(event.model_dump_json(exclude_none=True), "the event")
-            self.logs.setdefault(session.id, []).append(event)
+        store_essentially(self.logs, session.id, event)
         return await super().append_event(session, event)
 
 
@@ -537,7 +580,6 @@ class EssentialsContender(AdkContender):
             f"run's essential work ({of.backend})",
             of.backend,
             EssentialsAtTheirPoints(of.store, units),
-            RunConfig(tool_thread_pool_config=ToolThreadPoolConfig()),
         )
         self.of = of.name
 
@@ -548,27 +590,15 @@ class EssentialsContender(AdkContender):
     async def run_once(self) -> int:
         session = await self.service.create_session(app_name=APP, user_id=USER)
         self.last_session = session.id
-        assert self.run_config is not None
-        stamp = {RUN_METADATA_KEY: {"run_id": uuid.uuid4().hex, "epoch": 1}}
-        config = self.run_config.model_copy(update={"custom_metadata": stamp})
-        handed: asyncio.Queue[Any] = asyncio.Queue()
-
-        async def pump() -> None:
-            try:
-                async for event in self.runner.run_async(
-                    user_id=USER, session_id=session.id, new_message=_message(), run_config=config
-                ):
-                    handed.put_nowait(event)
-            finally:
-                handed.put_nowait(None)
-
-        heartbeat = asyncio.create_task(asyncio.sleep(3600))
-        drive = asyncio.create_task(pump())
+        events = self.runner.run_async(
+            user_id=USER,
+            session_id=session.id,
+            new_message=_message(),
+            run_config=essential_config(uuid.uuid4().hex),
+        )
         n = 0
-        while await handed.get() is not None:
+        async for _ in handed_over(events):
             n += 1
-        await drive
-        heartbeat.cancel()
         assert isinstance(self.service, EssentialsAtTheirPoints)
         log = self.service.logs.pop(session.id)
         verdict = classify(

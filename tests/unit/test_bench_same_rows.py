@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.common import (
     BareCommits,
+    DriverOnlyReplays,
     PgSameRows,
     PreparedReplays,
     SameRows,
@@ -190,3 +191,36 @@ async def test_on_postgresql_the_same_rows_grow_each_table_as_our_units_do(
     finally:
         for n in names:
             pg_clones.give_back(n)
+
+
+async def test_our_statements_through_asyncpg_alone_write_what_our_units_write(
+    pg_clones: Any,
+) -> None:
+    # DriverOnlyReplays: the store's own statements and arguments, sent without the
+    # store; each replay is a new run that ends DONE, as a replay through the store.
+    import asyncpg
+
+    name = pg_clones.take()
+    url = pg_clones.cluster.url(name)
+    try:
+        async with open_store(url) as store:
+            ours = DurableContender("postgresql", store, "barrier")
+            await ours.run_once()
+            calls = await record_store_calls(store, ours.run_once)
+            replays = PreparedReplays(store, calls)
+            before = await _pg_counts(url)
+            await replays()
+            by_store = _grown(before, await _pg_counts(url))
+            conn = await asyncpg.connect(url)
+            try:
+                alone = DriverOnlyReplays(store, calls, conn)
+                alone.prepare(1)
+                before = await _pg_counts(url)
+                await alone()
+                assert _grown(before, await _pg_counts(url)) == by_store
+                done = await conn.fetchval("SELECT count(*) FROM runs WHERE status = 'DONE'")
+            finally:
+                await conn.close()
+        assert by_store["runs"] == 1 and done == 4  # two runs of ours, two replays
+    finally:
+        pg_clones.give_back(name)
