@@ -322,6 +322,25 @@ def test_an_approval_answered_never_or_twice_or_after_the_charge_is_a_violation(
     assert any("called an effect before its approval" in f for f in found)
 
 
+def test_a_failing_verdict_traces_the_sessions_its_findings_name() -> None:
+    log = approval_log(1, approved_at=3.0)
+    judged = judge(runs=[run_row()], accepted=[RUN], claims=CLAIMS, events=log, requests=GOOD)
+    assert judged.violations
+    head, *rest = judged.evidence
+    assert head == f"session s1: {len(log)} events"
+    assert any("answer approve_order#a={'approved': True}" in line for line in rest)
+    assert any("call charge#c1({'order_id': 'ORD-1'})" in line for line in rest)
+    assert any(line.startswith("  run run-1 DONE epoch 2 by w2") for line in rest)
+    assert any("claim run-1 epoch 2 RUNNING by w2" in line for line in rest)
+    assert any("p POST charge:ORD-1 from w1 run run-1@1" in line for line in rest)
+    # A clean verdict carries none.
+    assert judge(**{**_records(), "events": approval_log(1)}).evidence == []
+
+
+def _records() -> dict[str, Any]:
+    return {"runs": [run_row()], "accepted": [RUN], "claims": CLAIMS, "requests": GOOD}
+
+
 def test_an_approval_asked_but_never_called_is_a_violation() -> None:
     log = good_log()
     log[0] = event(1, [{"text": ASK}])
@@ -531,3 +550,25 @@ def _with_order(data: dict[str, Any], order: str) -> dict[str, Any]:
         for p in data["content"]["parts"]
     ]
     return {**data, "content": {"parts": parts}}
+
+
+def test_a_failing_soak_prints_the_worker_log_lines_of_the_traced_runs(tmp_path: Any) -> None:
+    from durable_adk.chaos.soak import EVIDENCE_LOG_LINES, Soak, SoakConfig
+
+    soak = Soak(SoakConfig())
+    soak.folder = tmp_path
+    (tmp_path / "w1.1.log").write_text("run run-1 claimed\nrun run-9 claimed\n")
+    (tmp_path / "w2.1.log").write_text("".join(f"run run-1 step {i}\n" for i in range(100)))
+    runs = [run_row(), dataclasses.replace(run_row(), run_id="run-9", session_id="s9")]
+    judged = judge(
+        runs=runs,
+        accepted=[RUN],
+        claims=CLAIMS,
+        events=approval_log(1, approved_at=3.0),
+        requests=GOOD,
+    )
+    lines = soak.logged(judged, runs)
+    assert lines[0] == "  w1.1: run run-1 claimed"  # run-9's session is not traced
+    assert lines[1] == "  w2.1: run run-1 step 0"
+    assert len(lines) == EVIDENCE_LOG_LINES + 1
+    assert lines[-1] == f"  ... and {101 - EVIDENCE_LOG_LINES} more"

@@ -307,6 +307,8 @@ class Verdict:
     )
     fenced: list[str] = field(default_factory=list)
     """Requests the services refused as fenced off (information, not a violation)."""
+    evidence: list[str] = field(default_factory=list)
+    """With violations, what the records hold of the sessions they name (:func:`traces`)."""
 
     def count(self, name: str) -> int:
         """How many violations of one check were found."""
@@ -915,6 +917,8 @@ def judge(
         claims, runs, serves or {}
     )
     verdict.across_versions = len(drives_by_newer_versions(claims, runs, versions or {}))
+    if verdict.violations:
+        verdict.evidence = traces(verdict.findings, runs, claims, events, requests)
     return verdict
 
 
@@ -962,3 +966,79 @@ def event_row(row: Mapping[str, Any]) -> EventRow:
         author=str(row["author"]),
         data=json.loads(row["data"]),
     )
+
+
+SESSION_RE = re.compile(r"\bsession (\S+?):")
+ORDER_WORD = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
+EVIDENCE_SESSIONS = 3
+"""How many sessions a failing verdict traces (the first named by its findings)."""
+
+
+def _part_summary(part: Mapping[str, Any]) -> str:
+    call = part.get("function_call")
+    answer = part.get("function_response")
+    if call:
+        return f"call {call.get('name')}#{str(call.get('id'))[-8:]}({call.get('args')})"
+    if answer:
+        return f"answer {answer.get('name')}#{str(answer.get('id'))[-8:]}={answer.get('response')}"
+    return repr(str(part.get("text") or "")[:70])
+
+
+def traces(
+    findings: Mapping[str, Sequence[str]],
+    runs: Sequence[RunRow],
+    claims: Sequence[Claim],
+    events: Sequence[EventRow],
+    requests: Sequence[Request],
+) -> list[str]:
+    """What the records hold of the first sessions the findings name: a failure's evidence.
+
+    For each session: its events in log order (sequence number, time, author,
+    the run and epoch stamped on it, what each part says), its runs as the
+    ledger ends them, each change of their epoch, owner or status, and the
+    services' requests of the session's order. Times are seconds after the
+    session's first event.
+    """
+    named: list[str] = []
+    for lines in findings.values():
+        for line in lines:
+            found = SESSION_RE.search(line)
+            if found and found.group(1) not in named:
+                named.append(found.group(1))
+    out: list[str] = []
+    for session_id in named[:EVIDENCE_SESSIONS]:
+        log = sorted((e for e in events if e.session_id == session_id), key=lambda e: e.seq)
+        start = min((float(e.data.get("timestamp") or 0.0) for e in log), default=0.0)
+        out.append(f"session {session_id}: {len(log)} events")
+        orders: set[str] = set()
+        for event in log:
+            run_id, epoch = event.stamp
+            at = float(event.data.get("timestamp") or 0.0) - start
+            parts = "; ".join(_part_summary(p) for p in event.parts()) or "(no content)"
+            orders.update(ORDER_WORD.findall(parts))
+            out.append(
+                f"  #{event.seq} {at:+.3f}s {event.author} inv {event.invocation_id[-8:]} "
+                f"run {str(run_id)[-8:]}@{epoch}: {parts}"
+            )
+        mine = [run for run in runs if run.session_id == session_id]
+        for run in mine:
+            out.append(
+                f"  run {run.run_id[-8:]} {run.status} epoch {run.epoch} by {run.owner} "
+                f"v{run.app_version} attempts {run.attempts} "
+                f"({run.classification}; {str(run.last_error)[:120]})"
+            )
+        ids = {run.run_id for run in mine}
+        for claim in claims:
+            if claim.run_id in ids:
+                out.append(
+                    f"  claim {claim.run_id[-8:]} epoch {claim.epoch} {claim.status} by "
+                    f"{claim.owner} at {claim.at - start:+.3f}s"
+                )
+        for request in requests:
+            if request.key and any(order in request.key for order in orders):
+                out.append(
+                    f"  {request.service} {request.method} {request.key} from {request.worker} "
+                    f"run {str(request.run_id)[-8:]}@{request.epoch} at "
+                    f"{request.at - start:+.3f}s: {request.outcome}"
+                )
+    return out

@@ -108,6 +108,8 @@ from durable_adk.testing.services import FakeService
 TOKEN = "chaos-soak-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 APP_SPEC = "durable_adk.chaos.app:app"
+EVIDENCE_LOG_LINES = 80
+"""How many worker log lines of the traced sessions' runs a failing verdict prints."""
 FAULTS = ("kill", "stop", "pg", "partition", "deploy", "failover")
 SERVICES = {"payments": chaos_app.PAYMENTS_ENV, "notifications": chaos_app.NOTIFY_ENV}
 
@@ -985,18 +987,34 @@ class Soak:
             reporter.join()
             self.stop_workers()
             records = self.read_records()
+            verdict = judge(
+                accepted=self.accepted,
+                tick_every=cfg.tick_every or None,
+                versions={w: version_name(v) for w, v in self.versions.items()},
+                serves={w: self.serves(v) for w, v in self.versions.items()},
+                without_approvals=frozenset(
+                    version_name(v) for v in set(self.versions.values()) if self.dropped(v)
+                ),
+                **records,
+            )
+            if verdict.violations:
+                verdict.evidence += self.logged(verdict, records["runs"])
         finally:
             self.teardown()
-        return judge(
-            accepted=self.accepted,
-            tick_every=cfg.tick_every or None,
-            versions={w: version_name(v) for w, v in self.versions.items()},
-            serves={w: self.serves(v) for w, v in self.versions.items()},
-            without_approvals=frozenset(
-                version_name(v) for v in set(self.versions.values()) if self.dropped(v)
-            ),
-            **records,
-        )
+        return verdict
+
+    def logged(self, verdict: Verdict, runs: Sequence[RunRow]) -> list[str]:
+        """The workers' log lines that name a run of a session the evidence traces."""
+        traced = {line.split(":", 1)[0][len("session ") :] for line in verdict.evidence}
+        wanted = {run.run_id for run in runs if run.session_id in traced}
+        out = []
+        for log in sorted(self.folder.glob("w*.log")):
+            for line in log.read_text(errors="replace").splitlines():
+                if any(run_id in line for run_id in wanted):
+                    out.append(f"  {log.stem}: {line[:300]}")
+        if len(out) > EVIDENCE_LOG_LINES:
+            out = [*out[:EVIDENCE_LOG_LINES], f"  ... and {len(out) - EVIDENCE_LOG_LINES} more"]
+        return out
 
 
 SQL_PACKAGE = "durable_adk.chaos"
@@ -1112,6 +1130,10 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
         say(f"  refused as fenced (information): {line}")
     if len(verdict.fenced) > 10:
         say(f"  refused as fenced (information): ... and {len(verdict.fenced) - 10} more")
+    if verdict.evidence:
+        say("evidence (the sessions named above, as the records hold them):")
+        for line in verdict.evidence:
+            say(line)
     say("PASS: every violation count is 0" if verdict.violations == 0 else "FAIL")
 
 
