@@ -9,6 +9,7 @@ character, nor ``/`` (a path separator in every URL).
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from durable_adk import errors
@@ -29,3 +30,17 @@ def check_id(name: str, value: object) -> str:
             f"control characters, got {value!r:.80}"
         )
     return value
+
+
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$"
+"""An ``Idempotency-Key``: 1 to 255 printable ASCII characters, no space at either end."""
+
+
+def run_id_for_key(app_name: str, user_id: str, key: str) -> str:
+    """The run id an idempotency key names: one per app, user and key.
+
+    A digest, so that a key says nothing of the run ids the library chooses
+    and two users' keys never meet: ``run-`` and 32 hex digits, as a new run's.
+    """
+    digest = hashlib.sha256("\x00".join((app_name, user_id, key)).encode()).hexdigest()
+    return f"run-{digest[:32]}"

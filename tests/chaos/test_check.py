@@ -572,3 +572,23 @@ def test_a_failing_soak_prints_the_worker_log_lines_of_the_traced_runs(tmp_path:
     assert lines[1] == "  w2.1: run run-1 step 0"
     assert len(lines) == EVIDENCE_LOG_LINES + 1
     assert lines[-1] == f"  ... and {101 - EVIDENCE_LOG_LINES} more"
+
+
+def test_an_order_whose_message_started_two_invocations_is_a_submit_recorded_twice() -> None:
+    assert verdict() == {}
+    again = [dataclasses.replace(e, seq=e.seq + 6, invocation_id="inv-2") for e in good_log()[:1]]
+    (found,) = verdict(events=[*good_log(), *again])["submits recorded twice"]
+    assert found == "session s1: ORD-1 started 2 invocations"
+    # The schedule's order starts an invocation at every tick.
+    ticks = [
+        dataclasses.replace(
+            event(1, [{"text": "Please charge order ORD-tick."}]), invocation_id=f"t{i}"
+        )
+        for i in range(3)
+    ]
+    assert (
+        judge(runs=[], accepted=[], claims=[], events=ticks, requests=[]).findings[
+            "submits recorded twice"
+        ]
+        == []
+    )

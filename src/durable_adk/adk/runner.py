@@ -629,10 +629,20 @@ class DurableRunner:
         session_id: str,
         message: types.Content | str,
         invocation_id: str | None = None,
+        run_id: str | None = None,
     ) -> tuple[Run, types.Content]:
-        """Puts a run on the ledger (the first step of :meth:`run`; see RunPath.submit)."""
+        """Puts a run on the ledger (the first step of :meth:`run`; see RunPath.submit).
+
+        With ``run_id`` chosen by the caller, a submit sent again (its answer
+        was lost) records nothing and returns the run the first one recorded,
+        marked ``replayed``: drive only a run that is not.
+        """
         return await self.path.submit(
-            user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
+            user_id=user_id,
+            session_id=session_id,
+            message=message,
+            invocation_id=invocation_id,
+            run_id=run_id,
         )
 
     async def wait_for_turn(self, run: Run) -> Run:

@@ -46,6 +46,11 @@ The checks, each a count of violations with the evidence kept:
 * **calls after takeover**: a request (act or lookup) not refused as fenced,
   tagged with epoch ``e`` of a run, that the service received after epoch
   ``e + 1`` (or any later one) was claimed;
+* **submits recorded twice**: an order whose message started more than one
+  invocation: the soak sends each order's submit under an
+  ``Idempotency-Key`` and sends it again when its answer is lost (a worker
+  killed after the commit, a connection cut), so a second run of it is a
+  retry the key did not catch;
 * **double drives**: at the services, a request of epoch ``e`` not refused as
   fenced after one of a later epoch of the same run (two epochs interleaving);
   in the session, an event stamped with an older epoch after one with a newer
@@ -102,6 +107,8 @@ T = TypeVar("T")
 TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
 EFFECT_PREFIXES = ("charge:", "notify:")
 TICK_ORDER = "ORD-tick"
+ORDER_WORD = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
+"""An order as the chaos app's messages name it (``chaos.app.ORDER_RE``)."""
 """The order every tick of the app's schedule charges (``chaos.app.TICK_ORDER``)."""
 REKEYED_TOOL = "charge"
 """The journaled tool whose key template a rekeyed version changes (``chaos.app``)."""
@@ -263,6 +270,7 @@ VIOLATIONS = (
     "unexpected endings",
     "doubled effects",
     "calls after takeover",
+    "submits recorded twice",
     "double drives",
     "order violations",
     "sleeps not woken once",
@@ -411,6 +419,23 @@ def double_drives(requests: Iterable[Request], events: Iterable[EventRow]) -> li
         if seen is None or epoch >= seen[0]:
             newest_in_log[stamped] = (epoch, event.seq)
     return found
+
+
+def submits_recorded_twice(events: Sequence[EventRow]) -> list[str]:
+    """Orders whose message started more than one invocation (the schedule's excepted)."""
+    started: dict[str, dict[str, str]] = defaultdict(dict)
+    for event in events:
+        if event.author != "user":
+            continue
+        for order in ORDER_WORD.findall(asked_text(event)):
+            if order != TICK_ORDER:
+                started[order].setdefault(event.invocation_id, event.session_id)
+    return [
+        f"session {sorted(set(invocations.values()))[0]}: {order} started "
+        f"{len(invocations)} invocations"
+        for order, invocations in sorted(started.items())
+        if len(invocations) > 1
+    ]
 
 
 def order_violations(events: Sequence[EventRow], runs: Sequence[RunRow]) -> list[str]:
@@ -892,6 +917,7 @@ def judge(
     parked = frozenset(run.invocation_id for run in runs if run.run_id in set(parks))
     verdict.findings["doubled effects"] = doubled_effects(requests)
     verdict.findings["calls after takeover"] = calls_after_takeover(requests, claims)
+    verdict.findings["submits recorded twice"] = submits_recorded_twice(events)
     verdict.findings["double drives"] = double_drives(requests, events)
     verdict.findings["order violations"] = order_violations(events, runs)
     verdict.findings["sleeps not woken once"] = unwoken_sleeps(events)
@@ -969,7 +995,6 @@ def event_row(row: Mapping[str, Any]) -> EventRow:
 
 
 SESSION_RE = re.compile(r"\bsession (\S+?):")
-ORDER_WORD = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
 EVIDENCE_SESSIONS = 3
 """How many sessions a failing verdict traces (the first named by its findings)."""
 

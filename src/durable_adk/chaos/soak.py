@@ -595,18 +595,25 @@ class Soak:
     def _submit(self, rng: random.Random, session: str, order: str, message: str) -> None:
         deadline = time.monotonic() + 60
         body = {"message": message}
+        # Sent again until answered, always under the order's key: a send whose
+        # answer was lost (its worker killed after the commit, the connection
+        # cut) may be on the ledger, and the key makes the next send that run.
+        headers = {**AUTH, "Idempotency-Key": f"submit-{order}"}
         while time.monotonic() < deadline:
             ready = self.ready_urls()
             if ready:
                 url = rng.choice(ready) + f"/v1/users/chaos/sessions/{session}/runs"
                 try:
-                    answer = httpx.post(url, json=body, headers=AUTH, timeout=15)
+                    answer = httpx.post(url, json=body, headers=headers, timeout=15)
                 except httpx.TimeoutException:
                     self.unanswered_submits += 1  # may be on the ledger: the ledger says
                     continue
+                except httpx.ConnectError:
+                    answer = None  # not sent
                 except httpx.HTTPError:
+                    self.unanswered_submits += 1  # sent; its answer was lost
                     answer = None
-                if answer is not None and answer.status_code == 202:
+                if answer is not None and answer.status_code in (200, 202):
                     with self._lock:
                         self.accepted.append(str(answer.json()["run"]["run_id"]))
                     return

@@ -25,6 +25,8 @@ import durable_adk
 from durable_adk import errors
 from durable_adk.adk.eventlog.classify import check_answers
 from durable_adk.effect_tables.jobs import Job
+from durable_adk.faults import crash_point
+from durable_adk.ids import IDEMPOTENCY_KEY_PATTERN, run_id_for_key
 from durable_adk.service import dashboard, features, schedule_routes, version_routes
 from durable_adk.service.follow import follow, sse
 from durable_adk.service.guards import (
@@ -276,9 +278,31 @@ def create_app(worker: Worker) -> FastAPI:
         status_code=202,
         response_model=StartRunOut,
         tags=["runs"],
-        responses={503: {"model": ErrorOut, "description": "Draining: use another worker."}},
+        responses={
+            200: {
+                "model": StartRunOut,
+                "description": "Sent before under this Idempotency-Key: the run it recorded "
+                "(nothing recorded now).",
+            },
+            503: {"model": ErrorOut, "description": "Draining: use another worker."},
+        },
     )
-    async def start_run(user_id: UserId, session_id: SessionId, body: StartRunIn) -> StartRunOut:
+    async def start_run(
+        user_id: UserId,
+        session_id: SessionId,
+        body: StartRunIn,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                pattern=IDEMPOTENCY_KEY_PATTERN,
+                description="Names this request: sent again with the same key (its answer "
+                "was lost), it records nothing and answers 200 with the run the first one "
+                "recorded (header Idempotent-Replayed: true); the same key with another "
+                "session or message is refused (422).",
+            ),
+        ] = None,
+    ) -> StartRunOut:
         """Starts a run on a session (created if missing); follow it at ``events_url``.
 
         With ``invocation_id``, continues that paused invocation with the
@@ -288,6 +312,10 @@ def create_app(worker: Worker) -> FastAPI:
         ``invocation_id`` are refused (422): the error names the invocation
         they answer (when the session shows it) and the routes that take
         answers (this one with ``invocation_id``, ``POST /v1/interrupts/{call_id}``).
+
+        With an ``Idempotency-Key``, a client that lost the answer sends the
+        same request again: the run the first send recorded comes back (200),
+        nothing more is recorded or driven.
         """
         try:
             message = message_of(body, settings.max_message_chars)
@@ -295,13 +323,19 @@ def create_app(worker: Worker) -> FastAPI:
             await _name_the_invocation(user_id, session_id, body)
             raise
         session = key(user_id, session_id)
+        run_id = (
+            None
+            if idempotency_key is None
+            else run_id_for_key(worker.app_name, user_id, idempotency_key)
+        )
         try:
             after = await ops.last_seq(session)
         except errors.NotFound:
             if body.invocation_id is not None:
                 raise
             after = 0
-        if body.invocation_id is not None:
+        sent_before = run_id is not None and await ops.ledger.get(run_id) is not None
+        if body.invocation_id is not None and not sent_before:
             stored = await worker.sessions.get_session(
                 app_name=worker.app_name, user_id=user_id, session_id=session_id
             )
@@ -312,8 +346,14 @@ def create_app(worker: Worker) -> FastAPI:
             message=message,
             invocation_id=body.invocation_id,
             streaming=body.streaming,
+            run_id=run_id,
         )
-        if body.invocation_id is not None:
+        crash_point("api.after_submit")  # recorded, not answered: the client's retry's case
+        if run.replayed:
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+            after = await ops.invocation_after(session, run.invocation_id)
+        if body.invocation_id is not None and not run.replayed:
             await ops.ledger.record_action(
                 run.run_id,
                 action="answer",
@@ -325,8 +365,8 @@ def create_app(worker: Worker) -> FastAPI:
                     ],
                 },
             )
-            if not worker.serves(run):
-                raise worker.elsewhere(run.app_version, f"the answer (run {run.run_id})")
+        if body.invocation_id is not None and not worker.serves(run):
+            raise worker.elsewhere(run.app_version, f"the answer (run {run.run_id})")
         return StartRunOut(
             run=run_out(run),
             after_seq=after,

@@ -469,6 +469,20 @@ class Operations:
             raise errors.NotFound(f"no session {key.session_id!r} of user {key.user_id!r}")
         return int(row["last_seq"])
 
+    async def invocation_after(self, key: SessionKey, invocation_id: str) -> int:
+        """The sequence number before an invocation's first event (the session's
+        newest while it has none): where a follower of its run starts.
+
+        Raises:
+            NotFound: No such session.
+        """
+        row = await self.store.fetchrow(
+            "service_invocation_after", {**key.params(), "invocation_id": invocation_id}
+        )
+        if row is None:
+            raise errors.NotFound(f"no session {key.session_id!r} of user {key.user_id!r}")
+        return int(row["after_seq"])
+
     async def events_after(
         self, key: SessionKey, after: int, *, limit: int = 500
     ) -> list[SeqEvent]:

@@ -248,6 +248,7 @@ class Worker:
         message: types.Content,
         invocation_id: str | None = None,
         streaming: bool | None = None,
+        run_id: str | None = None,
     ) -> Run:
         """Puts a run on the ledger and drives it in the background.
 
@@ -264,6 +265,11 @@ class Worker:
             streaming: Drive it with ``StreamingMode.SSE`` (True) or without
                 (False); None: the worker's setting. A recovered drive uses
                 the worker's setting.
+            run_id: The run's id, chosen by the caller (an idempotency key's):
+                if it is on the ledger already, with the same session and
+                message, that run comes back ``replayed``, and nothing is
+                recorded or driven here (whoever recorded it drives it, or
+                recovery does).
 
         Returns:
             The run as recorded (QUEUED). A continuation of an invocation of a
@@ -277,8 +283,14 @@ class Worker:
         if self.draining.is_set():
             raise errors.Draining()
         run, message = await self.runner.submit(
-            user_id=user_id, session_id=session_id, message=message, invocation_id=invocation_id
+            user_id=user_id,
+            session_id=session_id,
+            message=message,
+            invocation_id=invocation_id,
+            run_id=run_id,
         )
+        if run.replayed:
+            return run
         if invocation_id is not None and not self.serves(run):
             await self.hand_over(run)  # recorded; a worker of its version continues it
             return run

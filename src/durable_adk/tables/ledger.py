@@ -102,6 +102,9 @@ class Run:
         app_fingerprint: The fingerprint of the app's definition it was
             started under, or None.
         session_read: The claim's row with its ``session_*`` columns (``claim_expired(read=True)``).
+        replayed: A submit under a run id already on the ledger returned this
+            run: that submit recorded nothing (see
+            :meth:`~durable_adk.adk.runs.path.RunPath.submit`).
     """
 
     run_id: str
@@ -125,6 +128,7 @@ class Run:
     app_version: str | None = None
     app_fingerprint: str | None = None
     session_read: Row | None = field(default=None, compare=False, repr=False)
+    replayed: bool = field(default=False, compare=False)
 
     @classmethod
     def from_row(cls, row: Row, *, sent: float | None = None) -> Run:

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import json
 import logging
 import time
 import warnings
@@ -376,9 +378,14 @@ class RunPath:
         (``invocation_id`` with a message of function responses) is refused
         when its invocation was cancelled, and takes each pause's answer
         claim with the run (one answer per pause, whoever else answers).
-        ``run_id`` records a new run under an id chosen in advance (a
-        schedule's tick carries it): a submit of an id already on the ledger
-        records nothing and returns that run, so submitting twice is harmless.
+        ``run_id`` records the run under an id chosen in advance (a
+        schedule's tick carries it; the HTTP run API derives it from the
+        client's ``Idempotency-Key``): a submit of an id already on the
+        ledger with the same session and message records nothing and returns
+        that run, marked ``replayed``, so a client that lost the answer to
+        its submit may send it again; the same id with another session or
+        message is refused. A run whose message retention has cleared is
+        returned as a replay by its session alone.
         The message is checked against the store's payload limits
         (:mod:`durable_adk.limits`, the ``Content`` around its answers not
         counted) unless ``checked``: the library's own answers (a job's
@@ -393,7 +400,8 @@ class RunPath:
                 continuation that is not made of function responses (or
                 answers a call the invocation never made), or a message past
                 the store's :class:`~durable_adk.limits.PayloadLimits`
-                (``PayloadTooDeep``, ``PayloadTooLarge``).
+                (``PayloadTooDeep``, ``PayloadTooLarge``), or a ``run_id``
+                submitted before with another session or message.
             durable_adk.errors.InvocationCancelled: The invocation was cancelled.
             durable_adk.errors.Conflict: A pause it answers was already answered.
             durable_adk.errors.NotFound: The invocation is not in the session.
@@ -408,12 +416,28 @@ class RunPath:
         if not checked:
             self.store.limits.check(content, "the run's message", envelope=MESSAGE_ENVELOPE)
         request = content.model_dump(mode="json", exclude_none=True)
+        if run_id is not None:
+            if chosen_invocation_id is not None:
+                raise errors.InvalidArgument(
+                    "a run id chosen in advance is not for a run under an invocation ADK chose"
+                )
+            before = await self.ledger.get(run_id)
+            if before is not None:
+                return self.replay(before, user_id, session_id, request, invocation_id), content
         if invocation_id is not None:
-            return await self.submit_answer(user_id, session_id, invocation_id, content), content
+            try:
+                run = await self.submit_answer(
+                    user_id, session_id, invocation_id, content, run_id=run_id
+                )
+            except errors.Conflict:
+                # Two sends of one continuation at once: the other one recorded it.
+                again = None if run_id is None else await self.ledger.get(run_id)
+                if again is None:
+                    raise
+                return self.replay(again, user_id, session_id, request, invocation_id), content
+            return run, content
         if chosen_invocation_id is None or not only_answers(content):
             await self.refuse_if_drained()  # a new invocation: not on a drained version
-        if run_id is not None and (invocation_id or chosen_invocation_id):
-            raise errors.InvalidArgument("a run id chosen in advance is only for a new invocation")
         if chosen_invocation_id is not None:
             if only_answers(content):
                 run = await self.submit_answer(user_id, session_id, chosen_invocation_id, content)
@@ -448,9 +472,37 @@ class RunPath:
             return await self._record(user_id, session_id, request, None, run_id), content
         except errors.UniqueViolation:
             existing = None if run_id is None else await self.ledger.get(run_id)
-            if existing is None or existing.session_id != session_id:
+            if existing is None:
                 raise
-            return existing, content  # submitted before under this id: nothing recorded
+            # Submitted at the same moment under this id: nothing recorded here.
+            return self.replay(existing, user_id, session_id, request, None), content
+
+    def replay(
+        self,
+        run: Run,
+        user_id: str,
+        session_id: str,
+        request: dict[str, Any],
+        invocation_id: str | None,
+    ) -> Run:
+        """``run``, found under the id a submit chose, marked replayed if the submit is its own.
+
+        Raises:
+            durable_adk.errors.InvalidArgument: The id names a run of another
+                app, user or session, or one that carries another message
+                (or continues another invocation): nothing is recorded.
+        """
+        stored = json.loads(run.request) if run.request else None  # '' once retention cleared it
+        if (
+            (run.app_name, run.user_id, run.session_id) != (self.app_name, user_id, session_id)
+            or (stored is not None and stored != request)
+            or (invocation_id is not None and run.invocation_id != invocation_id)
+        ):
+            raise errors.InvalidArgument(
+                f"run id {run.run_id!r} was submitted before with another session or message "
+                "(an idempotency key names one request); nothing was recorded"
+            )
+        return dataclasses.replace(run, replayed=True)
 
     async def refuse_if_drained(self) -> None:
         """Refuses a new invocation when an operator drained this worker's version.
@@ -531,7 +583,13 @@ class RunPath:
             )
 
     async def submit_answer(
-        self, user_id: str, session_id: str, invocation_id: str, content: types.Content
+        self,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        content: types.Content,
+        *,
+        run_id: str | None = None,
     ) -> Run:
         """Records the run that answers paused calls, each pause once, whoever else answers.
 
@@ -558,6 +616,7 @@ class RunPath:
                     owner=self.worker_id,
                     invocation_id=invocation_id,
                     claims=claims,
+                    run_id=run_id,
                 )
             except errors.UniqueViolation:
                 held = await self.ledger.release_claims_of_ended(

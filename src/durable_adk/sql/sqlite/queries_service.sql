@@ -7,6 +7,15 @@
 SELECT pk, last_seq FROM sessions
  WHERE app_name = :app_name AND user_id = :user_id AND session_id = :session_id;
 
+-- name: service_invocation_after
+-- Where a follower of an invocation starts: the sequence number before its
+-- first event, or the session's newest one while it has none yet.
+SELECT COALESCE((SELECT MIN(e.seq) FROM events e
+                  WHERE e.session_pk = s.pk AND e.invocation_id = :invocation_id) - 1,
+                s.last_seq) AS after_seq
+  FROM sessions s
+ WHERE s.app_name = :app_name AND s.user_id = :user_id AND s.session_id = :session_id;
+
 -- name: service_events_after
 -- A session's events after :after_seq, in append order (reconnect: any worker
 -- reads the same log, whoever is appending to it).
