@@ -1106,7 +1106,7 @@ def print_verdict(soak: Soak, verdict: Verdict, say: Callable[[str], None] = pri
     say("-" * 60)
     rows = [
         ("runs on the ledger", verdict.runs),
-        ("runs accepted (202)", verdict.accepted),
+        ("runs accepted (202; 200 replayed)", verdict.accepted),
         ("submits with no answer", soak.unanswered_submits),
         ("terminal", f"{verdict.terminal} {dict(sorted(verdict.by_status.items()))}"),
         ("acts at the services", verdict.acts),
