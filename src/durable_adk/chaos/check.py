@@ -107,9 +107,9 @@ T = TypeVar("T")
 TERMINAL = frozenset({"DONE", "PAUSED", "FAILED", "PARKED"})
 EFFECT_PREFIXES = ("charge:", "notify:")
 TICK_ORDER = "ORD-tick"
+"""The order every tick of the app's schedule charges (``chaos.app.TICK_ORDER``)."""
 ORDER_WORD = re.compile(r"\bORD-[A-Za-z0-9-]{1,60}\b")
 """An order as the chaos app's messages name it (``chaos.app.ORDER_RE``)."""
-"""The order every tick of the app's schedule charges (``chaos.app.TICK_ORDER``)."""
 REKEYED_TOOL = "charge"
 """The journaled tool whose key template a rekeyed version changes (``chaos.app``)."""
 CONTINUATION_PARKED = "its continuation, run "
@@ -999,6 +999,17 @@ EVIDENCE_SESSIONS = 3
 """How many sessions a failing verdict traces (the first named by its findings)."""
 
 
+def traced_sessions(findings: Mapping[str, Sequence[str]]) -> list[str]:
+    """The sessions a failing verdict traces: the first the findings name, in their order."""
+    named: list[str] = []
+    for lines in findings.values():
+        for line in lines:
+            found = SESSION_RE.search(line)
+            if found and found.group(1) not in named:
+                named.append(found.group(1))
+    return named[:EVIDENCE_SESSIONS]
+
+
 def _part_summary(part: Mapping[str, Any]) -> str:
     call = part.get("function_call")
     answer = part.get("function_response")
@@ -1024,14 +1035,8 @@ def traces(
     services' requests of the session's order. Times are seconds after the
     session's first event.
     """
-    named: list[str] = []
-    for lines in findings.values():
-        for line in lines:
-            found = SESSION_RE.search(line)
-            if found and found.group(1) not in named:
-                named.append(found.group(1))
     out: list[str] = []
-    for session_id in named[:EVIDENCE_SESSIONS]:
+    for session_id in traced_sessions(findings):
         log = sorted((e for e in events if e.session_id == session_id), key=lambda e: e.seq)
         start = min((float(e.data.get("timestamp") or 0.0) for e in log), default=0.0)
         out.append(f"session {session_id}: {len(log)} events")

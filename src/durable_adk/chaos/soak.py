@@ -97,6 +97,7 @@ from durable_adk.chaos.check import (
     Verdict,
     event_row,
     judge,
+    traced_sessions,
 )
 from durable_adk.chaos.failover import ReplicatedPostgres
 from durable_adk.chaos.net import Namespace, partitions_available, relay_main
@@ -1012,7 +1013,7 @@ class Soak:
 
     def logged(self, verdict: Verdict, runs: Sequence[RunRow]) -> list[str]:
         """The workers' log lines that name a run of a session the evidence traces."""
-        traced = {line.split(":", 1)[0][len("session ") :] for line in verdict.evidence}
+        traced = set(traced_sessions(verdict.findings))
         wanted = {run.run_id for run in runs if run.session_id in traced}
         out = []
         for log in sorted(self.folder.glob("w*.log")):

@@ -334,8 +334,11 @@ def create_app(worker: Worker) -> FastAPI:
             if body.invocation_id is not None:
                 raise
             after = 0
-        sent_before = run_id is not None and await ops.ledger.get(run_id) is not None
-        if body.invocation_id is not None and not sent_before:
+        # A continuation sent again finds its call answered (by itself): the
+        # check is for a first send only. A new run's replay is found by the submit.
+        if body.invocation_id is not None and (
+            run_id is None or await ops.ledger.get(run_id) is None
+        ):
             stored = await worker.sessions.get_session(
                 app_name=worker.app_name, user_id=user_id, session_id=session_id
             )

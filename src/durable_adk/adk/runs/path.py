@@ -423,7 +423,7 @@ class RunPath:
                 )
             before = await self.ledger.get(run_id)
             if before is not None:
-                return self.replay(before, user_id, session_id, request, invocation_id), content
+                return self._replay(before, user_id, session_id, request, invocation_id), content
         if invocation_id is not None:
             try:
                 run = await self.submit_answer(
@@ -434,7 +434,7 @@ class RunPath:
                 again = None if run_id is None else await self.ledger.get(run_id)
                 if again is None:
                     raise
-                return self.replay(again, user_id, session_id, request, invocation_id), content
+                return self._replay(again, user_id, session_id, request, invocation_id), content
             return run, content
         if chosen_invocation_id is None or not only_answers(content):
             await self.refuse_if_drained()  # a new invocation: not on a drained version
@@ -475,9 +475,9 @@ class RunPath:
             if existing is None:
                 raise
             # Submitted at the same moment under this id: nothing recorded here.
-            return self.replay(existing, user_id, session_id, request, None), content
+            return self._replay(existing, user_id, session_id, request, None), content
 
-    def replay(
+    def _replay(
         self,
         run: Run,
         user_id: str,
